@@ -1,0 +1,1 @@
+"""modelir: a versioned, provider-neutral IR for language models."""
