@@ -1,1 +1,66 @@
-"""modelir: a versioned, provider-neutral IR for language models."""
+"""modelir: a schema-first, versioned intermediate representation (IR) for talking to language models.
+
+The one primitive is `Model.arun(Request) -> Response`; everything else is sugar over it. Generated message
+classes live in `modelir.v1`; the most used ones are re-exported here.
+"""
+
+from modelir.accumulate import StreamAccumulator, accumulate
+from modelir.capabilities import requirements, unsupported
+from modelir.errors import (
+    ConstraintViolatedError,
+    DeadlineExceededError,
+    ForeignArtifactError,
+    InvalidRequestError,
+    ModelError,
+    ProviderUnavailableError,
+    RateLimitedError,
+    TruncatedStreamError,
+    UnknownModelError,
+    UnsupportedCapabilityError,
+)
+from modelir.executor import Executor, RetryPolicy
+from modelir.limiter import Limiter
+from modelir.logprobs import bits_per_byte
+from modelir.model import Model, Score, build_request, message
+from modelir.transports.reference import ReferenceModel
+from modelir.v1.capabilities_pb2 import Capability, CapabilityManifest
+from modelir.v1.content_pb2 import Message, Part
+from modelir.v1.request_pb2 import Request
+from modelir.v1.response_pb2 import Response
+from modelir.v1.stream_pb2 import StreamEvent
+from modelir.version import IR_VERSION, SDK_VERSION
+
+__all__ = [
+    "IR_VERSION",
+    "SDK_VERSION",
+    "Capability",
+    "CapabilityManifest",
+    "ConstraintViolatedError",
+    "DeadlineExceededError",
+    "Executor",
+    "ForeignArtifactError",
+    "InvalidRequestError",
+    "Limiter",
+    "Message",
+    "Model",
+    "ModelError",
+    "Part",
+    "ProviderUnavailableError",
+    "RateLimitedError",
+    "ReferenceModel",
+    "Request",
+    "Response",
+    "RetryPolicy",
+    "Score",
+    "StreamAccumulator",
+    "StreamEvent",
+    "TruncatedStreamError",
+    "UnknownModelError",
+    "UnsupportedCapabilityError",
+    "accumulate",
+    "bits_per_byte",
+    "build_request",
+    "message",
+    "requirements",
+    "unsupported",
+]

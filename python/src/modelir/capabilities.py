@@ -1,0 +1,214 @@
+"""What a request needs, and the fail-closed check of those needs against a capability manifest.
+
+`requirements(request)` derives every capability and limit a request uses; `unsupported(request, manifest)`
+compares them with a manifest and lists *every* gap. A transport never sees a request that uses a feature its
+manifest does not claim, so no field can be silently ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import orjson
+
+from modelir.errors import UnsupportedCapabilityError
+from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, request_pb2
+
+C = capabilities_pb2.Capability
+_Role = content_pb2.Role
+
+
+@dataclass(slots=True)
+class Requirements:
+    """The capabilities, limits, dialects and provider option keys a request uses."""
+
+    capabilities: set[int] = field(default_factory=set)
+    # Limit name (as in ModelLimits) -> the largest value the request asks for.
+    limits: dict[str, int] = field(default_factory=dict)
+    grammar_dialect: int | None = None
+    provider_transport: str | None = None
+    provider_option_keys: tuple[str, ...] = ()
+
+    def use_limit(self, name: str, value: int) -> None:
+        self.limits[name] = max(value, self.limits.get(name, 0))
+
+    def sorted_capabilities(self) -> list[int]:
+        return sorted(self.capabilities)
+
+
+def requirements(request: request_pb2.Request, *, streaming: bool = False) -> Requirements:
+    """Derive everything `request` needs from a model. Assumes the request passed `validate_request`."""
+    req = Requirements()
+    need = req.capabilities.add
+    if streaming:
+        need(C.CAPABILITY_STREAMING)
+
+    input_kind = request.WhichOneof("input")
+    if input_kind == "prompt":
+        need(C.CAPABILITY_COMPLETION)
+    elif input_kind == "conversation":
+        need(C.CAPABILITY_CHAT)
+        _conversation_needs(request.conversation, need)
+    elif input_kind == "token_ids":
+        need(C.CAPABILITY_TOKEN_INPUT)
+
+    s = request.sampling
+    for name, capability in (
+        ("temperature", C.CAPABILITY_TEMPERATURE),
+        ("top_p", C.CAPABILITY_TOP_P),
+        ("top_k", C.CAPABILITY_TOP_K_SAMPLING),
+        ("min_p", C.CAPABILITY_MIN_P),
+        ("max_output_tokens", C.CAPABILITY_MAX_OUTPUT_TOKENS),
+        ("seed", C.CAPABILITY_SEED),
+        ("presence_penalty", C.CAPABILITY_PRESENCE_FREQUENCY_PENALTIES),
+        ("frequency_penalty", C.CAPABILITY_PRESENCE_FREQUENCY_PENALTIES),
+        ("repetition_penalty", C.CAPABILITY_REPETITION_PENALTY),
+    ):
+        if s.HasField(name):
+            need(capability)
+    if s.HasField("max_output_tokens"):
+        req.use_limit("max_output_tokens", s.max_output_tokens)
+    if s.stop:
+        need(C.CAPABILITY_STOP_SEQUENCES)
+        req.use_limit("max_stop_sequences", len(s.stop))
+    if s.stop_token_ids:
+        need(C.CAPABILITY_STOP_TOKEN_IDS)
+    if s.choice_count > 1:
+        need(C.CAPABILITY_MULTIPLE_CHOICES)
+        req.use_limit("max_choices", s.choice_count)
+
+    if request.tools:
+        need(C.CAPABILITY_TOOLS)
+    choice = request.tool_choice.WhichOneof("choice")
+    if choice == "tool_name" or (
+        choice == "mode" and request.tool_choice.mode == request_pb2.TOOL_CHOICE_MODE_REQUIRED
+    ):
+        need(C.CAPABILITY_TOOL_CHOICE)
+
+    if request.HasField("reasoning"):
+        need(C.CAPABILITY_REASONING)
+        amount = request.reasoning.WhichOneof("amount")
+        if amount == "effort":
+            need(C.CAPABILITY_REASONING_EFFORT)
+        elif amount == "budget_tokens":
+            need(C.CAPABILITY_REASONING_BUDGET)
+
+    kind = request.constraint.WhichOneof("kind")
+    if kind is not None:
+        need(_CONSTRAINT_CAPABILITY[kind])
+        if kind == "grammar":
+            req.grammar_dialect = request.constraint.grammar.dialect
+
+    if request.prefill:
+        need(C.CAPABILITY_PREFILL)
+    if request.HasField("fim"):
+        need(C.CAPABILITY_FIM)
+    if request.HasField("logprobs"):
+        need(C.CAPABILITY_SAMPLED_LOGPROBS)
+        if request.logprobs.require_token_ids:
+            need(C.CAPABILITY_SAMPLED_TOKEN_IDS)
+        if request.logprobs.top_k > 0:
+            need(C.CAPABILITY_TOP_K_LOGPROBS)
+            req.use_limit("max_top_logprobs", request.logprobs.top_k)
+    if request.HasField("input_scoring"):
+        need(C.CAPABILITY_INPUT_SCORING)
+        if request.input_scoring.top_k > 0:
+            need(C.CAPABILITY_TOP_K_LOGPROBS)
+            req.use_limit("max_top_logprobs", request.input_scoring.top_k)
+    if request.HasField("provider_options"):
+        need(C.CAPABILITY_PROVIDER_OPTIONS)
+        req.provider_transport = request.provider_options.transport
+        options = orjson.loads(request.provider_options.options_json or b"{}")
+        req.provider_option_keys = tuple(sorted(options)) if isinstance(options, dict) else ()
+    return req
+
+
+_CONSTRAINT_CAPABILITY = {
+    "choice": C.CAPABILITY_CONSTRAINT_CHOICE,
+    "regex": C.CAPABILITY_CONSTRAINT_REGEX,
+    "json_schema": C.CAPABILITY_CONSTRAINT_JSON_SCHEMA,
+    "grammar": C.CAPABILITY_CONSTRAINT_GRAMMAR,
+}
+
+
+def _conversation_needs(conversation: request_pb2.Conversation, need: Callable[[int], None]) -> None:
+    for message in conversation.messages:
+        if message.role in (_Role.ROLE_SYSTEM, _Role.ROLE_DEVELOPER):
+            need(C.CAPABILITY_SYSTEM_MESSAGES)
+        for part in message.parts:
+            kind = part.WhichOneof("content")
+            if kind == "blob":
+                need(C.CAPABILITY_IMAGE_INPUT)
+            elif kind in ("tool_call", "tool_result"):
+                need(C.CAPABILITY_TOOLS)
+            elif kind == "reasoning" or part.artifacts:
+                need(C.CAPABILITY_REASONING)
+            if kind == "tool_result":
+                for inner in part.tool_result.content:
+                    if inner.WhichOneof("content") == "blob":
+                        need(C.CAPABILITY_IMAGE_INPUT)
+
+
+def unsupported(
+    request: request_pb2.Request,
+    manifest: capabilities_pb2.CapabilityManifest,
+    *,
+    model: str = "",
+    streaming: bool = False,
+    extra_reasons: Iterable[str] = (),
+) -> errors_pb2.UnsupportedCapabilities | None:
+    """Everything `request` needs that `manifest` lacks, or None when the model can run it."""
+    req = requirements(request, streaming=streaming)
+    have = set(manifest.capabilities)
+    result = errors_pb2.UnsupportedCapabilities(model=model or request.model)
+    result.missing.extend(c for c in req.sorted_capabilities() if c not in have)
+    for name, value in sorted(req.limits.items()):
+        allowed = getattr(manifest.limits, name)
+        if allowed and value > allowed:
+            result.limit_violations.add(limit=name, allowed=allowed, requested=value)
+    if (
+        req.grammar_dialect is not None
+        and C.CAPABILITY_CONSTRAINT_GRAMMAR in have
+        and req.grammar_dialect not in manifest.grammar_dialects
+    ):
+        dialect = request_pb2.GrammarDialect.Name(req.grammar_dialect)
+        result.reasons.append(f"The grammar dialect {dialect} is not accepted.")
+    if req.provider_transport is not None and C.CAPABILITY_PROVIDER_OPTIONS in have:
+        if req.provider_transport != manifest.transport:
+            result.reasons.append(
+                f"The provider options are for {req.provider_transport!r}, "
+                f"but this model runs on {manifest.transport!r}."
+            )
+        else:
+            unknown = [k for k in req.provider_option_keys if k not in manifest.provider_option_keys]
+            if unknown:
+                result.reasons.append(f"Unknown provider option keys: {', '.join(unknown)}.")
+    result.reasons.extend(extra_reasons)
+    if result.missing or result.limit_violations or result.reasons:
+        return result
+    return None
+
+
+def check(
+    request: request_pb2.Request,
+    manifest: capabilities_pb2.CapabilityManifest,
+    *,
+    model: str = "",
+    streaming: bool = False,
+    extra_reasons: Iterable[str] = (),
+) -> None:
+    """Raise `UnsupportedCapabilityError` naming every gap between `request` and `manifest`."""
+    gaps = unsupported(request, manifest, model=model, streaming=streaming, extra_reasons=extra_reasons)
+    if gaps is not None:
+        raise UnsupportedCapabilityError(gaps)
+
+
+def narrow(manifest: capabilities_pb2.CapabilityManifest, remove: Iterable[int]) -> capabilities_pb2.CapabilityManifest:
+    """A copy of `manifest` without the given capabilities (configuration can narrow, never widen)."""
+    removed = set(remove)
+    narrowed = capabilities_pb2.CapabilityManifest()
+    narrowed.CopyFrom(manifest)
+    del narrowed.capabilities[:]
+    narrowed.capabilities.extend(c for c in manifest.capabilities if c not in removed)
+    return narrowed

@@ -1,0 +1,190 @@
+"""All HTTP I/O: one place for connection reuse, deadlines, retries, stream decoding and cancellation.
+
+The httpx API runs on the aiohttp-backed transport (`httpx-aiohttp`): httpx's own pool is an order of magnitude
+slower under concurrency on these machines (see the toolchain notes). Retries cover 429, 5xx and connection
+errors, wait with exponential backoff and full jitter, and honour `Retry-After` and provider retry hints carried
+by the transport's typed error. A stream is never retried once it has delivered an event. Cancelling the caller
+closes the upstream connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+
+import httpx
+import httpx_sse
+from httpx_aiohttp import AiohttpTransport
+
+from modelir import errors
+from modelir.transports.base import HttpRequest, HttpResponse, RawEvent
+
+ErrorFactory = Callable[[HttpResponse], errors.ModelError]
+Observer = Callable[[int, Mapping[str, str]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    max_attempts: int = 4
+    backoff_base: float = 0.5  # seconds before the second attempt, doubled each time (before jitter)
+    backoff_max: float = 30.0
+    retry_after_max: float = 120.0  # a provider hint longer than this is not worth waiting for
+
+    def backoff(self, attempt: int) -> float:
+        """Full jitter: uniform in [0, min(max, base * 2**(attempt-1))]."""
+        return random.uniform(0, min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1)))
+
+
+@dataclass(slots=True)
+class Sent:
+    response: HttpResponse
+    attempts: int
+
+
+class Executor:
+    """Sends native HTTP requests for one endpoint. Share one executor between models on the same endpoint."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        retry: RetryPolicy | None = None,
+        connect_timeout: float = 10.0,
+        max_connections: int = 256,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.retry = retry or RetryPolicy()
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self._client = client or httpx.AsyncClient(
+            base_url=base_url,
+            headers=dict(headers or {}),
+            transport=AiohttpTransport(limits=limits, trust_env=False),
+            # Per-request deadlines are enforced around each call; only connecting gets its own bound.
+            timeout=httpx.Timeout(None, connect=connect_timeout),
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    def _build(self, request: HttpRequest) -> httpx.Request:
+        return self._client.build_request(
+            request.method, request.path, content=request.body, headers=dict(request.headers)
+        )
+
+    async def _wait_before_retry(self, exc: errors.ModelError, attempt: int, deadline: float | None) -> None:
+        """Sleep before the next attempt, or re-raise when no attempt is left or the deadline would pass."""
+        if not exc.retryable or attempt >= self.retry.max_attempts:
+            raise exc
+        if exc.retry_after is not None:
+            if exc.retry_after > self.retry.retry_after_max:
+                raise exc
+            wait = exc.retry_after + random.uniform(0, 0.1)
+        else:
+            wait = self.retry.backoff(attempt)
+        if deadline is not None and time.monotonic() + wait >= deadline:
+            raise exc
+        await asyncio.sleep(wait)
+
+    async def send(
+        self,
+        request: HttpRequest,
+        *,
+        error_from: ErrorFactory,
+        deadline: float | None = None,
+        observe: Observer | None = None,
+    ) -> Sent:
+        """Send a unary request, retrying as the policy allows. `deadline` is a `time.monotonic()` value."""
+        try:
+            async with asyncio.timeout_at(_loop_deadline(deadline)):
+                attempt = 0
+                while True:
+                    attempt += 1
+                    try:
+                        raw = await self._client.send(self._build(request))
+                        body = await raw.aread()
+                    except httpx.TransportError as exc:
+                        await self._wait_before_retry(_connection_error(exc), attempt, deadline)
+                        continue
+                    response = HttpResponse(raw.status_code, raw.headers, body)
+                    if observe is not None:
+                        observe(raw.status_code, raw.headers)
+                    if raw.status_code < 400:
+                        return Sent(response, attempt)
+                    await self._wait_before_retry(error_from(response), attempt, deadline)
+        except TimeoutError:
+            raise errors.DeadlineExceededError("the request's deadline expired") from None
+
+    async def stream(
+        self,
+        request: HttpRequest,
+        *,
+        error_from: ErrorFactory,
+        deadline: float | None = None,
+        observe: Observer | None = None,
+        attempts: list[int] | None = None,
+    ) -> AsyncIterator[RawEvent]:
+        """Yield the raw events of a streamed request. Retries only until the first event is delivered.
+
+        A connection that breaks after delivery raises `TruncatedStreamError`; the caller keeps what it has.
+        """
+        delivered = False
+        attempt = 0
+        try:
+            async with asyncio.timeout_at(_loop_deadline(deadline)):
+                while True:
+                    attempt += 1
+                    if attempts is not None:
+                        attempts[:] = [attempt]
+                    try:
+                        async with self._client.stream(
+                            request.method,
+                            request.path,
+                            content=request.body,
+                            headers=dict(request.headers),
+                        ) as raw:
+                            if observe is not None:
+                                observe(raw.status_code, raw.headers)
+                            if raw.status_code >= 400:
+                                body = await raw.aread()
+                                error = error_from(HttpResponse(raw.status_code, raw.headers, body))
+                            else:
+                                async for event in _decode(raw, request.stream_format):
+                                    delivered = True
+                                    yield event
+                                return
+                    except httpx.TransportError as exc:
+                        if delivered:
+                            raise errors.TruncatedStreamError(
+                                f"the stream broke after output was delivered: {exc!r}"
+                            ) from exc
+                        error = _connection_error(exc)
+                    await self._wait_before_retry(error, attempt, deadline)
+        except TimeoutError:
+            raise errors.DeadlineExceededError("the request's deadline expired") from None
+
+
+def _loop_deadline(deadline: float | None) -> float | None:
+    """Convert a `time.monotonic()` deadline to the running loop's clock."""
+    if deadline is None:
+        return None
+    return asyncio.get_running_loop().time() + (deadline - time.monotonic())
+
+
+def _connection_error(exc: httpx.TransportError) -> errors.ModelError:
+    if isinstance(exc, httpx.TimeoutException):
+        return errors.ProviderUnavailableError(f"the provider timed out: {exc!r}")
+    return errors.ProviderUnavailableError(f"could not reach the provider: {exc!r}")
+
+
+async def _decode(raw: httpx.Response, stream_format: str | None) -> AsyncIterator[RawEvent]:
+    if stream_format == "ndjson":
+        async for line in raw.aiter_lines():
+            if line.strip():
+                yield RawEvent("", line.encode())
+        return
+    async for sse in httpx_sse.EventSource(raw).aiter_sse():
+        yield RawEvent(sse.event if sse.event != "message" else "", sse.data.encode())

@@ -1,0 +1,148 @@
+"""The seam between the core and the transports.
+
+An `HttpTransport` is pure: `lower` turns a `Request` into an `HttpRequest` description, `lift` turns an
+`HttpResponse` back into a `Response`, and a `StreamLifter` turns raw stream events into IR stream events. None of
+them touches a socket or a clock; the executor owns all I/O. A `LocalTransport` runs in-process (the reference
+model) and needs no executor.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+
+from modelir import errors
+from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
+
+
+@dataclass(frozen=True, slots=True)
+class HttpRequest:
+    """A native HTTP request, as data."""
+
+    method: str
+    path: str  # relative to the model's base URL
+    body: bytes = b""
+    headers: tuple[tuple[str, str], ...] = ()
+    stream_format: str | None = None  # "sse", "ndjson", or None for a unary answer
+
+
+@dataclass(frozen=True, slots=True)
+class HttpResponse:
+    """A native HTTP answer, as data. Header names are lower case."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RawEvent:
+    """One event of a native stream: an SSE event (name and data) or one NDJSON line (data only)."""
+
+    event: str
+    data: bytes
+
+
+class StreamLifter(ABC):
+    """Turns the raw events of one stream into IR stream events. Holds only per-stream state."""
+
+    @abstractmethod
+    def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]: ...
+
+    @abstractmethod
+    def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
+        """The stream ended. Emits the final `StreamEnd`, with a soft error when it ended early."""
+
+
+class Transport(ABC):
+    """What every transport has: a name, a version and a manifest."""
+
+    name: str
+    version: str
+
+    @abstractmethod
+    def manifest(self) -> capabilities_pb2.CapabilityManifest: ...
+
+    @property
+    def provider_model(self) -> str:
+        """The model id this transport's provider reports, used as the issuer of reasoning artifacts."""
+        return ""
+
+    def extra_unsupported(self, request: request_pb2.Request) -> list[str]:
+        """Reasons this transport cannot run `request` that the capability catalog cannot express."""
+        return []
+
+
+class HttpTransport(Transport):
+    @abstractmethod
+    def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest: ...
+
+    @abstractmethod
+    def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response: ...
+
+    @abstractmethod
+    def stream_lifter(self, request: request_pb2.Request) -> StreamLifter: ...
+
+    def error(self, response: HttpResponse) -> errors.ModelError:
+        """The typed error for a non-2xx answer. Transports override it to read their error bodies."""
+        return error_for_status(response, response.body.decode("utf-8", "replace")[:2000])
+
+
+class LocalTransport(Transport):
+    """A transport that runs in-process, with no network."""
+
+    @abstractmethod
+    async def run(self, request: request_pb2.Request) -> response_pb2.Response: ...
+
+    @abstractmethod
+    def stream(self, request: request_pb2.Request) -> AsyncIterator[stream_pb2.StreamEvent]: ...
+
+    @abstractmethod
+    async def tokenize(self, request: service_pb2.TokenizeRequest) -> service_pb2.TokenizeResponse: ...
+
+
+def retry_after_seconds(headers: Mapping[str, str], now: float | None = None) -> float | None:
+    """Seconds from a `Retry-After` (delta-seconds or HTTP date) or `retry-after-ms` header, when present."""
+    if (ms := headers.get("retry-after-ms")) is not None:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when - (time.time() if now is None else now))
+
+
+def error_for_status(
+    response: HttpResponse, message: str, *, provider_code: str = "", retry_after: float | None = None
+) -> errors.ModelError:
+    """Map an HTTP status to the error table's exception (401/403 auth, 429 rate, 408/5xx unavailable)."""
+    status = response.status
+    if retry_after is None:
+        retry_after = retry_after_seconds(response.headers)
+    if status in (401, 403):
+        exc_type: type[errors.ModelError] = errors.ProviderAuthError
+    elif status == 429:
+        exc_type = errors.RateLimitedError
+    elif status == 408 or status >= 500:
+        exc_type = errors.ProviderUnavailableError
+    else:
+        exc_type = errors.ProviderRejectedError
+    return exc_type(
+        f"provider answered HTTP {status}: {message}",
+        http_status=status,
+        provider_code=provider_code,
+        retry_after=retry_after,
+    )

@@ -1,0 +1,159 @@
+"""Checks that a request is well formed, whatever model it goes to. Capability checks live in `capabilities`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import orjson
+
+from modelir.errors import InvalidRequestError
+from modelir.v1 import content_pb2, errors_pb2, request_pb2
+
+_Role = content_pb2.Role
+
+
+def field_violations(request: request_pb2.Request) -> list[errors_pb2.FieldViolation]:
+    """Every problem with the request's fields, as `FieldViolation`s (empty when it is well formed)."""
+    return [errors_pb2.FieldViolation(field=f, description=d) for f, d in _problems(request)]
+
+
+def validate_request(request: request_pb2.Request) -> None:
+    """Raise `InvalidRequestError` naming every malformed field."""
+    violations = field_violations(request)
+    if violations:
+        raise InvalidRequestError(violations)
+
+
+def _json_object(text: str) -> bool:
+    try:
+        return isinstance(orjson.loads(text), dict)
+    except orjson.JSONDecodeError:
+        return False
+
+
+def _problems(req: request_pb2.Request) -> Iterator[tuple[str, str]]:
+    input_kind = req.WhichOneof("input")
+    if input_kind is None:
+        yield "input", "Set one of prompt, conversation or token_ids."
+    elif input_kind == "conversation":
+        yield from _conversation_problems(req.conversation)
+    elif input_kind == "token_ids" and not req.token_ids.ids:
+        yield "token_ids.ids", "Give at least one token id."
+    if input_kind == "token_ids" and any(i < 0 for i in req.token_ids.ids):
+        yield "token_ids.ids", "Token ids are never negative."
+
+    yield from _sampling_problems(req)
+
+    names = [t.name for t in req.tools]
+    for i, tool in enumerate(req.tools):
+        if not tool.name:
+            yield f"tools[{i}].name", "Every tool needs a name."
+        elif names.count(tool.name) > 1:
+            yield f"tools[{i}].name", f"The tool name {tool.name!r} is declared more than once."
+        if tool.parameters_json_schema and not _json_object(tool.parameters_json_schema):
+            yield f"tools[{i}].parameters_json_schema", "The parameters schema must be a JSON object."
+    choice = req.tool_choice.WhichOneof("choice")
+    if choice == "tool_name" and req.tool_choice.tool_name not in names:
+        yield "tool_choice.tool_name", f"No tool named {req.tool_choice.tool_name!r} is declared."
+    if choice is not None and not req.tools:
+        yield "tool_choice", "A tool choice needs declared tools."
+
+    if req.HasField("reasoning"):
+        amount = req.reasoning.WhichOneof("amount")
+        if amount == "budget_tokens" and req.reasoning.budget_tokens <= 0:
+            yield "reasoning.budget_tokens", "A reasoning budget must be positive."
+        if amount == "effort" and req.reasoning.effort == request_pb2.REASONING_EFFORT_UNSPECIFIED:
+            yield "reasoning.effort", "Give an effort level, or leave `amount` unset."
+
+    yield from _constraint_problems(req)
+
+    if req.HasField("fim") and input_kind != "prompt":
+        yield "fim", "Fill-in-the-middle takes a raw prompt as its prefix."
+    if req.prefill and input_kind != "conversation":
+        yield "prefill", "A prefill continues an assistant turn, so it needs a conversation."
+    if req.HasField("logprobs") and req.logprobs.top_k < 0:
+        yield "logprobs.top_k", "top_k is never negative."
+    if req.HasField("input_scoring"):
+        scoring = req.input_scoring
+        if scoring.top_k < 0:
+            yield "input_scoring.top_k", "top_k is never negative."
+        span = scoring.WhichOneof("continuation")
+        if span == "continuation_text" and input_kind == "token_ids":
+            yield "input_scoring.continuation_text", "Token input takes a continuation of token ids."
+        if span == "continuation_tokens" and input_kind != "token_ids":
+            yield "input_scoring.continuation_tokens", "Text input takes a continuation of text."
+        if span == "continuation_text" and not scoring.continuation_text:
+            yield "input_scoring.continuation_text", "An empty continuation has nothing to score."
+    if req.HasField("provider_options"):
+        if not req.provider_options.transport:
+            yield "provider_options.transport", "Name the transport the options are for."
+        if not _json_object(req.provider_options.options_json):
+            yield "provider_options.options_json", "Provider options must be a JSON object."
+    if req.HasField("timeout") and (req.timeout.seconds < 0 or req.timeout.nanos < 0):
+        yield "timeout", "A timeout is never negative."
+
+
+def _sampling_problems(req: request_pb2.Request) -> Iterator[tuple[str, str]]:
+    s = req.sampling
+    if s.HasField("temperature") and s.temperature < 0:
+        yield "sampling.temperature", "The temperature is never negative."
+    if s.HasField("top_p") and not 0 < s.top_p <= 1:
+        yield "sampling.top_p", "top_p lies in (0, 1]."
+    if s.HasField("top_k") and s.top_k < 1:
+        yield "sampling.top_k", "top_k is at least 1."
+    if s.HasField("min_p") and not 0 <= s.min_p <= 1:
+        yield "sampling.min_p", "min_p lies in [0, 1]."
+    if s.HasField("max_output_tokens") and s.max_output_tokens < 0:
+        yield "sampling.max_output_tokens", "max_output_tokens is never negative."
+    if s.choice_count < 0:
+        yield "sampling.choice_count", "choice_count is never negative."
+    for i, stop in enumerate(s.stop):
+        if not stop:
+            yield f"sampling.stop[{i}]", "A stop string is never empty."
+    if any(t < 0 for t in s.stop_token_ids):
+        yield "sampling.stop_token_ids", "Token ids are never negative."
+
+
+def _constraint_problems(req: request_pb2.Request) -> Iterator[tuple[str, str]]:
+    kind = req.constraint.WhichOneof("kind")
+    if kind == "choice":
+        labels = list(req.constraint.choice.labels)
+        if not labels:
+            yield "constraint.choice.labels", "Give at least one label."
+        if len(set(labels)) != len(labels):
+            yield "constraint.choice.labels", "Labels must be distinct."
+        if any(not label for label in labels):
+            yield "constraint.choice.labels", "A label is never empty."
+    elif kind == "regex" and not req.constraint.regex:
+        yield "constraint.regex", "The regular expression is empty."
+    elif kind == "json_schema" and not _json_object(req.constraint.json_schema.schema_json):
+        yield "constraint.json_schema.schema_json", "The schema must be a JSON object."
+    elif kind == "grammar":
+        if req.constraint.grammar.dialect == request_pb2.GRAMMAR_DIALECT_UNSPECIFIED:
+            yield "constraint.grammar.dialect", "Name the grammar's dialect."
+        if not req.constraint.grammar.text:
+            yield "constraint.grammar.text", "The grammar is empty."
+
+
+def _conversation_problems(conversation: request_pb2.Conversation) -> Iterator[tuple[str, str]]:
+    if not conversation.messages:
+        yield "conversation.messages", "A conversation has at least one message."
+    for i, message in enumerate(conversation.messages):
+        where = f"conversation.messages[{i}]"
+        if message.role == _Role.ROLE_UNSPECIFIED:
+            yield f"{where}.role", "Every message has a role."
+        for j, part in enumerate(message.parts):
+            kind = part.WhichOneof("content")
+            if kind is None:
+                yield f"{where}.parts[{j}]", "Every part has content."
+            elif kind == "tool_call" and message.role != _Role.ROLE_ASSISTANT:
+                yield f"{where}.parts[{j}].tool_call", "Only assistant messages hold tool calls."
+            elif kind == "tool_result" and not part.tool_result.tool_call_id and not part.tool_result.name:
+                yield f"{where}.parts[{j}].tool_result", "A tool result names its call id or its tool."
+            elif kind == "reasoning" and message.role != _Role.ROLE_ASSISTANT:
+                yield f"{where}.parts[{j}].reasoning", "Only assistant messages hold reasoning."
+            for k, artifact in enumerate(part.artifacts):
+                if artifact.kind == content_pb2.REASONING_ARTIFACT_KIND_UNSPECIFIED:
+                    yield f"{where}.parts[{j}].artifacts[{k}].kind", "Every artifact has a kind."
+                if not artifact.issuer.transport:
+                    yield f"{where}.parts[{j}].artifacts[{k}].issuer", "Every artifact names its issuer."
