@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from itertools import accumulate
+from itertools import accumulate, chain
 
 from modelir.v1 import logprobs_pb2
 
@@ -86,11 +86,23 @@ def from_openai_content(entries: Sequence[dict], *, with_bytes: bool = True) -> 
         out.top_tokens.extend([t["token"] for t in flat])
         out.top_logprobs.extend([t["logprob"] for t in flat])
     if with_bytes:
-        pieces = [bytes(b) if (b := e.get("bytes")) is not None else e["token"].encode() for e in entries]
-        out.token_bytes = b"".join(pieces)
-        out.token_byte_offsets.extend(offsets_of(pieces))
-        if flat:
-            top_pieces = [bytes(b) if (b := t.get("bytes")) is not None else t["token"].encode() for t in flat]
-            out.top_token_bytes = b"".join(top_pieces)
-            out.top_token_byte_offsets.extend(offsets_of(top_pieces))
+        _fill_bytes(out, entries, flat)
     return out
+
+
+def _byte_lists(items: Sequence[dict]) -> list[list[int] | bytes]:
+    return [b if (b := item.get("bytes")) is not None else item["token"].encode() for item in items]
+
+
+def _joined(lists: list[list[int] | bytes]) -> tuple[bytes, list[int]]:
+    """Concatenate per-token byte lists in one C-level pass (no `bytes()` call per token) with start offsets."""
+    lengths = list(map(len, lists))
+    return bytes(chain.from_iterable(lists)), [0, *accumulate(lengths[:-1])] if lengths else []
+
+
+def _fill_bytes(out: TokenLogprobs, entries: Sequence[dict], flat: Sequence[dict]) -> None:
+    out.token_bytes, offsets = _joined(_byte_lists(entries))
+    out.token_byte_offsets.extend(offsets)
+    if flat:
+        out.top_token_bytes, top_offsets = _joined(_byte_lists(flat))
+        out.top_token_byte_offsets.extend(top_offsets)

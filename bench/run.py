@@ -1,0 +1,142 @@
+"""modelir benchmarks. Every target is a ratio of two things measured side by side in this one run.
+
+Run with `make bench` (not part of `make test`). See bench/README.md for the cases and targets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import orjson
+from modelir import Model, ReferenceModel, build_request
+from modelir import logprobs as lp
+from modelir.v1 import content_pb2, response_pb2
+
+
+def _median_seconds(fn: Callable[[], object], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def openai_chat_body(tokens: int, top_k: int, seed: int = 0) -> bytes:
+    """An OpenAI chat completion body with `tokens` logprob entries of `top_k` alternatives, bytes included."""
+    rng = random.Random(seed)
+    words = ["the", " cat", " sat", " on", " mat", ",", " and", " é", "\n", " 42"]
+
+    def entry(token: str) -> dict:
+        return {"token": token, "logprob": -rng.random() * 5, "bytes": list(token.encode())}
+
+    content = []
+    for _ in range(tokens):
+        chosen = rng.choice(words)
+        item = entry(chosen)
+        item["top_logprobs"] = [entry(rng.choice(words) + str(j)) for j in range(top_k)]
+        content.append(item)
+    text = "".join(c["token"] for c in content)
+    body = {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "gpt-bench",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "refusal": None},
+                "logprobs": {"content": content, "refusal": None},
+                "finish_reason": "length",
+            }
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": tokens, "total_tokens": tokens + 5},
+    }
+    return orjson.dumps(body)
+
+
+def build_response_from_parsed(parsed: dict) -> response_pb2.Response:
+    """The dict -> IR part of a lift: choices, message text, columnar logprobs, usage."""
+    response = response_pb2.Response(id=parsed["id"], model=parsed["model"])
+    for raw in parsed["choices"]:
+        choice = response.choices.add(index=raw["index"], raw_finish_reason=raw["finish_reason"])
+        choice.message.role = content_pb2.ROLE_ASSISTANT
+        choice.message.parts.add(text=raw["message"]["content"])
+        if raw.get("logprobs"):
+            choice.logprobs.CopyFrom(lp.from_openai_content(raw["logprobs"]["content"]))
+    response.usage.input_token_count = parsed["usage"]["prompt_tokens"]
+    response.usage.output_token_count = parsed["usage"]["completion_tokens"]
+    return response
+
+
+def bench_logprob_build(repeat: int) -> list[tuple[str, str, str]]:
+    body = openai_chat_body(2000, 20)
+    parsed = orjson.loads(body)
+    rows = []
+    for label, gc_mode in (("GC on (as the server runs)", "on"), ("GC off", "off")):
+        if gc_mode == "off":
+            gc.disable()
+        try:
+            t_loads = _median_seconds(lambda: orjson.loads(body), repeat)
+            t_build = _median_seconds(lambda: build_response_from_parsed(parsed), repeat)
+        finally:
+            gc.enable()
+        rows.append(
+            (
+                f"2,000 x top-20 Response from parsed JSON ({len(body) / 1e6:.2f} MB), {label}",
+                f"build {t_build * 1e3:.1f} ms vs orjson.loads {t_loads * 1e3:.1f} ms",
+                f"{t_build / t_loads:.2f}x (target <= 0.50x)",
+            )
+        )
+    return rows
+
+
+def bench_reference_calls(seconds: float) -> list[tuple[str, str, str]]:
+    model = Model(ReferenceModel())
+    small = build_request("reference", messages=[("user", "Hello!")], max_output_tokens=16)
+    big = build_request("reference", prompt="x", max_output_tokens=2000, top_logprobs=20, seed=0)
+
+    async def rate(request) -> tuple[float, int]:
+        calls = 0
+        response = None
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            response = await model.arun(request)
+            calls += 1
+        tokens = len(response.choices[0].logprobs.logprobs) or response.usage.output_token_count
+        return calls / (time.perf_counter() - start), tokens
+
+    small_rate, _ = asyncio.run(rate(small))
+    big_rate, big_tokens = asyncio.run(rate(big))
+    return [
+        ("reference arun, small chat (16 tokens)", f"{small_rate:,.0f} calls/s", f"{1e6 / small_rate:.0f} us/call"),
+        (
+            f"reference arun, {big_tokens:,} tokens x top-20 logprobs",
+            f"{big_rate:,.0f} calls/s",
+            f"{big_rate / small_rate:.3f}x the small-chat rate",
+        ),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeat", type=int, default=15, help="timed repetitions per measurement")
+    parser.add_argument("--seconds", type=float, default=2.0, help="duration of each throughput case")
+    args = parser.parse_args(argv)
+    rows = [*bench_reference_calls(args.seconds), *bench_logprob_build(args.repeat)]
+    width = max(len(r[0]) for r in rows)
+    print(f"{'case'.ljust(width)}  measurement  |  ratio")
+    for case, measured, ratio in rows:
+        print(f"{case.ljust(width)}  {measured}  |  {ratio}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""Building and running the grpc.aio server: the servicer, health, reflection, limits and graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Mapping
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from modelir.model import Model
+from modelir.server.servicer import ModelServicer
+from modelir.v1 import service_pb2, service_pb2_grpc
+
+# A 32k-token response with top-20 logprobs (ids, text and bytes) is a few MiB; leave ample room.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+SERVER_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # grpc core fails calls CANCELLED, silently, past ~1,000 pending; queue bursts instead.
+    ("grpc.server.max_pending_requests", 100_000),
+    ("grpc.server.max_pending_requests_hard_limit", 100_000),
+]
+
+
+async def build_server(models: Mapping[str, Model], address: str) -> tuple[grpc.aio.Server, int]:
+    """A started-ready (not yet started) server bound to `address`; returns it with the bound port."""
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(models), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for name in ["", service_pb2.DESCRIPTOR.services_by_name["ModelService"].full_name, *models]:
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection(
+        [
+            service_pb2.DESCRIPTOR.services_by_name["ModelService"].full_name,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ],
+        server,
+    )
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"could not bind {address}")
+    return server, port
+
+
+async def serve(models: Mapping[str, Model], host: str, port: int, *, grace: float = 30.0) -> None:
+    """Serve until SIGTERM or SIGINT, then stop taking calls and drain those in flight for `grace` seconds."""
+    server, bound = await build_server(models, f"{host}:{port}")
+    await server.start()
+    logging.getLogger("modelir.server").info("modelir serving %s on %s:%d", ", ".join(sorted(models)), host, bound)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    logging.getLogger("modelir.server").info("shutting down: draining in-flight calls")
+    await server.stop(grace)

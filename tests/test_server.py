@@ -1,0 +1,96 @@
+"""The gRPC ModelService on a free local port, through the raw generated stub."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_status import rpc_status
+from modelir import Model, ReferenceModel, accumulate, build_request
+from modelir.server import build_server
+from modelir.v1 import capabilities_pb2, errors_pb2, service_pb2, service_pb2_grpc
+
+C = capabilities_pb2.Capability
+
+
+@pytest.fixture
+async def stub():
+    server, port = await build_server({"reference": Model(ReferenceModel(), name="reference")}, "127.0.0.1:0")
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    yield service_pb2_grpc.ModelServiceStub(channel), channel
+    await channel.close()
+    await server.stop(None)
+
+
+def _details(error: grpc.aio.AioRpcError):
+    status = rpc_status.from_call(error)
+    found = {}
+    for detail in status.details:
+        for cls in (error_details_pb2.ErrorInfo, error_details_pb2.BadRequest, errors_pb2.UnsupportedCapabilities):
+            if detail.Is(cls.DESCRIPTOR):
+                message = cls()
+                detail.Unpack(message)
+                found[cls.__name__] = message
+    return found
+
+
+async def test_every_rpc_on_the_reference_model(stub):
+    stub, channel = stub
+    models = await stub.ListModels(service_pb2.ListModelsRequest())
+    assert [m.name for m in models.models] == ["reference"]
+    assert C.CAPABILITY_INPUT_SCORING in models.models[0].manifest.capabilities
+
+    request = build_request("reference", messages=[("user", "hi")], max_output_tokens=20, top_logprobs=2)
+    unary = (await stub.Generate(service_pb2.GenerateRequest(request=request))).response
+    assert unary.choices[0].message.parts[0].text
+    events = [m.event async for m in stub.StreamGenerate(service_pb2.StreamGenerateRequest(request=request))]
+    streamed = accumulate(events)
+    unary.ClearField("timing")
+    streamed.ClearField("timing")
+    assert streamed == unary
+
+    tokens = await stub.Tokenize(service_pb2.TokenizeRequest(model="reference", text="hé"))
+    assert list(tokens.token_ids) == [104, 0xC3, 0xA9]
+    verdict = await stub.Validate(service_pb2.ValidateRequest(request=request))
+    assert verdict.accepted and C.CAPABILITY_TOP_K_LOGPROBS in verdict.required
+
+    health = health_pb2_grpc.HealthStub(channel)
+    answer = await health.Check(health_pb2.HealthCheckRequest(service="reference"))
+    assert answer.status == health_pb2.HealthCheckResponse.SERVING
+
+
+async def test_rejected_capabilities_arrive_as_failed_precondition_naming_all(stub):
+    stub, _ = stub
+    request = build_request("reference", prompt="def f(", n=40)
+    request.fim.suffix = ")"
+    request.constraint.regex = "a+"
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.Generate(service_pb2.GenerateRequest(request=request))
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    details = _details(caught.value)
+    info = details["ErrorInfo"]
+    assert info.reason == "UNSUPPORTED_CAPABILITY" and info.domain == "modelir.dev"
+    assert set(info.metadata["missing_capabilities"].split(",")) == {"FIM", "CONSTRAINT_REGEX"}
+    unsupported = details["UnsupportedCapabilities"]
+    assert set(unsupported.missing) == {C.CAPABILITY_FIM, C.CAPABILITY_CONSTRAINT_REGEX}
+    assert unsupported.limit_violations[0].limit == "max_choices"
+
+
+async def test_invalid_request_arrives_with_field_violations(stub):
+    stub, _ = stub
+    request = build_request("reference", prompt="x", temperature=-2, top_p=7)
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.Generate(service_pb2.GenerateRequest(request=request))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    fields = {v.field for v in _details(caught.value)["BadRequest"].field_violations}
+    assert fields == {"sampling.temperature", "sampling.top_p"}
+
+
+async def test_unknown_model_is_not_found(stub):
+    stub, _ = stub
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.Generate(service_pb2.GenerateRequest(request=build_request("nope", prompt="x")))
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+    assert _details(caught.value)["ErrorInfo"].reason == "UNKNOWN_MODEL"
