@@ -19,9 +19,10 @@ from modelir.errors import (
     UnsupportedCapabilityError,
 )
 from modelir.executor import Executor, RetryPolicy
+from modelir.interface import ModelInterface, Score, build_request, message
 from modelir.limiter import Limiter
 from modelir.logprobs import bits_per_byte
-from modelir.model import Model, Score, build_request, message
+from modelir.model import Model
 from modelir.transports.reference import ReferenceModel
 from modelir.v1.capabilities_pb2 import Capability, CapabilityManifest
 from modelir.v1.content_pb2 import Message, Part
@@ -44,6 +45,7 @@ __all__ = [
     "Message",
     "Model",
     "ModelError",
+    "ModelInterface",
     "Part",
     "ProviderUnavailableError",
     "RateLimitedError",

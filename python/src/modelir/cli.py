@@ -1,48 +1,172 @@
-"""The `modelir` command line."""
+"""The `modelir` command line: serve, models, validate, generate."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import os
 import sys
+from pathlib import Path
 
-from modelir.model import Model
-from modelir.transports.reference import ReferenceModel
+import orjson
+from google.protobuf import json_format
+
+from modelir import errors
+from modelir.config import ConfigError, ServerConfig, default_config, load_config
+from modelir.interface import ModelInterface, build_request
+from modelir.v1 import capabilities_pb2, request_pb2
+
+_CAPABILITY_NAMES = {v: k.removeprefix("CAPABILITY_") for k, v in capabilities_pb2.Capability.items()}
+
+
+def _config(args: argparse.Namespace) -> ServerConfig:
+    return load_config(args.config) if getattr(args, "config", None) else default_config()
+
+
+async def _open_model(args: argparse.Namespace) -> tuple[ModelInterface, ServerConfig | None]:
+    if getattr(args, "target", None):
+        from modelir.remote import RemoteModel
+
+        return RemoteModel(args.target, args.model, token=os.environ.get("MODELIR_TOKEN")), None
+    config = _config(args)
+    if args.model not in config.models:
+        raise errors.UnknownModelError(f"no model named {args.model!r} in {config.source}")
+    return config.models[args.model], config
 
 
 def _serve(args: argparse.Namespace) -> int:
     from modelir.server import serve
 
-    if args.config:
-        print(
-            "modelir serve: configuration files arrive with the server issue; run without --config "
-            "to serve the reference model",
-            file=sys.stderr,
-        )
-        return 2
-    models = {"reference": Model(ReferenceModel(), name="reference")}
+    config = _config(args)
     try:
         import uvloop
 
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(serve(models, args.host, args.port))
+    asyncio.run(serve(config.models, args.host, args.port, auth_tokens=config.auth_tokens, grace=args.grace))
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+async def _models(args: argparse.Namespace) -> int:
+    if args.target:
+        from modelir.remote import list_models
+
+        manifests = dict(await list_models(args.target, token=os.environ.get("MODELIR_TOKEN")))
+    else:
+        manifests = {name: model.capabilities for name, model in sorted(_config(args).models.items())}
+    if args.json:
+        print(
+            orjson.dumps(
+                {name: json_format.MessageToDict(m) for name, m in manifests.items()}, option=orjson.OPT_INDENT_2
+            ).decode()
+        )
+        return 0
+    width = max(len(n) for n in manifests) if manifests else 4
+    print(f"{'model'.ljust(width)}  transport  capabilities")
+    for name, manifest in manifests.items():
+        caps = ", ".join(_CAPABILITY_NAMES[c] for c in manifest.capabilities)
+        print(f"{name.ljust(width)}  {manifest.transport}  {caps}")
+    return 0
+
+
+async def _validate(args: argparse.Namespace) -> int:
+    request = json_format.Parse(Path(args.request).read_bytes(), request_pb2.Request())  # noqa: ASYNC240 (tiny file)
+    model, _ = await _open_model(args)
+    verdict = await model.avalidate(request)
+    for violation in verdict.field_violations:
+        print(f"invalid: {violation.field}: {violation.description}")
+    if verdict.field_violations:
+        return 1
+    print("needs: " + ", ".join(_CAPABILITY_NAMES[c] for c in verdict.required))
+    if verdict.accepted:
+        print(f"accepted by {model.name}")
+        return 0
+    print(errors.describe_unsupported(verdict.unsupported))
+    return 1
+
+
+async def _generate(args: argparse.Namespace) -> int:
+    model, _ = await _open_model(args)
+    request = build_request(model.name, prompt=args.prompt, max_output_tokens=args.max_tokens)
+    if args.chat:
+        request = build_request(model.name, messages=[("user", args.prompt)], max_output_tokens=args.max_tokens)
+    if args.stream:
+        from modelir.accumulate import StreamAccumulator
+
+        accumulator = StreamAccumulator()
+        async for event in model.astream(request):
+            accumulator.add(event)
+            if event.WhichOneof("event") == "delta" and event.delta.WhichOneof("content") == "text":
+                print(event.delta.text, end="", flush=True)
+        print()
+        response = accumulator.response()
+    else:
+        response = await model.arun(request)
+        for choice in response.choices:
+            print("".join(p.text for p in choice.message.parts if p.WhichOneof("content") == "text"))
+    usage = response.usage
+    print(
+        f"[usage] input={usage.input_token_count} output={usage.output_token_count}"
+        + (f" error={response.error.message}" if response.HasField("error") else ""),
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modelir", description="modelir: a versioned IR for language models")
     commands = parser.add_subparsers(dest="command", required=True)
+
     serve = commands.add_parser("serve", help="run the gRPC ModelService")
     serve.add_argument("--config", help="a YAML file of models (default: the built-in reference model)")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=50051)
+    serve.add_argument("--port", type=int, default=50051, help="0 picks a free port (logged)")
+    serve.add_argument("--grace", type=float, default=30.0, help="seconds to drain in-flight calls on SIGTERM")
     serve.set_defaults(func=_serve)
-    args = parser.parse_args(argv)
+
+    def where(sub: argparse.ArgumentParser) -> None:
+        group = sub.add_mutually_exclusive_group()
+        group.add_argument("--config", help="a YAML file of models (default: the built-in reference model)")
+        group.add_argument("--target", help="a modelir server, host:port (token from $MODELIR_TOKEN)")
+
+    models = commands.add_parser("models", help="list models and their capabilities")
+    where(models)
+    models.add_argument("--json", action="store_true", help="print the manifests as JSON")
+    models.set_defaults(afunc=_models)
+
+    validate = commands.add_parser("validate", help="check a request (proto-JSON file) against a model")
+    where(validate)
+    validate.add_argument("--model", required=True)
+    validate.add_argument("--request", required=True, help="a file holding one Request in proto-JSON")
+    validate.set_defaults(afunc=_validate)
+
+    generate = commands.add_parser("generate", help="run one prompt and print the text and usage")
+    where(generate)
+    generate.add_argument("--model", required=True)
+    generate.add_argument("--stream", action="store_true", help="print text as it arrives")
+    generate.add_argument("--chat", action="store_true", help="send the prompt as a user message")
+    generate.add_argument("--max-tokens", type=int, default=None)
+    generate.add_argument("prompt")
+    generate.set_defaults(afunc=_generate)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    return args.func(args)
+    try:
+        if hasattr(args, "afunc"):
+            return asyncio.run(args.afunc(args))
+        return args.func(args)
+    except ConfigError as exc:
+        print(f"modelir: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except errors.ModelError as exc:
+        reason = errors.mapping_for(exc.reason).info_reason
+        print(f"modelir: {reason}: {exc.message}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from modelir.model import Model
+from modelir.server.auth import BearerAuthInterceptor
 from modelir.server.servicer import ModelServicer
 from modelir.v1 import service_pb2, service_pb2_grpc
 
@@ -26,9 +27,12 @@ SERVER_OPTIONS = [
 ]
 
 
-async def build_server(models: Mapping[str, Model], address: str) -> tuple[grpc.aio.Server, int]:
-    """A started-ready (not yet started) server bound to `address`; returns it with the bound port."""
-    server = grpc.aio.server(options=SERVER_OPTIONS)
+async def build_server(
+    models: Mapping[str, Model], address: str, *, auth_tokens: frozenset[str] = frozenset()
+) -> tuple[grpc.aio.Server, int]:
+    """A server bound to `address`, not yet started; returns it with the bound port."""
+    interceptors = [BearerAuthInterceptor(auth_tokens)] if auth_tokens else []
+    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
     service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(models), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -48,9 +52,16 @@ async def build_server(models: Mapping[str, Model], address: str) -> tuple[grpc.
     return server, port
 
 
-async def serve(models: Mapping[str, Model], host: str, port: int, *, grace: float = 30.0) -> None:
+async def serve(
+    models: Mapping[str, Model],
+    host: str,
+    port: int,
+    *,
+    auth_tokens: frozenset[str] = frozenset(),
+    grace: float = 30.0,
+) -> None:
     """Serve until SIGTERM or SIGINT, then stop taking calls and drain those in flight for `grace` seconds."""
-    server, bound = await build_server(models, f"{host}:{port}")
+    server, bound = await build_server(models, f"{host}:{port}", auth_tokens=auth_tokens)
     await server.start()
     logging.getLogger("modelir.server").info("modelir serving %s on %s:%d", ", ".join(sorted(models)), host, bound)
     stop = asyncio.Event()

@@ -14,7 +14,7 @@ from grpc_status import rpc_status
 
 from modelir import errors
 from modelir.model import Model
-from modelir.server.status import to_status
+from modelir.rich_status import to_status
 from modelir.v1 import service_pb2, service_pb2_grpc
 
 log = logging.getLogger("modelir.server")

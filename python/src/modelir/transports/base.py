@@ -86,6 +86,10 @@ class HttpTransport(Transport):
     @abstractmethod
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter: ...
 
+    def auth_headers(self, credential: str) -> dict[str, str]:
+        """Headers that carry the credential. Bearer by default; transports with other schemes override."""
+        return {"Authorization": f"Bearer {credential}"} if credential else {}
+
     def error(self, response: HttpResponse) -> errors.ModelError:
         """The typed error for a non-2xx answer. Transports override it to read their error bodies."""
         return error_for_status(response, response.body.decode("utf-8", "replace")[:2000])

@@ -18,6 +18,7 @@ from functools import lru_cache
 
 import numpy as np
 import orjson
+
 from modelir import errors
 from modelir import logprobs as lp
 from modelir.streaming import events_from_response

@@ -1,0 +1,93 @@
+"""Exceptions <-> `google.rpc.Status` with ErrorInfo, BadRequest, RetryInfo and UnsupportedCapabilities details.
+
+The server turns a `ModelError` into a rich status with `to_status`; `RemoteModel` turns it back with
+`error_from_rpc`, so a gRPC caller catches exactly the exceptions a local caller would.
+"""
+
+from __future__ import annotations
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from modelir import errors
+from modelir.v1 import errors_pb2
+
+
+def to_status(exc: errors.ModelError) -> status_pb2.Status:
+    mapping = errors.mapping_for(exc.reason)
+    info = error_details_pb2.ErrorInfo(reason=mapping.info_reason, domain=errors.ERROR_DOMAIN)
+    if exc.http_status:
+        info.metadata["http_status"] = str(exc.http_status)
+    if exc.provider_code:
+        info.metadata["provider_code"] = exc.provider_code
+    details = [info]
+    if isinstance(exc, errors.UnsupportedCapabilityError):
+        info.metadata["missing_capabilities"] = ",".join(errors.capability_name(c) for c in exc.missing)
+        details.append(exc.unsupported)
+    if isinstance(exc, errors.InvalidRequestError):
+        details.append(
+            error_details_pb2.BadRequest(
+                field_violations=[
+                    error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
+                    for v in exc.violations
+                ]
+            )
+        )
+    if exc.retry_after is not None:
+        delay = error_details_pb2.RetryInfo()
+        delay.retry_delay.FromNanoseconds(int(exc.retry_after * 1e9))
+        details.append(delay)
+    packed = []
+    for detail in details:
+        holder = any_pb2.Any()
+        holder.Pack(detail)
+        packed.append(holder)
+    return status_pb2.Status(code=mapping.grpc_code.value[0], message=exc.message, details=packed)
+
+
+# Without an ErrorInfo (the channel itself failed), the gRPC code alone decides.
+_BY_CODE = {
+    grpc.StatusCode.DEADLINE_EXCEEDED: errors.DeadlineExceededError,
+    grpc.StatusCode.CANCELLED: errors.CancelledError,
+    grpc.StatusCode.UNAVAILABLE: errors.ProviderUnavailableError,
+    grpc.StatusCode.UNAUTHENTICATED: errors.UnauthenticatedError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: errors.RateLimitedError,
+}
+
+
+def error_from_rpc(error: grpc.aio.AioRpcError) -> errors.ModelError:
+    """The `ModelError` a failed call stands for, with its structured details restored."""
+    status = rpc_status.from_call(error)
+    details = {}
+    for holder in status.details if status is not None else ():
+        for cls in (
+            error_details_pb2.ErrorInfo,
+            error_details_pb2.BadRequest,
+            error_details_pb2.RetryInfo,
+            errors_pb2.UnsupportedCapabilities,
+        ):
+            if holder.Is(cls.DESCRIPTOR):
+                message = cls()
+                holder.Unpack(message)
+                details[cls] = message
+    message = error.details() or error.code().name
+    info = details.get(error_details_pb2.ErrorInfo)
+    mapping = errors.mapping_for_info_reason(info.reason) if info and info.domain == errors.ERROR_DOMAIN else None
+    if mapping is None:
+        return _BY_CODE.get(error.code(), errors.InternalError)(message)
+    kwargs = {
+        "http_status": int(info.metadata.get("http_status", 0) or 0),
+        "provider_code": info.metadata.get("provider_code", ""),
+    }
+    if error_details_pb2.RetryInfo in details:
+        kwargs["retry_after"] = details[error_details_pb2.RetryInfo].retry_delay.ToNanoseconds() / 1e9
+    if mapping.exception is errors.UnsupportedCapabilityError:
+        unsupported = details.get(errors_pb2.UnsupportedCapabilities, errors_pb2.UnsupportedCapabilities())
+        return errors.UnsupportedCapabilityError(unsupported, message, **kwargs)
+    if mapping.exception is errors.InvalidRequestError:
+        bad = details.get(error_details_pb2.BadRequest, error_details_pb2.BadRequest())
+        violations = [errors_pb2.FieldViolation(field=v.field, description=v.description) for v in bad.field_violations]
+        return errors.InvalidRequestError(violations, message, **kwargs)
+    return mapping.exception(message, **kwargs)

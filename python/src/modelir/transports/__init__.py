@@ -1,0 +1,24 @@
+"""The transports, by name. `make_transport(name, options)` is how configuration builds one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from modelir.transports.base import HttpTransport, LocalTransport, Transport
+from modelir.transports.reference import ReferenceModel
+
+
+def _reference(options: Mapping[str, Any]) -> Transport:
+    kwargs = {}
+    if "provider_model" in options:
+        kwargs["model_id"] = options["provider_model"]
+    return ReferenceModel(**kwargs)
+
+
+# name -> factory(options); options are the model's configuration entry.
+TRANSPORTS: dict[str, Callable[[Mapping[str, Any]], Transport]] = {
+    "reference": _reference,
+}
+
+__all__ = ["TRANSPORTS", "HttpTransport", "LocalTransport", "Transport"]
