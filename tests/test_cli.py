@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import signal
@@ -12,7 +11,6 @@ import textwrap
 
 import grpc
 import pytest
-
 from modelir import accumulate, build_request
 from modelir.config import ConfigError, load_config
 from modelir.remote import RemoteModel
