@@ -88,11 +88,14 @@ baseline: tools
 	@mkdir -p $(dir $(BASELINE))
 	$(BUF) build -o $(BASELINE)
 
-.PHONY: pytest test
+.PHONY: pytest conformance test
 pytest: $(PY_STAMP)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
-test: gen-check lint breaking pytest
+conformance: $(PY_STAMP)
+	$(VENV)/bin/modelir conformance
+
+test: gen-check lint breaking conformance pytest
 
 .PHONY: serve
 serve: $(PY_STAMP)

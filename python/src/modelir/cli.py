@@ -115,6 +115,26 @@ async def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _conformance(args: argparse.Namespace) -> int:
+    from modelir import conformance
+
+    fixtures = Path(args.fixtures) if args.fixtures else conformance.DEFAULT_FIXTURES
+    report = conformance.run(fixtures, args.transport)
+    if args.json:
+        print(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+    else:
+        for name, result in report["transports"].items():
+            cases = result["cases"]
+            passed = sum(c["passed"] for c in cases)
+            print(f"{name}: {passed}/{len(cases)} cases passed" + ("" if result["passed"] else "  FAILED"))
+            for case in cases:
+                for problem in case["problems"]:
+                    print(f"  {case['case']}: {problem}")
+            for problem in result["coverage"]:
+                print(f"  coverage: {problem}")
+    return 0 if report["passed"] else 1
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modelir", description="modelir: a versioned IR for language models")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -150,6 +170,11 @@ def _parser() -> argparse.ArgumentParser:
     generate.add_argument("--max-tokens", type=int, default=None)
     generate.add_argument("prompt")
     generate.set_defaults(afunc=_generate)
+    conformance = commands.add_parser("conformance", help="replay the golden wire fixtures")
+    conformance.add_argument("--transport", help="only this transport")
+    conformance.add_argument("--fixtures", help="the fixtures folder (default: the repository's conformance/fixtures)")
+    conformance.add_argument("--json", action="store_true", help="print per-transport, per-case results as JSON")
+    conformance.set_defaults(func=_conformance)
     return parser
 
 

@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from modelir.transports.base import HttpTransport, LocalTransport, Transport
+from modelir.transports.openai_chat import OpenAIChat
 from modelir.transports.reference import ReferenceModel
 
 
@@ -19,6 +20,7 @@ def _reference(options: Mapping[str, Any]) -> Transport:
 # name -> factory(options); options are the model's configuration entry.
 TRANSPORTS: dict[str, Callable[[Mapping[str, Any]], Transport]] = {
     "reference": _reference,
+    "openai_chat": lambda options: OpenAIChat(provider_model=options.get("provider_model", "")),
 }
 
 __all__ = ["TRANSPORTS", "HttpTransport", "LocalTransport", "Transport"]

@@ -1,0 +1,235 @@
+"""The conformance runner: replays golden wire fixtures (language-neutral JSON) through a transport.
+
+The format is documented in `conformance/README.md`. Each fixture is one exchange: an IR request; the native HTTP
+request the transport must send; the native answer (a unary body or the raw stream events); and the IR response,
+or the typed error, that must come out. A negative fixture holds a request the manifest must reject, with the
+capabilities that must be named. The runner also checks coverage: every capability a transport claims is proved
+by at least one positive fixture, and every capability it does not claim is named by a negative one.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from google.protobuf import json_format
+
+from modelir import capabilities, errors
+from modelir.accumulate import accumulate
+from modelir.artifacts import apply_foreign_artifact_policy
+from modelir.transports import TRANSPORTS
+from modelir.transports.base import HttpResponse, HttpTransport, RawEvent
+from modelir.v1 import capabilities_pb2, request_pb2, response_pb2
+from modelir.validation import validate_request
+
+DEFAULT_FIXTURES = Path(__file__).resolve().parents[3] / "conformance" / "fixtures"
+
+
+@dataclass(slots=True)
+class CaseResult:
+    transport: str
+    case: str
+    passed: bool
+    problems: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"case": self.case, "passed": self.passed, "problems": self.problems}
+
+
+def _capability(name: str) -> int:
+    return capabilities_pb2.Capability.Value("CAPABILITY_" + name)
+
+
+def _json_diff(expected: Any, actual: Any) -> str:
+    a = orjson.dumps(expected, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode().splitlines()
+    b = orjson.dumps(actual, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode().splitlines()
+    return "\n".join(difflib.unified_diff(a, b, "expected", "actual", lineterm="", n=2))
+
+
+def _message_json(message) -> Any:
+    return json_format.MessageToDict(message, preserving_proto_field_name=False)
+
+
+def _clean_for_compare(response: response_pb2.Response) -> response_pb2.Response:
+    copy = response_pb2.Response()
+    copy.CopyFrom(response)
+    copy.ClearField("timing")
+    return copy
+
+
+def _body_bytes(spec: dict[str, Any]) -> bytes:
+    if "body_text" in spec:
+        return spec["body_text"].encode()
+    if "body" in spec:
+        return orjson.dumps(spec["body"])
+    return b""
+
+
+def run_case(transport_name: str, path: Path) -> CaseResult:
+    case = path.stem
+    result = CaseResult(transport_name, case, True)
+    problems = result.problems
+    try:
+        fixture = orjson.loads(path.read_bytes())
+        transport = TRANSPORTS[transport_name](fixture.get("transport_options", {}))
+        request = json_format.Parse(orjson.dumps(fixture["request"]), request_pb2.Request())
+        streaming = fixture.get("mode") == "stream"
+        if fixture.get("operation") == "tokenize":
+            claimed = capabilities_pb2.CAPABILITY_TOKENIZE in transport.manifest().capabilities
+            if claimed or fixture["expected_rejection"].get("missing") != ["TOKENIZE"]:
+                problems.append("the manifest claims TOKENIZE, or the fixture does not expect it to be missing")
+        elif "expected_rejection" in fixture:
+            _check_rejection(fixture["expected_rejection"], transport, request, streaming, problems)
+        else:
+            _check_exchange(fixture, transport, request, streaming, problems)
+    except Exception as exc:  # a broken fixture or a crashing transport is a failed case, not a crashed run
+        problems.append(f"{type(exc).__name__}: {exc}")
+    result.passed = not problems
+    return result
+
+
+def _check_rejection(spec, transport, request, streaming, problems) -> None:
+    try:
+        validate_request(request)
+    except errors.InvalidRequestError as exc:
+        fields = sorted(v.field for v in exc.violations)
+        if fields != sorted(spec.get("fields", [])):
+            problems.append(f"invalid fields {fields}, expected {sorted(spec.get('fields', []))}")
+        return
+    gaps = capabilities.unsupported(
+        request, transport.manifest(), streaming=streaming, extra_reasons=transport.extra_unsupported(request)
+    )
+    if gaps is None:
+        problems.append("the request was accepted; the manifest must reject it")
+        return
+    missing = sorted(errors.capability_name(c) for c in gaps.missing)
+    if missing != sorted(spec.get("missing", [])):
+        problems.append(f"missing capabilities {missing}, expected {sorted(spec.get('missing', []))}")
+    limits = sorted(v.limit for v in gaps.limit_violations)
+    if limits != sorted(spec.get("limits", [])):
+        problems.append(f"limit violations {limits}, expected {sorted(spec.get('limits', []))}")
+    for fragment in spec.get("reasons_contain", []):
+        if not any(fragment in reason for reason in gaps.reasons):
+            problems.append(f"no reason mentions {fragment!r}: {list(gaps.reasons)}")
+
+
+def _check_exchange(fixture, transport: HttpTransport, request, streaming, problems) -> None:
+    validate_request(request)
+    gaps = capabilities.unsupported(
+        request, transport.manifest(), streaming=streaming, extra_reasons=transport.extra_unsupported(request)
+    )
+    if gaps is not None:
+        problems.append(
+            f"the manifest rejects a request this fixture expects to run: {errors.describe_unsupported(gaps)}"
+        )
+        return
+    request, _ = apply_foreign_artifact_policy(request, transport=transport.name, model=transport.provider_model)
+    lowered = transport.lower(request, stream=streaming)
+    expected_http = fixture["expected_http_request"]
+    if lowered.method != expected_http["method"] or lowered.path != expected_http["path"]:
+        problems.append(
+            f"sent {lowered.method} {lowered.path}, expected {expected_http['method']} {expected_http['path']}"
+        )
+    sent_body = orjson.loads(lowered.body) if lowered.body else None
+    if sent_body != expected_http.get("body"):
+        problems.append("lowered body differs:\n" + _json_diff(expected_http.get("body"), sent_body))
+
+    answer = fixture["http_response"]
+    status = answer.get("status", 200)
+    headers = {k.lower(): v for k, v in answer.get("headers", {}).items()}
+    if status >= 400:
+        _check_error(
+            fixture.get("expected_error"), transport.error(HttpResponse(status, headers, _body_bytes(answer))), problems
+        )
+        return
+    try:
+        if streaming:
+            lifter = transport.stream_lifter(request)
+            events = []
+            for raw in fixture["stream_events"]:
+                events.extend(lifter.feed(RawEvent(raw.get("event", ""), raw["data"].encode())))
+            events.extend(lifter.close(interrupted=fixture.get("stream_end") == "interrupted"))
+            actual = accumulate(events)
+        else:
+            actual = transport.lift(request, HttpResponse(status, headers, _body_bytes(answer)))
+    except errors.ModelError as exc:
+        _check_error(fixture.get("expected_error"), exc, problems)
+        return
+    if "expected_error" in fixture:
+        problems.append(f"expected the error {fixture['expected_error']}, but the lift succeeded")
+        return
+    expected = json_format.Parse(orjson.dumps(fixture["expected_response"]), response_pb2.Response())
+    if _clean_for_compare(actual) != _clean_for_compare(expected):
+        problems.append(
+            "lifted response differs:\n"
+            + _json_diff(_message_json(_clean_for_compare(expected)), _message_json(_clean_for_compare(actual)))
+        )
+
+
+def _check_error(spec, exc: errors.ModelError, problems) -> None:
+    if spec is None:
+        problems.append(f"unexpected error {type(exc).__name__}: {exc}")
+        return
+    reason = errors.mapping_for(exc.reason).info_reason
+    if reason != spec["reason"]:
+        problems.append(f"error reason {reason}, expected {spec['reason']} ({exc})")
+    if "http_status" in spec and exc.http_status != spec["http_status"]:
+        problems.append(f"error http_status {exc.http_status}, expected {spec['http_status']}")
+    if "provider_code" in spec and exc.provider_code != spec["provider_code"]:
+        problems.append(f"error provider_code {exc.provider_code!r}, expected {spec['provider_code']!r}")
+    if "retry_after" in spec and exc.retry_after != spec["retry_after"]:
+        problems.append(f"error retry_after {exc.retry_after}, expected {spec['retry_after']}")
+    if "message_contains" in spec and spec["message_contains"] not in exc.message:
+        problems.append(f"error message {exc.message!r} lacks {spec['message_contains']!r}")
+
+
+def coverage_problems(transport_name: str, fixtures: list[Path]) -> list[str]:
+    """Claimed capabilities without a positive fixture; unclaimed ones no negative fixture names."""
+    manifest = TRANSPORTS[transport_name]({}).manifest()
+    proved: set[int] = set()
+    rejected: set[int] = set()
+    for path in fixtures:
+        fixture = orjson.loads(path.read_bytes())
+        if "expected_rejection" in fixture:
+            rejected.update(_capability(n) for n in fixture["expected_rejection"].get("missing", []))
+        else:
+            proved.update(_capability(n) for n in fixture.get("proves", []))
+    claimed = set(manifest.capabilities)
+    every = {v for v in capabilities_pb2.Capability.values() if v}
+    problems = [
+        f"claimed capability {errors.capability_name(c)} has no positive fixture" for c in sorted(claimed - proved)
+    ]
+    problems += [
+        f"unclaimed capability {errors.capability_name(c)} has no negative fixture"
+        for c in sorted(every - claimed - rejected)
+    ]
+    problems += [
+        f"a fixture proves {errors.capability_name(c)}, which the manifest does not claim"
+        for c in sorted(proved - claimed)
+    ]
+    return problems
+
+
+def run(fixtures_dir: Path = DEFAULT_FIXTURES, transport: str | None = None) -> dict[str, Any]:
+    """Run every fixture (of one transport, or all). The report says per transport and per case what failed."""
+    report: dict[str, Any] = {"passed": True, "transports": {}}
+    names = [transport] if transport else sorted(p.name for p in fixtures_dir.iterdir() if p.is_dir())
+    for name in names:
+        if name not in TRANSPORTS:
+            report["transports"][name] = {"passed": False, "coverage": [f"no transport named {name!r}"], "cases": []}
+            report["passed"] = False
+            continue
+        paths = sorted((fixtures_dir / name).glob("*.json"))
+        cases = [run_case(name, p) for p in paths]
+        coverage = coverage_problems(name, paths)
+        passed = bool(cases) and all(c.passed for c in cases) and not coverage
+        report["transports"][name] = {
+            "passed": passed,
+            "coverage": coverage,
+            "cases": [c.to_json() for c in cases],
+        }
+        report["passed"] &= passed
+    return report
