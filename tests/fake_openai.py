@@ -1,0 +1,99 @@
+"""A local OpenAI-compatible chat server for tests and benchmarks (127.0.0.1 only).
+
+It answers `/v1/chat/completions` unary or as SSE with the same content, so streamed and unary results can be
+compared. Behaviour knobs: `fail_first` (statuses to answer before succeeding), `delay` (seconds before
+answering), `cut_stream` (close the connection after the first content chunk).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from aiohttp import web
+
+ANSWER = ["Hel", "lo", " world", "!"]
+
+
+def completion_body(model: str) -> dict:
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 1,
+        "model": model,
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "".join(ANSWER)}, "logprobs": None, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 7, "completion_tokens": len(ANSWER), "total_tokens": 7 + len(ANSWER)},
+    }
+
+
+def _chunk(model: str, delta: dict, finish=None, usage=None, choices=True) -> bytes:
+    body = {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}] if choices else [],
+        "usage": usage,
+    }
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+class FakeOpenAI:
+    def __init__(self) -> None:
+        self.fail_first: list[int] = []
+        self.delay = 0.0
+        self.cut_stream = False
+        self.requests: list[tuple[dict, dict]] = []  # (headers, body)
+        self.started = asyncio.Event()
+        self.cancelled = asyncio.Event()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append((dict(request.headers), body))
+        self.started.set()
+        try:
+            if self.delay:
+                await asyncio.sleep(self.delay)
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+        if self.fail_first:
+            status = self.fail_first.pop(0)
+            return web.json_response(
+                {"error": {"message": "slow down", "type": "requests", "param": None, "code": "rate_limit_exceeded"}},
+                status=status,
+                headers={"retry-after": "0.2"},
+            )
+        model = body["model"]
+        if not body.get("stream"):
+            return web.json_response(completion_body(model))
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(_chunk(model, {"role": "assistant", "content": ""}))
+        for piece in ANSWER:
+            await response.write(_chunk(model, {"content": piece}))
+            if self.cut_stream:
+                request.transport.close()
+                return response
+        await response.write(_chunk(model, {}, finish="stop"))
+        usage = {"prompt_tokens": 7, "completion_tokens": len(ANSWER), "total_tokens": 7 + len(ANSWER)}
+        await response.write(_chunk(model, {}, usage=usage, choices=False))
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    async def __aenter__(self) -> FakeOpenAI:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.handle)
+        self.runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.runner.cleanup()

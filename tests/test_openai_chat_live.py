@@ -1,0 +1,98 @@
+"""openai_chat end to end: config -> Model -> executor -> a local OpenAI-compatible server, and through gRPC."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from modelir import DeadlineExceededError, accumulate, build_request
+from modelir.config import build_config
+from modelir.remote import RemoteModel
+from modelir.server import build_server
+from modelir.v1 import errors_pb2
+from tests.fake_openai import ANSWER, FakeOpenAI
+
+
+@pytest.fixture
+async def upstream():
+    async with FakeOpenAI() as fake:
+        config = build_config(
+            {
+                "models": {
+                    "mini": {
+                        "transport": "openai_chat",
+                        "base_url": fake.base_url,
+                        "provider_model": "gpt-4o-mini",
+                        "credential_env": "FAKE_OPENAI_KEY",
+                        "limits": {"max_concurrency": 4},
+                    }
+                }
+            },
+            source="test.yaml",
+            environ={"FAKE_OPENAI_KEY": "sk-test-123"},
+        )
+        yield fake, config.models["mini"]
+        await config.aclose()
+
+
+async def test_unary_through_the_executor_with_the_credential(upstream):
+    fake, model = upstream
+    response = await model.achat([("user", "hi")], max_output_tokens=10)
+    assert response.choices[0].message.parts[0].text == "".join(ANSWER)
+    headers, body = fake.requests[0]
+    assert headers["Authorization"] == "Bearer sk-test-123"
+    assert body == {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 10}
+    assert response.timing.attempt_count == 1
+
+
+async def test_streamed_equals_unary_over_http(upstream):
+    _, model = upstream
+    request = build_request("mini", messages=[("user", "hi")])
+    unary = await model.arun(request)
+    streamed = accumulate([e async for e in model.astream(request)])
+    for r in (unary, streamed):
+        r.ClearField("timing")
+    assert streamed == unary
+
+
+async def test_429_is_retried_after_the_hint(upstream):
+    fake, model = upstream
+    fake.fail_first = [429, 503]
+    response = await model.achat([("user", "hi")])
+    assert response.choices[0].message.parts[0].text == "".join(ANSWER)
+    assert response.timing.attempt_count == 3 and len(fake.requests) == 3
+
+
+async def test_cut_stream_keeps_partial_output_with_soft_error(upstream):
+    fake, model = upstream
+    fake.cut_stream = True
+    response = accumulate([e async for e in model.astream(build_request("mini", messages=[("user", "hi")]))])
+    assert response.choices[0].message.parts[0].text == ANSWER[0]
+    assert response.error.reason == errors_pb2.ERROR_REASON_TRUNCATED_STREAM
+    assert len(fake.requests) == 1  # never retried once output was delivered
+
+
+async def test_through_grpc_deadline_and_cancel_reach_the_upstream(upstream):
+    fake, model = upstream
+    server, port = await build_server({"mini": model}, "127.0.0.1:0")
+    await server.start()
+    remote = RemoteModel(f"127.0.0.1:{port}", "mini")
+    try:
+        assert (await remote.achat([("user", "hi")])).choices[0].message.parts[0].text == "".join(ANSWER)
+        fake.delay = 30
+        with pytest.raises(DeadlineExceededError):
+            await remote.arun(build_request("", messages=[("user", "hi")], timeout=0.3))
+        await asyncio.wait_for(fake.cancelled.wait(), 5)  # the deadline became the upstream timeout
+
+        fake.cancelled.clear()
+        fake.started.clear()
+        task = asyncio.create_task(remote.achat([("user", "hi")]))
+        await asyncio.wait_for(fake.started.wait(), 5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.wait_for(fake.cancelled.wait(), 5)  # the client's cancel closed the upstream request
+    finally:
+        await remote.aclose()
+        await server.stop(None)
