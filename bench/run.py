@@ -129,8 +129,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=15, help="timed repetitions per measurement")
     parser.add_argument("--seconds", type=float, default=2.0, help="duration of each throughput case")
+    parser.add_argument("--skip-gateway", action="store_true", help="skip the multi-process gateway case")
     args = parser.parse_args(argv)
     rows = [*bench_reference_calls(args.seconds), *bench_logprob_build(args.repeat)]
+    if not args.skip_gateway:
+        import gateway
+
+        rows += gateway.run(seconds=max(args.seconds, 3.0))
     width = max(len(r[0]) for r in rows)
     print(f"{'case'.ljust(width)}  measurement  |  ratio")
     for case, measured, ratio in rows:

@@ -22,7 +22,12 @@ def completion_body(model: str) -> dict:
         "created": 1,
         "model": model,
         "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": "".join(ANSWER)}, "logprobs": None, "finish_reason": "stop"}
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "".join(ANSWER)},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
         ],
         "usage": {"prompt_tokens": 7, "completion_tokens": len(ANSWER), "total_tokens": 7 + len(ANSWER)},
     }

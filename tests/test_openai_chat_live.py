@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from modelir import DeadlineExceededError, accumulate, build_request
 from modelir.config import build_config
 from modelir.remote import RemoteModel
 from modelir.server import build_server
 from modelir.v1 import errors_pb2
+
 from tests.fake_openai import ANSWER, FakeOpenAI
 
 
@@ -42,7 +42,11 @@ async def test_unary_through_the_executor_with_the_credential(upstream):
     assert response.choices[0].message.parts[0].text == "".join(ANSWER)
     headers, body = fake.requests[0]
     assert headers["Authorization"] == "Bearer sk-test-123"
-    assert body == {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 10}
+    assert body == {
+        "model": "gpt-4o-mini",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_completion_tokens": 10,
+    }
     assert response.timing.attempt_count == 1
 
 

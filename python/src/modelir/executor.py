@@ -58,6 +58,8 @@ class Executor:
         client: httpx.AsyncClient | None = None,
     ) -> None:
         self.retry = retry or RetryPolicy()
+        self._urls: dict[str, httpx.URL] = {}
+        self._header_sets: dict[tuple[tuple[str, str], ...], httpx.Headers] = {}
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         self._client = client or httpx.AsyncClient(
             base_url=base_url,
@@ -71,9 +73,25 @@ class Executor:
         await self._client.aclose()
 
     def _build(self, request: HttpRequest) -> httpx.Request:
-        return self._client.build_request(
-            request.method, request.path, content=request.body, headers=dict(request.headers)
+        # Built directly rather than with `client.build_request`: the merged URL and headers are cached per
+        # path and header set, which saves the URL parsing and header merging httpx would redo on every call.
+        return httpx.Request(
+            request.method, self._url(request.path), content=request.body, headers=self._headers(request.headers)
         )
+
+    def _url(self, path: str) -> httpx.URL:
+        url = self._urls.get(path)
+        if url is None:
+            url = self._urls[path] = self._client._merge_url(path)
+        return url
+
+    def _headers(self, extra: tuple[tuple[str, str], ...]) -> httpx.Headers:
+        headers = self._header_sets.get(extra)
+        if headers is None:
+            headers = httpx.Headers(self._client.headers)
+            headers.update(dict(extra))
+            self._header_sets[extra] = headers
+        return headers
 
     async def _wait_before_retry(self, exc: errors.ModelError, attempt: int, deadline: float | None) -> None:
         """Sleep before the next attempt, or re-raise when no attempt is left or the deadline would pass."""
@@ -140,12 +158,8 @@ class Executor:
                     if attempts is not None:
                         attempts[:] = [attempt]
                     try:
-                        async with self._client.stream(
-                            request.method,
-                            request.path,
-                            content=request.body,
-                            headers=dict(request.headers),
-                        ) as raw:
+                        raw = await self._client.send(self._build(request), stream=True)
+                        try:
                             if observe is not None:
                                 observe(raw.status_code, raw.headers)
                             if raw.status_code >= 400:
@@ -156,6 +170,8 @@ class Executor:
                                     delivered = True
                                     yield event
                                 return
+                        finally:
+                            await raw.aclose()  # also when the consumer stops early: the upstream sees it go
                     except httpx.TransportError as exc:
                         if delivered:
                             raise errors.TruncatedStreamError(

@@ -1,0 +1,121 @@
+"""The gateway case: modelir's gRPC server in front of an instant local upstream, measured side by side with a
+bare grpc.aio echo server (the ceiling for Python gRPC here) and a direct HTTP call to the upstream."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import grpc
+import httpx
+import orjson
+from httpx_aiohttp import AiohttpTransport
+from modelir import build_request
+from modelir.v1 import service_pb2, service_pb2_grpc
+
+HERE = Path(__file__).resolve().parent
+
+
+@contextmanager
+def _process(args: list[str], ready: str):
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in process.stdout:
+            match = re.search(ready, line)
+            if match:
+                # Keep draining its output (the server logs a line per call) so the pipe never fills and blocks it.
+                threading.Thread(target=process.stdout.read, daemon=True).start()
+                yield match.group(1)
+                break
+        else:
+            raise RuntimeError(f"{args} exited before it was ready")
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+async def _grpc_load(target: str, request, in_flight: int, seconds: float) -> tuple[float, list[float]]:
+    """Requests per second with `in_flight` concurrent callers, and every call's latency in seconds."""
+    latencies: list[float] = []
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = service_pb2_grpc.ModelServiceStub(channel)
+        await stub.Generate(request)  # warm the connection
+        stop = time.perf_counter() + seconds
+
+        async def worker():
+            while time.perf_counter() < stop:
+                start = time.perf_counter()
+                await stub.Generate(request)
+                latencies.append(time.perf_counter() - start)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(in_flight)))
+        return len(latencies) / (time.perf_counter() - started), latencies
+
+
+async def _http_load(url: str, body: bytes, seconds: float) -> list[float]:
+    latencies = []
+    async with httpx.AsyncClient(transport=AiohttpTransport()) as client:
+        await client.post(url, content=body)
+        stop = time.perf_counter() + seconds
+        while time.perf_counter() < stop:
+            start = time.perf_counter()
+            (await client.post(url, content=body, headers={"content-type": "application/json"})).raise_for_status()
+            latencies.append(time.perf_counter() - start)
+    return latencies
+
+
+def run(seconds: float = 4.0, in_flight: int = 64) -> list[tuple[str, str, str]]:
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    python = sys.executable
+    request = service_pb2.GenerateRequest(
+        request=build_request("bench", messages=[("user", "Hello!")], max_output_tokens=16)
+    )
+    with _process([python, str(HERE / "processes.py"), "echo"], r"READY (\d+)") as echo_port:
+        echo_rate, _ = asyncio.run(_grpc_load(f"127.0.0.1:{echo_port}", request, in_flight, seconds))
+    with _process([python, str(HERE / "processes.py"), "upstream"], r"READY (\d+)") as upstream_port:
+        base_url = f"http://127.0.0.1:{upstream_port}/v1"
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as config:
+            config.write(
+                f"models:\n  bench:\n    transport: openai_chat\n    base_url: {base_url}\n"
+                "    provider_model: bench-model\n"
+            )
+        try:
+            serve = [python, "-m", "modelir.cli", "serve", "--config", config.name, "--port", "0"]
+            with _process(serve, r"on 127\.0\.0\.1:(\d+)") as gateway_port:
+                target = f"127.0.0.1:{gateway_port}"
+                gateway_rate, _ = asyncio.run(_grpc_load(target, request, in_flight, seconds))
+                _, one_latencies = asyncio.run(_grpc_load(target, request, 1, seconds))
+        finally:
+            os.unlink(config.name)
+        body = orjson.dumps({"model": "bench-model", "messages": [{"role": "user", "content": "Hello!"}]})
+        direct = asyncio.run(_http_load(f"{base_url}/chat/completions", body, seconds))
+    p50_gateway = statistics.median(one_latencies) * 1e3
+    p50_direct = statistics.median(direct) * 1e3
+    return [
+        (f"bare grpc.aio echo, {in_flight} in flight (ceiling)", f"{echo_rate:,.0f} req/s", "1.00x"),
+        (
+            f"modelir gateway -> instant upstream, {in_flight} in flight",
+            f"{gateway_rate:,.0f} req/s",
+            f"{gateway_rate / echo_rate:.2f}x of the ceiling (target >= 0.65x)",
+        ),
+        (
+            "added p50 latency at 1 in flight",
+            f"gateway {p50_gateway:.2f} ms vs direct {p50_direct:.2f} ms",
+            f"+{p50_gateway - p50_direct:.2f} ms (target <= 1 ms)",
+        ),
+    ]
