@@ -13,8 +13,10 @@ import orjson
 from google.protobuf import json_format
 
 from modelir import errors
+from modelir.batch import BatchInputError
 from modelir.config import ConfigError, ServerConfig, default_config, load_config
 from modelir.interface import ModelInterface, build_request
+from modelir.records import RecordFileError
 from modelir.v1 import capabilities_pb2, request_pb2
 
 _CAPABILITY_NAMES = {v: k.removeprefix("CAPABILITY_") for k, v in capabilities_pb2.Capability.items()}
@@ -135,6 +137,79 @@ def _conformance(args: argparse.Namespace) -> int:
     return 0 if report["passed"] else 1
 
 
+async def _run(args: argparse.Namespace) -> int:
+    from modelir.batch import read_inputs, run_batch
+
+    model, config = await _open_model(args)
+    inputs = read_inputs(args.input)
+    summary = await run_batch(
+        model,
+        inputs,
+        args.output,
+        concurrency=args.concurrency,
+        resume=args.resume,
+        retry_failed=not args.no_retry_failed,
+        fmt=args.format,
+        run_metadata={"model": args.model, "input": str(args.input), "argv": " ".join(sys.argv[1:])},
+    )
+    print(
+        f"{summary.ok} ok, {summary.failed} failed, {summary.skipped} already done, of {summary.total}",
+        file=sys.stderr,
+    )
+    if config is not None:
+        await config.aclose()
+    return 0 if summary.failed == 0 else 1
+
+
+def _records(args: argparse.Namespace) -> int:
+    from collections import Counter
+
+    from modelir import records
+    from modelir.v1 import record_pb2
+
+    if args.action == "convert":
+        count = records.convert(args.file, args.target, args.to)
+        print(f"wrote {count} records to {args.target} ({args.to})")
+        return 0
+    scan = records.scan(args.file)
+    header = scan.header
+    if header is not None:
+        records.check_readable(header, args.file)
+    status = Counter(record_pb2.RecordStatus.Name(r.status).removeprefix("RECORD_STATUS_") for r in scan.records)
+    latest: dict[str, int] = {}
+    duplicates = []
+    for record in scan.records:
+        if record.status in (record_pb2.RECORD_STATUS_OK, record_pb2.RECORD_STATUS_PARTIAL):
+            if record.key in latest:
+                duplicates.append(record.key)
+            latest[record.key] = record.status
+    if args.action == "inspect":
+        print(f"file: {args.file} ({records.format_of(args.file)})")
+        if header is not None:
+            print(f"IR version: {header.ir_version}  SDK version: {header.sdk_version}")
+            print(f"created: {header.create_time.ToJsonString()}")
+            for key, value in sorted(header.run_metadata.items()):
+                print(f"  {key}: {value}")
+        print(f"records: {len(scan.records)}  " + "  ".join(f"{k.lower()}: {v}" for k, v in sorted(status.items())))
+        models = Counter((r.provenance.configured_model, r.provenance.provider_model) for r in scan.records)
+        for (configured, provider), count in sorted(models.items()):
+            print(f"model {configured} (provider: {provider or '-'}): {count}")
+        versions = Counter(r.provenance.ir_version for r in scan.records)
+        print("record IR versions: " + ", ".join(f"{v} ({n})" for v, n in sorted(versions.items())))
+    problems = list(scan.problems) + [f"key {k!r} has more than one successful record" for k in duplicates]
+    failed_keys = {r.key for r in scan.records if r.status == record_pb2.RECORD_STATUS_FAILED}
+    unresolved = failed_keys - set(latest)
+    if args.action == "verify":
+        print(
+            f"{len(scan.records)} records, {len(latest)} keys with a successful record, "
+            f"{len(unresolved)} keys only failed"
+        )
+        for problem in problems:
+            print(f"problem: {problem}")
+        print("ok" if not problems else "NOT ok")
+    return 0 if not problems else 1
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modelir", description="modelir: a versioned IR for language models")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -170,6 +245,29 @@ def _parser() -> argparse.ArgumentParser:
     generate.add_argument("--max-tokens", type=int, default=None)
     generate.add_argument("prompt")
     generate.set_defaults(afunc=_generate)
+    run = commands.add_parser("run", help="run a file of requests into a record file (resumable)")
+    where(run)
+    run.add_argument("--model", required=True)
+    run.add_argument("--input", required=True, help="JSON Lines of IR requests (or {key, request} objects)")
+    run.add_argument("--output", required=True, help="the record file (JSON Lines unless it ends in .binpb)")
+    run.add_argument("--concurrency", type=int, default=8)
+    run.add_argument("--resume", action="store_true", help="continue an existing output file")
+    run.add_argument("--no-retry-failed", action="store_true", help="on resume, leave failed keys failed")
+    run.add_argument("--format", choices=["jsonl", "binary"], help="the format of a new output file")
+    run.set_defaults(afunc=_run)
+
+    records = commands.add_parser("records", help="inspect, verify or convert record files")
+    actions = records.add_subparsers(dest="action", required=True)
+    for action, text in (("inspect", "header, counts by status, model and version"), ("verify", "check every entry")):
+        sub = actions.add_parser(action, help=text)
+        sub.add_argument("file")
+        sub.set_defaults(func=_records)
+    convert = actions.add_parser("convert", help="copy a record file into the other format")
+    convert.add_argument("file")
+    convert.add_argument("target")
+    convert.add_argument("--to", choices=["jsonl", "binary"], required=True)
+    convert.set_defaults(func=_records)
+
     conformance = commands.add_parser("conformance", help="replay the golden wire fixtures")
     conformance.add_argument("--transport", help="only this transport")
     conformance.add_argument("--fixtures", help="the fixtures folder (default: the repository's conformance/fixtures)")
@@ -187,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except ConfigError as exc:
         print(f"modelir: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except (RecordFileError, BatchInputError, FileExistsError) as exc:
+        print(f"modelir: {exc}", file=sys.stderr)
         return 2
     except errors.ModelError as exc:
         reason = errors.mapping_for(exc.reason).info_reason

@@ -57,6 +57,10 @@ class ModelInterface(ABC):
     @abstractmethod
     def capabilities(self) -> capabilities_pb2.CapabilityManifest: ...
 
+    async def acapabilities(self) -> capabilities_pb2.CapabilityManifest:
+        """The manifest, from async code (a remote model fetches it without blocking the loop)."""
+        return self.capabilities
+
     @abstractmethod
     async def arun(self, request: request_pb2.Request, *, deadline: float | None = None) -> response_pb2.Response:
         """Run one request. Hard failures raise `ModelError`; soft ones come back in `response.error`."""

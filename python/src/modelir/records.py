@@ -1,0 +1,257 @@
+"""Record files: the persisted form of `Record`s, with a header, durable appends and torn-tail repair.
+
+Two formats hold the same entries (`RecordFileEntry`: the header first, then records):
+
+- JSON Lines (the default): one entry a line in proto-JSON, readable with any tool.
+- Binary: each entry as a varint length followed by the serialized entry; smaller and faster.
+
+The format is recognised from the first byte (`{` is JSON Lines). Appends are flushed to the OS after every record
+(so a killed process loses nothing it wrote) and fsynced at a bounded interval and on close (so a crashed machine
+loses at most that interval). A crash mid-write leaves at most one torn entry at the end: readers detect, report
+and skip it, and a resumed writer truncates it before appending.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from google.protobuf import json_format
+from google.protobuf.internal import decoder, encoder
+from google.protobuf.message import DecodeError
+
+from modelir.v1 import record_pb2
+from modelir.version import IR_SEMVER, IR_VERSION, SDK_VERSION, parse_semver
+
+JSONL = "jsonl"
+BINARY = "binary"
+
+
+class RecordFileError(Exception):
+    """A record file that cannot be read or resumed (wrong version, no header, not a record file)."""
+
+
+class NewerMinorVersionWarning(UserWarning):
+    """A record file from a newer minor IR version: readable (unknown fields are kept), but not resumable."""
+
+
+def format_of(path: str | os.PathLike) -> str:
+    """`jsonl` or `binary`, from the file's first byte (or its name when it is empty or missing)."""
+    path = Path(path)
+    try:
+        with path.open("rb") as handle:
+            first = handle.read(1)
+    except FileNotFoundError:
+        first = b""
+    if first:
+        return JSONL if first == b"{" else BINARY
+    return BINARY if path.suffix in (".binpb", ".pb", ".bin") else JSONL
+
+
+def _encode(entry: record_pb2.RecordFileEntry, fmt: str) -> bytes:
+    if fmt == JSONL:
+        return json_format.MessageToJson(entry, indent=None).encode() + b"\n"
+    payload = entry.SerializeToString()
+    return encoder._VarintBytes(len(payload)) + payload
+
+
+@dataclass(slots=True)
+class Scan:
+    """What reading a record file found."""
+
+    header: record_pb2.RecordHeader | None
+    records: list[record_pb2.Record] = field(default_factory=list)
+    good_bytes: int = 0  # the length of the file up to the end of its last complete entry
+    torn_bytes: int = 0  # bytes after that: a torn last entry (0 when the file ends cleanly)
+    problems: list[str] = field(default_factory=list)
+
+
+def _iter_jsonl(data: bytes) -> Iterator[tuple[int, record_pb2.RecordFileEntry | None, bytes]]:
+    """(end offset, entry or None when unparsable, raw line)."""
+    position = 0
+    while position < len(data):
+        end = data.find(b"\n", position)
+        if end == -1:  # no newline: the last write never finished
+            yield len(data), None, data[position:]
+            return
+        line = data[position:end]
+        position = end + 1
+        try:
+            entry = json_format.Parse(line, record_pb2.RecordFileEntry(), ignore_unknown_fields=True)
+        except json_format.ParseError:
+            entry = None
+        yield position, entry, line
+
+
+def _iter_binary(data: bytes) -> Iterator[tuple[int, record_pb2.RecordFileEntry | None, bytes]]:
+    position = 0
+    while position < len(data):
+        try:
+            length, start = decoder._DecodeVarint(data, position)
+        except (IndexError, DecodeError):
+            yield len(data), None, data[position:]
+            return
+        end = start + length
+        if end > len(data):
+            yield len(data), None, data[position:]
+            return
+        try:
+            entry = record_pb2.RecordFileEntry.FromString(data[start:end])
+        except DecodeError:
+            entry = None
+        position = end
+        yield position, entry, data[start:end]
+
+
+def scan(path: str | os.PathLike) -> Scan:
+    """Read every complete entry; report a torn tail and any unreadable entry instead of failing."""
+    data = Path(path).read_bytes()
+    fmt = format_of(path)
+    result = Scan(header=None)
+    entries = _iter_jsonl(data) if fmt == JSONL else _iter_binary(data)
+    for index, (end, entry, _raw) in enumerate(entries):
+        if entry is None:
+            if end == len(data):
+                result.torn_bytes = len(data) - result.good_bytes
+                result.problems.append(f"torn last entry ({result.torn_bytes} bytes) at byte {result.good_bytes}")
+                break
+            result.problems.append(f"entry {index} (ending at byte {end}) cannot be parsed; skipped")
+        elif entry.WhichOneof("entry") == "header":
+            if index != 0:
+                result.problems.append(f"entry {index} is a second header; ignored")
+            else:
+                result.header = entry.header
+        else:
+            result.records.append(entry.record)
+        result.good_bytes = end
+    if result.header is None and data:
+        raise RecordFileError(f"{path}: not a modelir record file (no header entry first)")
+    return result
+
+
+def check_readable(header: record_pb2.RecordHeader, path: str | os.PathLike) -> None:
+    """Refuse another major version; warn (but read) a newer minor version."""
+    theirs = parse_semver(header.ir_version)
+    if theirs.major != IR_SEMVER.major:
+        raise RecordFileError(
+            f"{path} was written with IR {header.ir_version}; this SDK reads IR {IR_SEMVER.major}.x only"
+        )
+    if theirs.minor > IR_SEMVER.minor:
+        warnings.warn(
+            f"{path} was written with IR {header.ir_version}, newer than this SDK's {IR_VERSION}: fields this "
+            "SDK does not know are not shown. Upgrade modelir to see them.",
+            NewerMinorVersionWarning,
+            stacklevel=3,
+        )
+
+
+def check_resumable(header: record_pb2.RecordHeader, path: str | os.PathLike) -> None:
+    """Resuming needs the same IR series (major.minor); patch versions are compatible."""
+    theirs = parse_semver(header.ir_version)
+    if theirs.series != IR_SEMVER.series:
+        raise RecordFileError(
+            f"cannot resume into {path}: it holds records of IR {header.ir_version} (series {theirs.series}), "
+            f"and this SDK writes IR {IR_VERSION} (series {IR_SEMVER.series}). Mixing series in one file would make "
+            "it unreadable as one dataset. Write to a new output file, or resume with an SDK of IR series "
+            f"{theirs.series}."
+        )
+
+
+def read_records(path: str | os.PathLike) -> Iterator[record_pb2.Record]:
+    """The records of a file (the header is checked; a torn tail is skipped with a warning)."""
+    result = scan(path)
+    if result.header is not None:
+        check_readable(result.header, path)
+    for problem in result.problems:
+        warnings.warn(f"{path}: {problem}", stacklevel=2)
+    yield from result.records
+
+
+def read_header(path: str | os.PathLike) -> record_pb2.RecordHeader | None:
+    return scan(path).header
+
+
+class RecordWriter:
+    """Appends records durably. Use `RecordWriter.create` for a new file, `RecordWriter.resume` to append."""
+
+    def __init__(self, handle: BinaryIO, fmt: str, path: Path, fsync_interval: float) -> None:
+        self._handle = handle
+        self.format = fmt
+        self.path = path
+        self._fsync_interval = fsync_interval
+        self._last_sync = time.monotonic()
+
+    @classmethod
+    def create(
+        cls,
+        path: str | os.PathLike,
+        *,
+        fmt: str | None = None,
+        run_metadata: Mapping[str, str] | None = None,
+        fsync_interval: float = 1.0,
+    ) -> RecordWriter:
+        path = Path(path)
+        fmt = fmt or format_of(path)
+        handle = path.open("xb")  # never overwrite an existing file
+        header = record_pb2.RecordHeader(ir_version=IR_VERSION, sdk_version=SDK_VERSION)
+        header.create_time.GetCurrentTime()
+        header.run_metadata.update(run_metadata or {})
+        writer = cls(handle, fmt, path, fsync_interval)
+        writer._write(record_pb2.RecordFileEntry(header=header), sync=True)
+        return writer
+
+    @classmethod
+    def resume(cls, path: str | os.PathLike, *, fsync_interval: float = 1.0) -> tuple[RecordWriter, Scan]:
+        """Open an existing file for appending, after the version gate and after truncating a torn tail."""
+        path = Path(path)
+        result = scan(path)
+        if result.header is None:
+            raise RecordFileError(f"{path} is empty: nothing to resume")
+        check_resumable(result.header, path)
+        handle = path.open("r+b")
+        if result.torn_bytes:
+            handle.truncate(result.good_bytes)
+        handle.seek(result.good_bytes)
+        return cls(handle, format_of(path), path, fsync_interval), result
+
+    def _write(self, entry: record_pb2.RecordFileEntry, *, sync: bool = False) -> None:
+        self._handle.write(_encode(entry, self.format))
+        self._handle.flush()
+        if sync or time.monotonic() - self._last_sync >= self._fsync_interval:
+            os.fsync(self._handle.fileno())
+            self._last_sync = time.monotonic()
+
+    def append(self, record: record_pb2.Record) -> None:
+        self._write(record_pb2.RecordFileEntry(record=record))
+
+    def close(self) -> None:
+        if not self._handle.closed:
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+            self._handle.close()
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def convert(source: str | os.PathLike, target: str | os.PathLike, fmt: str) -> int:
+    """Copy a record file into the other format (header included). Returns the number of records."""
+    result = scan(source)
+    if result.header is None:
+        raise RecordFileError(f"{source} has no header")
+    check_readable(result.header, source)
+    with Path(target).open("xb") as handle:
+        handle.write(_encode(record_pb2.RecordFileEntry(header=result.header), fmt))
+        for record in result.records:
+            handle.write(_encode(record_pb2.RecordFileEntry(record=record), fmt))
+        handle.flush()
+        os.fsync(handle.fileno())
+    return len(result.records)
