@@ -70,3 +70,71 @@ def test_openai_chat_provider_option_keys_are_real_parameters():
     from openai.types.chat import completion_create_params
 
     assert set(PROVIDER_OPTION_KEYS) <= completion_create_params.CompletionCreateParamsNonStreaming.__optional_keys__
+
+
+# vLLM's extensions beyond OpenAI's request types (shared/wire/NOTES.md section 7); everything else must fit them.
+VLLM_EXTENSIONS = {
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "stop_token_ids",
+    "structured_outputs",
+    "return_tokens_as_token_ids",
+    "return_token_ids",
+    "prompt_logprobs",
+    "include_reasoning",
+    "min_tokens",
+}
+
+
+@pytest.mark.parametrize(
+    "path", _fixtures("openai_completions") + _fixtures("vllm"), ids=lambda p: f"{p.parent.name}/{p.stem}"
+)
+def test_completions_and_vllm_fixtures_fit_the_openai_sdk(path: Path):
+    from openai.types import Completion, completion_create_params
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+    from openai.types.chat import completion_create_params as chat_params
+
+    fixture = json.loads(path.read_text())
+    requests = fixture.get("expected_http_requests") or [fixture.get("expected_http_request")]
+    for native in filter(None, requests):
+        if native["path"].endswith("/tokenize"):
+            continue
+        body = {k: v for k, v in native["body"].items() if k not in VLLM_EXTENSIONS}
+        chat = native["path"].endswith("/chat/completions")
+        module = chat_params if chat else completion_create_params
+        params = (
+            module.CompletionCreateParamsStreaming if body.get("stream") else module.CompletionCreateParamsNonStreaming
+        )
+        pydantic.TypeAdapter(params).validate_python(body)
+        assert set(body) <= params.__required_keys__ | params.__optional_keys__
+    answer = fixture.get("http_response", {})
+    if answer.get("status", 200) == 200 and "body" in answer:
+        is_chat = answer["body"].get("object") == "chat.completion"
+        (ChatCompletion if is_chat else Completion).model_validate(_sdk_nulls(answer["body"]))
+    for event in fixture.get("stream_events", []):
+        if event["data"] != "[DONE]":
+            data = json.loads(event["data"])
+            if data.get("object") == "chat.completion.chunk":
+                ChatCompletionChunk.model_validate(data)
+            else:
+                Completion.model_validate(_sdk_nulls(data))
+
+
+def _sdk_nulls(body: dict) -> dict:
+    """Fill the nulls the real wire sends but the SDK's `Completion` type does not model.
+
+    Completion stream chunks carry `finish_reason: null` until the last one (the recorded gpt-3.5-turbo-instruct
+    stream in shared/wire), and echo puts `null` at the first prompt position of `token_logprobs` and
+    `top_logprobs` (NOTES.md section 2). Everything else is validated as it is.
+    """
+    body = json.loads(json.dumps(body))
+    for choice in body.get("choices") or []:
+        if choice.get("finish_reason") is None:
+            choice["finish_reason"] = "stop"
+        logprobs = choice.get("logprobs") or {}
+        if logprobs.get("token_logprobs"):
+            logprobs["token_logprobs"] = [0.0 if v is None else v for v in logprobs["token_logprobs"]]
+        if logprobs.get("top_logprobs"):
+            logprobs["top_logprobs"] = [{} if v is None else v for v in logprobs["top_logprobs"]]
+    return body

@@ -22,7 +22,7 @@ from modelir.accumulate import accumulate
 from modelir.artifacts import apply_foreign_artifact_policy
 from modelir.transports import TRANSPORTS
 from modelir.transports.base import HttpResponse, HttpTransport, RawEvent
-from modelir.v1 import capabilities_pb2, request_pb2, response_pb2
+from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, service_pb2
 from modelir.validation import validate_request
 
 DEFAULT_FIXTURES = Path(__file__).resolve().parents[3] / "conformance" / "fixtures"
@@ -75,6 +75,10 @@ def run_case(transport_name: str, path: Path) -> CaseResult:
     try:
         fixture = orjson.loads(path.read_bytes())
         transport = TRANSPORTS[transport_name](fixture.get("transport_options", {}))
+        if fixture.get("operation") == "tokenize" and "expected_rejection" not in fixture:
+            _check_tokenize(fixture, transport, problems)
+            result.passed = not problems
+            return result
         request = json_format.Parse(orjson.dumps(fixture["request"]), request_pb2.Request())
         streaming = fixture.get("mode") == "stream"
         if fixture.get("operation") == "tokenize":
@@ -100,7 +104,10 @@ def _check_rejection(spec, transport, request, streaming, problems) -> None:
             problems.append(f"invalid fields {fields}, expected {sorted(spec.get('fields', []))}")
         return
     gaps = capabilities.unsupported(
-        request, transport.manifest(), streaming=streaming, extra_reasons=transport.extra_unsupported(request)
+        request,
+        transport.manifest(),
+        streaming=streaming,
+        extra_reasons=transport.extra_unsupported(request, streaming=streaming),
     )
     if gaps is None:
         problems.append("the request was accepted; the manifest must reject it")
@@ -119,7 +126,10 @@ def _check_rejection(spec, transport, request, streaming, problems) -> None:
 def _check_exchange(fixture, transport: HttpTransport, request, streaming, problems) -> None:
     validate_request(request)
     gaps = capabilities.unsupported(
-        request, transport.manifest(), streaming=streaming, extra_reasons=transport.extra_unsupported(request)
+        request,
+        transport.manifest(),
+        streaming=streaming,
+        extra_reasons=transport.extra_unsupported(request, streaming=streaming),
     )
     if gaps is not None:
         problems.append(
@@ -166,6 +176,24 @@ def _check_exchange(fixture, transport: HttpTransport, request, streaming, probl
         problems.append(
             "lifted response differs:\n"
             + _json_diff(_message_json(_clean_for_compare(expected)), _message_json(_clean_for_compare(actual)))
+        )
+
+
+def _check_tokenize(fixture, transport: HttpTransport, problems) -> None:
+    request = json_format.Parse(orjson.dumps(fixture["tokenize_request"]), service_pb2.TokenizeRequest())
+    natives = transport.lower_tokenize(request)
+    sent = [{"method": n.method, "path": n.path, "body": orjson.loads(n.body) if n.body else None} for n in natives]
+    if sent != fixture["expected_http_requests"]:
+        problems.append("lowered tokenize requests differ:\n" + _json_diff(fixture["expected_http_requests"], sent))
+    answers = [
+        HttpResponse(a.get("status", 200), {k.lower(): v for k, v in a.get("headers", {}).items()}, _body_bytes(a))
+        for a in fixture["http_responses"]
+    ]
+    actual = transport.lift_tokenize(request, answers)
+    expected = json_format.Parse(orjson.dumps(fixture["expected_tokenize_response"]), service_pb2.TokenizeResponse())
+    if actual != expected:
+        problems.append(
+            "lifted tokenize response differs:\n" + _json_diff(_message_json(expected), _message_json(actual))
         )
 
 

@@ -61,7 +61,7 @@ class Model(ModelInterface):
             self._manifest,
             model=self.name,
             streaming=streaming,
-            extra_reasons=self.transport.extra_unsupported(request),
+            extra_reasons=self.transport.extra_unsupported(request, streaming=streaming),
         )
 
     def _prepare(
@@ -189,9 +189,16 @@ class Model(ModelInterface):
         if C.CAPABILITY_TOKENIZE not in self._manifest.capabilities:
             gaps = errors_pb2.UnsupportedCapabilities(model=self.name, missing=[C.CAPABILITY_TOKENIZE])
             raise errors.UnsupportedCapabilityError(gaps)
-        if not isinstance(self.transport, LocalTransport):
-            raise errors.InternalError(f"transport {self.transport.name!r} has no tokenize implementation yet")
-        return await self.transport.tokenize(request)
+        transport = self.transport
+        if isinstance(transport, LocalTransport):
+            return await transport.tokenize(request)
+        assert isinstance(transport, HttpTransport) and self.executor is not None
+        async with self.limiter.acquire():
+            sent = [
+                await self.executor.send(native, error_from=transport.error, observe=self.limiter.observe)
+                for native in transport.lower_tokenize(request)
+            ]
+        return transport.lift_tokenize(request, [s.response for s in sent])
 
 
 def _estimate_tokens(request: request_pb2.Request) -> int:

@@ -7,7 +7,9 @@ from typing import Any
 
 from modelir.transports.base import HttpTransport, LocalTransport, Transport
 from modelir.transports.openai_chat import OpenAIChat
+from modelir.transports.openai_completions import OpenAICompletions
 from modelir.transports.reference import ReferenceModel
+from modelir.transports.vllm import VLLM
 
 
 def _reference(options: Mapping[str, Any]) -> Transport:
@@ -21,6 +23,8 @@ def _reference(options: Mapping[str, Any]) -> Transport:
 TRANSPORTS: dict[str, Callable[[Mapping[str, Any]], Transport]] = {
     "reference": _reference,
     "openai_chat": lambda options: OpenAIChat(provider_model=options.get("provider_model", "")),
+    "openai_completions": lambda options: OpenAICompletions(provider_model=options.get("provider_model", "")),
+    "vllm": lambda options: VLLM(provider_model=options.get("provider_model", "")),
 }
 
 __all__ = ["TRANSPORTS", "HttpTransport", "LocalTransport", "Transport"]

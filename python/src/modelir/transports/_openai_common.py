@@ -8,8 +8,11 @@ from typing import Any
 import orjson
 
 from modelir import errors
+from modelir.logprobs import VLLM_MINUS_INFINITY
 from modelir.transports.base import HttpResponse, error_for_status
 from modelir.v1 import errors_pb2, request_pb2, response_pb2
+
+__all__ = ["VLLM_MINUS_INFINITY"]
 
 FINISH_REASONS = {
     "stop": response_pb2.FINISH_REASON_STOP,

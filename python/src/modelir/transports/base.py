@@ -71,7 +71,7 @@ class Transport(ABC):
         """The model id this transport's provider reports, used as the issuer of reasoning artifacts."""
         return ""
 
-    def extra_unsupported(self, request: request_pb2.Request) -> list[str]:
+    def extra_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         """Reasons this transport cannot run `request` that the capability catalog cannot express."""
         return []
 
@@ -89,6 +89,15 @@ class HttpTransport(Transport):
     def auth_headers(self, credential: str) -> dict[str, str]:
         """Headers that carry the credential. Bearer by default; transports with other schemes override."""
         return {"Authorization": f"Bearer {credential}"} if credential else {}
+
+    def lower_tokenize(self, request: service_pb2.TokenizeRequest) -> list[HttpRequest]:
+        """The native requests that tokenize `request` (transports that claim TOKENIZE implement this)."""
+        raise NotImplementedError(f"{self.name} has no tokenize endpoint")
+
+    def lift_tokenize(
+        self, request: service_pb2.TokenizeRequest, responses: list[HttpResponse]
+    ) -> service_pb2.TokenizeResponse:
+        raise NotImplementedError(f"{self.name} has no tokenize endpoint")
 
     def error(self, response: HttpResponse) -> errors.ModelError:
         """The typed error for a non-2xx answer. Transports override it to read their error bodies."""

@@ -101,7 +101,7 @@ class OpenAIChat(HttpTransport):
             provider_option_keys=PROVIDER_OPTION_KEYS,
         )
 
-    def extra_unsupported(self, request: request_pb2.Request) -> list[str]:
+    def extra_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         """What chat completions cannot carry, beyond the catalog: it has no reasoning output or replay."""
         reasons = []
         if request.HasField("reasoning"):
@@ -188,6 +188,10 @@ class OpenAIChat(HttpTransport):
             choice = out.choices.add(index=raw.get("index", 0))
             message = raw.get("message") or {}
             choice.message.role = content_pb2.ROLE_ASSISTANT
+            # OpenAI-compatible reasoning servers (vLLM, DeepSeek) put reasoning text beside the content.
+            reasoning = message.get("reasoning_content") or message.get("reasoning")
+            if reasoning:
+                choice.message.parts.add().reasoning.text = reasoning
             if message.get("content") is not None:
                 choice.message.parts.add(text=message["content"])
             if message.get("refusal") is not None:
@@ -201,14 +205,12 @@ class OpenAIChat(HttpTransport):
                         arguments_json=function.get("arguments") or "",
                     )
                 )
-            raw_reason = raw.get("finish_reason")
-            choice.raw_finish_reason = raw_reason or ""
-            choice.finish_reason = common.finish_reason(raw_reason)
+            choice.finish_reason, choice.raw_finish_reason, choice.stop_sequence = self.finish(raw)
             if message.get("refusal") is not None:
                 choice.finish_reason = response_pb2.FINISH_REASON_REFUSAL
             content = (raw.get("logprobs") or {}).get("content")
             if content:
-                choice.logprobs.CopyFrom(lp.from_openai_content(content))
+                choice.logprobs.CopyFrom(self.adjust_logprobs(lp.from_openai_content(content)))
             elif content is None:
                 without_logprobs.append(choice.index)
         common.usage_from(body.get("usage"), out.usage, input_key="prompt_tokens", output_key="completion_tokens")
@@ -223,6 +225,15 @@ class OpenAIChat(HttpTransport):
                 )
             )
         return out
+
+    def finish(self, raw: dict[str, Any]) -> tuple[int, str, str]:
+        """(normalised finish reason, raw finish reason, stop sequence) of a choice or final chunk."""
+        raw_reason = raw.get("finish_reason")
+        return common.finish_reason(raw_reason), raw_reason or "", ""
+
+    def adjust_logprobs(self, logprobs):
+        """A hook for servers whose logprobs need more than the OpenAI shape (vLLM: ids, -inf clamp)."""
+        return logprobs
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
         return _ChatStreamLifter(self, request)
@@ -306,7 +317,7 @@ class _ChatStreamLifter(StreamLifter):
         self.started = False
         self.done = False
         self.usage = response_pb2.Usage()
-        self.finishes: dict[int, str | None] = {}
+        self.finishes: dict[int, dict[str, Any]] = {}
         self.parts: dict[int, dict[tuple[str, int], int]] = {}  # choice -> (kind, key) -> part index
         self.texts: dict[int, list[str]] = {}
         self.refused: set[int] = set()
@@ -345,10 +356,21 @@ class _ChatStreamLifter(StreamLifter):
             )
         for raw in chunk.get("choices") or ():
             index = raw.get("index", 0)
-            self.finishes.setdefault(index, None)
+            self.finishes.setdefault(index, {})
             delta = raw.get("delta") or {}
             logprobs = (raw.get("logprobs") or {}).get("content")
-            chunk_logprobs = lp.from_openai_content(logprobs) if logprobs else None
+            chunk_logprobs = self.transport.adjust_logprobs(lp.from_openai_content(logprobs)) if logprobs else None
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if reasoning:
+                out.append(
+                    stream_pb2.StreamEvent(
+                        delta=stream_pb2.PartDelta(
+                            choice_index=index,
+                            part_index=self._part(index, "reasoning"),
+                            reasoning=stream_pb2.ReasoningDelta(text=reasoning),
+                        )
+                    )
+                )
             if logprobs is not None:
                 self.has_logprobs.add(index)
             if delta.get("content"):
@@ -389,7 +411,7 @@ class _ChatStreamLifter(StreamLifter):
                     stream_pb2.StreamEvent(delta=stream_pb2.PartDelta(choice_index=index, logprobs=chunk_logprobs))
                 )
             if raw.get("finish_reason") is not None:
-                self.finishes[index] = raw["finish_reason"]
+                self.finishes[index] = raw
         if chunk.get("usage"):
             common.usage_from(chunk["usage"], self.usage, input_key="prompt_tokens", output_key="completion_tokens")
         return out
@@ -399,11 +421,12 @@ class _ChatStreamLifter(StreamLifter):
         if self.usage.ListFields():
             end.usage.CopyFrom(self.usage)
         for index in sorted(self.finishes):
-            raw_reason = self.finishes[index]
-            finish = common.finish_reason(raw_reason)
+            finish, raw_reason, stop_sequence = self.transport.finish(self.finishes[index])
             if index in self.refused:
                 finish = response_pb2.FINISH_REASON_REFUSAL
-            end.finishes.add(choice_index=index, finish_reason=finish, raw_finish_reason=raw_reason or "")
+            end.finishes.add(
+                choice_index=index, finish_reason=finish, raw_finish_reason=raw_reason, stop_sequence=stop_sequence
+            )
         if self.error is not None:
             end.error.CopyFrom(self.error)
         elif interrupted or not self.done:

@@ -279,7 +279,7 @@ class ReferenceModel(LocalTransport):
 
     # ---- what the catalog cannot express -------------------------------------------------------------
 
-    def extra_unsupported(self, request: request_pb2.Request) -> list[str]:
+    def extra_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []
         if request.constraint.WhichOneof("kind") == "json_schema":
             reasons += _schema_gaps(request.constraint.json_schema.schema_json, "the JSON schema constraint")

@@ -1,0 +1,348 @@
+"""OpenAI legacy Completions (`POST /completions`): raw prompts, `logprobs: int`, `suffix` for FIM.
+
+Facts this follows (shared/wire/NOTES.md section 2): the logprob object is four parallel arrays (`tokens`,
+`token_logprobs`, `top_logprobs` as dicts keyed by token string, which collapse duplicates, and `text_offset` in
+characters from the start of the prompt); the last stream chunk carries empty arrays; there are no token bytes.
+Input scoring by `echo` is a manifest choice: OpenAI rejects echo with logprobs on current models, so this
+manifest does not claim it; the vLLM transport (which shares this code) does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from modelir.transports import _openai_common as common
+from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
+from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, logprobs_pb2, request_pb2, response_pb2, stream_pb2
+
+C = capabilities_pb2.Capability
+PROVIDER_OPTION_KEYS = ("best_of", "logit_bias", "user")
+
+
+class OpenAICompletions(HttpTransport):
+    name = "openai_completions"
+    version = "1.0.0"
+    path = "/completions"
+    # OpenAI caps `logprobs` at 5.
+    max_top_logprobs = 5
+
+    def __init__(self, *, provider_model: str = "") -> None:
+        self._provider_model = provider_model
+
+    @property
+    def provider_model(self) -> str:
+        return self._provider_model
+
+    def capabilities(self) -> list[int]:
+        return [
+            C.CAPABILITY_COMPLETION,
+            C.CAPABILITY_TOKEN_INPUT,
+            C.CAPABILITY_FIM,
+            C.CAPABILITY_SAMPLED_LOGPROBS,
+            C.CAPABILITY_TOP_K_LOGPROBS,
+            C.CAPABILITY_STREAMING,
+            C.CAPABILITY_MULTIPLE_CHOICES,
+            C.CAPABILITY_TEMPERATURE,
+            C.CAPABILITY_TOP_P,
+            C.CAPABILITY_MAX_OUTPUT_TOKENS,
+            C.CAPABILITY_STOP_SEQUENCES,
+            C.CAPABILITY_SEED,
+            C.CAPABILITY_PRESENCE_FREQUENCY_PENALTIES,
+            C.CAPABILITY_PROVIDER_OPTIONS,
+        ]
+
+    def provider_option_keys(self) -> tuple[str, ...]:
+        return PROVIDER_OPTION_KEYS
+
+    def manifest(self) -> capabilities_pb2.CapabilityManifest:
+        return capabilities_pb2.CapabilityManifest(
+            transport=self.name,
+            transport_version=self.version,
+            capabilities=sorted(self.capabilities()),
+            limits=capabilities_pb2.ModelLimits(
+                max_top_logprobs=self.max_top_logprobs, max_choices=128, max_stop_sequences=4
+            ),
+            provider_option_keys=self.provider_option_keys(),
+        )
+
+    def extra_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
+        reasons = []
+        if request.HasField("input_scoring") and request.WhichOneof("input") == "token_ids":
+            reasons.append("Input scoring by echo locates the scored span by text offsets, so it needs text input.")
+        if request.HasField("input_scoring") and streaming:
+            reasons.append("Input scoring by echo is available on unary calls only, not on streams.")
+        return reasons
+
+    # ---- lower -------------------------------------------------------------------------------------
+
+    def body(self, request: request_pb2.Request, *, stream: bool) -> dict[str, Any]:
+        if request.WhichOneof("input") == "token_ids":
+            prompt: Any = list(request.token_ids.ids)
+        else:
+            prompt = request.prompt + _continuation(request)
+        body: dict[str, Any] = {"model": self._provider_model or request.model, "prompt": prompt}
+        s = request.sampling
+        for field, key in (
+            ("temperature", "temperature"),
+            ("top_p", "top_p"),
+            ("max_output_tokens", "max_tokens"),
+            ("seed", "seed"),
+            ("presence_penalty", "presence_penalty"),
+            ("frequency_penalty", "frequency_penalty"),
+        ):
+            if s.HasField(field):
+                body[key] = getattr(s, field)
+        if s.stop:
+            body["stop"] = list(s.stop)
+        if s.choice_count > 1:
+            body["n"] = s.choice_count
+        if request.HasField("fim"):
+            body["suffix"] = request.fim.suffix
+        top_k = max(request.logprobs.top_k, request.input_scoring.top_k)
+        if request.HasField("logprobs") or request.HasField("input_scoring"):
+            body["logprobs"] = top_k
+        if request.HasField("input_scoring"):
+            body["echo"] = True
+        if stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        body.update(common.provider_options(request))
+        return body
+
+    def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
+        return HttpRequest(
+            "POST",
+            self.path,
+            orjson.dumps(self.body(request, stream=stream)),
+            (("content-type", "application/json"),),
+            "sse" if stream else None,
+        )
+
+    # ---- lift --------------------------------------------------------------------------------------
+
+    def error(self, response: HttpResponse):
+        return common.openai_error(response)
+
+    def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
+        body = common.parse_json(response.body, "response body")
+        out = response_pb2.Response(id=body.get("id") or "", model=body.get("model") or "")
+        prompt_count = (body.get("usage") or {}).get("prompt_tokens")
+        without_logprobs = []
+        for raw in body.get("choices") or ():
+            choice = out.choices.add(index=raw.get("index", 0))
+            choice.message.role = content_pb2.ROLE_ASSISTANT
+            text = raw.get("text") or ""
+            logprobs = raw.get("logprobs")
+            if request.HasField("input_scoring") and choice.index == 0:
+                text, logprobs = self._split_echo(request, out, text, logprobs, prompt_count)
+            elif request.HasField("input_scoring"):  # every choice echoes the same prompt
+                text, logprobs = self._strip_echo(request, text, logprobs, prompt_count)
+            choice.message.parts.add(text=text)
+            self.lift_finish(raw, choice)
+            if logprobs and logprobs.get("tokens"):
+                if request.HasField("logprobs"):
+                    choice.logprobs.CopyFrom(self.columns(logprobs))
+            elif logprobs is None:
+                without_logprobs.append(choice.index)
+        common.usage_from(body.get("usage"), out.usage, input_key="prompt_tokens", output_key="completion_tokens")
+        self.lift_extras(request, body, out)
+        if request.HasField("input_scoring") and not out.HasField("input_scores"):
+            out.error.CopyFrom(
+                errors_pb2.ResponseError(
+                    reason=errors_pb2.ERROR_REASON_MISSING_LOGPROBS,
+                    message="input scores were requested but the provider returned no prompt logprobs",
+                )
+            )
+        for choice in out.choices:
+            if request.HasField("logprobs") and choice.index in without_logprobs:
+                out.error.CopyFrom(common.missing_logprobs_error(choice.index))
+                break
+        if request.include_raw:
+            out.raw.CopyFrom(
+                response_pb2.RawExchange(
+                    transport=self.name,
+                    http_status=response.status,
+                    content_type=response.headers.get("content-type", ""),
+                    body=response.body,
+                )
+            )
+        return out
+
+    def lift_finish(self, raw: dict[str, Any], choice: response_pb2.Choice) -> None:
+        raw_reason = raw.get("finish_reason")
+        choice.raw_finish_reason = raw_reason or ""
+        choice.finish_reason = common.finish_reason(raw_reason)
+
+    def lift_extras(self, request: request_pb2.Request, body: dict[str, Any], out: response_pb2.Response) -> None:
+        """Provider extensions beyond OpenAI's shape (none for OpenAI itself)."""
+
+    def logprob_value(self, value: float | None) -> float:
+        """A logprob as sent. None (a position with no logprob) becomes NaN, never zero."""
+        return float("nan") if value is None else float(value)
+
+    def token_id(self, token: str) -> int | None:
+        """The token id a token string carries, for servers that can spell tokens as ids (vLLM)."""
+        return None
+
+    def columns(self, logprobs: dict[str, Any], start: int = 0) -> logprobs_pb2.TokenLogprobs:
+        """The parallel arrays -> columnar logprobs. No bytes: this wire has none."""
+        tokens = logprobs["tokens"][start:]
+        values = logprobs["token_logprobs"][start:]
+        tops = [t or {} for t in (logprobs.get("top_logprobs") or [None] * len(tokens))[start:]]
+        out = logprobs_pb2.TokenLogprobs()
+        out.tokens.extend(tokens)
+        out.logprobs.extend([self.logprob_value(v) for v in values])
+        ids = [self.token_id(t) for t in tokens]
+        if ids and all(i is not None for i in ids):
+            out.token_ids.extend(ids)
+        if any(tops):
+            out.top_counts.extend([len(t) for t in tops])
+            out.top_tokens.extend([k for t in tops for k in t])
+            out.top_logprobs.extend([self.logprob_value(v) for t in tops for v in t.values()])
+            top_ids = [self.token_id(k) for t in tops for k in t]
+            if top_ids and all(i is not None for i in top_ids):
+                out.top_token_ids.extend(top_ids)
+        return out
+
+    def _split_echo(self, request, out, text, logprobs, prompt_count):
+        """With echo, the text and arrays start with the prompt: score the requested span, keep the rest.
+
+        The scored span is located by `text_offset` (characters from the start of the prompt), never by
+        re-tokenizing. A token that straddles the context/continuation boundary belongs to the continuation.
+        """
+        prompt = request.prompt + _continuation(request)
+        if not text.startswith(prompt):
+            out.warnings.add(code="echo_mismatch", message="the echoed text does not start with the prompt")
+        generated = text[len(prompt) :]
+        if not logprobs or not logprobs.get("tokens"):
+            return generated, None
+        offsets = logprobs.get("text_offset") or []
+        tokens = logprobs["tokens"]
+        n_prompt = prompt_count if prompt_count is not None else sum(1 for o in offsets if o < len(prompt))
+        boundary = len(request.prompt) if _continuation(request) else 0
+        first = next((i for i in range(n_prompt) if offsets[i] + len(tokens[i]) > boundary), n_prompt)
+        unscored = 0
+        if not _continuation(request) or first == 0:
+            while first < n_prompt and logprobs["token_logprobs"][first] is None:
+                first += 1
+                unscored += 1
+        scored = self.columns(
+            {k: v[:n_prompt] for k, v in logprobs.items() if isinstance(v, list)},
+            start=first,
+        )
+        span_text = "".join(tokens[first:n_prompt])
+        if first < n_prompt and offsets[first] < boundary:
+            out.warnings.add(
+                code="scoring_token_straddles_boundary",
+                message="the first scored token also covers the end of the context",
+            )
+            span_text = prompt[offsets[first] :]
+        scores = out.input_scores
+        scores.tokens.CopyFrom(scored)
+        scores.logprob_sum = float(sum(scored.logprobs))
+        scores.token_count = len(scored.logprobs)
+        scores.byte_count = len(span_text.encode())
+        scores.char_count = len(span_text)
+        scores.unscored_token_count = unscored
+        scores.span_start_byte = len(prompt[: offsets[first]].encode()) if first < n_prompt else len(prompt.encode())
+        rest = {k: v[n_prompt:] for k, v in logprobs.items() if isinstance(v, list)}
+        return generated, rest
+
+    def _strip_echo(self, request, text, logprobs, prompt_count):
+        prompt = request.prompt + _continuation(request)
+        n_prompt = prompt_count or 0
+        rest = {k: v[n_prompt:] for k, v in logprobs.items() if isinstance(v, list)} if logprobs else None
+        return text[len(prompt) :], rest
+
+    def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
+        return _CompletionsStreamLifter(self, request)
+
+
+def _continuation(request: request_pb2.Request) -> str:
+    if request.HasField("input_scoring") and request.input_scoring.WhichOneof("continuation") == "continuation_text":
+        return request.input_scoring.continuation_text
+    return ""
+
+
+class _CompletionsStreamLifter(StreamLifter):
+    def __init__(self, transport: OpenAICompletions, request: request_pb2.Request) -> None:
+        self.transport = transport
+        self.request = request
+        self.started = False
+        self.done = False
+        self.finishes: dict[int, dict[str, Any]] = {}
+        self.has_logprobs: set[int] = set()
+        self.usage = response_pb2.Usage()
+        self.raw: list[response_pb2.RawStreamEvent] = []
+        self.error: errors_pb2.ResponseError | None = None
+
+    def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
+        if self.request.include_raw:
+            self.raw.append(response_pb2.RawStreamEvent(event=event.event, data=event.data))
+        if event.data.strip() == b"[DONE]":
+            self.done = True
+            return []
+        chunk = common.parse_json(event.data, "stream chunk")
+        out = []
+        if isinstance(chunk.get("error"), dict):
+            self.error = errors_pb2.ResponseError(
+                reason=errors_pb2.ERROR_REASON_PROVIDER_UNAVAILABLE,
+                message=str(chunk["error"].get("message") or "the provider reported an error mid-stream"),
+            )
+            return out
+        if not self.started and chunk.get("id"):
+            self.started = True
+            out.append(
+                stream_pb2.StreamEvent(start=stream_pb2.StreamStart(id=chunk["id"], model=chunk.get("model") or ""))
+            )
+        for raw in chunk.get("choices") or ():
+            index = raw.get("index", 0)
+            self.finishes.setdefault(index, {})
+            delta = stream_pb2.PartDelta(choice_index=index, part_index=0, text=raw.get("text") or "")
+            logprobs = raw.get("logprobs")
+            if logprobs is not None:
+                self.has_logprobs.add(index)
+                if logprobs.get("tokens"):
+                    delta.logprobs.CopyFrom(self.transport.columns(logprobs))
+            out.append(stream_pb2.StreamEvent(delta=delta))
+            if raw.get("finish_reason") is not None:
+                self.finishes[index] = raw
+        if chunk.get("usage"):
+            common.usage_from(chunk["usage"], self.usage, input_key="prompt_tokens", output_key="completion_tokens")
+        return out
+
+    def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
+        end = stream_pb2.StreamEnd()
+        if self.usage.ListFields():
+            end.usage.CopyFrom(self.usage)
+        for index in sorted(self.finishes):
+            choice = response_pb2.Choice()
+            if self.finishes[index]:
+                self.transport.lift_finish(self.finishes[index], choice)
+            end.finishes.add(
+                choice_index=index,
+                finish_reason=choice.finish_reason,
+                raw_finish_reason=choice.raw_finish_reason,
+                stop_sequence=choice.stop_sequence,
+            )
+        if self.error is not None:
+            end.error.CopyFrom(self.error)
+        elif interrupted or not self.done:
+            end.error.CopyFrom(common.truncated_error("the stream ended before [DONE]; the output is partial"))
+        elif self.request.HasField("logprobs"):
+            for index in sorted(self.finishes):
+                if index not in self.has_logprobs:
+                    end.error.CopyFrom(common.missing_logprobs_error(index))
+                    break
+        if self.request.include_raw:
+            end.raw.CopyFrom(
+                response_pb2.RawExchange(
+                    transport=self.transport.name,
+                    http_status=200,
+                    content_type="text/event-stream",
+                    stream_events=self.raw,
+                )
+            )
+        return [stream_pb2.StreamEvent(end=end)]
