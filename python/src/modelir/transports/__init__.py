@@ -8,6 +8,7 @@ from typing import Any
 from modelir.transports.base import HttpTransport, LocalTransport, Transport
 from modelir.transports.openai_chat import OpenAIChat
 from modelir.transports.openai_completions import OpenAICompletions
+from modelir.transports.openai_responses import OpenAIResponses
 from modelir.transports.reference import ReferenceModel
 from modelir.transports.vllm import VLLM
 
@@ -24,6 +25,7 @@ TRANSPORTS: dict[str, Callable[[Mapping[str, Any]], Transport]] = {
     "reference": _reference,
     "openai_chat": lambda options: OpenAIChat(provider_model=options.get("provider_model", "")),
     "openai_completions": lambda options: OpenAICompletions(provider_model=options.get("provider_model", "")),
+    "openai_responses": lambda options: OpenAIResponses(provider_model=options.get("provider_model", "")),
     "vllm": lambda options: VLLM(provider_model=options.get("provider_model", "")),
 }
 
