@@ -131,7 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=2.0, help="duration of each throughput case")
     parser.add_argument("--skip-gateway", action="store_true", help="skip the multi-process gateway case")
     args = parser.parse_args(argv)
-    rows = [*bench_reference_calls(args.seconds), *bench_logprob_build(args.repeat)]
+    import transports
+
+    rows = [*bench_reference_calls(args.seconds), *bench_logprob_build(args.repeat), *transports.run(args.repeat)]
     if not args.skip_gateway:
         import gateway
 

@@ -50,6 +50,7 @@ class FakeOpenAI:
         self.fail_first: list[int] = []
         self.delay = 0.0
         self.cut_stream = False
+        self.body_override: dict | None = None  # answer this body (unary) instead of the usual one
         self.requests: list[tuple[dict, dict]] = []  # (headers, body)
         self.started = asyncio.Event()
         self.cancelled = asyncio.Event()
@@ -73,7 +74,7 @@ class FakeOpenAI:
             )
         model = body["model"]
         if not body.get("stream"):
-            return web.json_response(completion_body(model))
+            return web.json_response(self.body_override or completion_body(model))
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await response.prepare(request)
         await response.write(_chunk(model, {"role": "assistant", "content": ""}))

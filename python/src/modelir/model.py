@@ -17,7 +17,7 @@ from modelir import artifacts, capabilities, errors
 from modelir.executor import Executor
 from modelir.interface import ModelInterface, with_model
 from modelir.limiter import Limiter
-from modelir.transports.base import HttpTransport, LocalTransport, Transport
+from modelir.transports.base import SHAPE_ERRORS, HttpTransport, LocalTransport, Transport, shape_error
 from modelir.v1 import capabilities_pb2, errors_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
 from modelir.validation import field_violations, validate_request
 
@@ -115,7 +115,10 @@ class Model(ModelInterface):
             error_from=transport.error,
             observe=self.limiter.observe,
         )
-        response = transport.lift(request, sent.response)
+        try:
+            response = transport.lift(request, sent.response)
+        except SHAPE_ERRORS as exc:
+            raise shape_error(transport, exc) from exc
         return response, sent.attempts
 
     async def astream(
@@ -160,7 +163,11 @@ class Model(ModelInterface):
                 observe=self.limiter.observe,
                 attempts=attempts,
             ):
-                for event in lifter.feed(raw):
+                try:
+                    lifted = lifter.feed(raw)
+                except SHAPE_ERRORS as exc:
+                    raise shape_error(transport, exc) from exc
+                for event in lifted:
                     yield event
         except errors.TruncatedStreamError:
             interrupted = True

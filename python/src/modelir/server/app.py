@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 from collections.abc import Mapping
@@ -52,6 +53,18 @@ async def build_server(
     return server, port
 
 
+def tune_gc() -> None:
+    """Garbage-collector settings for a long-running server.
+
+    Lifting a logprob-heavy response creates hundreds of thousands of short-lived objects; with the default
+    gen-0 threshold (700) the cyclic collector runs over and over during one lift and can double its cost.
+    Freezing everything allocated at start-up and raising the gen-0 threshold removes most of that work.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 100)
+
+
 async def serve(
     models: Mapping[str, Model],
     host: str,
@@ -62,6 +75,7 @@ async def serve(
 ) -> None:
     """Serve until SIGTERM or SIGINT, then stop taking calls and drain those in flight for `grace` seconds."""
     server, bound = await build_server(models, f"{host}:{port}", auth_tokens=auth_tokens)
+    tune_gc()
     await server.start()
     logging.getLogger("modelir.server").info("modelir serving %s on %s:%d", ", ".join(sorted(models)), host, bound)
     stop = asyncio.Event()

@@ -159,3 +159,13 @@ def error_for_status(
         provider_code=provider_code,
         retry_after=retry_after,
     )
+
+
+# What a lift raises when a body parses as JSON but does not have the shape the transport expects.
+SHAPE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+
+
+def shape_error(transport: Transport, exc: Exception) -> errors.MalformedResponseError:
+    return errors.MalformedResponseError(
+        f"{transport.name} could not lift the provider's answer, which does not have the documented shape: {exc!r}"
+    )

@@ -11,10 +11,13 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+import msgspec
 import orjson
 
+from modelir import errors
 from modelir import logprobs as lp
 from modelir.transports import _openai_common as common
+from modelir.transports import _openai_typed as typed
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
 from modelir.v1 import (
     capabilities_pb2,
@@ -181,7 +184,56 @@ class OpenAIChat(HttpTransport):
         return common.openai_error(response)
 
     def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
-        body = common.parse_json(response.body, "response body")
+        try:
+            body = typed.CHAT_DECODER.decode(response.body)
+        except msgspec.ValidationError:
+            # A shape the typed decoder does not know (an unusual compatible server): the generic path.
+            return self.lift_parsed(request, common.parse_json(response.body, "response body"), response)
+        except msgspec.DecodeError as exc:
+            raise errors.MalformedResponseError(f"the provider's response body is not valid JSON: {exc}") from None
+        return self._lift_typed(request, body, response)
+
+    def _lift_typed(
+        self, request: request_pb2.Request, body: typed.ChatCompletion, response: HttpResponse
+    ) -> response_pb2.Response:
+        """The same lift as `lift_parsed`, from typed structs (no generic dicts are ever built)."""
+        out = response_pb2.Response(id=body.id or "", model=body.model or "")
+        without_logprobs = []
+        for raw in body.choices or ():
+            choice = out.choices.add(index=raw.index)
+            message = raw.message or typed.Message()
+            choice.message.role = content_pb2.ROLE_ASSISTANT
+            reasoning = message.reasoning_content or message.reasoning
+            if reasoning:
+                choice.message.parts.add().reasoning.text = reasoning
+            if message.content is not None:
+                choice.message.parts.add(text=message.content)
+            if message.refusal is not None:
+                choice.message.parts.add(text=message.refusal)
+            for call in message.tool_calls or ():
+                function = call.function or typed.FunctionCall()
+                choice.message.parts.add(
+                    tool_call=content_pb2.ToolCall(
+                        id=call.id or "", name=function.name or "", arguments_json=function.arguments or ""
+                    )
+                )
+            choice.finish_reason, choice.raw_finish_reason, choice.stop_sequence = self.finish(
+                {"finish_reason": raw.finish_reason, "stop_reason": raw.stop_reason}
+            )
+            if message.refusal is not None:
+                choice.finish_reason = response_pb2.FINISH_REASON_REFUSAL
+            content = raw.logprobs.content if raw.logprobs is not None else None
+            if content:
+                self.adjust_logprobs(typed.columns(content, choice.logprobs))
+            elif content is None:
+                without_logprobs.append(choice.index)
+        common.usage_from(body.usage, out.usage, input_key="prompt_tokens", output_key="completion_tokens")
+        return self._finish_lift(request, out, without_logprobs, response)
+
+    def lift_parsed(
+        self, request: request_pb2.Request, body: dict[str, Any], response: HttpResponse
+    ) -> response_pb2.Response:
+        """The lift from an already parsed body (servers with extensions reuse it instead of parsing twice)."""
         out = response_pb2.Response(id=body.get("id") or "", model=body.get("model") or "")
         without_logprobs = []
         for raw in body.get("choices") or ():
@@ -214,6 +266,11 @@ class OpenAIChat(HttpTransport):
             elif content is None:
                 without_logprobs.append(choice.index)
         common.usage_from(body.get("usage"), out.usage, input_key="prompt_tokens", output_key="completion_tokens")
+        return self._finish_lift(request, out, without_logprobs, response)
+
+    def _finish_lift(
+        self, request: request_pb2.Request, out: response_pb2.Response, without_logprobs: list[int], response
+    ) -> response_pb2.Response:
         _soft_errors(request, out, without_logprobs)
         if request.include_raw:
             out.raw.CopyFrom(

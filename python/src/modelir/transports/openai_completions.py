@@ -9,6 +9,7 @@ manifest does not claim it; the vLLM transport (which shares this code) does.
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Any
 
 import orjson
@@ -143,7 +144,7 @@ class OpenAICompletions(HttpTransport):
             self.lift_finish(raw, choice)
             if logprobs and logprobs.get("tokens"):
                 if request.HasField("logprobs"):
-                    choice.logprobs.CopyFrom(self.columns(logprobs))
+                    self.columns(logprobs, out=choice.logprobs)
             elif logprobs is None:
                 without_logprobs.append(choice.index)
         common.usage_from(body.get("usage"), out.usage, input_key="prompt_tokens", output_key="completion_tokens")
@@ -186,25 +187,40 @@ class OpenAICompletions(HttpTransport):
         """The token id a token string carries, for servers that can spell tokens as ids (vLLM)."""
         return None
 
-    def columns(self, logprobs: dict[str, Any], start: int = 0) -> logprobs_pb2.TokenLogprobs:
-        """The parallel arrays -> columnar logprobs. No bytes: this wire has none."""
+    def columns(
+        self, logprobs: dict[str, Any], start: int = 0, out: logprobs_pb2.TokenLogprobs | None = None
+    ) -> logprobs_pb2.TokenLogprobs:
+        """The parallel arrays -> columnar logprobs. No bytes: this wire has none.
+
+        Columns go to `extend` whole; values are only rewritten (None -> NaN, engine clamps -> -inf) when the
+        column holds such a value, which keeps the common case free of per-value Python calls.
+        """
         tokens = logprobs["tokens"][start:]
-        values = logprobs["token_logprobs"][start:]
         tops = [t or {} for t in (logprobs.get("top_logprobs") or [None] * len(tokens))[start:]]
-        out = logprobs_pb2.TokenLogprobs()
+        if out is None:
+            out = logprobs_pb2.TokenLogprobs()
         out.tokens.extend(tokens)
-        out.logprobs.extend([self.logprob_value(v) for v in values])
-        ids = [self.token_id(t) for t in tokens]
-        if ids and all(i is not None for i in ids):
-            out.token_ids.extend(ids)
+        out.logprobs.extend(self.logprob_column(logprobs["token_logprobs"][start:]))
+        if self.spells_token_ids(tokens):
+            out.token_ids.extend([self.token_id(t) for t in tokens])
         if any(tops):
-            out.top_counts.extend([len(t) for t in tops])
-            out.top_tokens.extend([k for t in tops for k in t])
-            out.top_logprobs.extend([self.logprob_value(v) for t in tops for v in t.values()])
-            top_ids = [self.token_id(k) for t in tops for k in t]
-            if top_ids and all(i is not None for i in top_ids):
-                out.top_token_ids.extend(top_ids)
+            # chain/map iterate in C: no Python-level loop over the tens of thousands of alternatives.
+            keys = list(chain.from_iterable(tops))
+            out.top_counts.extend(list(map(len, tops)))
+            out.top_tokens.extend(keys)
+            out.top_logprobs.extend(self.logprob_column(list(chain.from_iterable(map(dict.values, tops)))))
+            if self.spells_token_ids(keys):
+                out.top_token_ids.extend([self.token_id(k) for k in keys])
         return out
+
+    def logprob_column(self, values: list[float | None]) -> list[float]:
+        if None in values:
+            return [self.logprob_value(v) for v in values]
+        return values
+
+    def spells_token_ids(self, tokens: list[str]) -> bool:
+        """Whether every token is spelled as an id (only servers that can do so override this)."""
+        return False
 
     def _split_echo(self, request, out, text, logprobs, prompt_count):
         """With echo, the text and arrays start with the prompt: score the requested span, keep the rest.

@@ -14,10 +14,13 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+import msgspec
 import orjson
 
+from modelir import errors
 from modelir import logprobs as lp
 from modelir.transports import _openai_common as common
+from modelir.transports import _openai_typed as typed
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
 from modelir.v1 import (
     capabilities_pb2,
@@ -209,9 +212,15 @@ class OpenAIResponses(HttpTransport):
         return common.openai_error(response)
 
     def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
-        body = common.parse_json(response.body, "response body")
         out = response_pb2.Response()
-        lift_response_object(self, request, body, out)
+        try:
+            lift_typed_object(self, request, typed.RESPONSE_DECODER.decode(response.body), out)
+        except msgspec.ValidationError:
+            # An output item or shape the typed decoder does not know: the generic path lifts what it knows.
+            out.Clear()
+            lift_response_object(self, request, common.parse_json(response.body, "response body"), out)
+        except msgspec.DecodeError as exc:
+            raise errors.MalformedResponseError(f"the provider's response body is not valid JSON: {exc}") from None
         if request.include_raw:
             out.raw.CopyFrom(
                 response_pb2.RawExchange(
@@ -344,6 +353,85 @@ def _finish(body: dict[str, Any], has_calls: bool, refused: bool) -> tuple[int, 
     return response_pb2.FINISH_REASON_STOP, status
 
 
+def lift_typed_object(
+    transport: OpenAIResponses, request: request_pb2.Request, body: typed.ResponseObject, out: response_pb2.Response
+) -> None:
+    """`lift_response_object` from typed structs: the unary hot path, with no generic dicts built."""
+    out.id = body.id or ""
+    out.model = body.model or ""
+    choice = out.choices.add(index=0)
+    choice.message.role = content_pb2.ROLE_ASSISTANT
+    issuer = transport.issuer(out.model)
+    chunks = []
+    has_calls = refused = saw_logprobs = False
+    for item in body.output or ():
+        if isinstance(item, typed.ReasoningItem):
+            part = choice.message.parts.add(item_id=item.id or "")
+            part.reasoning.summary.extend(s.text for s in item.summary or ())
+            if item.encrypted_content:
+                part.artifacts.add(
+                    kind=ENCRYPTED, data=item.encrypted_content.encode(), issuer=issuer, item_id=part.item_id
+                )
+            if not part.HasField("reasoning"):
+                part.reasoning.SetInParent()
+        elif isinstance(item, typed.MessageItem):
+            for content in item.content or ():
+                if isinstance(content, typed.Refusal):
+                    refused = True
+                    choice.message.parts.add(text=content.refusal, item_id=item.id or "")
+                    continue
+                choice.message.parts.add(text=content.text, item_id=item.id or "")
+                if content.logprobs is not None:
+                    saw_logprobs = True
+                    if content.logprobs:
+                        chunks.append(content.logprobs)
+        else:
+            has_calls = True
+            choice.message.parts.add(
+                item_id=item.id or "",
+                tool_call=content_pb2.ToolCall(
+                    id=item.call_id or "", name=item.name or "", arguments_json=item.arguments or ""
+                ),
+            )
+    if len(chunks) == 1:
+        typed.columns(chunks[0], choice.logprobs)
+    elif chunks:
+        choice.logprobs.CopyFrom(lp.concat([typed.columns(c) for c in chunks]))
+    status = {
+        "status": body.status,
+        "incomplete_details": {"reason": body.incomplete_details.reason} if body.incomplete_details else None,
+    }
+    choice.finish_reason, choice.raw_finish_reason = _finish(status, has_calls, refused)
+    common.usage_from(body.usage, out.usage, input_key="input_tokens", output_key="output_tokens")
+    _response_error(request, body.error, choice, refused, saw_logprobs, out)
+
+
+def _response_error(request, error, choice, refused: bool, saw_logprobs: bool, out: response_pb2.Response) -> None:
+    """The soft error of a complete response: the provider's error, missing logprobs, or broken JSON."""
+    if isinstance(error, dict):
+        out.error.CopyFrom(
+            errors_pb2.ResponseError(
+                reason=errors_pb2.ERROR_REASON_PROVIDER_UNAVAILABLE,
+                message=str(error.get("message") or "the response failed"),
+                provider_code=str(error.get("code") or ""),
+            )
+        )
+    elif (
+        request.HasField("logprobs")
+        and not saw_logprobs
+        and any(p.WhichOneof("content") == "text" for p in choice.message.parts)
+    ):
+        out.error.CopyFrom(common.missing_logprobs_error(0))
+    else:
+        text = "".join(p.text for p in choice.message.parts if p.WhichOneof("content") == "text")
+        if (
+            not refused
+            and choice.finish_reason == response_pb2.FINISH_REASON_STOP
+            and (violation := common.constraint_error(request, text))
+        ):
+            out.error.CopyFrom(violation)
+
+
 def lift_response_object(
     transport: OpenAIResponses, request: request_pb2.Request, body: dict[str, Any], out: response_pb2.Response
 ) -> None:
@@ -394,29 +482,7 @@ def lift_response_object(
         choice.logprobs.CopyFrom(lp.concat(chunks))
     choice.finish_reason, choice.raw_finish_reason = _finish(body, has_calls, refused)
     common.usage_from(body.get("usage"), out.usage, input_key="input_tokens", output_key="output_tokens")
-    error = body.get("error")
-    if isinstance(error, dict):
-        out.error.CopyFrom(
-            errors_pb2.ResponseError(
-                reason=errors_pb2.ERROR_REASON_PROVIDER_UNAVAILABLE,
-                message=str(error.get("message") or "the response failed"),
-                provider_code=str(error.get("code") or ""),
-            )
-        )
-    elif (
-        request.HasField("logprobs")
-        and not saw_logprobs
-        and any(p.WhichOneof("content") == "text" for p in choice.message.parts)
-    ):
-        out.error.CopyFrom(common.missing_logprobs_error(0))
-    else:
-        text = "".join(p.text for p in choice.message.parts if p.WhichOneof("content") == "text")
-        if (
-            not refused
-            and choice.finish_reason == response_pb2.FINISH_REASON_STOP
-            and (error := common.constraint_error(request, text))
-        ):
-            out.error.CopyFrom(error)
+    _response_error(request, body.get("error"), choice, refused, saw_logprobs, out)
 
 
 class _ResponsesStreamLifter(StreamLifter):

@@ -13,9 +13,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import msgspec
 import orjson
 
+from modelir import errors
 from modelir.transports import _openai_common as common
+from modelir.transports import _openai_typed as typed
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter
 from modelir.transports.openai_chat import OpenAIChat
 from modelir.transports.openai_completions import OpenAICompletions
@@ -105,6 +108,14 @@ class _Completions(OpenAICompletions):
     def token_id(self, token: str) -> int | None:
         return _token_id(token)
 
+    def logprob_column(self, values: list[float | None]) -> list[float]:
+        if None in values or (values and min(values) <= common.VLLM_MINUS_INFINITY):
+            return [_unclamp(v) for v in values]
+        return values
+
+    def spells_token_ids(self, tokens: list[str]) -> bool:
+        return bool(tokens) and tokens[0].startswith(_TOKEN_ID_PREFIX) and all(_token_id(t) is not None for t in tokens)
+
     def lift_finish(self, raw: dict[str, Any], choice: response_pb2.Choice) -> None:
         choice.finish_reason, choice.raw_finish_reason, choice.stop_sequence = _finish(raw)
 
@@ -132,19 +143,28 @@ class _Chat(OpenAIChat):
         return _finish(raw)
 
     def adjust_logprobs(self, logprobs: logprobs_pb2.TokenLogprobs) -> logprobs_pb2.TokenLogprobs:
-        _chat_token_ids(logprobs)
+        if logprobs.tokens and logprobs.tokens[0].startswith(_TOKEN_ID_PREFIX):
+            _chat_token_ids(logprobs)
         _unclamp_columns(logprobs)
         return logprobs
 
     def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
-        out = super().lift(request, response)
-        body = orjson.loads(response.body)
-        if body.get("prompt_token_ids"):
-            out.prompt_token_ids.extend(body["prompt_token_ids"])
+        try:
+            body = typed.CHAT_DECODER.decode(response.body)
+        except msgspec.ValidationError:
+            generic = common.parse_json(response.body, "response body")
+            out = self.lift_parsed(request, generic, response)
+            return self._prompt_extras(request, out, generic.get("prompt_logprobs"), generic.get("prompt_token_ids"))
+        except msgspec.DecodeError as exc:
+            raise errors.MalformedResponseError(f"the provider's response body is not valid JSON: {exc}") from None
+        out = self._lift_typed(request, body, response)
+        return self._prompt_extras(request, out, body.prompt_logprobs, body.prompt_token_ids)
+
+    def _prompt_extras(self, request, out: response_pb2.Response, prompt_logprobs, prompt_ids) -> response_pb2.Response:
+        if prompt_ids:
+            out.prompt_token_ids.extend(prompt_ids)
         if request.HasField("input_scoring"):
-            scores = _prompt_logprob_scores(
-                body.get("prompt_logprobs"), body.get("prompt_token_ids"), request.input_scoring.top_k
-            )
+            scores = _prompt_logprob_scores(prompt_logprobs, prompt_ids, request.input_scoring.top_k)
             if scores is None:
                 out.error.CopyFrom(
                     errors_pb2.ResponseError(
@@ -168,11 +188,12 @@ def _chat_token_ids(logprobs: logprobs_pb2.TokenLogprobs) -> None:
 
 
 def _unclamp_columns(logprobs: logprobs_pb2.TokenLogprobs) -> None:
-    if any(v <= common.VLLM_MINUS_INFINITY for v in logprobs.logprobs):
+    # min() over the packed column runs in C; the Python rewrite happens only when a clamp is present.
+    if logprobs.logprobs and min(logprobs.logprobs) <= common.VLLM_MINUS_INFINITY:
         values = [_unclamp(v) for v in logprobs.logprobs]
         del logprobs.logprobs[:]
         logprobs.logprobs.extend(values)
-    if any(v <= common.VLLM_MINUS_INFINITY for v in logprobs.top_logprobs):
+    if logprobs.top_logprobs and min(logprobs.top_logprobs) <= common.VLLM_MINUS_INFINITY:
         values = [_unclamp(v) for v in logprobs.top_logprobs]
         del logprobs.top_logprobs[:]
         logprobs.top_logprobs.extend(values)

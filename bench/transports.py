@@ -1,0 +1,150 @@
+"""Per-transport translation costs: lower and lift of a small chat exchange, and the whole lift (parsing
+included) of a 2,000-token response with top-20 logprobs, against a bare `orjson.loads` of the same bytes."""
+
+from __future__ import annotations
+
+import gc
+import random
+import statistics
+import time
+from collections.abc import Callable
+
+import orjson
+from modelir import build_request
+from modelir.server.app import tune_gc
+from modelir.transports.base import HttpResponse
+from modelir.transports.openai_chat import OpenAIChat
+from modelir.transports.openai_completions import OpenAICompletions
+from modelir.transports.openai_responses import OpenAIResponses
+from modelir.transports.vllm import VLLM
+
+WORDS = ["the", " cat", " sat", " on", " mat", ",", " and", " é", "\n", " 42"]
+
+
+def _median(fn: Callable[[], object], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _entries(tokens: int, top_k: int, rng: random.Random) -> list[dict]:
+    def entry(token: str) -> dict:
+        return {"token": token, "logprob": -rng.random() * 5, "bytes": list(token.encode())}
+
+    out = []
+    for _ in range(tokens):
+        item = entry(rng.choice(WORDS))
+        item["top_logprobs"] = [entry(rng.choice(WORDS) + str(j)) for j in range(top_k)]
+        out.append(item)
+    return out
+
+
+def chat_body(tokens: int, top_k: int) -> bytes:
+    content = _entries(tokens, top_k, random.Random(0)) if tokens else None
+    text = "".join(e["token"] for e in content) if content else "Hello there!"
+    return orjson.dumps(
+        {
+            "id": "chatcmpl-b",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "logprobs": {"content": content} if content else None,
+                    "finish_reason": "length",
+                }
+            ],
+            "usage": {"prompt_tokens": 5, "completion_tokens": max(tokens, 3), "total_tokens": 5 + max(tokens, 3)},
+        }
+    )
+
+
+def responses_body(tokens: int, top_k: int) -> bytes:
+    content = _entries(tokens, top_k, random.Random(0)) if tokens else []
+    text = "".join(e["token"] for e in content) if content else "Hello there!"
+    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": content}
+    return orjson.dumps(
+        {
+            "id": "resp_b",
+            "object": "response",
+            "status": "completed",
+            "model": "m",
+            "output": [
+                {"type": "message", "id": "msg_b", "status": "completed", "role": "assistant", "content": [part]}
+            ],
+            "usage": {"input_tokens": 5, "output_tokens": max(tokens, 3), "total_tokens": 5 + max(tokens, 3)},
+        }
+    )
+
+
+def completions_body(tokens: int, top_k: int) -> bytes:
+    rng = random.Random(0)
+    logprobs = None
+    text = "Hello there!"
+    if tokens:
+        toks = [rng.choice(WORDS) for _ in range(tokens)]
+        logprobs = {
+            "tokens": toks,
+            "token_logprobs": [-rng.random() * 5 for _ in toks],
+            "top_logprobs": [{rng.choice(WORDS) + str(j): -rng.random() * 5 for j in range(top_k)} for _ in toks],
+            "text_offset": list(range(tokens)),
+        }
+        text = "".join(toks)
+    return orjson.dumps(
+        {
+            "id": "cmpl-b",
+            "object": "text_completion",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": "length"}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": max(tokens, 3), "total_tokens": 5 + max(tokens, 3)},
+        }
+    )
+
+
+CASES = [
+    ("openai_chat", OpenAIChat(provider_model="m"), "chat", chat_body),
+    ("openai_responses", OpenAIResponses(provider_model="m"), "chat", responses_body),
+    ("openai_completions", OpenAICompletions(provider_model="m"), "prompt", completions_body),
+    ("vllm (chat)", VLLM(provider_model="m"), "chat", chat_body),
+]
+
+
+def run(repeat: int = 15) -> list[tuple[str, str, str]]:
+    tune_gc()  # the settings `modelir serve` runs with
+    rows = []
+    for name, transport, kind, make_body in CASES:
+        if kind == "chat":
+            small = build_request("m", messages=[("system", "Be brief."), ("user", "Hello!")], max_output_tokens=16)
+            big = build_request("m", messages=[("user", "Hello!")], top_logprobs=20)
+        else:
+            small = build_request("m", prompt="Hello!", max_output_tokens=16)
+            big = build_request("m", prompt="Hello!", top_logprobs=5)
+        small_body, big_body = make_body(0, 0), make_body(2000, 20)
+        small_answer = HttpResponse(200, {}, small_body)
+        big_answer = HttpResponse(200, {}, big_body)
+        t_lower = _median(lambda: [transport.lower(small, stream=False) for _ in range(100)], repeat) / 100
+        t_lift = _median(lambda: [transport.lift(small, small_answer) for _ in range(100)], repeat) / 100
+        gc.collect()
+        t_loads = _median(lambda: orjson.loads(big_body), repeat)
+        t_big = _median(lambda: transport.lift(big, big_answer), repeat)
+        rows.append(
+            (
+                f"{name}: small chat lower / lift",
+                f"{t_lower * 1e6:.1f} us / {t_lift * 1e6:.1f} us",
+                "reported",
+            )
+        )
+        rows.append(
+            (
+                f"{name}: lift of 2,000 x top-20 ({len(big_body) / 1e6:.2f} MB), GC as served",
+                f"lift {t_big * 1e3:.1f} ms vs orjson.loads {t_loads * 1e3:.1f} ms",
+                f"{t_big / t_loads:.2f}x (target <= 1.5x)",
+            )
+        )
+    return rows

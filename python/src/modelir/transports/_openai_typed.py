@@ -1,0 +1,148 @@
+"""A typed decoder for OpenAI chat completion bodies (msgspec), for the unary lift's hot path.
+
+Decoding straight into typed structs never builds the generic dicts, which is most of the cost of a
+logprob-heavy body (2,000 tokens with 20 alternatives each is about 3 MB of JSON and 40,000 small objects).
+The structs accept every shape the generic path accepts; a body that does not fit them raises
+`msgspec.ValidationError` and the caller falls back to the generic path, so nothing is lost.
+"""
+
+from __future__ import annotations
+
+from itertools import accumulate, chain
+
+import msgspec
+
+from modelir.v1 import logprobs_pb2
+
+
+class TopLogprob(msgspec.Struct):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+
+
+class LogprobEntry(msgspec.Struct):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+    top_logprobs: list[TopLogprob] | None = None
+
+
+class ChoiceLogprobs(msgspec.Struct):
+    content: list[LogprobEntry] | None = None
+
+
+class FunctionCall(msgspec.Struct):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCall(msgspec.Struct):
+    id: str | None = None
+    function: FunctionCall | None = None
+
+
+class Message(msgspec.Struct):
+    content: str | None = None
+    refusal: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+
+
+class Choice(msgspec.Struct):
+    index: int = 0
+    message: Message | None = None
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None  # vLLM
+
+
+class ChatCompletion(msgspec.Struct):
+    id: str | None = None
+    model: str | None = None
+    choices: list[Choice] | None = None
+    usage: dict | None = None
+    prompt_logprobs: list | None = None  # vLLM
+    prompt_token_ids: list[int] | None = None  # vLLM
+
+
+# The Responses API: output items are tagged by `type`; an item of a type not listed here makes the typed decode
+# fail and the generic path take over (which lifts what it knows and warns about the rest).
+class SummaryText(msgspec.Struct):
+    text: str = ""
+
+
+class ReasoningItem(msgspec.Struct, tag_field="type", tag="reasoning"):
+    id: str | None = None
+    summary: list[SummaryText] | None = None
+    encrypted_content: str | None = None
+
+
+class OutputText(msgspec.Struct, tag_field="type", tag="output_text"):
+    text: str = ""
+    logprobs: list[LogprobEntry] | None = None
+
+
+class Refusal(msgspec.Struct, tag_field="type", tag="refusal"):
+    refusal: str = ""
+
+
+class MessageItem(msgspec.Struct, tag_field="type", tag="message"):
+    id: str | None = None
+    content: list[OutputText | Refusal] | None = None
+
+
+class FunctionCallItem(msgspec.Struct, tag_field="type", tag="function_call"):
+    id: str | None = None
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+
+
+class IncompleteDetails(msgspec.Struct):
+    reason: str | None = None
+
+
+class ResponseObject(msgspec.Struct):
+    id: str | None = None
+    model: str | None = None
+    status: str | None = None
+    output: list[ReasoningItem | MessageItem | FunctionCallItem] | None = None
+    usage: dict | None = None
+    error: dict | None = None
+    incomplete_details: IncompleteDetails | None = None
+
+
+CHAT_DECODER = msgspec.json.Decoder(ChatCompletion)
+RESPONSE_DECODER = msgspec.json.Decoder(ResponseObject)
+
+
+def _joined(pieces: list) -> tuple[bytes, list[int]]:
+    lengths = list(map(len, pieces))
+    return bytes(chain.from_iterable(pieces)), [0, *accumulate(lengths[:-1])] if lengths else []
+
+
+def columns(entries: list[LogprobEntry], out: logprobs_pb2.TokenLogprobs | None = None) -> logprobs_pb2.TokenLogprobs:
+    """Typed entries -> columnar logprobs; the same result as `logprobs.from_openai_content` on the dicts.
+
+    Filled into `out` when given (a field of the response), which saves copying a multi-megabyte message.
+    """
+    if out is None:
+        out = logprobs_pb2.TokenLogprobs()
+    out.tokens.extend([e.token for e in entries])
+    out.logprobs.extend([e.logprob for e in entries])
+    tops = [e.top_logprobs or () for e in entries]
+    flat = [t for top in tops for t in top]
+    if flat or entries[0].top_logprobs is not None:
+        out.top_counts.extend(list(map(len, tops)))
+        out.top_tokens.extend([t.token for t in flat])
+        out.top_logprobs.extend([t.logprob for t in flat])
+    pieces = [e.bytes if e.bytes is not None else e.token.encode() for e in entries]
+    out.token_bytes, offsets = _joined(pieces)
+    out.token_byte_offsets.extend(offsets)
+    if flat:
+        top_pieces = [t.bytes if t.bytes is not None else t.token.encode() for t in flat]
+        out.top_token_bytes, top_offsets = _joined(top_pieces)
+        out.top_token_byte_offsets.extend(top_offsets)
+    return out
