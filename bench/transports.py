@@ -115,36 +115,31 @@ CASES = [
 ]
 
 
+def _measure(name: str, transport, kind: str, make_body, repeat: int) -> list[tuple[str, str, str]]:
+    if kind == "chat":
+        small = build_request("m", messages=[("system", "Be brief."), ("user", "Hello!")], max_output_tokens=16)
+        big = build_request("m", messages=[("user", "Hello!")], top_logprobs=20)
+    else:
+        small = build_request("m", prompt="Hello!", max_output_tokens=16)
+        big = build_request("m", prompt="Hello!", top_logprobs=5)
+    small_body, big_body = make_body(0, 0), make_body(2000, 20)
+    small_answer = HttpResponse(200, {}, small_body)
+    big_answer = HttpResponse(200, {}, big_body)
+    t_lower = _median(lambda: [transport.lower(small, stream=False) for _ in range(100)], repeat) / 100
+    t_lift = _median(lambda: [transport.lift(small, small_answer) for _ in range(100)], repeat) / 100
+    gc.collect()
+    t_loads = _median(lambda: orjson.loads(big_body), repeat)
+    t_big = _median(lambda: transport.lift(big, big_answer), repeat)
+    return [
+        (f"{name}: small chat lower / lift", f"{t_lower * 1e6:.1f} us / {t_lift * 1e6:.1f} us", "reported"),
+        (
+            f"{name}: lift of 2,000 x top-20 ({len(big_body) / 1e6:.2f} MB), GC as served",
+            f"lift {t_big * 1e3:.1f} ms vs orjson.loads {t_loads * 1e3:.1f} ms",
+            f"{t_big / t_loads:.2f}x (target <= 1.5x)",
+        ),
+    ]
+
+
 def run(repeat: int = 15) -> list[tuple[str, str, str]]:
     tune_gc()  # the settings `modelir serve` runs with
-    rows = []
-    for name, transport, kind, make_body in CASES:
-        if kind == "chat":
-            small = build_request("m", messages=[("system", "Be brief."), ("user", "Hello!")], max_output_tokens=16)
-            big = build_request("m", messages=[("user", "Hello!")], top_logprobs=20)
-        else:
-            small = build_request("m", prompt="Hello!", max_output_tokens=16)
-            big = build_request("m", prompt="Hello!", top_logprobs=5)
-        small_body, big_body = make_body(0, 0), make_body(2000, 20)
-        small_answer = HttpResponse(200, {}, small_body)
-        big_answer = HttpResponse(200, {}, big_body)
-        t_lower = _median(lambda: [transport.lower(small, stream=False) for _ in range(100)], repeat) / 100
-        t_lift = _median(lambda: [transport.lift(small, small_answer) for _ in range(100)], repeat) / 100
-        gc.collect()
-        t_loads = _median(lambda: orjson.loads(big_body), repeat)
-        t_big = _median(lambda: transport.lift(big, big_answer), repeat)
-        rows.append(
-            (
-                f"{name}: small chat lower / lift",
-                f"{t_lower * 1e6:.1f} us / {t_lift * 1e6:.1f} us",
-                "reported",
-            )
-        )
-        rows.append(
-            (
-                f"{name}: lift of 2,000 x top-20 ({len(big_body) / 1e6:.2f} MB), GC as served",
-                f"lift {t_big * 1e3:.1f} ms vs orjson.loads {t_loads * 1e3:.1f} ms",
-                f"{t_big / t_loads:.2f}x (target <= 1.5x)",
-            )
-        )
-    return rows
+    return [row for case in CASES for row in _measure(*case, repeat)]
