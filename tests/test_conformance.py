@@ -165,3 +165,51 @@ def test_openai_responses_fixtures_fit_the_openai_sdk(path: Path):
             # which the SDK's closed list of response error codes lacks; everything else is checked.
             data = {**data, "response": {**data["response"], "error": {**error, "code": "rate_limit_exceeded"}}}
         pydantic.TypeAdapter(ResponseStreamEvent).validate_python(data)
+
+
+@pytest.mark.parametrize("path", _fixtures("anthropic_messages"), ids=lambda p: p.stem)
+def test_anthropic_fixtures_fit_the_anthropic_sdk(path: Path):
+    from anthropic.types import Message, RawMessageStreamEvent, message_create_params
+
+    fixture = json.loads(path.read_text())
+    if "expected_http_request" in fixture:
+        body = fixture["expected_http_request"]["body"]
+        params = (
+            message_create_params.MessageCreateParamsStreaming
+            if body.get("stream")
+            else message_create_params.MessageCreateParamsNonStreaming
+        )
+        pydantic.TypeAdapter(params).validate_python(body)
+        assert set(body) <= params.__required_keys__ | params.__optional_keys__
+    answer = fixture.get("http_response", {})
+    if answer.get("status", 200) == 200 and "body" in answer:
+        Message.model_validate(answer["body"])
+    for event in fixture.get("stream_events", []):
+        data = json.loads(event["data"])
+        if data["type"] not in ("ping", "error"):  # the SDK's union leaves these out; their shapes are documented
+            pydantic.TypeAdapter(RawMessageStreamEvent).validate_python(data)
+
+
+@pytest.mark.parametrize("path", _fixtures("google_genai"), ids=lambda p: p.stem)
+def test_gemini_fixtures_fit_the_google_genai_sdk(path: Path):
+    from google.genai import types
+
+    fixture = json.loads(path.read_text())
+    if "expected_http_request" in fixture:
+        body = dict(fixture["expected_http_request"]["body"])
+        for content in body.pop("contents"):
+            types.Content.model_validate(content)  # the SDK forbids unknown keys: a misspelling fails here
+        if "systemInstruction" in body:
+            types.Content.model_validate(body.pop("systemInstruction"))
+        if "generationConfig" in body:
+            types.GenerationConfig.model_validate(body.pop("generationConfig"))
+        for tool in body.pop("tools", []):
+            types.Tool.model_validate(tool)
+        if "toolConfig" in body:
+            types.ToolConfig.model_validate(body.pop("toolConfig"))
+        assert set(body) <= {"safetySettings", "cachedContent", "labels"}
+    answer = fixture.get("http_response", {})
+    if answer.get("status", 200) == 200 and "body" in answer:
+        types.GenerateContentResponse.model_validate(answer["body"])
+    for event in fixture.get("stream_events", []):
+        types.GenerateContentResponse.model_validate_json(event["data"])

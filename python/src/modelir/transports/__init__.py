@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from modelir.transports.anthropic_messages import AnthropicMessages
 from modelir.transports.base import HttpTransport, LocalTransport, Transport
+from modelir.transports.google_genai import GoogleGenAI
 from modelir.transports.openai_chat import OpenAIChat
 from modelir.transports.openai_completions import OpenAICompletions
 from modelir.transports.openai_responses import OpenAIResponses
@@ -23,6 +25,8 @@ def _reference(options: Mapping[str, Any]) -> Transport:
 # name -> factory(options); options are the model's configuration entry.
 TRANSPORTS: dict[str, Callable[[Mapping[str, Any]], Transport]] = {
     "reference": _reference,
+    "anthropic_messages": lambda options: AnthropicMessages(provider_model=options.get("provider_model", "")),
+    "google_genai": lambda options: GoogleGenAI(provider_model=options.get("provider_model", "")),
     "openai_chat": lambda options: OpenAIChat(provider_model=options.get("provider_model", "")),
     "openai_completions": lambda options: OpenAICompletions(provider_model=options.get("provider_model", "")),
     "openai_responses": lambda options: OpenAIResponses(provider_model=options.get("provider_model", "")),

@@ -1,0 +1,455 @@
+"""Anthropic Messages (`POST /v1/messages`): content blocks, tools, extended thinking with signatures, prefill.
+
+Facts this follows (shared/wire/NOTES.md section 4): thinking blocks carry a `signature` and `redacted_thinking`
+blocks an opaque `data`, and both go back verbatim and in order; `input_tokens` excludes cache reads and writes
+(the IR's input count adds them back); in the stream, `ping` can come anywhere, a `signature_delta` ends a
+thinking block, `input_json_delta` partials are joined then parsed, `message_delta.usage.output_tokens` is
+cumulative, and a `redacted_thinking` block arrives whole in `content_block_start`.
+
+`max_tokens` is required by the API. When the IR leaves it unset, this transport sends `DEFAULT_MAX_TOKENS`
+(4,096), or the thinking budget plus 4,096 when a budget is set (the API requires max_tokens above the budget).
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import orjson
+
+from modelir import errors
+from modelir.transports import _openai_common as common
+from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter, error_for_status
+from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, request_pb2, response_pb2, stream_pb2
+
+C = capabilities_pb2.Capability
+API_VERSION = "2023-06-01"
+DEFAULT_MAX_TOKENS = 4096
+SIGNATURE = content_pb2.REASONING_ARTIFACT_KIND_SIGNATURE
+REDACTED = content_pb2.REASONING_ARTIFACT_KIND_REDACTED_DATA
+STOP_REASONS = {
+    "end_turn": response_pb2.FINISH_REASON_STOP,
+    "max_tokens": response_pb2.FINISH_REASON_LENGTH,
+    "stop_sequence": response_pb2.FINISH_REASON_STOP_SEQUENCE,
+    "tool_use": response_pb2.FINISH_REASON_TOOL_CALLS,
+    "pause_turn": response_pb2.FINISH_REASON_PAUSED,
+    "refusal": response_pb2.FINISH_REASON_REFUSAL,
+    "model_context_window_exceeded": response_pb2.FINISH_REASON_CONTEXT_WINDOW,
+}
+_TOOL_CHOICE = {
+    request_pb2.TOOL_CHOICE_MODE_AUTO: {"type": "auto"},
+    request_pb2.TOOL_CHOICE_MODE_NONE: {"type": "none"},
+    request_pb2.TOOL_CHOICE_MODE_REQUIRED: {"type": "any"},
+}
+PROVIDER_OPTION_KEYS = ("metadata", "service_tier")
+
+
+class AnthropicMessages(HttpTransport):
+    name = "anthropic_messages"
+    version = "1.0.0"
+    path = "/v1/messages"
+
+    def __init__(self, *, provider_model: str = "", default_max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
+        self._provider_model = provider_model
+        self.default_max_tokens = default_max_tokens
+
+    @property
+    def provider_model(self) -> str:
+        return self._provider_model
+
+    def auth_headers(self, credential: str) -> dict[str, str]:
+        headers = {"anthropic-version": API_VERSION}
+        if credential:
+            headers["x-api-key"] = credential
+        return headers
+
+    def manifest(self) -> capabilities_pb2.CapabilityManifest:
+        return capabilities_pb2.CapabilityManifest(
+            transport=self.name,
+            transport_version=self.version,
+            capabilities=sorted(
+                [
+                    C.CAPABILITY_CHAT,
+                    C.CAPABILITY_SYSTEM_MESSAGES,
+                    C.CAPABILITY_IMAGE_INPUT,
+                    C.CAPABILITY_TOOLS,
+                    C.CAPABILITY_TOOL_CHOICE,
+                    C.CAPABILITY_REASONING,
+                    C.CAPABILITY_REASONING_BUDGET,
+                    C.CAPABILITY_PREFILL,
+                    C.CAPABILITY_STREAMING,
+                    C.CAPABILITY_TEMPERATURE,
+                    C.CAPABILITY_TOP_P,
+                    C.CAPABILITY_TOP_K_SAMPLING,
+                    C.CAPABILITY_MAX_OUTPUT_TOKENS,
+                    C.CAPABILITY_STOP_SEQUENCES,
+                    C.CAPABILITY_PROVIDER_OPTIONS,
+                ]
+            ),
+            limits=capabilities_pb2.ModelLimits(max_choices=1),
+            provider_option_keys=PROVIDER_OPTION_KEYS,
+        )
+
+    def extra_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
+        reasons = []
+        if request.HasField("reasoning") and request.reasoning.summary:
+            reasons.append("Anthropic returns thinking blocks, not summaries on request (reasoning.summary).")
+        seen_other = False
+        for i, message in enumerate(request.conversation.messages):
+            where = f"conversation.messages[{i}]"
+            if message.role in (content_pb2.ROLE_SYSTEM, content_pb2.ROLE_DEVELOPER):
+                if seen_other:
+                    reasons.append(f"Anthropic takes system text only before the conversation ({where}).")
+                if any(p.WhichOneof("content") != "text" for p in message.parts):
+                    reasons.append(f"Anthropic's system prompt is text only ({where}).")
+                continue
+            seen_other = True
+            for j, part in enumerate(message.parts):
+                kind = part.WhichOneof("content")
+                if kind == "reasoning":
+                    kinds = [a.kind for a in part.artifacts]
+                    if not any(k in (SIGNATURE, REDACTED) for k in kinds):
+                        reasons.append(
+                            f"Anthropic requires each thinking block back with its signature ({where}.parts[{j}])."
+                        )
+                elif kind == "blob" and not part.blob.mime_type.startswith("image/"):
+                    reasons.append(f"Only image blobs are supported here, not {part.blob.mime_type!r}.")
+        return reasons
+
+    # ---- lower -------------------------------------------------------------------------------------
+
+    def _max_tokens(self, request: request_pb2.Request) -> int:
+        if request.sampling.HasField("max_output_tokens"):
+            return request.sampling.max_output_tokens
+        if request.reasoning.WhichOneof("amount") == "budget_tokens":
+            return request.reasoning.budget_tokens + self.default_max_tokens
+        return self.default_max_tokens
+
+    def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
+        messages = list(request.conversation.messages)
+        system = []
+        while messages and messages[0].role in (content_pb2.ROLE_SYSTEM, content_pb2.ROLE_DEVELOPER):
+            system.append("".join(p.text for p in messages.pop(0).parts))
+        body: dict[str, Any] = {"model": self._provider_model or request.model, "max_tokens": self._max_tokens(request)}
+        if system:
+            body["system"] = "\n\n".join(system)
+        wire_messages = [{"role": _role(m), "content": [_block(p) for p in m.parts]} for m in messages]
+        if request.prefill:
+            wire_messages.append({"role": "assistant", "content": [{"type": "text", "text": request.prefill}]})
+        body["messages"] = _merge_roles(wire_messages)
+        s = request.sampling
+        for field, key in (("temperature", "temperature"), ("top_p", "top_p"), ("top_k", "top_k")):
+            if s.HasField(field):
+                body[key] = getattr(s, field)
+        if s.stop:
+            body["stop_sequences"] = list(s.stop)
+        if request.tools:
+            body["tools"] = [_tool(t) for t in request.tools]
+        choice = request.tool_choice.WhichOneof("choice")
+        if choice == "mode":
+            body["tool_choice"] = _TOOL_CHOICE[request.tool_choice.mode]
+        elif choice == "tool_name":
+            body["tool_choice"] = {"type": "tool", "name": request.tool_choice.tool_name}
+        if request.reasoning.WhichOneof("amount") == "budget_tokens":
+            body["thinking"] = {"type": "enabled", "budget_tokens": request.reasoning.budget_tokens}
+        if stream:
+            body["stream"] = True
+        body.update(common.provider_options(request))
+        return HttpRequest(
+            "POST", self.path, orjson.dumps(body), (("content-type", "application/json"),), "sse" if stream else None
+        )
+
+    # ---- lift --------------------------------------------------------------------------------------
+
+    def error(self, response: HttpResponse) -> errors.ModelError:
+        """`{"type": "error", "error": {"type", "message"}}`; 529 overloaded is retried like a 5xx."""
+        try:
+            body = orjson.loads(response.body)
+        except orjson.JSONDecodeError:
+            body = None
+        error = body.get("error") if isinstance(body, dict) else None
+        if isinstance(error, dict):
+            return error_for_status(
+                response, str(error.get("message") or ""), provider_code=str(error.get("type") or "")
+            )
+        return error_for_status(response, response.body.decode("utf-8", "replace")[:2000])
+
+    def issuer(self, model: str) -> content_pb2.Issuer:
+        return content_pb2.Issuer(transport=self.name, model=self._provider_model or model)
+
+    def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
+        body = common.parse_json(response.body, "response body")
+        out = response_pb2.Response(id=body.get("id") or "", model=body.get("model") or "")
+        choice = out.choices.add(index=0)
+        choice.message.role = content_pb2.ROLE_ASSISTANT
+        issuer = self.issuer(out.model)
+        for block in body.get("content") or ():
+            part = _part(block, issuer)
+            if part is None:
+                out.warnings.add(
+                    code="unknown_content_block", message=f"a block of type {block.get('type')!r} was not lifted"
+                )
+            else:
+                choice.message.parts.append(part)
+        _finish(choice, body.get("stop_reason"), body.get("stop_sequence"))
+        _usage(body.get("usage"), out.usage)
+        if request.include_raw:
+            out.raw.CopyFrom(
+                response_pb2.RawExchange(
+                    transport=self.name,
+                    http_status=response.status,
+                    content_type=response.headers.get("content-type", ""),
+                    body=response.body,
+                )
+            )
+        return out
+
+    def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
+        return _MessagesStreamLifter(self, request)
+
+
+def _role(message: content_pb2.Message) -> str:
+    return "assistant" if message.role == content_pb2.ROLE_ASSISTANT else "user"
+
+
+def _merge_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Consecutive turns of one role (e.g. a tool message after a user message) become one turn."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if out and out[-1]["role"] == message["role"]:
+            out[-1]["content"].extend(message["content"])
+        else:
+            out.append(message)
+    return out
+
+
+def _block(part: content_pb2.Part) -> dict[str, Any]:
+    kind = part.WhichOneof("content")
+    if kind == "text":
+        return {"type": "text", "text": part.text}
+    if kind == "blob":
+        blob = part.blob
+        if blob.WhichOneof("source") == "uri":
+            return {"type": "image", "source": {"type": "url", "url": blob.uri}}
+        data = base64.b64encode(blob.data).decode()
+        return {"type": "image", "source": {"type": "base64", "media_type": blob.mime_type, "data": data}}
+    if kind == "tool_call":
+        call = part.tool_call
+        return {
+            "type": "tool_use",
+            "id": call.id,
+            "name": call.name,
+            "input": orjson.loads(call.arguments_json or "{}"),
+        }
+    if kind == "tool_result":
+        result = part.tool_result
+        content: Any = [_block(p) for p in result.content]
+        if len(result.content) == 1 and result.content[0].WhichOneof("content") == "text":
+            content = result.content[0].text
+        return {
+            "type": "tool_result",
+            "tool_use_id": result.tool_call_id,
+            "content": content,
+            "is_error": result.failed,
+        }
+    # reasoning: the artifact says which block it was, and its bytes go back exactly as received
+    for artifact in part.artifacts:
+        if artifact.kind == REDACTED:
+            return {"type": "redacted_thinking", "data": artifact.data.decode()}
+        if artifact.kind == SIGNATURE:
+            return {"type": "thinking", "thinking": part.reasoning.text, "signature": artifact.data.decode()}
+    raise ValueError("a reasoning part without its signature cannot be sent to Anthropic")
+
+
+def _tool(tool: request_pb2.Tool) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": tool.name, "input_schema": common.json_object(tool.parameters_json_schema)}
+    if tool.description:
+        out["description"] = tool.description
+    return out
+
+
+def _part(block: dict[str, Any], issuer: content_pb2.Issuer) -> content_pb2.Part | None:
+    kind = block.get("type")
+    if kind == "text":
+        return content_pb2.Part(text=block.get("text") or "")
+    if kind == "thinking":
+        part = content_pb2.Part(reasoning=content_pb2.Reasoning(text=block.get("thinking") or ""))
+        part.artifacts.add(kind=SIGNATURE, data=(block.get("signature") or "").encode(), issuer=issuer)
+        return part
+    if kind == "redacted_thinking":
+        part = content_pb2.Part(reasoning=content_pb2.Reasoning())
+        part.artifacts.add(kind=REDACTED, data=(block.get("data") or "").encode(), issuer=issuer)
+        return part
+    if kind == "tool_use":
+        arguments = orjson.dumps(block.get("input") or {}).decode()
+        return content_pb2.Part(
+            tool_call=content_pb2.ToolCall(
+                id=block.get("id") or "", name=block.get("name") or "", arguments_json=arguments
+            )
+        )
+    return None
+
+
+def _finish(choice: response_pb2.Choice, stop_reason: str | None, stop_sequence: str | None) -> None:
+    choice.raw_finish_reason = stop_reason or ""
+    choice.finish_reason = (
+        STOP_REASONS.get(stop_reason, response_pb2.FINISH_REASON_OTHER)
+        if stop_reason
+        else response_pb2.FINISH_REASON_UNSPECIFIED
+    )
+    choice.stop_sequence = stop_sequence or ""
+
+
+def _usage(raw: dict[str, Any] | None, usage: response_pb2.Usage) -> None:
+    """Anthropic's `input_tokens` excludes cache reads and writes; the IR's input count includes them."""
+    if not raw:
+        return
+    if raw.get("input_tokens") is not None:
+        read = raw.get("cache_read_input_tokens") or 0
+        write = raw.get("cache_creation_input_tokens") or 0
+        usage.input_token_count = raw["input_tokens"] + read + write
+        if raw.get("cache_read_input_tokens") is not None:
+            usage.cache_read_token_count = read
+        if raw.get("cache_creation_input_tokens") is not None:
+            usage.cache_write_token_count = write
+    if raw.get("output_tokens") is not None:
+        usage.output_token_count = raw["output_tokens"]
+
+
+class _MessagesStreamLifter(StreamLifter):
+    def __init__(self, transport: AnthropicMessages, request: request_pb2.Request) -> None:
+        self.transport = transport
+        self.request = request
+        self.issuer = transport.issuer("")
+        self.usage: dict[str, Any] = {}
+        self.blocks: dict[int, dict[str, Any]] = {}  # index -> {"type", "signature" | "json" buffers}
+        self.stop: tuple[str | None, str | None] | None = None
+        self.done = False
+        self.error: errors_pb2.ResponseError | None = None
+        self.raw: list[response_pb2.RawStreamEvent] = []
+
+    def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
+        if self.request.include_raw:
+            self.raw.append(response_pb2.RawStreamEvent(event=event.event, data=event.data))
+        data = common.parse_json(event.data, "stream event")
+        kind = data.get("type") or event.event
+        out: list[stream_pb2.StreamEvent] = []
+        if kind == "message_start":
+            message = data.get("message") or {}
+            self.issuer = self.transport.issuer(message.get("model") or "")
+            self.usage.update(message.get("usage") or {})
+            out.append(
+                stream_pb2.StreamEvent(
+                    start=stream_pb2.StreamStart(id=message.get("id") or "", model=message.get("model") or "")
+                )
+            )
+        elif kind == "content_block_start":
+            index, block = data.get("index", 0), data.get("content_block") or {}
+            self.blocks[index] = {"type": block.get("type"), "signature": [], "json": []}
+            delta = stream_pb2.PartDelta(part_index=index)
+            if block.get("type") == "text":
+                delta.text = block.get("text") or ""
+            elif block.get("type") == "thinking":
+                delta.reasoning.text = block.get("thinking") or ""
+                if block.get("signature"):
+                    self.blocks[index]["signature"].append(block["signature"])
+            elif block.get("type") == "redacted_thinking":
+                delta.reasoning.SetInParent()
+                delta.artifacts.add(kind=REDACTED, data=(block.get("data") or "").encode(), issuer=self.issuer)
+            elif block.get("type") == "tool_use":
+                delta.tool_call.id = block.get("id") or ""
+                delta.tool_call.name = block.get("name") or ""
+            else:
+                return out
+            out.append(stream_pb2.StreamEvent(delta=delta))
+        elif kind == "content_block_delta":
+            index, delta = data.get("index", 0), data.get("delta") or {}
+            state = self.blocks.setdefault(index, {"type": None, "signature": [], "json": []})
+            kinds = delta.get("type")
+            if kinds == "text_delta":
+                out.append(
+                    stream_pb2.StreamEvent(delta=stream_pb2.PartDelta(part_index=index, text=delta.get("text") or ""))
+                )
+            elif kinds == "thinking_delta":
+                out.append(
+                    stream_pb2.StreamEvent(
+                        delta=stream_pb2.PartDelta(
+                            part_index=index, reasoning=stream_pb2.ReasoningDelta(text=delta.get("thinking") or "")
+                        )
+                    )
+                )
+            elif kinds == "signature_delta":
+                state["signature"].append(delta.get("signature") or "")
+            elif kinds == "input_json_delta":
+                state["json"].append(delta.get("partial_json") or "")
+        elif kind == "content_block_stop":
+            index = data.get("index", 0)
+            state = self.blocks.get(index) or {}
+            if state.get("type") == "thinking":
+                artifact = content_pb2.ReasoningArtifact(
+                    kind=SIGNATURE, data="".join(state["signature"]).encode(), issuer=self.issuer
+                )
+                out.append(stream_pb2.StreamEvent(delta=stream_pb2.PartDelta(part_index=index, artifacts=[artifact])))
+            elif state.get("type") == "tool_use":
+                # Partials are joined, then parsed, then written compactly: the same JSON text the unary lift gives.
+                text = "".join(state["json"]) or "{}"
+                try:
+                    arguments = orjson.dumps(orjson.loads(text)).decode()
+                except orjson.JSONDecodeError:
+                    arguments = text
+                    self.error = errors_pb2.ResponseError(
+                        reason=errors_pb2.ERROR_REASON_MALFORMED_RESPONSE,
+                        message=f"the streamed tool input for block {index} is not valid JSON",
+                    )
+                out.append(
+                    stream_pb2.StreamEvent(
+                        delta=stream_pb2.PartDelta(
+                            part_index=index, tool_call=stream_pb2.ToolCallDelta(arguments_json=arguments)
+                        )
+                    )
+                )
+        elif kind == "message_delta":
+            delta = data.get("delta") or {}
+            self.stop = (delta.get("stop_reason"), delta.get("stop_sequence"))
+            # output_tokens here is a running total, not an increment: the latest value wins.
+            self.usage.update({k: v for k, v in (data.get("usage") or {}).items() if v is not None})
+        elif kind == "message_stop":
+            self.done = True
+        elif kind == "error":
+            error = data.get("error") or {}
+            self.error = errors_pb2.ResponseError(
+                reason=errors_pb2.ERROR_REASON_PROVIDER_UNAVAILABLE,
+                message=str(error.get("message") or "the provider reported an error mid-stream"),
+                provider_code=str(error.get("type") or ""),
+                retryable=error.get("type") in ("overloaded_error", "api_error", "rate_limit_error"),
+            )
+        return out
+
+    def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
+        end = stream_pb2.StreamEnd()
+        choice = response_pb2.Choice()
+        if self.stop is not None:
+            _finish(choice, *self.stop)
+        end.finishes.add(
+            choice_index=0,
+            finish_reason=choice.finish_reason,
+            raw_finish_reason=choice.raw_finish_reason,
+            stop_sequence=choice.stop_sequence,
+        )
+        _usage(self.usage, end.usage)
+        if not end.usage.ListFields():
+            end.ClearField("usage")
+        if self.error is not None:
+            end.error.CopyFrom(self.error)
+        elif interrupted or not self.done:
+            end.error.CopyFrom(common.truncated_error("the stream ended before message_stop; the output is partial"))
+        if self.request.include_raw:
+            end.raw.CopyFrom(
+                response_pb2.RawExchange(
+                    transport=self.transport.name,
+                    http_status=200,
+                    content_type="text/event-stream",
+                    stream_events=self.raw,
+                )
+            )
+        return [stream_pb2.StreamEvent(end=end)]
