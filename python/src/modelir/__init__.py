@@ -6,6 +6,7 @@ classes live in `modelir.v1`; the most used ones are re-exported here.
 
 from modelir.accumulate import StreamAccumulator, accumulate
 from modelir.capabilities import requirements, unsupported
+from modelir.classify import Classification, aclassify, classify
 from modelir.errors import (
     ConstraintViolatedError,
     DeadlineExceededError,
@@ -36,6 +37,7 @@ __all__ = [
     "SDK_VERSION",
     "Capability",
     "CapabilityManifest",
+    "Classification",
     "ConstraintViolatedError",
     "DeadlineExceededError",
     "Executor",
@@ -60,8 +62,10 @@ __all__ = [
     "UnknownModelError",
     "UnsupportedCapabilityError",
     "accumulate",
+    "aclassify",
     "bits_per_byte",
     "build_request",
+    "classify",
     "message",
     "requirements",
     "unsupported",

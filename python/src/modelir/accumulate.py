@@ -102,6 +102,10 @@ class StreamAccumulator:
     def _add_end(self, end: stream_pb2.StreamEnd) -> None:
         self.ended = True
         r = self._response
+        if end.id:
+            r.id = end.id
+        if end.model:
+            r.model = end.model
         for finish in end.finishes:
             self._choice(finish.choice_index).finish = finish
         if end.HasField("usage"):

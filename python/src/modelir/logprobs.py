@@ -79,12 +79,16 @@ def from_openai_content(entries: Sequence[dict], *, with_bytes: bool = True) -> 
     out = TokenLogprobs()
     out.tokens.extend([e["token"] for e in entries])
     out.logprobs.extend([e["logprob"] for e in entries])
+    if entries and "id" in entries[0]:  # llama.cpp adds token ids to this shape
+        out.token_ids.extend([e["id"] for e in entries])
     tops = [e.get("top_logprobs") or () for e in entries]
     flat = [t for top in tops for t in top]
     if flat or any("top_logprobs" in e for e in entries[:1]):
         out.top_counts.extend([len(top) for top in tops])
         out.top_tokens.extend([t["token"] for t in flat])
         out.top_logprobs.extend([t["logprob"] for t in flat])
+        if flat and "id" in flat[0]:
+            out.top_token_ids.extend([t["id"] for t in flat])
     if with_bytes:
         _fill_bytes(out, entries, flat)
     return out

@@ -192,10 +192,31 @@ class Model(ModelInterface):
 
     # ---- tokenize ------------------------------------------------------------------------------------
 
-    async def atokenize_request(self, request: service_pb2.TokenizeRequest) -> service_pb2.TokenizeResponse:
+    def _require_tokenize(self) -> None:
         if C.CAPABILITY_TOKENIZE not in self._manifest.capabilities:
             gaps = errors_pb2.UnsupportedCapabilities(model=self.name, missing=[C.CAPABILITY_TOKENIZE])
             raise errors.UnsupportedCapabilityError(gaps)
+
+    async def adetokenize(self, token_ids: list[int]) -> str:
+        """Token ids back to text, with the model's own tokenizer."""
+        self._require_tokenize()
+        transport = self.transport
+        if isinstance(transport, LocalTransport):
+            return await transport.detokenize(list(token_ids))
+        assert isinstance(transport, HttpTransport) and self.executor is not None
+        async with self.limiter.acquire():
+            sent = await self.executor.send(
+                transport.lower_detokenize(list(token_ids)), error_from=transport.error, observe=self.limiter.observe
+            )
+        return transport.lift_detokenize(sent.response)
+
+    async def around_trip(self, text: str) -> bool:
+        """Whether detokenize(tokenize(text)) gives `text` back: a check of the tokenizer path, per model."""
+        tokens = await self.atokenize(text)
+        return await self.adetokenize(list(tokens.token_ids)) == text
+
+    async def atokenize_request(self, request: service_pb2.TokenizeRequest) -> service_pb2.TokenizeResponse:
+        self._require_tokenize()
         transport = self.transport
         if isinstance(transport, LocalTransport):
             return await transport.tokenize(request)

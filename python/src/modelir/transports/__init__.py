@@ -8,10 +8,13 @@ from typing import Any
 from modelir.transports.anthropic_messages import AnthropicMessages
 from modelir.transports.base import HttpTransport, LocalTransport, Transport
 from modelir.transports.google_genai import GoogleGenAI
+from modelir.transports.llamacpp import LlamaCpp
+from modelir.transports.ollama import Ollama
 from modelir.transports.openai_chat import OpenAIChat
 from modelir.transports.openai_completions import OpenAICompletions
 from modelir.transports.openai_responses import OpenAIResponses
 from modelir.transports.reference import ReferenceModel
+from modelir.transports.sglang import SGLang
 from modelir.transports.vllm import VLLM
 
 
@@ -30,6 +33,9 @@ TRANSPORTS: dict[str, Callable[[Mapping[str, Any]], Transport]] = {
     "openai_chat": lambda options: OpenAIChat(provider_model=options.get("provider_model", "")),
     "openai_completions": lambda options: OpenAICompletions(provider_model=options.get("provider_model", "")),
     "openai_responses": lambda options: OpenAIResponses(provider_model=options.get("provider_model", "")),
+    "llamacpp": lambda options: LlamaCpp(provider_model=options.get("provider_model", "")),
+    "ollama": lambda options: Ollama(provider_model=options.get("provider_model", "")),
+    "sglang": lambda options: SGLang(provider_model=options.get("provider_model", "")),
     "vllm": lambda options: VLLM(provider_model=options.get("provider_model", "")),
 }
 

@@ -19,6 +19,7 @@ class TopLogprob(msgspec.Struct):
     token: str
     logprob: float
     bytes: list[int] | None = None
+    id: int | None = None  # llama.cpp
 
 
 class LogprobEntry(msgspec.Struct):
@@ -26,6 +27,7 @@ class LogprobEntry(msgspec.Struct):
     logprob: float
     bytes: list[int] | None = None
     top_logprobs: list[TopLogprob] | None = None
+    id: int | None = None  # llama.cpp
 
 
 class ChoiceLogprobs(msgspec.Struct):
@@ -132,12 +134,16 @@ def columns(entries: list[LogprobEntry], out: logprobs_pb2.TokenLogprobs | None 
         out = logprobs_pb2.TokenLogprobs()
     out.tokens.extend([e.token for e in entries])
     out.logprobs.extend([e.logprob for e in entries])
+    if entries[0].id is not None:
+        out.token_ids.extend([e.id for e in entries])
     tops = [e.top_logprobs or () for e in entries]
     flat = [t for top in tops for t in top]
     if flat or entries[0].top_logprobs is not None:
         out.top_counts.extend(list(map(len, tops)))
         out.top_tokens.extend([t.token for t in flat])
         out.top_logprobs.extend([t.logprob for t in flat])
+        if flat and flat[0].id is not None:
+            out.top_token_ids.extend([t.id for t in flat])
     pieces = [e.bytes if e.bytes is not None else e.token.encode() for e in entries]
     out.token_bytes, offsets = _joined(pieces)
     out.token_byte_offsets.extend(offsets)

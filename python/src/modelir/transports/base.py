@@ -99,6 +99,13 @@ class HttpTransport(Transport):
     ) -> service_pb2.TokenizeResponse:
         raise NotImplementedError(f"{self.name} has no tokenize endpoint")
 
+    def lower_detokenize(self, token_ids: list[int]) -> HttpRequest:
+        """The native request that turns token ids back into text (with TOKENIZE)."""
+        raise NotImplementedError(f"{self.name} has no detokenize endpoint")
+
+    def lift_detokenize(self, response: HttpResponse) -> str:
+        raise NotImplementedError(f"{self.name} has no detokenize endpoint")
+
     def error(self, response: HttpResponse) -> errors.ModelError:
         """The typed error for a non-2xx answer. Transports override it to read their error bodies."""
         return error_for_status(response, response.body.decode("utf-8", "replace")[:2000])
@@ -115,6 +122,9 @@ class LocalTransport(Transport):
 
     @abstractmethod
     async def tokenize(self, request: service_pb2.TokenizeRequest) -> service_pb2.TokenizeResponse: ...
+
+    async def detokenize(self, token_ids: list[int]) -> str:
+        raise NotImplementedError(f"{self.name} has no detokenize")
 
 
 def retry_after_seconds(headers: Mapping[str, str], now: float | None = None) -> float | None:

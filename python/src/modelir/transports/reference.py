@@ -310,6 +310,10 @@ class ReferenceModel(LocalTransport):
         out.token_byte_offsets.extend(lp.offsets_of(pieces))
         return out
 
+    async def detokenize(self, token_ids: list[int]) -> str:
+        """Bytes back to text; special tokens have no text."""
+        return bytes(t for t in token_ids if t < 256).decode("utf-8", "replace")
+
     # ---- generation ---------------------------------------------------------------------------------
 
     def generate(self, request: request_pb2.Request) -> response_pb2.Response:

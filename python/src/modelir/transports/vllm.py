@@ -343,6 +343,13 @@ class VLLM(HttpTransport):
             natives.append(tokenize(request.context))
         return natives
 
+    def lower_detokenize(self, token_ids: list[int]) -> HttpRequest:
+        body = {"model": self.provider_model, "tokens": token_ids}
+        return HttpRequest("POST", "/detokenize", orjson.dumps(body), (("content-type", "application/json"),))
+
+    def lift_detokenize(self, response: HttpResponse) -> str:
+        return common.parse_json(response.body, "detokenize body")["prompt"]
+
     def lift_tokenize(
         self, request: service_pb2.TokenizeRequest, responses: list[HttpResponse]
     ) -> service_pb2.TokenizeResponse:

@@ -266,6 +266,14 @@ class StreamEnd(_message.Message):
     ERROR_FIELD_NUMBER: _builtins.int
     WARNINGS_FIELD_NUMBER: _builtins.int
     RAW_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """The provider's id for the response, when it became known only at the end; it replaces the start's."""
+    model: _builtins.str
+    """The model id the provider reported, when it became known only at the end (llama.cpp's native stream names
+    the model in its last event); it replaces the start's.
+    """
     @_builtins.property
     def finishes(self) -> _containers.RepeatedCompositeFieldContainer[Global___ChoiceFinish]:
         """How each choice ended, one entry per choice (a choice with no deltas still has one)."""
@@ -309,10 +317,12 @@ class StreamEnd(_message.Message):
         error: _errors_pb2.ResponseError | None = ...,
         warnings: _abc.Iterable[_errors_pb2.Warning] | None = ...,
         raw: _response_pb2.RawExchange | None = ...,
+        id: _builtins.str = ...,
+        model: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "input_scores", b"input_scores", "raw", b"raw", "timing", b"timing", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "finishes", b"finishes", "input_scores", b"input_scores", "prompt_token_ids", b"prompt_token_ids", "raw", b"raw", "timing", b"timing", "usage", b"usage", "warnings", b"warnings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "finishes", b"finishes", "id", b"id", "input_scores", b"input_scores", "model", b"model", "prompt_token_ids", b"prompt_token_ids", "raw", b"raw", "timing", b"timing", "usage", b"usage", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

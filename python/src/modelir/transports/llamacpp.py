@@ -1,0 +1,373 @@
+"""llama.cpp `llama-server`: native `/completion` for raw prompts and token ids, `/v1/chat/completions` for
+conversations, `/tokenize` (with pieces) and `/detokenize`.
+
+Facts this follows (shared/wire/NOTES.md section 8 and the real recordings in shared/wire/llama_cpp): native
+`n_probs` logprobs are taken *before* sampling (softmax of raw logits; they ignore temperature and grammar, and the
+sampled token is often absent from the list), so they are reported with basis PRE_SAMPLING; `post_sampling_probs`
+(a provider option) renames them `prob`/`top_probs` (probabilities, possibly fewer than asked) and they are
+reported as logs with basis POST_SAMPLING; `token` strings are cut to valid UTF-8 while `bytes` keep the raw
+bytes; the native stream ends without `[DONE]` (its last event has `stop: true`); `/tokenize` pieces are strings,
+or byte lists when not valid UTF-8. There are no prompt logprobs (`echo` is silently ignored), so this manifest
+does not claim input scoring, and such requests are rejected up front.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import orjson
+
+from modelir import logprobs as lp
+from modelir.transports import _openai_common as common
+from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
+from modelir.transports.openai_chat import OpenAIChat
+from modelir.v1 import (
+    capabilities_pb2,
+    content_pb2,
+    logprobs_pb2,
+    request_pb2,
+    response_pb2,
+    service_pb2,
+    stream_pb2,
+)
+
+C = capabilities_pb2.Capability
+STOP_TYPES = {
+    "eos": response_pb2.FINISH_REASON_STOP,
+    "limit": response_pb2.FINISH_REASON_LENGTH,
+    "word": response_pb2.FINISH_REASON_STOP_SEQUENCE,
+}
+PROVIDER_OPTION_KEYS = (
+    "cache_prompt",
+    "dry_multiplier",
+    "ignore_eos",
+    "logit_bias",
+    "post_sampling_probs",
+    "typical_p",
+)
+JSON_HEADERS = (("content-type", "application/json"),)
+
+
+def gbnf_literal(text: str) -> str:
+    """A GBNF string literal (backslash, quote and control characters escaped)."""
+    escaped = (
+        text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+    )
+    return f'"{escaped}"'
+
+
+def choice_grammar(labels: list[str]) -> str:
+    """A choice among labels as GBNF: the output is exactly one of them."""
+    return "root ::= " + " | ".join(gbnf_literal(label) for label in labels)
+
+
+def _sampling(request: request_pb2.Request, body: dict[str, Any]) -> None:
+    """The sampling and constraint fields both endpoints take, under llama.cpp's names."""
+    s = request.sampling
+    for field, key in (
+        ("temperature", "temperature"),
+        ("top_p", "top_p"),
+        ("top_k", "top_k"),
+        ("min_p", "min_p"),
+        ("seed", "seed"),
+        ("presence_penalty", "presence_penalty"),
+        ("frequency_penalty", "frequency_penalty"),
+        ("repetition_penalty", "repeat_penalty"),
+    ):
+        if s.HasField(field):
+            body[key] = getattr(s, field)
+    if s.stop:
+        body["stop"] = list(s.stop)
+    kind = request.constraint.WhichOneof("kind")
+    if kind == "choice":
+        body["grammar"] = choice_grammar(list(request.constraint.choice.labels))
+    elif kind == "grammar":
+        body["grammar"] = request.constraint.grammar.text
+    elif kind == "json_schema":
+        body["json_schema"] = orjson.loads(request.constraint.json_schema.schema_json)
+
+
+class _Chat(OpenAIChat):
+    name = "llamacpp"
+    path = "/v1/chat/completions"
+
+    def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
+        base = super().lower(request, stream=stream)
+        body = orjson.loads(base.body)
+        body.pop("response_format", None)  # llama.cpp takes the schema itself, like the native endpoint
+        _sampling(request, body)
+        return HttpRequest(base.method, base.path, orjson.dumps(body), base.headers, base.stream_format)
+
+
+class LlamaCpp(HttpTransport):
+    name = "llamacpp"
+    version = "1.0.0"
+
+    def __init__(self, *, provider_model: str = "") -> None:
+        self._provider_model = provider_model
+        self._chat = _Chat(provider_model=provider_model)
+
+    @property
+    def provider_model(self) -> str:
+        return self._provider_model
+
+    def manifest(self) -> capabilities_pb2.CapabilityManifest:
+        return capabilities_pb2.CapabilityManifest(
+            transport=self.name,
+            transport_version=self.version,
+            capabilities=sorted(
+                [
+                    C.CAPABILITY_COMPLETION,
+                    C.CAPABILITY_CHAT,
+                    C.CAPABILITY_TOKEN_INPUT,
+                    C.CAPABILITY_SYSTEM_MESSAGES,
+                    C.CAPABILITY_SAMPLED_LOGPROBS,
+                    C.CAPABILITY_SAMPLED_TOKEN_IDS,
+                    C.CAPABILITY_TOP_K_LOGPROBS,
+                    C.CAPABILITY_CONSTRAINT_CHOICE,
+                    C.CAPABILITY_CONSTRAINT_JSON_SCHEMA,
+                    C.CAPABILITY_CONSTRAINT_GRAMMAR,
+                    C.CAPABILITY_TOKENIZE,
+                    C.CAPABILITY_STREAMING,
+                    C.CAPABILITY_TEMPERATURE,
+                    C.CAPABILITY_TOP_P,
+                    C.CAPABILITY_TOP_K_SAMPLING,
+                    C.CAPABILITY_MIN_P,
+                    C.CAPABILITY_MAX_OUTPUT_TOKENS,
+                    C.CAPABILITY_STOP_SEQUENCES,
+                    C.CAPABILITY_SEED,
+                    C.CAPABILITY_PRESENCE_FREQUENCY_PENALTIES,
+                    C.CAPABILITY_REPETITION_PENALTY,
+                    C.CAPABILITY_PROVIDER_OPTIONS,
+                ]
+            ),
+            # llama-server clamps larger n_probs silently; the manifest says where the honest limit is.
+            limits=capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=1),
+            grammar_dialects=[request_pb2.GRAMMAR_DIALECT_GBNF],
+            provider_option_keys=PROVIDER_OPTION_KEYS,
+        )
+
+    def extra_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
+        reasons = []
+        if request.WhichOneof("input") == "conversation":
+            if request.HasField("provider_options") and "post_sampling_probs" in request.provider_options.options_json:
+                reasons.append("post_sampling_probs is a native /completion option; send a raw prompt to use it.")
+            if request.sampling.HasField("max_output_tokens") and request.sampling.max_output_tokens == 0:
+                reasons.append("llama-server still generates a token when asked for none (max_output_tokens 0).")
+        elif request.sampling.HasField("max_output_tokens") and request.sampling.max_output_tokens == 0:
+            reasons.append("llama-server still generates a token when asked for none (n_predict 0).")
+        return reasons
+
+    # ---- lower -------------------------------------------------------------------------------------
+
+    def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
+        if request.WhichOneof("input") == "conversation":
+            return self._chat.lower(request, stream=stream)
+        prompt: Any = list(request.token_ids.ids) if request.WhichOneof("input") == "token_ids" else request.prompt
+        body: dict[str, Any] = {"prompt": prompt, "return_tokens": True}
+        if request.sampling.HasField("max_output_tokens"):
+            body["n_predict"] = request.sampling.max_output_tokens
+        _sampling(request, body)
+        if request.HasField("logprobs"):
+            body["n_probs"] = max(request.logprobs.top_k, 1)
+        if stream:
+            body["stream"] = True
+        body.update(common.provider_options(request))
+        return HttpRequest("POST", "/completion", orjson.dumps(body), JSON_HEADERS, "sse" if stream else None)
+
+    # ---- lift --------------------------------------------------------------------------------------
+
+    def error(self, response: HttpResponse):
+        return common.openai_error(response)
+
+    def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
+        if request.WhichOneof("input") == "conversation":
+            return self._chat.lift(request, response)
+        body = common.parse_json(response.body, "response body")
+        out = response_pb2.Response(model=body.get("model") or "")
+        choice = out.choices.add(index=0)
+        choice.message.role = content_pb2.ROLE_ASSISTANT
+        choice.message.parts.add(text=body.get("content") or "")
+        _finish(choice, body)
+        probabilities = body.get("completion_probabilities")
+        if request.HasField("logprobs"):
+            if probabilities is None:
+                out.error.CopyFrom(common.missing_logprobs_error(0))
+            else:
+                _columns(probabilities, request.logprobs.top_k, choice.logprobs)
+        _usage_and_timing(body, out)
+        if request.include_raw:
+            out.raw.CopyFrom(
+                response_pb2.RawExchange(
+                    transport=self.name,
+                    http_status=response.status,
+                    content_type=response.headers.get("content-type", ""),
+                    body=response.body,
+                )
+            )
+        return out
+
+    def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
+        if request.WhichOneof("input") == "conversation":
+            return self._chat.stream_lifter(request)
+        return _CompletionStreamLifter(self, request)
+
+    # ---- tokenize ----------------------------------------------------------------------------------
+
+    def lower_tokenize(self, request: service_pb2.TokenizeRequest) -> list[HttpRequest]:
+        """`/tokenize` with pieces of context + text, and of the context alone when there is one."""
+
+        def tokenize(content: str, add_special: bool) -> HttpRequest:
+            body = {"content": content, "add_special": add_special, "with_pieces": True}
+            return HttpRequest("POST", "/tokenize", orjson.dumps(body), JSON_HEADERS)
+
+        natives = [tokenize(request.context + request.text, request.add_special_tokens)]
+        if request.context:
+            natives.append(tokenize(request.context, request.add_special_tokens))
+        return natives
+
+    def lift_tokenize(
+        self, request: service_pb2.TokenizeRequest, responses: list[HttpResponse]
+    ) -> service_pb2.TokenizeResponse:
+        whole = common.parse_json(responses[0].body, "tokenize body")["tokens"]
+        start, straddles = 0, False
+        if len(responses) > 1:
+            context = common.parse_json(responses[1].body, "tokenize body")["tokens"]
+            while start < min(len(whole), len(context)) and whole[start]["id"] == context[start]["id"]:
+                start += 1
+            straddles = start < len(context)
+        pieces = whole[start:]
+        raw = [bytes(p["piece"]) if isinstance(p["piece"], list) else p["piece"].encode() for p in pieces]
+        out = service_pb2.TokenizeResponse(
+            token_ids=[p["id"] for p in pieces],
+            pieces=[
+                p["piece"] if isinstance(p["piece"], str) else b.decode("utf-8", "replace")
+                for p, b in zip(pieces, raw, strict=True)
+            ],
+            token_bytes=b"".join(raw),
+            straddles_context=straddles,
+        )
+        out.token_byte_offsets.extend(lp.offsets_of(raw))
+        return out
+
+    def lower_detokenize(self, token_ids: list[int]) -> HttpRequest:
+        return HttpRequest("POST", "/detokenize", orjson.dumps({"tokens": token_ids}), JSON_HEADERS)
+
+    def lift_detokenize(self, response: HttpResponse) -> str:
+        return common.parse_json(response.body, "detokenize body")["content"]
+
+
+def _finish(choice: response_pb2.Choice, body: dict[str, Any]) -> None:
+    stop_type = body.get("stop_type") or ""
+    choice.raw_finish_reason = stop_type
+    choice.finish_reason = STOP_TYPES.get(stop_type, response_pb2.FINISH_REASON_OTHER if stop_type else 0)
+    if stop_type == "word":
+        choice.stop_sequence = body.get("stopping_word") or ""
+
+
+def _probability_log(value: float) -> float:
+    return math.log(value) if value > 0 else -math.inf
+
+
+def _columns(entries: list[dict[str, Any]], top_k: int, out: logprobs_pb2.TokenLogprobs) -> None:
+    """`completion_probabilities` -> columnar logprobs. Pre-sampling `logprob`s, or post-sampling `prob`s."""
+    if not entries:
+        return
+    post = "prob" in entries[0]
+    top_key = "top_probs" if post else "top_logprobs"
+    out.basis = logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING if post else logprobs_pb2.LOGPROB_BASIS_PRE_SAMPLING
+    out.token_ids.extend([e["id"] for e in entries])
+    out.logprobs.extend([_probability_log(e["prob"]) for e in entries] if post else [e["logprob"] for e in entries])
+    out.tokens.extend([e["token"] for e in entries])
+    pieces = [bytes(e.get("bytes") or []) for e in entries]
+    out.token_bytes = b"".join(pieces)
+    out.token_byte_offsets.extend(lp.offsets_of(pieces))
+    if top_k:
+        tops = [e.get(top_key) or [] for e in entries]
+        flat = [t for top in tops for t in top]
+        out.top_counts.extend(list(map(len, tops)))
+        out.top_token_ids.extend([t["id"] for t in flat])
+        out.top_logprobs.extend([_probability_log(t["prob"]) for t in flat] if post else [t["logprob"] for t in flat])
+        out.top_tokens.extend([t["token"] for t in flat])
+        top_pieces = [bytes(t.get("bytes") or []) for t in flat]
+        out.top_token_bytes = b"".join(top_pieces)
+        out.top_token_byte_offsets.extend(lp.offsets_of(top_pieces))
+
+
+def _usage_and_timing(body: dict[str, Any], out: response_pb2.Response) -> None:
+    if body.get("tokens_evaluated") is not None:
+        out.usage.input_token_count = body["tokens_evaluated"]
+    if body.get("tokens_predicted") is not None:
+        out.usage.output_token_count = body["tokens_predicted"]
+    timings = body.get("timings") or {}
+    if timings.get("prompt_ms") is not None:
+        out.timing.provider_input_duration.FromNanoseconds(int(timings["prompt_ms"] * 1e6))
+    if timings.get("predicted_ms") is not None:
+        out.timing.provider_output_duration.FromNanoseconds(int(timings["predicted_ms"] * 1e6))
+
+
+class _CompletionStreamLifter(StreamLifter):
+    """Native `/completion` events: one token each, then a final `stop: true` event with the totals."""
+
+    def __init__(self, transport: LlamaCpp, request: request_pb2.Request) -> None:
+        self.transport = transport
+        self.request = request
+        self.started = False
+        self.final: dict[str, Any] | None = None
+        self.saw_probabilities = False
+        self.raw: list[response_pb2.RawStreamEvent] = []
+
+    def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
+        if self.request.include_raw:
+            self.raw.append(response_pb2.RawStreamEvent(event=event.event, data=event.data))
+        data = common.parse_json(event.data, "stream event")
+        out: list[stream_pb2.StreamEvent] = []
+        if not self.started:
+            self.started = True
+            out.append(stream_pb2.StreamEvent(start=stream_pb2.StreamStart(model=data.get("model") or "")))
+        delta = stream_pb2.PartDelta(text=data.get("content") or "")
+        probabilities = data.get("completion_probabilities")
+        if probabilities is not None:
+            self.saw_probabilities = True
+            if self.request.HasField("logprobs") and probabilities:
+                _columns(probabilities, self.request.logprobs.top_k, delta.logprobs)
+        out.append(stream_pb2.StreamEvent(delta=delta))
+        if data.get("stop"):
+            self.final = data
+        return out
+
+    def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
+        end = stream_pb2.StreamEnd()
+        if self.final is not None:
+            settled = response_pb2.Response()
+            choice = settled.choices.add()
+            _finish(choice, self.final)
+            _usage_and_timing(self.final, settled)
+            end.finishes.add(
+                choice_index=0,
+                finish_reason=choice.finish_reason,
+                raw_finish_reason=choice.raw_finish_reason,
+                stop_sequence=choice.stop_sequence,
+            )
+            end.usage.CopyFrom(settled.usage)
+            end.model = self.final.get("model") or ""  # only the last event names the model
+            if settled.HasField("timing"):
+                end.timing.CopyFrom(settled.timing)
+            if self.request.HasField("logprobs") and not self.saw_probabilities:
+                end.error.CopyFrom(common.missing_logprobs_error(0))
+        else:
+            end.finishes.add(choice_index=0)
+            end.error.CopyFrom(
+                common.truncated_error("the stream ended before its final (stop) event; the output is partial")
+            )
+        if self.request.include_raw:
+            end.raw.CopyFrom(
+                response_pb2.RawExchange(
+                    transport=self.transport.name,
+                    http_status=200,
+                    content_type="text/event-stream",
+                    stream_events=self.raw,
+                )
+            )
+        return [stream_pb2.StreamEvent(end=end)]

@@ -1,0 +1,431 @@
+"""Ollama's native API: `/api/chat` for conversations, `/api/generate` (raw mode) for prompts and FIM.
+
+Facts this follows (shared/wire/NOTES.md section 9): `options` holds the sampling controls (`num_predict` is the
+output limit); `format` takes a JSON schema; `think` turns thinking on (a level string where the model has
+levels) and the thinking comes back in `message.thinking` (chat) or `thinking` (generate); tool-call arguments
+are a JSON *object*; streams are NDJSON (one object a line, no `[DONE]`, the last line has `done: true`, and a
+mid-stream failure is a final `{"error": ...}` line with status 200); usage is `prompt_eval_count` /
+`eval_count`; durations are nanoseconds; logprobs (recent servers) carry no token ids.
+
+A choice among labels lowers to a JSON schema `{"enum": labels}`; the reply (a JSON string) is unwrapped back to
+the bare label, so the IR output is exactly one of the labels.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import orjson
+
+from modelir import errors
+from modelir import logprobs as lp
+from modelir.transports import _openai_common as common
+from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter, error_for_status
+from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, request_pb2, response_pb2, stream_pb2
+
+C = capabilities_pb2.Capability
+JSON_HEADERS = (("content-type", "application/json"),)
+DONE_REASONS = {"stop": response_pb2.FINISH_REASON_STOP, "length": response_pb2.FINISH_REASON_LENGTH}
+_EFFORT = {
+    request_pb2.REASONING_EFFORT_LOW: "low",
+    request_pb2.REASONING_EFFORT_MEDIUM: "medium",
+    request_pb2.REASONING_EFFORT_HIGH: "high",
+}
+_ROLES = {
+    content_pb2.ROLE_SYSTEM: "system",
+    content_pb2.ROLE_DEVELOPER: "system",
+    content_pb2.ROLE_USER: "user",
+    content_pb2.ROLE_ASSISTANT: "assistant",
+    content_pb2.ROLE_TOOL: "tool",
+}
+PROVIDER_OPTION_KEYS = ("keep_alive", "num_ctx", "num_keep", "mirostat", "typical_p")
+_OPTION_KEYS = {"keep_alive"}  # top-level request fields; the rest go inside `options`
+
+
+class Ollama(HttpTransport):
+    name = "ollama"
+    version = "1.0.0"
+
+    def __init__(self, *, provider_model: str = "") -> None:
+        self._provider_model = provider_model
+
+    @property
+    def provider_model(self) -> str:
+        return self._provider_model
+
+    def manifest(self) -> capabilities_pb2.CapabilityManifest:
+        return capabilities_pb2.CapabilityManifest(
+            transport=self.name,
+            transport_version=self.version,
+            capabilities=sorted(
+                [
+                    C.CAPABILITY_COMPLETION,
+                    C.CAPABILITY_CHAT,
+                    C.CAPABILITY_SYSTEM_MESSAGES,
+                    C.CAPABILITY_IMAGE_INPUT,
+                    C.CAPABILITY_TOOLS,
+                    C.CAPABILITY_REASONING,
+                    C.CAPABILITY_REASONING_EFFORT,
+                    C.CAPABILITY_FIM,
+                    C.CAPABILITY_SAMPLED_LOGPROBS,
+                    C.CAPABILITY_TOP_K_LOGPROBS,
+                    C.CAPABILITY_CONSTRAINT_CHOICE,
+                    C.CAPABILITY_CONSTRAINT_JSON_SCHEMA,
+                    C.CAPABILITY_STREAMING,
+                    C.CAPABILITY_TEMPERATURE,
+                    C.CAPABILITY_TOP_P,
+                    C.CAPABILITY_TOP_K_SAMPLING,
+                    C.CAPABILITY_MIN_P,
+                    C.CAPABILITY_MAX_OUTPUT_TOKENS,
+                    C.CAPABILITY_STOP_SEQUENCES,
+                    C.CAPABILITY_SEED,
+                    C.CAPABILITY_PRESENCE_FREQUENCY_PENALTIES,
+                    C.CAPABILITY_REPETITION_PENALTY,
+                    C.CAPABILITY_PROVIDER_OPTIONS,
+                ]
+            ),
+            limits=capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=1),
+            provider_option_keys=PROVIDER_OPTION_KEYS,
+        )
+
+    def extra_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
+        reasons = []
+        if request.HasField("reasoning"):
+            if request.reasoning.summary:
+                reasons.append("Ollama returns thinking text, not summaries (reasoning.summary).")
+            if request.reasoning.effort == request_pb2.REASONING_EFFORT_MINIMAL:
+                reasons.append("Ollama's thinking levels are low, medium and high (not minimal).")
+        for i, message in enumerate(request.conversation.messages):
+            for j, part in enumerate(message.parts):
+                if part.artifacts:
+                    reasons.append(f"Ollama takes no reasoning artifacts (conversation.messages[{i}].parts[{j}]).")
+                if part.WhichOneof("content") == "tool_result" and part.tool_result.failed:
+                    reasons.append(
+                        f"Ollama cannot mark a tool result as failed (conversation.messages[{i}].parts[{j}])."
+                    )
+                if part.WhichOneof("content") == "blob" and part.blob.WhichOneof("source") == "uri":
+                    reasons.append(f"Ollama takes images inline, not by URI (conversation.messages[{i}].parts[{j}]).")
+        return reasons
+
+    # ---- lower -------------------------------------------------------------------------------------
+
+    def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
+        body: dict[str, Any] = {"model": self._provider_model or request.model}
+        if request.WhichOneof("input") == "conversation":
+            path = "/api/chat"
+            body["messages"] = _messages(request)
+            if request.tools:
+                body["tools"] = [_tool(t) for t in request.tools]
+        else:
+            path = "/api/generate"
+            body["prompt"] = request.prompt
+            body["raw"] = True  # plain completion: no chat template around the prompt
+            if request.HasField("fim"):
+                body["suffix"] = request.fim.suffix
+        options: dict[str, Any] = {}
+        s = request.sampling
+        for field, key in (
+            ("temperature", "temperature"),
+            ("top_p", "top_p"),
+            ("top_k", "top_k"),
+            ("min_p", "min_p"),
+            ("max_output_tokens", "num_predict"),
+            ("seed", "seed"),
+            ("presence_penalty", "presence_penalty"),
+            ("frequency_penalty", "frequency_penalty"),
+            ("repetition_penalty", "repeat_penalty"),
+        ):
+            if s.HasField(field):
+                options[key] = getattr(s, field)
+        if s.stop:
+            options["stop"] = list(s.stop)
+        kind = request.constraint.WhichOneof("kind")
+        if kind == "json_schema":
+            body["format"] = orjson.loads(request.constraint.json_schema.schema_json)
+        elif kind == "choice":
+            body["format"] = {"enum": list(request.constraint.choice.labels)}
+        if request.HasField("reasoning"):
+            amount = request.reasoning.WhichOneof("amount")
+            if amount == "effort" and request.reasoning.effort == request_pb2.REASONING_EFFORT_NONE:
+                body["think"] = False
+            elif amount == "effort":
+                body["think"] = _EFFORT[request.reasoning.effort]
+            else:
+                body["think"] = True
+        if request.HasField("logprobs"):
+            body["logprobs"] = True
+            if request.logprobs.top_k:
+                body["top_logprobs"] = request.logprobs.top_k
+        for key, value in common.provider_options(request).items():
+            (body if key in _OPTION_KEYS else options)[key] = value
+        if options:
+            body["options"] = options
+        body["stream"] = stream
+        return HttpRequest("POST", path, orjson.dumps(body), JSON_HEADERS, "ndjson" if stream else None)
+
+    # ---- lift --------------------------------------------------------------------------------------
+
+    def error(self, response: HttpResponse) -> errors.ModelError:
+        """`{"error": "message"}`."""
+        try:
+            body = orjson.loads(response.body)
+        except orjson.JSONDecodeError:
+            body = None
+        if isinstance(body, dict) and isinstance(body.get("error"), str):
+            return error_for_status(response, body["error"])
+        return error_for_status(response, response.body.decode("utf-8", "replace")[:2000])
+
+    def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
+        body = common.parse_json(response.body, "response body")
+        out = response_pb2.Response(model=body.get("model") or "")
+        choice = out.choices.add(index=0)
+        choice.message.role = content_pb2.ROLE_ASSISTANT
+        message = body.get("message") or {}
+        thinking = message.get("thinking") if "message" in body else body.get("thinking")
+        text = message.get("content") if "message" in body else body.get("response")
+        if thinking:
+            choice.message.parts.add().reasoning.text = thinking
+        choice.message.parts.add(text=_unwrap(request, text or ""))
+        for call in message.get("tool_calls") or body.get("tool_calls") or ():
+            choice.message.parts.append(_call_part(call))
+        if body.get("logprobs"):
+            choice.logprobs.CopyFrom(lp.from_openai_content(body["logprobs"]))
+        elif request.HasField("logprobs"):
+            out.error.CopyFrom(common.missing_logprobs_error(0))
+        _settle(request, body, choice, out)
+        if request.include_raw:
+            out.raw.CopyFrom(
+                response_pb2.RawExchange(
+                    transport=self.name,
+                    http_status=response.status,
+                    content_type=response.headers.get("content-type", ""),
+                    body=response.body,
+                )
+            )
+        return out
+
+    def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
+        return _NdjsonStreamLifter(self, request)
+
+
+def _unwrap(request: request_pb2.Request, text: str) -> str:
+    """Under a choice constraint the reply is a JSON string; the IR output is the bare label."""
+    if request.constraint.WhichOneof("kind") != "choice":
+        return text
+    try:
+        label = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+    return label if isinstance(label, str) else text
+
+
+def _messages(request: request_pb2.Request) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for message in request.conversation.messages:
+        texts, images, calls, thinking = [], [], [], []
+        for part in message.parts:
+            kind = part.WhichOneof("content")
+            if kind == "text":
+                texts.append(part.text)
+            elif kind == "blob":
+                images.append(base64.b64encode(part.blob.data).decode())
+            elif kind == "tool_call":
+                call = part.tool_call
+                wire: dict[str, Any] = {
+                    "function": {"name": call.name, "arguments": orjson.loads(call.arguments_json or "{}")}
+                }
+                if call.id:
+                    wire["id"] = call.id
+                calls.append(wire)
+            elif kind == "reasoning":
+                thinking.append(part.reasoning.text)
+            elif kind == "tool_result":
+                result = part.tool_result
+                entry: dict[str, Any] = {"role": "tool", "content": "".join(p.text for p in result.content)}
+                if result.name:
+                    entry["tool_name"] = result.name
+                if result.tool_call_id:
+                    entry["tool_call_id"] = result.tool_call_id
+                out.append(entry)
+        if message.role == content_pb2.ROLE_TOOL and not (texts or images or calls):
+            continue
+        entry = {"role": _ROLES[message.role], "content": "".join(texts)}
+        if images:
+            entry["images"] = images
+        if calls:
+            entry["tool_calls"] = calls
+        if thinking:
+            entry["thinking"] = "".join(thinking)
+        out.append(entry)
+    if request.prefill:
+        out.append({"role": "assistant", "content": request.prefill})
+    return out
+
+
+def _tool(tool: request_pb2.Tool) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": tool.name, "parameters": common.json_object(tool.parameters_json_schema)}
+    if tool.description:
+        function["description"] = tool.description
+    return {"type": "function", "function": function}
+
+
+def _call_part(call: dict[str, Any]) -> content_pb2.Part:
+    function = call.get("function") or {}
+    arguments = function.get("arguments")
+    text = arguments if isinstance(arguments, str) else orjson.dumps(arguments or {}).decode()
+    return content_pb2.Part(
+        tool_call=content_pb2.ToolCall(id=call.get("id") or "", name=function.get("name") or "", arguments_json=text)
+    )
+
+
+def _settle(
+    request: request_pb2.Request, body: dict[str, Any], choice: response_pb2.Choice, out: response_pb2.Response
+) -> None:
+    """The final object's finish reason, usage and provider timings."""
+    reason = body.get("done_reason") or ""
+    choice.raw_finish_reason = reason
+    choice.finish_reason = DONE_REASONS.get(reason, response_pb2.FINISH_REASON_OTHER if reason else 0)
+    if choice.finish_reason == response_pb2.FINISH_REASON_STOP and any(
+        p.WhichOneof("content") == "tool_call" for p in choice.message.parts
+    ):
+        choice.finish_reason = response_pb2.FINISH_REASON_TOOL_CALLS
+    if body.get("prompt_eval_count") is not None:
+        out.usage.input_token_count = body["prompt_eval_count"]
+    if body.get("eval_count") is not None:
+        out.usage.output_token_count = body["eval_count"]
+    if body.get("prompt_eval_duration") is not None:
+        out.timing.provider_input_duration.FromNanoseconds(body["prompt_eval_duration"])
+    if body.get("eval_duration") is not None:
+        out.timing.provider_output_duration.FromNanoseconds(body["eval_duration"])
+    if not out.HasField("error"):
+        text = "".join(p.text for p in choice.message.parts if p.WhichOneof("content") == "text")
+        if request.constraint.WhichOneof("kind") == "choice" and text not in request.constraint.choice.labels:
+            out.error.CopyFrom(
+                errors_pb2.ResponseError(
+                    reason=errors_pb2.ERROR_REASON_CONSTRAINT_VIOLATED, message="the reply is not one of the labels"
+                )
+            )
+        elif error := common.constraint_error(request, text):
+            out.error.CopyFrom(error)
+
+
+class _NdjsonStreamLifter(StreamLifter):
+    """NDJSON lines -> IR events. Under a choice constraint the text is held to the end, to be unwrapped."""
+
+    def __init__(self, transport: Ollama, request: request_pb2.Request) -> None:
+        self.transport = transport
+        self.request = request
+        self.started = False
+        self.final: dict[str, Any] | None = None
+        self.error: errors_pb2.ResponseError | None = None
+        self.thinking_part: int | None = None
+        self.text_part: int | None = None
+        self.texts: list[str] = []
+        self.calls: list[dict[str, Any]] = []
+        self.saw_logprobs = False
+        self.raw: list[response_pb2.RawStreamEvent] = []
+
+    def _index(self, which: str) -> int:
+        current = getattr(self, which)
+        if current is None:
+            current = (self.thinking_part is not None) + (self.text_part is not None)
+            setattr(self, which, current)
+        return current
+
+    def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
+        if self.request.include_raw:
+            self.raw.append(response_pb2.RawStreamEvent(event=event.event, data=event.data))
+        data = common.parse_json(event.data, "stream line")
+        out: list[stream_pb2.StreamEvent] = []
+        if isinstance(data.get("error"), str):
+            self.error = errors_pb2.ResponseError(
+                reason=errors_pb2.ERROR_REASON_PROVIDER_UNAVAILABLE, message=data["error"]
+            )
+            return out
+        if not self.started:
+            self.started = True
+            out.append(stream_pb2.StreamEvent(start=stream_pb2.StreamStart(model=data.get("model") or "")))
+        message = data.get("message") or {}
+        thinking = message.get("thinking") if "message" in data else data.get("thinking")
+        text = message.get("content") if "message" in data else data.get("response")
+        if thinking:
+            out.append(
+                stream_pb2.StreamEvent(
+                    delta=stream_pb2.PartDelta(
+                        part_index=self._index("thinking_part"), reasoning=stream_pb2.ReasoningDelta(text=thinking)
+                    )
+                )
+            )
+        delta = None
+        if text:
+            self.texts.append(text)
+            if self.request.constraint.WhichOneof("kind") != "choice":
+                delta = stream_pb2.PartDelta(part_index=self._index("text_part"), text=text)
+        if data.get("logprobs"):
+            self.saw_logprobs = True
+            delta = delta or stream_pb2.PartDelta()
+            delta.logprobs.CopyFrom(lp.from_openai_content(data["logprobs"]))
+        if delta is not None:
+            out.append(stream_pb2.StreamEvent(delta=delta))
+        self.calls.extend(message.get("tool_calls") or data.get("tool_calls") or [])
+        if data.get("done"):
+            self.final = data
+        return out
+
+    def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
+        out: list[stream_pb2.StreamEvent] = []
+        text_index = self._index("text_part")
+        full = _unwrap(self.request, "".join(self.texts))
+        # The text part exists in the unary answer even when empty; under a choice constraint it was held back
+        # until now, to be unwrapped from its JSON string.
+        held = full if self.request.constraint.WhichOneof("kind") == "choice" else ""
+        out.append(stream_pb2.StreamEvent(delta=stream_pb2.PartDelta(part_index=text_index, text=held)))
+        for offset, call in enumerate(self.calls):
+            part = _call_part(call)
+            out.append(
+                stream_pb2.StreamEvent(
+                    delta=stream_pb2.PartDelta(
+                        part_index=text_index + 1 + offset,
+                        tool_call=stream_pb2.ToolCallDelta(
+                            id=part.tool_call.id, name=part.tool_call.name, arguments_json=part.tool_call.arguments_json
+                        ),
+                    )
+                )
+            )
+        end = stream_pb2.StreamEnd()
+        if self.final is not None:
+            settled = response_pb2.Response()
+            choice = settled.choices.add()
+            if self.thinking_part is not None:
+                choice.message.parts.add().reasoning.SetInParent()
+            choice.message.parts.add(text=full)
+            choice.message.parts.extend(_call_part(c) for c in self.calls)
+            if self.request.HasField("logprobs") and not self.saw_logprobs:
+                settled.error.CopyFrom(common.missing_logprobs_error(0))
+            _settle(self.request, self.final, choice, settled)
+            end.finishes.add(
+                choice_index=0, finish_reason=choice.finish_reason, raw_finish_reason=choice.raw_finish_reason
+            )
+            end.usage.CopyFrom(settled.usage)
+            if settled.HasField("timing"):
+                end.timing.CopyFrom(settled.timing)
+            if settled.HasField("error"):
+                end.error.CopyFrom(settled.error)
+        else:
+            end.finishes.add(choice_index=0)
+        if self.error is not None:
+            end.error.CopyFrom(self.error)
+        elif self.final is None:
+            end.error.CopyFrom(common.truncated_error("the stream ended before its done line; the output is partial"))
+        if self.request.include_raw:
+            end.raw.CopyFrom(
+                response_pb2.RawExchange(
+                    transport=self.transport.name,
+                    http_status=200,
+                    content_type="application/x-ndjson",
+                    stream_events=self.raw,
+                )
+            )
+        out.append(stream_pb2.StreamEvent(end=end))
+        return out

@@ -1,0 +1,371 @@
+"""sglang's native `POST /generate`: text or token ids in, sampled tokens with ids and logprobs out, prompt
+scoring, and regex / JSON-schema / EBNF constraints.
+
+Facts this follows (shared/wire/NOTES.md section 6): sampling and constraints go in `sampling_params`;
+`return_logprob` with `logprob_start_len` 0 scores the prompt from its first token (whose logprob is null);
+logprobs are `[logprob, token_id, text|null]` triples (text only with `return_text_in_logprobs`), top
+alternatives a list of such triples per position; `meta_info.finish_reason` is an object (`{"type": "stop",
+"matched": ...}`, `{"type": "length", "length": N}`, `{"type": "abort", ...}`); with `n` > 1 the answer is a
+list; streams are `data: {...}` lines ending with `[DONE]`, and `text` in them may be cumulative (older servers)
+or incremental (`--incremental-streaming-output`): both are handled.
+
+A choice among labels lowers to a regex alternation of the escaped labels. A continuation after a text context is
+located by the scored tokens' text offsets (cumulative token texts), never by re-tokenizing; with token input the
+span starts exactly at `logprob_start_len`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+from modelir.transports import _openai_common as common
+from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
+from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, logprobs_pb2, request_pb2, response_pb2, stream_pb2
+
+C = capabilities_pb2.Capability
+JSON_HEADERS = (("content-type", "application/json"),)
+PROVIDER_OPTION_KEYS = ("ignore_eos", "min_new_tokens", "no_stop_trim", "skip_special_tokens", "lora_path")
+_SAMPLING_OPTION_KEYS = {"ignore_eos", "min_new_tokens", "no_stop_trim", "skip_special_tokens"}
+
+
+def choice_regex(labels: list[str]) -> str:
+    return "(" + "|".join(re.escape(label) for label in labels) + ")"
+
+
+class SGLang(HttpTransport):
+    name = "sglang"
+    version = "1.0.0"
+
+    def __init__(self, *, provider_model: str = "") -> None:
+        self._provider_model = provider_model
+
+    @property
+    def provider_model(self) -> str:
+        return self._provider_model
+
+    def manifest(self) -> capabilities_pb2.CapabilityManifest:
+        return capabilities_pb2.CapabilityManifest(
+            transport=self.name,
+            transport_version=self.version,
+            capabilities=sorted(
+                [
+                    C.CAPABILITY_COMPLETION,
+                    C.CAPABILITY_TOKEN_INPUT,
+                    C.CAPABILITY_INPUT_SCORING,
+                    C.CAPABILITY_SAMPLED_LOGPROBS,
+                    C.CAPABILITY_SAMPLED_TOKEN_IDS,
+                    C.CAPABILITY_TOP_K_LOGPROBS,
+                    C.CAPABILITY_CONSTRAINT_CHOICE,
+                    C.CAPABILITY_CONSTRAINT_REGEX,
+                    C.CAPABILITY_CONSTRAINT_JSON_SCHEMA,
+                    C.CAPABILITY_CONSTRAINT_GRAMMAR,
+                    C.CAPABILITY_STREAMING,
+                    C.CAPABILITY_MULTIPLE_CHOICES,
+                    C.CAPABILITY_TEMPERATURE,
+                    C.CAPABILITY_TOP_P,
+                    C.CAPABILITY_TOP_K_SAMPLING,
+                    C.CAPABILITY_MIN_P,
+                    C.CAPABILITY_MAX_OUTPUT_TOKENS,
+                    C.CAPABILITY_STOP_SEQUENCES,
+                    C.CAPABILITY_STOP_TOKEN_IDS,
+                    C.CAPABILITY_PRESENCE_FREQUENCY_PENALTIES,
+                    C.CAPABILITY_REPETITION_PENALTY,
+                    C.CAPABILITY_PROVIDER_OPTIONS,
+                ]
+            ),
+            limits=capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=64),
+            grammar_dialects=[request_pb2.GRAMMAR_DIALECT_EBNF],
+            provider_option_keys=PROVIDER_OPTION_KEYS,
+        )
+
+    def extra_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
+        reasons = []
+        if request.HasField("input_scoring") and streaming:
+            reasons.append("sglang input scores are taken from the unary answer; score without streaming.")
+        if request.HasField("input_scoring") and request.sampling.choice_count > 1:
+            reasons.append("Input scoring with several choices would score the same prompt several times.")
+        return reasons
+
+    # ---- lower -------------------------------------------------------------------------------------
+
+    def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
+        body: dict[str, Any] = {}
+        continuation = _continuation(request)
+        if request.WhichOneof("input") == "token_ids":
+            body["input_ids"] = [*request.token_ids.ids, *continuation]
+        else:
+            body["text"] = request.prompt + continuation
+        params: dict[str, Any] = {}
+        s = request.sampling
+        for field, key in (
+            ("temperature", "temperature"),
+            ("top_p", "top_p"),
+            ("top_k", "top_k"),
+            ("min_p", "min_p"),
+            ("max_output_tokens", "max_new_tokens"),
+            ("presence_penalty", "presence_penalty"),
+            ("frequency_penalty", "frequency_penalty"),
+            ("repetition_penalty", "repetition_penalty"),
+        ):
+            if s.HasField(field):
+                params[key] = getattr(s, field)
+        if s.stop:
+            params["stop"] = list(s.stop)
+        if s.stop_token_ids:
+            params["stop_token_ids"] = list(s.stop_token_ids)
+        if s.choice_count > 1:
+            params["n"] = s.choice_count
+        kind = request.constraint.WhichOneof("kind")
+        if kind == "choice":
+            params["regex"] = choice_regex(list(request.constraint.choice.labels))
+        elif kind == "regex":
+            params["regex"] = request.constraint.regex
+        elif kind == "json_schema":
+            params["json_schema"] = request.constraint.json_schema.schema_json
+        elif kind == "grammar":
+            params["ebnf"] = request.constraint.grammar.text
+        options = common.provider_options(request)
+        params.update({k: v for k, v in options.items() if k in _SAMPLING_OPTION_KEYS})
+        body["sampling_params"] = params
+        if request.HasField("logprobs") or request.HasField("input_scoring"):
+            body["return_logprob"] = True
+            body["return_text_in_logprobs"] = True
+            top_k = max(request.logprobs.top_k, request.input_scoring.top_k)
+            if top_k:
+                body["top_logprobs_num"] = top_k
+        if request.HasField("input_scoring"):
+            if request.WhichOneof("input") == "token_ids" and continuation:
+                body["logprob_start_len"] = len(request.token_ids.ids)
+            else:
+                body["logprob_start_len"] = 0
+        if stream:
+            body["stream"] = True
+        body.update({k: v for k, v in options.items() if k not in _SAMPLING_OPTION_KEYS})
+        return HttpRequest("POST", "/generate", orjson.dumps(body), JSON_HEADERS, "sse" if stream else None)
+
+    # ---- lift --------------------------------------------------------------------------------------
+
+    def error(self, response: HttpResponse):
+        return common.openai_error(response)
+
+    def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
+        body = common.parse_json(response.body, "response body")
+        answers = body if isinstance(body, list) else [body]
+        out = response_pb2.Response(model=self._provider_model)
+        for index, answer in enumerate(answers):
+            meta = answer.get("meta_info") or {}
+            if index == 0:
+                out.id = meta.get("id") or ""
+            choice = out.choices.add(index=index)
+            choice.message.role = content_pb2.ROLE_ASSISTANT
+            choice.message.parts.add(text=answer.get("text") or "")
+            _finish(choice, meta.get("finish_reason"), request.sampling.stop_token_ids)
+            if request.HasField("logprobs"):
+                if meta.get("output_token_logprobs") is None:
+                    out.error.CopyFrom(common.missing_logprobs_error(index))
+                else:
+                    _columns(
+                        meta["output_token_logprobs"],
+                        meta.get("output_top_logprobs"),
+                        request.logprobs.top_k,
+                        choice.logprobs,
+                    )
+            if index == 0 and request.HasField("input_scoring"):
+                _input_scores(request, meta, out)
+        _usage(answers, out)
+        if request.include_raw:
+            out.raw.CopyFrom(
+                response_pb2.RawExchange(
+                    transport=self.name,
+                    http_status=response.status,
+                    content_type=response.headers.get("content-type", ""),
+                    body=response.body,
+                )
+            )
+        return out
+
+    def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
+        return _GenerateStreamLifter(self, request)
+
+
+def _continuation(request: request_pb2.Request) -> Any:
+    if not request.HasField("input_scoring"):
+        return "" if request.WhichOneof("input") != "token_ids" else []
+    kind = request.input_scoring.WhichOneof("continuation")
+    if kind == "continuation_text":
+        return request.input_scoring.continuation_text
+    if kind == "continuation_tokens":
+        return list(request.input_scoring.continuation_tokens.ids)
+    return "" if request.WhichOneof("input") != "token_ids" else []
+
+
+def _finish(choice: response_pb2.Choice, reason: Any, stop_token_ids) -> None:
+    if not isinstance(reason, dict):
+        choice.finish_reason = response_pb2.FINISH_REASON_UNSPECIFIED
+        return
+    kind = reason.get("type") or ""
+    choice.raw_finish_reason = orjson.dumps(reason).decode()
+    if kind == "length":
+        choice.finish_reason = response_pb2.FINISH_REASON_LENGTH
+    elif kind == "abort":
+        choice.finish_reason = response_pb2.FINISH_REASON_ERROR
+    elif kind == "stop":
+        matched = reason.get("matched")
+        # sglang names what matched: a stop string, or a token id; EOS is a token id too, so an id the request
+        # did not list as a stop token is the natural end of the sequence.
+        if isinstance(matched, str) or (isinstance(matched, int) and matched in stop_token_ids):
+            choice.finish_reason = response_pb2.FINISH_REASON_STOP_SEQUENCE
+            choice.stop_sequence = str(matched)
+        else:
+            choice.finish_reason = response_pb2.FINISH_REASON_STOP
+    else:
+        choice.finish_reason = response_pb2.FINISH_REASON_OTHER
+
+
+def _columns(triples: list, tops: list | None, top_k: int, out: logprobs_pb2.TokenLogprobs) -> None:
+    """`[logprob, token_id, text]` triples -> columnar logprobs (no bytes: this wire has none)."""
+    out.token_ids.extend([t[1] for t in triples])
+    out.logprobs.extend([float("nan") if t[0] is None else t[0] for t in triples])
+    out.tokens.extend([t[2] or "" for t in triples])
+    if top_k and tops is not None:
+        rows = [row or [] for row in tops]
+        flat = [t for row in rows for t in row]
+        out.top_counts.extend(list(map(len, rows)))
+        out.top_token_ids.extend([t[1] for t in flat])
+        out.top_logprobs.extend([t[0] for t in flat])
+        out.top_tokens.extend([t[2] or "" for t in flat])
+
+
+def _input_scores(request: request_pb2.Request, meta: dict[str, Any], out: response_pb2.Response) -> None:
+    triples = meta.get("input_token_logprobs")
+    if not triples:
+        out.error.CopyFrom(
+            errors_pb2.ResponseError(
+                reason=errors_pb2.ERROR_REASON_MISSING_LOGPROBS,
+                message="input scores were requested but sglang returned no input_token_logprobs",
+            )
+        )
+        return
+    tops = meta.get("input_top_logprobs")
+    continuation = _continuation(request)
+    first = 0
+    if request.WhichOneof("input") != "token_ids" and continuation:
+        # Locate the continuation by the tokens' text offsets in the prompt (never by re-tokenizing).
+        boundary, offset = len(request.prompt), 0
+        while first < len(triples) and offset + len(triples[first][2] or "") <= boundary:
+            offset += len(triples[first][2] or "")
+            first += 1
+        if offset != boundary:
+            out.warnings.add(
+                code="scoring_token_straddles_boundary",
+                message="the first scored token also covers the end of the context",
+            )
+    unscored = 0
+    while first < len(triples) and triples[first][0] is None:
+        first += 1
+        unscored += 1
+    scored = triples[first:]
+    scores = out.input_scores
+    _columns(scored, (tops or [])[first:] if tops else None, request.input_scoring.top_k, scores.tokens)
+    text = "".join(t[2] or "" for t in scored)
+    scores.logprob_sum = float(sum(t[0] for t in scored))
+    scores.token_count = len(scored)
+    scores.byte_count = len(text.encode())
+    scores.char_count = len(text)
+    scores.unscored_token_count = unscored
+
+
+def _usage(answers: list[dict[str, Any]], out: response_pb2.Response) -> None:
+    metas = [a.get("meta_info") or {} for a in answers]
+    if metas and metas[0].get("prompt_tokens") is not None:
+        out.usage.input_token_count = metas[0]["prompt_tokens"]
+    if any(m.get("completion_tokens") is not None for m in metas):
+        out.usage.output_token_count = sum(m.get("completion_tokens") or 0 for m in metas)
+    if metas and metas[0].get("cached_tokens") is not None:
+        out.usage.cache_read_token_count = metas[0]["cached_tokens"]
+
+
+class _GenerateStreamLifter(StreamLifter):
+    """`data:` events carrying `text` (cumulative on older servers, incremental with
+    --incremental-streaming-output) and `meta_info`; `[DONE]` ends it. Cumulative text is turned into deltas."""
+
+    def __init__(self, transport: SGLang, request: request_pb2.Request) -> None:
+        self.transport = transport
+        self.request = request
+        self.started = False
+        self.texts: dict[int, str] = {}  # choice -> the text so far
+        self.logprob_counts: dict[int, int] = {}  # choice -> output logprobs emitted so far
+        self.metas: dict[int, dict[str, Any]] = {}
+        self.cumulative: bool | None = None
+        self.done = False
+        self.raw: list[response_pb2.RawStreamEvent] = []
+
+    def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
+        if self.request.include_raw:
+            self.raw.append(response_pb2.RawStreamEvent(event=event.event, data=event.data))
+        if event.data.strip() == b"[DONE]":
+            self.done = True
+            return []
+        data = common.parse_json(event.data, "stream event")
+        out: list[stream_pb2.StreamEvent] = []
+        meta = data.get("meta_info") or {}
+        index = data.get("index", 0)
+        if not self.started:
+            self.started = True
+            out.append(
+                stream_pb2.StreamEvent(
+                    start=stream_pb2.StreamStart(id=meta.get("id") or "", model=self.transport.provider_model)
+                )
+            )
+        text = data.get("text") or ""
+        so_far = self.texts.get(index, "")
+        if self.cumulative is None and so_far and text:
+            # Decided once, on the second non-empty event: cumulative servers resend everything so far.
+            self.cumulative = text.startswith(so_far) and len(text) > len(so_far)
+        piece = text[len(so_far) :] if self.cumulative else text
+        self.texts[index] = so_far + piece
+        delta = stream_pb2.PartDelta(choice_index=index, text=piece)
+        if self.request.HasField("logprobs") and meta.get("output_token_logprobs") is not None:
+            triples = meta["output_token_logprobs"]
+            tops = meta.get("output_top_logprobs")
+            seen = self.logprob_counts.get(index, 0)
+            if len(triples) >= seen:  # cumulative lists: only the new positions
+                new = triples[seen:]
+                new_tops = tops[seen:] if tops is not None else None
+                self.logprob_counts[index] = len(triples)
+                if new:
+                    _columns(new, new_tops, self.request.logprobs.top_k, delta.logprobs)
+        out.append(stream_pb2.StreamEvent(delta=delta))
+        self.metas[index] = meta
+        return out
+
+    def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
+        end = stream_pb2.StreamEnd()
+        for index in sorted(self.metas):
+            choice = response_pb2.Choice()
+            _finish(choice, self.metas[index].get("finish_reason"), self.request.sampling.stop_token_ids)
+            end.finishes.add(
+                choice_index=index,
+                finish_reason=choice.finish_reason,
+                raw_finish_reason=choice.raw_finish_reason,
+                stop_sequence=choice.stop_sequence,
+            )
+        settled = response_pb2.Response()
+        _usage([{"meta_info": m} for _, m in sorted(self.metas.items())], settled)
+        if settled.HasField("usage"):
+            end.usage.CopyFrom(settled.usage)
+        if interrupted or not self.done:
+            end.error.CopyFrom(common.truncated_error("the stream ended before [DONE]; the output is partial"))
+        if self.request.include_raw:
+            end.raw.CopyFrom(
+                response_pb2.RawExchange(
+                    transport=self.transport.name,
+                    http_status=200,
+                    content_type="text/event-stream",
+                    stream_events=self.raw,
+                )
+            )
+        return [stream_pb2.StreamEvent(end=end)]
