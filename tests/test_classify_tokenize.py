@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from modelir import Model, ReferenceModel, UnsupportedCapabilityError, aclassify
+from modelir import Model, UnsupportedCapabilityError, aclassify
 from modelir.capabilities import narrow
 from modelir.v1 import capabilities_pb2
 
@@ -21,7 +20,9 @@ async def test_classify_with_a_choice_and_top_k_logprobs(reference):
 
 
 async def test_classify_falls_back_to_scoring_each_label(reference):
-    scoring_only = Model(reference.transport, name="reference", manifest=narrow(reference.capabilities, [C.CAPABILITY_CONSTRAINT_CHOICE]))
+    scoring_only = Model(
+        reference.transport, name="reference", manifest=narrow(reference.capabilities, [C.CAPABILITY_CONSTRAINT_CHOICE])
+    )
     result = await aclassify(scoring_only, MESSAGES, ["yes", "no"])
     assert result.method == "scoring"
     assert result.label == max(result.probabilities, key=result.probabilities.get)
