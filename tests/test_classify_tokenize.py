@@ -51,3 +51,8 @@ async def test_tokenize_with_context_covers_only_the_text(reference):
     after = await reference.atokenize("ü", context="gr")
     assert list(alone.token_ids) == list(after.token_ids) == list("ü".encode())
     assert after.token_bytes.decode() == "ü"
+
+
+async def test_classify_a_raw_prompt(reference):
+    result = await aclassify(reference, "Is it raining? Answer:", ["yes", "no"])
+    assert result.label in {"yes", "no"} and result.method in {"choice_logprobs", "scoring"}

@@ -6,7 +6,7 @@ classes live in `modelir.v1`; the most used ones are re-exported here.
 
 from modelir.accumulate import StreamAccumulator, accumulate
 from modelir.capabilities import requirements, unsupported
-from modelir.classify import Classification, aclassify, classify
+from modelir.classification import Classification, aclassify, classify
 from modelir.errors import (
     ConstraintViolatedError,
     DeadlineExceededError,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from modelir.errors import UnsupportedCapabilityError
-from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, request_pb2
+from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, logprobs_pb2, request_pb2
 
 C = capabilities_pb2.Capability
 _Role = content_pb2.Role
@@ -174,6 +174,10 @@ def unsupported(
     ):
         dialect = request_pb2.GrammarDialect.Name(req.grammar_dialect)
         result.reasons.append(f"The grammar dialect {dialect} is not accepted.")
+    basis = request.logprobs.basis if request.HasField("logprobs") else 0
+    if basis and basis not in manifest.logprob_bases:
+        name = logprobs_pb2.LogprobBasis.Name(basis)
+        result.reasons.append(f"This model cannot report logprobs with basis {name}.")
     if req.provider_transport is not None and C.CAPABILITY_PROVIDER_OPTIONS in have:
         if req.provider_transport != manifest.transport:
             result.reasons.append(

@@ -146,13 +146,14 @@ class LlamaCpp(HttpTransport):
             limits=capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=1),
             grammar_dialects=[request_pb2.GRAMMAR_DIALECT_GBNF],
             provider_option_keys=PROVIDER_OPTION_KEYS,
+            logprob_bases=[logprobs_pb2.LOGPROB_BASIS_PRE_SAMPLING, logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING],
         )
 
     def extra_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []
         if request.WhichOneof("input") == "conversation":
-            if request.HasField("provider_options") and "post_sampling_probs" in request.provider_options.options_json:
-                reasons.append("post_sampling_probs is a native /completion option; send a raw prompt to use it.")
+            if request.logprobs.basis == logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING:
+                reasons.append("Post-sampling logprobs come from the native /completion endpoint; send a raw prompt.")
             if request.sampling.HasField("max_output_tokens") and request.sampling.max_output_tokens == 0:
                 reasons.append("llama-server still generates a token when asked for none (max_output_tokens 0).")
         elif request.sampling.HasField("max_output_tokens") and request.sampling.max_output_tokens == 0:
@@ -171,6 +172,8 @@ class LlamaCpp(HttpTransport):
         _sampling(request, body)
         if request.HasField("logprobs"):
             body["n_probs"] = max(request.logprobs.top_k, 1)
+            if request.logprobs.basis == logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING:
+                body["post_sampling_probs"] = True
         if stream:
             body["stream"] = True
         body.update(common.provider_options(request))

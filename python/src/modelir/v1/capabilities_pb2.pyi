@@ -8,6 +8,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from modelir.v1 import logprobs_pb2 as _logprobs_pb2
 from modelir.v1 import request_pb2 as _request_pb2
 import builtins as _builtins
 import sys
@@ -224,6 +225,7 @@ class CapabilityManifest(_message.Message):
     LIMITS_FIELD_NUMBER: _builtins.int
     GRAMMAR_DIALECTS_FIELD_NUMBER: _builtins.int
     PROVIDER_OPTION_KEYS_FIELD_NUMBER: _builtins.int
+    LOGPROB_BASES_FIELD_NUMBER: _builtins.int
     transport: _builtins.str
     """The transport's name, e.g. `openai_chat`."""
     transport_version: _builtins.str
@@ -244,6 +246,10 @@ class CapabilityManifest(_message.Message):
     def provider_option_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The provider option keys accepted, when `CAPABILITY_PROVIDER_OPTIONS` is claimed."""
 
+    @_builtins.property
+    def logprob_bases(self) -> _containers.RepeatedScalarFieldContainer[_logprobs_pb2.LogprobBasis.ValueType]:
+        """The logprob bases a request may ask for (`LogprobOptions.basis`). Empty means only the provider default."""
+
     def __init__(
         self,
         *,
@@ -253,10 +259,11 @@ class CapabilityManifest(_message.Message):
         limits: Global___ModelLimits | None = ...,
         grammar_dialects: _abc.Iterable[_request_pb2.GrammarDialect.ValueType] | None = ...,
         provider_option_keys: _abc.Iterable[_builtins.str] | None = ...,
+        logprob_bases: _abc.Iterable[_logprobs_pb2.LogprobBasis.ValueType] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capabilities", b"capabilities", "grammar_dialects", b"grammar_dialects", "limits", b"limits", "provider_option_keys", b"provider_option_keys", "transport", b"transport", "transport_version", b"transport_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capabilities", b"capabilities", "grammar_dialects", b"grammar_dialects", "limits", b"limits", "logprob_bases", b"logprob_bases", "provider_option_keys", b"provider_option_keys", "transport", b"transport", "transport_version", b"transport_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -10,6 +10,7 @@ from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from modelir.v1 import content_pb2 as _content_pb2
+from modelir.v1 import logprobs_pb2 as _logprobs_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -690,19 +691,25 @@ class LogprobOptions(_message.Message):
 
     TOP_K_FIELD_NUMBER: _builtins.int
     REQUIRE_TOKEN_IDS_FIELD_NUMBER: _builtins.int
+    BASIS_FIELD_NUMBER: _builtins.int
     top_k: _builtins.int
     """How many most-likely alternatives to return at each position, besides the sampled token. 0 means none."""
     require_token_ids: _builtins.bool
     """When true, token ids are required with the logprobs; transports that cannot give them reject the request."""
+    basis: _logprobs_pb2.LogprobBasis.ValueType
+    """Which distribution the logprobs are taken from. Unset means the provider's default (see
+    `TokenLogprobs.basis` in the answer); a transport that cannot give the requested one rejects the request.
+    """
     def __init__(
         self,
         *,
         top_k: _builtins.int = ...,
         require_token_ids: _builtins.bool = ...,
+        basis: _logprobs_pb2.LogprobBasis.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["require_token_ids", b"require_token_ids", "top_k", b"top_k"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["basis", b"basis", "require_token_ids", b"require_token_ids", "top_k", b"top_k"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,185 @@
+"""Every llamacpp capability and rejection against a real llama-server (built from PyPI source by
+`engines/llamacpp/build.sh`) serving a tiny generated model. Run with `make test-engines`; skipped otherwise."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jsonschema
+import orjson
+import pytest
+from modelir import Model, UnsupportedCapabilityError, accumulate, aclassify, build_request, errors
+from modelir.executor import Executor
+from modelir.transports.llamacpp import LlamaCpp
+from modelir.v1 import logprobs_pb2, request_pb2, response_pb2
+
+SERVER = os.environ.get("MODELIR_LLAMA_SERVER")
+pytestmark = pytest.mark.skipif(not SERVER, reason="set MODELIR_LLAMA_SERVER (make test-engines builds and sets it)")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("llama")
+    model = folder / "tiny.gguf"
+    subprocess.run([sys.executable, str(ROOT / "engines/llamacpp/tiny_model.py"), str(model)], check=True)
+    port = _free_port()
+    log = (folder / "server.log").open("w")
+    process = subprocess.Popen(
+        [SERVER, "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", "256", "-np", "1", "-t", "2"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    import httpx
+
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    else:
+        process.kill()
+        raise RuntimeError("llama-server did not start: " + (folder / "server.log").read_text()[-2000:])
+    yield url
+    process.terminate()
+    process.wait(10)
+
+
+@pytest.fixture
+async def model(server):
+    executor = Executor(server)
+    yield Model(LlamaCpp(provider_model="tiny"), name="tiny", executor=executor)
+    await executor.aclose()
+
+
+def _text(response: response_pb2.Response) -> str:
+    return "".join(p.text for p in response.choices[0].message.parts if p.WhichOneof("content") == "text")
+
+
+async def test_completion_with_every_sampling_control_is_reproducible(model):
+    request = build_request(
+        "tiny", prompt="Hello world, the", max_output_tokens=6, temperature=0.8, top_p=0.9, top_k=40, seed=42
+    )
+    request.sampling.min_p = 0.05
+    request.sampling.presence_penalty = 0.1
+    request.sampling.frequency_penalty = 0.1
+    request.sampling.repetition_penalty = 1.1
+    first, second = await model.arun(request), await model.arun(request)
+    assert _text(first) == _text(second) and _text(first)
+    assert first.usage.output_token_count == 6 and first.usage.input_token_count > 0
+    assert first.choices[0].finish_reason == response_pb2.FINISH_REASON_LENGTH
+    assert first.timing.provider_output_duration.ToNanoseconds() > 0
+
+
+async def test_token_input_and_sampled_logprobs_with_ids_and_bytes(model):
+    request = build_request("tiny", token_ids=[353, 72, 101], max_output_tokens=5, seed=7, top_logprobs=3)
+    request.logprobs.require_token_ids = True
+    response = await model.arun(request)
+    logprobs = response.choices[0].logprobs
+    assert len(logprobs.token_ids) == len(logprobs.logprobs) == 5
+    assert logprobs.basis == logprobs_pb2.LOGPROB_BASIS_PRE_SAMPLING
+    assert list(logprobs.top_counts) == [3] * 5
+    # The text is the bytes of the sampled tokens (control tokens have none); a cut UTF-8 token keeps its bytes.
+    assert logprobs.token_bytes.decode("utf-8", "replace") == _text(response)
+
+
+async def test_post_sampling_probs_are_reported_as_post_sampling_logs(model):
+    request = build_request("tiny", prompt="Hello", max_output_tokens=3, seed=1, top_logprobs=2)
+    request.logprobs.basis = logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING
+    logprobs = (await model.arun(request)).choices[0].logprobs
+    assert logprobs.basis == logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING
+    assert all(v <= 0 for v in logprobs.logprobs)
+
+
+async def test_choice_constraint_gives_a_label(model):
+    for seed in range(5):
+        response = await model.arun(build_request("tiny", prompt="Answer:", choices=["yes", "no", "maybe"], seed=seed))
+        assert _text(response) in {"yes", "no", "maybe"}
+
+
+async def test_json_schema_constraint_gives_valid_json(model):
+    schema = {"type": "object", "properties": {"answer": {"type": "boolean"}}, "required": ["answer"]}
+    response = await model.arun(
+        build_request("tiny", prompt="JSON:", json_schema=orjson.dumps(schema).decode(), max_output_tokens=40, seed=3)
+    )
+    jsonschema.validate(orjson.loads(_text(response)), schema)
+
+
+async def test_gbnf_grammar_constraint(model):
+    request = build_request("tiny", prompt="x", seed=2)
+    request.constraint.grammar.dialect = request_pb2.GRAMMAR_DIALECT_GBNF
+    request.constraint.grammar.text = 'root ::= ("ab" | "cd") "!"'
+    assert _text(await model.arun(request)) in {"ab!", "cd!"}
+
+
+async def test_stop_sequence_ends_generation(model):
+    response = await model.arun(
+        build_request("tiny", prompt="Hello world, the", max_output_tokens=40, stop=["e"], seed=42)
+    )
+    choice = response.choices[0]
+    assert "e" not in _text(response)
+    if choice.finish_reason == response_pb2.FINISH_REASON_STOP_SEQUENCE:
+        assert choice.stop_sequence == "e"
+
+
+async def test_stream_accumulates_to_the_unary_answer(model):
+    request = build_request("tiny", prompt="Hello world", max_output_tokens=8, temperature=0, top_logprobs=2)
+    unary = await model.arun(request)
+    streamed = accumulate([e async for e in model.astream(request)])
+    assert _text(streamed) == _text(unary)
+    assert list(streamed.choices[0].logprobs.token_ids) == list(unary.choices[0].logprobs.token_ids)
+    assert streamed.choices[0].finish_reason == unary.choices[0].finish_reason
+    assert streamed.usage.output_token_count == unary.usage.output_token_count and streamed.model == unary.model
+
+
+async def test_chat_with_a_system_message(model):
+    response = await model.achat([("system", "Be brief."), ("user", "Hi")], max_output_tokens=5, seed=1, top_logprobs=1)
+    assert response.id.startswith("chatcmpl-") and response.usage.input_token_count > 0
+    assert len(response.choices[0].logprobs.token_ids) == 5
+
+
+async def test_tokenize_with_context_and_round_trip(model):
+    alone = await model.atokenize(" ü")
+    after = await model.atokenize(" ü", context="café")
+    assert after.token_bytes.decode() == " ü" and list(alone.token_ids) == list(after.token_ids)
+    straddling = await model.atokenize("llo", context="He")  # "Hello" is one token: it covers the context too
+    assert straddling.straddles_context
+    for text in ["Hello world, café ü 日本", "plain ascii"]:
+        assert await model.around_trip(text)
+
+
+async def test_classify_uses_the_choice_and_post_sampling_logprobs(model):
+    result = await aclassify(model, "Question: yes or no? Answer:", ["yes", "no"])
+    assert result.method == "choice_logprobs"
+    assert result.label in {"yes", "no"} and sum(result.probabilities.values()) == pytest.approx(1.0)
+
+
+async def test_rejections_before_any_request(model):
+    scoring = build_request("tiny", prompt="The cat sat on", max_output_tokens=1)
+    scoring.input_scoring.continuation_text = " the mat"
+    with pytest.raises(UnsupportedCapabilityError, match="INPUT_SCORING"):
+        await model.arun(scoring)  # never answered with output-only logprobs
+    fim = build_request("tiny", prompt="a")
+    fim.fim.suffix = "b"
+    fim.constraint.regex = "a+"
+    with pytest.raises(UnsupportedCapabilityError, match="FIM, CONSTRAINT_REGEX"):
+        await model.arun(fim)
+
+
+async def test_a_prompt_longer_than_the_context_is_a_typed_error(model):
+    with pytest.raises(errors.ProviderRejectedError, match="context"):
+        await model.arun(build_request("tiny", prompt="word " * 400, max_output_tokens=1))
