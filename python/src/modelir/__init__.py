@@ -24,6 +24,7 @@ from modelir.interface import ModelInterface, Score, build_request, message
 from modelir.limiter import Limiter
 from modelir.logprobs import bits_per_byte
 from modelir.model import Model
+from modelir.remote import RemoteModel
 from modelir.transports.reference import ReferenceModel
 from modelir.v1.capabilities_pb2 import Capability, CapabilityManifest
 from modelir.v1.content_pb2 import Message, Part
@@ -51,6 +52,7 @@ __all__ = [
     "Part",
     "ProviderUnavailableError",
     "RateLimitedError",
+    "RemoteModel",
     "ReferenceModel",
     "Request",
     "Response",
