@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import orjson
 import pytest
 from modelir import DeadlineExceededError, accumulate, build_request
 from modelir.config import build_config
@@ -100,3 +101,20 @@ async def test_through_grpc_deadline_and_cancel_reach_the_upstream(upstream):
     finally:
         await remote.aclose()
         await server.stop(None)
+
+
+async def test_include_raw_keeps_the_provider_answer_byte_for_byte(upstream):
+    _, model = upstream
+    request = build_request("mini", messages=[("user", "hi")])
+    request.include_raw = True
+    unary = await model.arun(request)
+    assert unary.raw.transport == "openai_chat" and unary.raw.http_status == 200
+    assert orjson.loads(unary.raw.body)["choices"][0]["message"]["content"] == "".join(ANSWER)
+    # A stored raw answer lifts again to the same response.
+    from modelir.transports.base import HttpResponse
+
+    relifted = model.transport.lift(request, HttpResponse(unary.raw.http_status, {}, unary.raw.body))
+    assert relifted.choices == unary.choices
+    streamed = accumulate([e async for e in model.astream(request)])
+    events = streamed.raw.stream_events
+    assert len(events) == len(ANSWER) + 4 and events[-1].data == b"[DONE]"

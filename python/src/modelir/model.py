@@ -119,6 +119,15 @@ class Model(ModelInterface):
             response = transport.lift(request, sent.response)
         except SHAPE_ERRORS as exc:
             raise shape_error(transport, exc) from exc
+        if request.include_raw:  # kept here, once, so that any lift can be re-run from a stored response
+            response.raw.CopyFrom(
+                response_pb2.RawExchange(
+                    transport=transport.name,
+                    http_status=sent.response.status,
+                    content_type=sent.response.headers.get("content-type", ""),
+                    body=sent.response.body,
+                )
+            )
         return response, sent.attempts
 
     async def astream(
@@ -156,6 +165,7 @@ class Model(ModelInterface):
         assert isinstance(transport, HttpTransport) and self.executor is not None
         lifter = transport.stream_lifter(request)
         interrupted = False
+        raw_events: list[response_pb2.RawStreamEvent] | None = [] if request.include_raw else None
         try:
             async for raw in self.executor.stream(
                 transport.lower(request, stream=True),
@@ -163,6 +173,8 @@ class Model(ModelInterface):
                 observe=self.limiter.observe,
                 attempts=attempts,
             ):
+                if raw_events is not None:
+                    raw_events.append(response_pb2.RawStreamEvent(event=raw.event, data=raw.data))
                 try:
                     lifted = lifter.feed(raw)
                 except SHAPE_ERRORS as exc:
@@ -172,6 +184,10 @@ class Model(ModelInterface):
         except errors.TruncatedStreamError:
             interrupted = True
         for event in lifter.close(interrupted=interrupted):
+            if raw_events is not None and event.WhichOneof("event") == "end":
+                event.end.raw.CopyFrom(
+                    response_pb2.RawExchange(transport=transport.name, http_status=200, stream_events=raw_events)
+                )
             yield event
 
     async def avalidate(self, request: request_pb2.Request) -> service_pb2.ValidateResponse:

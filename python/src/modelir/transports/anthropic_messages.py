@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from modelir import errors
-from modelir.transports import _openai_common as common
+from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter, error_for_status
 from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, request_pb2, response_pb2, stream_pb2
 
@@ -50,12 +50,8 @@ class AnthropicMessages(HttpTransport):
     path = "/v1/messages"
 
     def __init__(self, *, provider_model: str = "", default_max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
-        self._provider_model = provider_model
+        super().__init__(provider_model=provider_model)
         self.default_max_tokens = default_max_tokens
-
-    @property
-    def provider_model(self) -> str:
-        return self._provider_model
 
     def auth_headers(self, credential: str) -> dict[str, str]:
         headers = {"anthropic-version": API_VERSION}
@@ -130,7 +126,7 @@ class AnthropicMessages(HttpTransport):
         system = []
         while messages and messages[0].role in (content_pb2.ROLE_SYSTEM, content_pb2.ROLE_DEVELOPER):
             system.append("".join(p.text for p in messages.pop(0).parts))
-        body: dict[str, Any] = {"model": self._provider_model or request.model, "max_tokens": self._max_tokens(request)}
+        body: dict[str, Any] = {"model": self.model_for(request), "max_tokens": self._max_tokens(request)}
         if system:
             body["system"] = "\n\n".join(system)
         wire_messages = [{"role": _role(m), "content": [_block(p) for p in m.parts]} for m in messages]
@@ -174,9 +170,6 @@ class AnthropicMessages(HttpTransport):
             )
         return error_for_status(response, response.body.decode("utf-8", "replace")[:2000])
 
-    def issuer(self, model: str) -> content_pb2.Issuer:
-        return content_pb2.Issuer(transport=self.name, model=self._provider_model or model)
-
     def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
         body = common.parse_json(response.body, "response body")
         out = response_pb2.Response(id=body.get("id") or "", model=body.get("model") or "")
@@ -193,15 +186,6 @@ class AnthropicMessages(HttpTransport):
                 choice.message.parts.append(part)
         _finish(choice, body.get("stop_reason"), body.get("stop_sequence"))
         _usage(body.get("usage"), out.usage)
-        if request.include_raw:
-            out.raw.CopyFrom(
-                response_pb2.RawExchange(
-                    transport=self.name,
-                    http_status=response.status,
-                    content_type=response.headers.get("content-type", ""),
-                    body=response.body,
-                )
-            )
         return out
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
@@ -326,11 +310,8 @@ class _MessagesStreamLifter(StreamLifter):
         self.stop: tuple[str | None, str | None] | None = None
         self.done = False
         self.error: errors_pb2.ResponseError | None = None
-        self.raw: list[response_pb2.RawStreamEvent] = []
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
-        if self.request.include_raw:
-            self.raw.append(response_pb2.RawStreamEvent(event=event.event, data=event.data))
         data = common.parse_json(event.data, "stream event")
         kind = data.get("type") or event.event
         out: list[stream_pb2.StreamEvent] = []
@@ -443,13 +424,4 @@ class _MessagesStreamLifter(StreamLifter):
             end.error.CopyFrom(self.error)
         elif interrupted or not self.done:
             end.error.CopyFrom(common.truncated_error("the stream ended before message_stop; the output is partial"))
-        if self.request.include_raw:
-            end.raw.CopyFrom(
-                response_pb2.RawExchange(
-                    transport=self.transport.name,
-                    http_status=200,
-                    content_type="text/event-stream",
-                    stream_events=self.raw,
-                )
-            )
         return [stream_pb2.StreamEvent(end=end)]

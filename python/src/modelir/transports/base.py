@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
 from modelir import errors
-from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
+from modelir.v1 import capabilities_pb2, content_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +77,25 @@ class Transport(ABC):
 
 
 class HttpTransport(Transport):
+    """A transport for an HTTP API. `provider_model` is the provider's model id (the configuration's
+    `provider_model`); when empty, the request's model name is sent."""
+
+    def __init__(self, *, provider_model: str = "") -> None:
+        self._provider_model = provider_model
+
+    @property
+    def provider_model(self) -> str:
+        return self._provider_model
+
+    def model_for(self, request: request_pb2.Request) -> str:
+        """The model id to send: the configured provider model, else the request's model name."""
+        return self._provider_model or request.model
+
+    def issuer(self, reported_model: str) -> content_pb2.Issuer:
+        """Who issued a reasoning artifact received now: this transport, and the configured model (else the
+        model the provider reported), which is what the foreign-artifact check compares against."""
+        return content_pb2.Issuer(transport=self.name, model=self._provider_model or reported_model)
+
     @abstractmethod
     def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest: ...
 

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from modelir import errors
-from modelir.transports import _openai_common as common
+from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter, error_for_status
 from modelir.v1 import capabilities_pb2, content_pb2, logprobs_pb2, request_pb2, response_pb2, stream_pb2
 
@@ -55,13 +55,6 @@ PROVIDER_OPTION_KEYS = ("cachedContent", "labels", "safetySettings")
 class GoogleGenAI(HttpTransport):
     name = "google_genai"
     version = "1.0.0"
-
-    def __init__(self, *, provider_model: str = "") -> None:
-        self._provider_model = provider_model
-
-    @property
-    def provider_model(self) -> str:
-        return self._provider_model
 
     def auth_headers(self, credential: str) -> dict[str, str]:
         return {"x-goog-api-key": credential} if credential else {}
@@ -124,9 +117,6 @@ class GoogleGenAI(HttpTransport):
 
     # ---- lower -------------------------------------------------------------------------------------
 
-    def _model(self, request: request_pb2.Request) -> str:
-        return self._provider_model or request.model
-
     def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
         messages = list(request.conversation.messages)
         system = []
@@ -137,17 +127,19 @@ class GoogleGenAI(HttpTransport):
             body["systemInstruction"] = {"parts": system}
         config: dict[str, Any] = {}
         s = request.sampling
-        for field, key in (
-            ("temperature", "temperature"),
-            ("top_p", "topP"),
-            ("top_k", "topK"),
-            ("max_output_tokens", "maxOutputTokens"),
-            ("seed", "seed"),
-            ("presence_penalty", "presencePenalty"),
-            ("frequency_penalty", "frequencyPenalty"),
-        ):
-            if s.HasField(field):
-                config[key] = getattr(s, field)
+        common.copy_sampling(
+            s,
+            (
+                ("temperature", "temperature"),
+                ("top_p", "topP"),
+                ("top_k", "topK"),
+                ("max_output_tokens", "maxOutputTokens"),
+                ("seed", "seed"),
+                ("presence_penalty", "presencePenalty"),
+                ("frequency_penalty", "frequencyPenalty"),
+            ),
+            config,
+        )
         if s.stop:
             config["stopSequences"] = list(s.stop)
         if s.choice_count > 1:
@@ -178,7 +170,7 @@ class GoogleGenAI(HttpTransport):
                 "functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": [request.tool_choice.tool_name]}
             }
         body.update(common.provider_options(request))
-        model = self._model(request)
+        model = self.model_for(request)
         path = (
             f"/v1beta/models/{model}:streamGenerateContent?alt=sse"
             if stream
@@ -210,9 +202,6 @@ class GoogleGenAI(HttpTransport):
             retry_after=retry_after,
         )
 
-    def issuer(self, model: str) -> content_pb2.Issuer:
-        return content_pb2.Issuer(transport=self.name, model=self._provider_model or model)
-
     def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
         body = common.parse_json(response.body, "response body")
         out = response_pb2.Response(id=body.get("responseId") or "", model=body.get("modelVersion") or "")
@@ -234,15 +223,6 @@ class GoogleGenAI(HttpTransport):
                 out.error.CopyFrom(common.missing_logprobs_error(choice.index))
         _blocked(body, out)
         _usage(body.get("usageMetadata"), out.usage)
-        if request.include_raw:
-            out.raw.CopyFrom(
-                response_pb2.RawExchange(
-                    transport=self.name,
-                    http_status=response.status,
-                    content_type=response.headers.get("content-type", ""),
-                    body=response.body,
-                )
-            )
         return out
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
@@ -428,13 +408,10 @@ class _GenAIStreamLifter(StreamLifter):
         self.has_logprobs: set[int] = set()
         self.usage: dict[str, Any] | None = None
         self.block_reason = ""
-        self.raw: list[response_pb2.RawStreamEvent] = []
         self.pending_calls: dict[int, dict[str, Any]] = {}  # candidate index -> a call whose arguments stream
         self.warnings: list[str] = []
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
-        if self.request.include_raw:
-            self.raw.append(response_pb2.RawStreamEvent(event=event.event, data=event.data))
         chunk = common.parse_json(event.data, "stream chunk")
         out: list[stream_pb2.StreamEvent] = []
         if not self.started:
@@ -558,13 +535,4 @@ class _GenAIStreamLifter(StreamLifter):
                 if index not in self.has_logprobs and self.parts[index]:
                     end.error.CopyFrom(common.missing_logprobs_error(index))
                     break
-        if self.request.include_raw:
-            end.raw.CopyFrom(
-                response_pb2.RawExchange(
-                    transport=self.transport.name,
-                    http_status=200,
-                    content_type="text/event-stream",
-                    stream_events=self.raw,
-                )
-            )
         return [stream_pb2.StreamEvent(end=end)]

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from modelir import logprobs as lp
-from modelir.transports import _openai_common as common
+from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
 from modelir.transports.openai_chat import OpenAIChat
 from modelir.v1 import (
@@ -65,18 +65,20 @@ def choice_grammar(labels: list[str]) -> str:
 def _sampling(request: request_pb2.Request, body: dict[str, Any]) -> None:
     """The sampling and constraint fields both endpoints take, under llama.cpp's names."""
     s = request.sampling
-    for field, key in (
-        ("temperature", "temperature"),
-        ("top_p", "top_p"),
-        ("top_k", "top_k"),
-        ("min_p", "min_p"),
-        ("seed", "seed"),
-        ("presence_penalty", "presence_penalty"),
-        ("frequency_penalty", "frequency_penalty"),
-        ("repetition_penalty", "repeat_penalty"),
-    ):
-        if s.HasField(field):
-            body[key] = getattr(s, field)
+    common.copy_sampling(
+        s,
+        (
+            ("temperature", "temperature"),
+            ("top_p", "top_p"),
+            ("top_k", "top_k"),
+            ("min_p", "min_p"),
+            ("seed", "seed"),
+            ("presence_penalty", "presence_penalty"),
+            ("frequency_penalty", "frequency_penalty"),
+            ("repetition_penalty", "repeat_penalty"),
+        ),
+        body,
+    )
     if s.stop:
         body["stop"] = list(s.stop)
     kind = request.constraint.WhichOneof("kind")
@@ -105,12 +107,8 @@ class LlamaCpp(HttpTransport):
     version = "1.0.0"
 
     def __init__(self, *, provider_model: str = "") -> None:
-        self._provider_model = provider_model
+        super().__init__(provider_model=provider_model)
         self._chat = _Chat(provider_model=provider_model)
-
-    @property
-    def provider_model(self) -> str:
-        return self._provider_model
 
     def manifest(self) -> capabilities_pb2.CapabilityManifest:
         return capabilities_pb2.CapabilityManifest(
@@ -200,15 +198,6 @@ class LlamaCpp(HttpTransport):
             else:
                 _columns(probabilities, request.logprobs.top_k, choice.logprobs)
         _usage_and_timing(body, out)
-        if request.include_raw:
-            out.raw.CopyFrom(
-                response_pb2.RawExchange(
-                    transport=self.name,
-                    http_status=response.status,
-                    content_type=response.headers.get("content-type", ""),
-                    body=response.body,
-                )
-            )
         return out
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
@@ -319,11 +308,8 @@ class _CompletionStreamLifter(StreamLifter):
         self.started = False
         self.final: dict[str, Any] | None = None
         self.saw_probabilities = False
-        self.raw: list[response_pb2.RawStreamEvent] = []
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
-        if self.request.include_raw:
-            self.raw.append(response_pb2.RawStreamEvent(event=event.event, data=event.data))
         data = common.parse_json(event.data, "stream event")
         out: list[stream_pb2.StreamEvent] = []
         if not self.started:
@@ -363,14 +349,5 @@ class _CompletionStreamLifter(StreamLifter):
             end.finishes.add(choice_index=0)
             end.error.CopyFrom(
                 common.truncated_error("the stream ended before its final (stop) event; the output is partial")
-            )
-        if self.request.include_raw:
-            end.raw.CopyFrom(
-                response_pb2.RawExchange(
-                    transport=self.transport.name,
-                    http_status=200,
-                    content_type="text/event-stream",
-                    stream_events=self.raw,
-                )
             )
         return [stream_pb2.StreamEvent(end=end)]

@@ -20,7 +20,7 @@ import orjson
 
 from modelir import errors
 from modelir import logprobs as lp
-from modelir.transports import _openai_common as common
+from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter, error_for_status
 from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, request_pb2, response_pb2, stream_pb2
 
@@ -46,13 +46,6 @@ _OPTION_KEYS = {"keep_alive"}  # top-level request fields; the rest go inside `o
 class Ollama(HttpTransport):
     name = "ollama"
     version = "1.0.0"
-
-    def __init__(self, *, provider_model: str = "") -> None:
-        self._provider_model = provider_model
-
-    @property
-    def provider_model(self) -> str:
-        return self._provider_model
 
     def manifest(self) -> capabilities_pb2.CapabilityManifest:
         return capabilities_pb2.CapabilityManifest(
@@ -111,7 +104,7 @@ class Ollama(HttpTransport):
     # ---- lower -------------------------------------------------------------------------------------
 
     def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
-        body: dict[str, Any] = {"model": self._provider_model or request.model}
+        body: dict[str, Any] = {"model": self.model_for(request)}
         if request.WhichOneof("input") == "conversation":
             path = "/api/chat"
             body["messages"] = _messages(request)
@@ -125,19 +118,21 @@ class Ollama(HttpTransport):
                 body["suffix"] = request.fim.suffix
         options: dict[str, Any] = {}
         s = request.sampling
-        for field, key in (
-            ("temperature", "temperature"),
-            ("top_p", "top_p"),
-            ("top_k", "top_k"),
-            ("min_p", "min_p"),
-            ("max_output_tokens", "num_predict"),
-            ("seed", "seed"),
-            ("presence_penalty", "presence_penalty"),
-            ("frequency_penalty", "frequency_penalty"),
-            ("repetition_penalty", "repeat_penalty"),
-        ):
-            if s.HasField(field):
-                options[key] = getattr(s, field)
+        common.copy_sampling(
+            s,
+            (
+                ("temperature", "temperature"),
+                ("top_p", "top_p"),
+                ("top_k", "top_k"),
+                ("min_p", "min_p"),
+                ("max_output_tokens", "num_predict"),
+                ("seed", "seed"),
+                ("presence_penalty", "presence_penalty"),
+                ("frequency_penalty", "frequency_penalty"),
+                ("repetition_penalty", "repeat_penalty"),
+            ),
+            options,
+        )
         if s.stop:
             options["stop"] = list(s.stop)
         kind = request.constraint.WhichOneof("kind")
@@ -194,15 +189,6 @@ class Ollama(HttpTransport):
         elif request.HasField("logprobs"):
             out.error.CopyFrom(common.missing_logprobs_error(0))
         _settle(request, body, choice, out)
-        if request.include_raw:
-            out.raw.CopyFrom(
-                response_pb2.RawExchange(
-                    transport=self.name,
-                    http_status=response.status,
-                    content_type=response.headers.get("content-type", ""),
-                    body=response.body,
-                )
-            )
         return out
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
@@ -324,7 +310,6 @@ class _NdjsonStreamLifter(StreamLifter):
         self.texts: list[str] = []
         self.calls: list[dict[str, Any]] = []
         self.saw_logprobs = False
-        self.raw: list[response_pb2.RawStreamEvent] = []
 
     def _index(self, which: str) -> int:
         current = getattr(self, which)
@@ -334,8 +319,6 @@ class _NdjsonStreamLifter(StreamLifter):
         return current
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
-        if self.request.include_raw:
-            self.raw.append(response_pb2.RawStreamEvent(event=event.event, data=event.data))
         data = common.parse_json(event.data, "stream line")
         out: list[stream_pb2.StreamEvent] = []
         if isinstance(data.get("error"), str):
@@ -418,14 +401,5 @@ class _NdjsonStreamLifter(StreamLifter):
             end.error.CopyFrom(self.error)
         elif self.final is None:
             end.error.CopyFrom(common.truncated_error("the stream ended before its done line; the output is partial"))
-        if self.request.include_raw:
-            end.raw.CopyFrom(
-                response_pb2.RawExchange(
-                    transport=self.transport.name,
-                    http_status=200,
-                    content_type="application/x-ndjson",
-                    stream_events=self.raw,
-                )
-            )
         out.append(stream_pb2.StreamEvent(end=end))
         return out

@@ -16,7 +16,7 @@ import orjson
 
 from modelir import errors
 from modelir import logprobs as lp
-from modelir.transports import _openai_common as common
+from modelir.transports import _common as common
 from modelir.transports import _openai_typed as typed
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
 from modelir.v1 import (
@@ -65,13 +65,6 @@ class OpenAIChat(HttpTransport):
     name = "openai_chat"
     version = "1.0.0"
     path = "/chat/completions"
-
-    def __init__(self, *, provider_model: str = "") -> None:
-        self._provider_model = provider_model
-
-    @property
-    def provider_model(self) -> str:
-        return self._provider_model
 
     def manifest(self) -> capabilities_pb2.CapabilityManifest:
         return capabilities_pb2.CapabilityManifest(
@@ -131,18 +124,20 @@ class OpenAIChat(HttpTransport):
     # ---- lower -------------------------------------------------------------------------------------
 
     def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
-        body: dict[str, Any] = {"model": self._provider_model or request.model, "messages": _messages(request)}
+        body: dict[str, Any] = {"model": self.model_for(request), "messages": _messages(request)}
         s = request.sampling
-        for field, key in (
-            ("temperature", "temperature"),
-            ("top_p", "top_p"),
-            ("max_output_tokens", "max_completion_tokens"),
-            ("seed", "seed"),
-            ("presence_penalty", "presence_penalty"),
-            ("frequency_penalty", "frequency_penalty"),
-        ):
-            if s.HasField(field):
-                body[key] = getattr(s, field)
+        common.copy_sampling(
+            s,
+            (
+                ("temperature", "temperature"),
+                ("top_p", "top_p"),
+                ("max_output_tokens", "max_completion_tokens"),
+                ("seed", "seed"),
+                ("presence_penalty", "presence_penalty"),
+                ("frequency_penalty", "frequency_penalty"),
+            ),
+            body,
+        )
         if s.stop:
             body["stop"] = list(s.stop)
         if s.choice_count > 1:
@@ -228,7 +223,8 @@ class OpenAIChat(HttpTransport):
             elif content is None:
                 without_logprobs.append(choice.index)
         common.usage_from(body.usage, out.usage, input_key="prompt_tokens", output_key="completion_tokens")
-        return self._finish_lift(request, out, without_logprobs, response)
+        _soft_errors(request, out, without_logprobs)
+        return out
 
     def lift_parsed(
         self, request: request_pb2.Request, body: dict[str, Any], response: HttpResponse
@@ -266,21 +262,7 @@ class OpenAIChat(HttpTransport):
             elif content is None:
                 without_logprobs.append(choice.index)
         common.usage_from(body.get("usage"), out.usage, input_key="prompt_tokens", output_key="completion_tokens")
-        return self._finish_lift(request, out, without_logprobs, response)
-
-    def _finish_lift(
-        self, request: request_pb2.Request, out: response_pb2.Response, without_logprobs: list[int], response
-    ) -> response_pb2.Response:
         _soft_errors(request, out, without_logprobs)
-        if request.include_raw:
-            out.raw.CopyFrom(
-                response_pb2.RawExchange(
-                    transport=self.name,
-                    http_status=response.status,
-                    content_type=response.headers.get("content-type", ""),
-                    body=response.body,
-                )
-            )
         return out
 
     def finish(self, raw: dict[str, Any]) -> tuple[int, str, str]:
@@ -379,7 +361,6 @@ class _ChatStreamLifter(StreamLifter):
         self.texts: dict[int, list[str]] = {}
         self.refused: set[int] = set()
         self.has_logprobs: set[int] = set()
-        self.raw: list[response_pb2.RawStreamEvent] = []
         self.error: errors_pb2.ResponseError | None = None
 
     def _part(self, choice: int, kind: str, key: int = 0) -> int:
@@ -389,8 +370,6 @@ class _ChatStreamLifter(StreamLifter):
         return parts[(kind, key)]
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
-        if self.request.include_raw:
-            self.raw.append(response_pb2.RawStreamEvent(event=event.event, data=event.data))
         if event.data.strip() == b"[DONE]":
             self.done = True
             return []
@@ -498,13 +477,4 @@ class _ChatStreamLifter(StreamLifter):
                 ):
                     end.error.CopyFrom(error)
                     break
-        if self.request.include_raw:
-            end.raw.CopyFrom(
-                response_pb2.RawExchange(
-                    transport=self.transport.name,
-                    http_status=200,
-                    content_type="text/event-stream",
-                    stream_events=self.raw,
-                )
-            )
         return [stream_pb2.StreamEvent(end=end)]

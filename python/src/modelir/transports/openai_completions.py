@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from modelir.transports import _openai_common as common
+from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
 from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, logprobs_pb2, request_pb2, response_pb2, stream_pb2
 
@@ -28,13 +28,6 @@ class OpenAICompletions(HttpTransport):
     path = "/completions"
     # OpenAI caps `logprobs` at 5.
     max_top_logprobs = 5
-
-    def __init__(self, *, provider_model: str = "") -> None:
-        self._provider_model = provider_model
-
-    @property
-    def provider_model(self) -> str:
-        return self._provider_model
 
     def capabilities(self) -> list[int]:
         return [
@@ -83,18 +76,20 @@ class OpenAICompletions(HttpTransport):
             prompt: Any = list(request.token_ids.ids)
         else:
             prompt = request.prompt + _continuation(request)
-        body: dict[str, Any] = {"model": self._provider_model or request.model, "prompt": prompt}
+        body: dict[str, Any] = {"model": self.model_for(request), "prompt": prompt}
         s = request.sampling
-        for field, key in (
-            ("temperature", "temperature"),
-            ("top_p", "top_p"),
-            ("max_output_tokens", "max_tokens"),
-            ("seed", "seed"),
-            ("presence_penalty", "presence_penalty"),
-            ("frequency_penalty", "frequency_penalty"),
-        ):
-            if s.HasField(field):
-                body[key] = getattr(s, field)
+        common.copy_sampling(
+            s,
+            (
+                ("temperature", "temperature"),
+                ("top_p", "top_p"),
+                ("max_output_tokens", "max_tokens"),
+                ("seed", "seed"),
+                ("presence_penalty", "presence_penalty"),
+                ("frequency_penalty", "frequency_penalty"),
+            ),
+            body,
+        )
         if s.stop:
             body["stop"] = list(s.stop)
         if s.choice_count > 1:
@@ -160,15 +155,6 @@ class OpenAICompletions(HttpTransport):
             if request.HasField("logprobs") and choice.index in without_logprobs:
                 out.error.CopyFrom(common.missing_logprobs_error(choice.index))
                 break
-        if request.include_raw:
-            out.raw.CopyFrom(
-                response_pb2.RawExchange(
-                    transport=self.name,
-                    http_status=response.status,
-                    content_type=response.headers.get("content-type", ""),
-                    body=response.body,
-                )
-            )
         return out
 
     def lift_finish(self, raw: dict[str, Any], choice: response_pb2.Choice) -> None:
@@ -291,12 +277,9 @@ class _CompletionsStreamLifter(StreamLifter):
         self.finishes: dict[int, dict[str, Any]] = {}
         self.has_logprobs: set[int] = set()
         self.usage = response_pb2.Usage()
-        self.raw: list[response_pb2.RawStreamEvent] = []
         self.error: errors_pb2.ResponseError | None = None
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
-        if self.request.include_raw:
-            self.raw.append(response_pb2.RawStreamEvent(event=event.event, data=event.data))
         if event.data.strip() == b"[DONE]":
             self.done = True
             return []
@@ -352,13 +335,4 @@ class _CompletionsStreamLifter(StreamLifter):
                 if index not in self.has_logprobs:
                     end.error.CopyFrom(common.missing_logprobs_error(index))
                     break
-        if self.request.include_raw:
-            end.raw.CopyFrom(
-                response_pb2.RawExchange(
-                    transport=self.transport.name,
-                    http_status=200,
-                    content_type="text/event-stream",
-                    stream_events=self.raw,
-                )
-            )
         return [stream_pb2.StreamEvent(end=end)]

@@ -19,7 +19,7 @@ import orjson
 
 from modelir import errors
 from modelir import logprobs as lp
-from modelir.transports import _openai_common as common
+from modelir.transports import _common as common
 from modelir.transports import _openai_typed as typed
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
 from modelir.v1 import (
@@ -74,13 +74,6 @@ class OpenAIResponses(HttpTransport):
     name = "openai_responses"
     version = "1.0.0"
     path = "/responses"
-
-    def __init__(self, *, provider_model: str = "") -> None:
-        self._provider_model = provider_model
-
-    @property
-    def provider_model(self) -> str:
-        return self._provider_model
 
     def manifest(self) -> capabilities_pb2.CapabilityManifest:
         return capabilities_pb2.CapabilityManifest(
@@ -155,17 +148,19 @@ class OpenAIResponses(HttpTransport):
             and all(p.WhichOneof("content") == "text" for p in messages[0].parts)
         ):
             instructions.append("".join(p.text for p in messages.pop(0).parts))
-        body: dict[str, Any] = {"model": self._provider_model or request.model, "input": _items(messages)}
+        body: dict[str, Any] = {"model": self.model_for(request), "input": _items(messages)}
         if instructions:
             body["instructions"] = "\n\n".join(instructions)
         s = request.sampling
-        for field, key in (
-            ("temperature", "temperature"),
-            ("top_p", "top_p"),
-            ("max_output_tokens", "max_output_tokens"),
-        ):
-            if s.HasField(field):
-                body[key] = getattr(s, field)
+        common.copy_sampling(
+            s,
+            (
+                ("temperature", "temperature"),
+                ("top_p", "top_p"),
+                ("max_output_tokens", "max_output_tokens"),
+            ),
+            body,
+        )
         if request.tools:
             body["tools"] = [_tool(t) for t in request.tools]
         choice = request.tool_choice.WhichOneof("choice")
@@ -221,19 +216,7 @@ class OpenAIResponses(HttpTransport):
             lift_response_object(self, request, common.parse_json(response.body, "response body"), out)
         except msgspec.DecodeError as exc:
             raise errors.MalformedResponseError(f"the provider's response body is not valid JSON: {exc}") from None
-        if request.include_raw:
-            out.raw.CopyFrom(
-                response_pb2.RawExchange(
-                    transport=self.name,
-                    http_status=response.status,
-                    content_type=response.headers.get("content-type", ""),
-                    body=response.body,
-                )
-            )
         return out
-
-    def issuer(self, model: str) -> content_pb2.Issuer:
-        return content_pb2.Issuer(transport=self.name, model=self._provider_model or model)
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
         return _ResponsesStreamLifter(self, request)
@@ -495,7 +478,6 @@ class _ResponsesStreamLifter(StreamLifter):
         self.final: dict[str, Any] | None = None
         self.model = ""
         self.error: errors_pb2.ResponseError | None = None
-        self.raw: list[response_pb2.RawStreamEvent] = []
         self.reasoning_done: dict[int, dict[str, Any]] = {}  # output_index -> the reasoning item from `done`
 
     def _part(self, output_index: int, content_index: int = 0) -> tuple[int, bool]:
@@ -506,8 +488,6 @@ class _ResponsesStreamLifter(StreamLifter):
         return self.parts[key], False
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
-        if self.request.include_raw:
-            self.raw.append(response_pb2.RawStreamEvent(event=event.event, data=event.data))
         data = common.parse_json(event.data, "stream event")
         kind = data.get("type") or event.event
         out = []
@@ -629,14 +609,5 @@ class _ResponsesStreamLifter(StreamLifter):
         elif self.final is None:
             end.error.CopyFrom(
                 common.truncated_error("the stream ended before response.completed; the output is partial")
-            )
-        if self.request.include_raw:
-            end.raw.CopyFrom(
-                response_pb2.RawExchange(
-                    transport=self.transport.name,
-                    http_status=200,
-                    content_type="text/event-stream",
-                    stream_events=self.raw,
-                )
             )
         return [*events, stream_pb2.StreamEvent(end=end)]

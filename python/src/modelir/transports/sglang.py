@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from modelir.transports import _openai_common as common
+from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
 from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, logprobs_pb2, request_pb2, response_pb2, stream_pb2
 
@@ -38,13 +38,6 @@ def choice_regex(labels: list[str]) -> str:
 class SGLang(HttpTransport):
     name = "sglang"
     version = "1.0.0"
-
-    def __init__(self, *, provider_model: str = "") -> None:
-        self._provider_model = provider_model
-
-    @property
-    def provider_model(self) -> str:
-        return self._provider_model
 
     def manifest(self) -> capabilities_pb2.CapabilityManifest:
         return capabilities_pb2.CapabilityManifest(
@@ -100,18 +93,20 @@ class SGLang(HttpTransport):
             body["text"] = request.prompt + continuation
         params: dict[str, Any] = {}
         s = request.sampling
-        for field, key in (
-            ("temperature", "temperature"),
-            ("top_p", "top_p"),
-            ("top_k", "top_k"),
-            ("min_p", "min_p"),
-            ("max_output_tokens", "max_new_tokens"),
-            ("presence_penalty", "presence_penalty"),
-            ("frequency_penalty", "frequency_penalty"),
-            ("repetition_penalty", "repetition_penalty"),
-        ):
-            if s.HasField(field):
-                params[key] = getattr(s, field)
+        common.copy_sampling(
+            s,
+            (
+                ("temperature", "temperature"),
+                ("top_p", "top_p"),
+                ("top_k", "top_k"),
+                ("min_p", "min_p"),
+                ("max_output_tokens", "max_new_tokens"),
+                ("presence_penalty", "presence_penalty"),
+                ("frequency_penalty", "frequency_penalty"),
+                ("repetition_penalty", "repetition_penalty"),
+            ),
+            params,
+        )
         if s.stop:
             params["stop"] = list(s.stop)
         if s.stop_token_ids:
@@ -154,7 +149,7 @@ class SGLang(HttpTransport):
     def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
         body = common.parse_json(response.body, "response body")
         answers = body if isinstance(body, list) else [body]
-        out = response_pb2.Response(model=self._provider_model)
+        out = response_pb2.Response(model=self.provider_model)  # /generate does not name the model
         for index, answer in enumerate(answers):
             meta = answer.get("meta_info") or {}
             if index == 0:
@@ -176,15 +171,6 @@ class SGLang(HttpTransport):
             if index == 0 and request.HasField("input_scoring"):
                 _input_scores(request, meta, out)
         _usage(answers, out)
-        if request.include_raw:
-            out.raw.CopyFrom(
-                response_pb2.RawExchange(
-                    transport=self.name,
-                    http_status=response.status,
-                    content_type=response.headers.get("content-type", ""),
-                    body=response.body,
-                )
-            )
         return out
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
@@ -301,11 +287,8 @@ class _GenerateStreamLifter(StreamLifter):
         self.metas: dict[int, dict[str, Any]] = {}
         self.cumulative: bool | None = None
         self.done = False
-        self.raw: list[response_pb2.RawStreamEvent] = []
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
-        if self.request.include_raw:
-            self.raw.append(response_pb2.RawStreamEvent(event=event.event, data=event.data))
         if event.data.strip() == b"[DONE]":
             self.done = True
             return []
@@ -359,13 +342,4 @@ class _GenerateStreamLifter(StreamLifter):
             end.usage.CopyFrom(settled.usage)
         if interrupted or not self.done:
             end.error.CopyFrom(common.truncated_error("the stream ended before [DONE]; the output is partial"))
-        if self.request.include_raw:
-            end.raw.CopyFrom(
-                response_pb2.RawExchange(
-                    transport=self.transport.name,
-                    http_status=200,
-                    content_type="text/event-stream",
-                    stream_events=self.raw,
-                )
-            )
         return [stream_pb2.StreamEvent(end=end)]

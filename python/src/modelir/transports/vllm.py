@@ -17,7 +17,7 @@ import msgspec
 import orjson
 
 from modelir import errors
-from modelir.transports import _openai_common as common
+from modelir.transports import _common as common
 from modelir.transports import _openai_typed as typed
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter
 from modelir.transports.openai_chat import OpenAIChat
@@ -255,12 +255,9 @@ class VLLM(HttpTransport):
     version = "1.0.0"
 
     def __init__(self, *, provider_model: str = "") -> None:
+        super().__init__(provider_model=provider_model)
         self._completions = _Completions(provider_model=provider_model)
         self._chat = _Chat(provider_model=provider_model)
-
-    @property
-    def provider_model(self) -> str:
-        return self._completions.provider_model
 
     def _route(self, request: request_pb2.Request) -> HttpTransport:
         return self._chat if request.WhichOneof("input") == "conversation" else self._completions

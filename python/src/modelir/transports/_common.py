@@ -1,4 +1,4 @@
-"""Pieces every OpenAI-shaped transport shares: error bodies, usage, finish reasons, JSON checks."""
+"""Pieces the transports share: error bodies, usage, finish reasons, JSON checks, sampling fields."""
 
 from __future__ import annotations
 
@@ -105,3 +105,12 @@ def provider_options(request: request_pb2.Request) -> dict[str, Any]:
 
 def json_object(text: str) -> Any:
     return orjson.loads(text) if text else {"type": "object", "properties": {}}
+
+
+def copy_sampling(
+    sampling: request_pb2.SamplingParams, names: tuple[tuple[str, str], ...], target: dict[str, Any]
+) -> None:
+    """Copy the set optional sampling fields into a native body under their native names ((ir, native) pairs)."""
+    for field, key in names:
+        if sampling.HasField(field):
+            target[key] = getattr(sampling, field)
