@@ -132,7 +132,7 @@ async def test_sigterm_drains_in_flight_calls():
         log = process.stderr.read()
         # Shutdown began while the call was in flight, and the call still finished OK.
         assert log.index("shutting down: draining in-flight calls") < log.index(
-            "StreamGenerate model=reference status=OK"
+            "StreamGenerate model=reference transport=reference status=OK"
         )
     finally:
         if process.poll() is None:

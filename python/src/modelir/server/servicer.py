@@ -5,9 +5,11 @@ It holds no logic of its own: everything a gRPC caller gets is what `Model` give
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
 
 import grpc
 from grpc_status import rpc_status
@@ -38,57 +40,76 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
     async def _abort(self, context, exc: errors.ModelError) -> None:
         await context.abort_with_status(rpc_status.to_status(to_status(exc)))
 
-    async def Generate(self, request: service_pb2.GenerateRequest, context) -> service_pb2.GenerateResponse:
+    async def _call(self, method: str, model_name: str, context, run: Callable[[Model], Awaitable[Any]]) -> Any:
+        """Run one unary RPC on the named model: errors through the one table, one log line per call."""
         started = time.monotonic()
-        model_name = request.request.model
+        transport, status = "-", "OK"
         try:
             model = self._model(model_name)
-            response = await model.arun(request.request, deadline=self._deadline(context))
+            transport = model.transport.name
+            return await run(model)
         except errors.ModelError as exc:
-            _log_call("Generate", model_name, exc, started)
+            status = errors.mapping_for(exc.reason).grpc_code.name
             await self._abort(context, exc)
-        _log_call("Generate", model_name, None, started)
-        return service_pb2.GenerateResponse(response=response)
+        except asyncio.CancelledError:
+            status = "CANCELLED"
+            raise
+        finally:
+            _log_call(method, model_name, transport, status, started)
+
+    async def Generate(self, request: service_pb2.GenerateRequest, context) -> service_pb2.GenerateResponse:
+        async def run(model: Model) -> service_pb2.GenerateResponse:
+            response = await model.arun(request.request, deadline=self._deadline(context))
+            return service_pb2.GenerateResponse(response=response)
+
+        return await self._call("Generate", request.request.model, context, run)
 
     async def StreamGenerate(
         self, request: service_pb2.StreamGenerateRequest, context
     ) -> AsyncIterator[service_pb2.StreamGenerateResponse]:
         started = time.monotonic()
         model_name = request.request.model
+        transport, status = "-", "OK"
         try:
             model = self._model(model_name)
+            transport = model.transport.name
             async for event in model.astream(request.request, deadline=self._deadline(context)):
                 yield service_pb2.StreamGenerateResponse(event=event)
         except errors.ModelError as exc:
-            _log_call("StreamGenerate", model_name, exc, started)
+            status = errors.mapping_for(exc.reason).grpc_code.name
             await self._abort(context, exc)
-        _log_call("StreamGenerate", model_name, None, started)
+        except asyncio.CancelledError:
+            status = "CANCELLED"
+            raise
+        finally:
+            _log_call("StreamGenerate", model_name, transport, status, started)
 
     async def Tokenize(self, request: service_pb2.TokenizeRequest, context) -> service_pb2.TokenizeResponse:
-        started = time.monotonic()
-        try:
-            result = await self._model(request.model).atokenize_request(request)
-        except errors.ModelError as exc:
-            _log_call("Tokenize", request.model, exc, started)
-            await self._abort(context, exc)
-        _log_call("Tokenize", request.model, None, started)
-        return result
+        return await self._call("Tokenize", request.model, context, lambda model: model.atokenize_request(request))
 
     async def ListModels(self, request, context) -> service_pb2.ListModelsResponse:
-        return service_pb2.ListModelsResponse(
+        started = time.monotonic()
+        listing = service_pb2.ListModelsResponse(
             models=[
                 service_pb2.ModelInfo(name=name, manifest=model.capabilities)
                 for name, model in sorted(self.models.items())
             ]
         )
+        _log_call("ListModels", "-", "-", "OK", started)
+        return listing
 
     async def Validate(self, request: service_pb2.ValidateRequest, context) -> service_pb2.ValidateResponse:
-        try:
-            return await self._model(request.request.model).avalidate(request.request)
-        except errors.ModelError as exc:
-            await self._abort(context, exc)
+        return await self._call(
+            "Validate", request.request.model, context, lambda model: model.avalidate(request.request)
+        )
 
 
-def _log_call(method: str, model: str, exc: errors.ModelError | None, started: float) -> None:
-    status = "OK" if exc is None else errors.mapping_for(exc.reason).grpc_code.name
-    log.info("%s model=%s status=%s latency_ms=%.1f", method, model, status, (time.monotonic() - started) * 1e3)
+def _log_call(method: str, model: str, transport: str, status: str, started: float) -> None:
+    log.info(
+        "%s model=%s transport=%s status=%s latency_ms=%.1f",
+        method,
+        model,
+        transport,
+        status,
+        (time.monotonic() - started) * 1e3,
+    )
