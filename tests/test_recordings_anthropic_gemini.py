@@ -315,3 +315,23 @@ async def test_cross_issuer_policy_both_ways(transport, own_kind, foreign):
     same, none = model._prepare(own, streaming=False)
     assert not none and "thoughts" in json.dumps(json.loads(transport.lower(same, stream=False).body))
     await model.executor.aclose()
+
+
+async def test_artifacts_name_the_model_they_were_sent_to_so_replay_is_not_foreign():
+    """Without a configured provider model the request's name is sent; the provider reports a dated variant
+    (claude-sonnet-4-0 -> claude-sonnet-4-20250514). The artifact names what was sent, so it replays cleanly."""
+    exchange = cassette(wire_dir("anthropic_messages") / "pydanticai__tool_use_with_thinking.yaml")[0]
+    transport = AnthropicMessages()
+    request = request_pb2.Request(model="claude-sonnet-4-0")
+    request.conversation.messages.add(role=content_pb2.ROLE_USER).parts.add(text="q")
+    lifted = transport.lift(request, HttpResponse(200, {}, exchange.body))
+    assert lifted.model == "claude-sonnet-4-20250514"
+    assert lifted.choices[0].message.parts[0].artifacts[0].issuer.model == "claude-sonnet-4-0"
+    follow = request_pb2.Request()
+    follow.CopyFrom(request)
+    follow.conversation.messages.append(lifted.choices[0].message)
+    follow.conversation.messages.add(role=content_pb2.ROLE_USER).parts.add(text="again")
+    model = Model(transport, executor=Executor("http://127.0.0.1:9"))
+    _, warnings = model._prepare(follow, streaming=False)
+    assert warnings == []
+    await model.executor.aclose()

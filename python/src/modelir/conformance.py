@@ -136,7 +136,7 @@ def _check_exchange(fixture, transport: HttpTransport, request, streaming, probl
             f"the manifest rejects a request this fixture expects to run: {errors.describe_unsupported(gaps)}"
         )
         return
-    request, _ = apply_foreign_artifact_policy(request, transport=transport.name, model=transport.provider_model)
+    request, _ = apply_foreign_artifact_policy(request, transport=transport.name, model=transport.issuer_model(request))
     lowered = transport.lower(request, stream=streaming)
     expected_http = fixture["expected_http_request"]
     if lowered.method != expected_http["method"] or lowered.path != expected_http["path"]:

@@ -74,7 +74,7 @@ class Model(ModelInterface):
         if gaps is not None:
             raise errors.UnsupportedCapabilityError(gaps)
         return artifacts.apply_foreign_artifact_policy(
-            request, transport=self.transport.name, model=self.transport.provider_model
+            request, transport=self.transport.name, model=self.transport.issuer_model(request)
         )
 
     def _deadline(self, request: request_pb2.Request, deadline: float | None) -> float | None:

@@ -175,7 +175,7 @@ class AnthropicMessages(HttpTransport):
         out = response_pb2.Response(id=body.get("id") or "", model=body.get("model") or "")
         choice = out.choices.add(index=0)
         choice.message.role = content_pb2.ROLE_ASSISTANT
-        issuer = self.issuer(out.model)
+        issuer = self.issuer(request)
         for block in body.get("content") or ():
             part = _part(block, issuer)
             if part is None:
@@ -304,7 +304,7 @@ class _MessagesStreamLifter(StreamLifter):
     def __init__(self, transport: AnthropicMessages, request: request_pb2.Request) -> None:
         self.transport = transport
         self.request = request
-        self.issuer = transport.issuer("")
+        self.issuer = transport.issuer(request)
         self.usage: dict[str, Any] = {}
         self.blocks: dict[int, dict[str, Any]] = {}  # index -> {"type", "signature" | "json" buffers}
         self.stop: tuple[str | None, str | None] | None = None
@@ -317,7 +317,6 @@ class _MessagesStreamLifter(StreamLifter):
         out: list[stream_pb2.StreamEvent] = []
         if kind == "message_start":
             message = data.get("message") or {}
-            self.issuer = self.transport.issuer(message.get("model") or "")
             self.usage.update(message.get("usage") or {})
             out.append(
                 stream_pb2.StreamEvent(

@@ -71,6 +71,10 @@ class Transport(ABC):
         """The model id this transport's provider reports, used as the issuer of reasoning artifacts."""
         return ""
 
+    def issuer_model(self, request: request_pb2.Request) -> str:
+        """The model id artifacts issued for `request` carry; replayed artifacts must name the same."""
+        return self.provider_model
+
     def extra_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         """Reasons this transport cannot run `request` that the capability catalog cannot express."""
         return []
@@ -91,10 +95,14 @@ class HttpTransport(Transport):
         """The model id to send: the configured provider model, else the request's model name."""
         return self._provider_model or request.model
 
-    def issuer(self, reported_model: str) -> content_pb2.Issuer:
-        """Who issued a reasoning artifact received now: this transport, and the configured model (else the
-        model the provider reported), which is what the foreign-artifact check compares against."""
-        return content_pb2.Issuer(transport=self.name, model=self._provider_model or reported_model)
+    def issuer(self, request: request_pb2.Request) -> content_pb2.Issuer:
+        """Who issued a reasoning artifact received now: this transport and the model id it was sent to. The
+        provider's reported id can be a dated variant of what was asked for, so it is not used here; the
+        foreign-artifact check compares against the same `issuer_model`."""
+        return content_pb2.Issuer(transport=self.name, model=self.model_for(request))
+
+    def issuer_model(self, request: request_pb2.Request) -> str:
+        return self.model_for(request)
 
     @abstractmethod
     def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest: ...

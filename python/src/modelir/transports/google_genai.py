@@ -205,7 +205,7 @@ class GoogleGenAI(HttpTransport):
     def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
         body = common.parse_json(response.body, "response body")
         out = response_pb2.Response(id=body.get("responseId") or "", model=body.get("modelVersion") or "")
-        issuer = self.issuer(out.model)
+        issuer = self.issuer(request)
         candidates = body.get("candidates") or []
         for position, candidate in enumerate(candidates):
             choice = out.choices.add(index=candidate.get("index", position))
@@ -401,7 +401,7 @@ class _GenAIStreamLifter(StreamLifter):
         self.transport = transport
         self.request = request
         self.started = False
-        self.issuer = transport.issuer("")
+        self.issuer = transport.issuer(request)
         self.parts: dict[int, list[str]] = {}  # candidate index -> kind of each part so far
         self.signed: dict[int, set[int]] = {}  # candidate index -> parts that already carry a signature
         self.finishes: dict[int, str] = {}
@@ -417,7 +417,6 @@ class _GenAIStreamLifter(StreamLifter):
         if not self.started:
             self.started = True
             model = chunk.get("modelVersion") or ""
-            self.issuer = self.transport.issuer(model)
             out.append(
                 stream_pb2.StreamEvent(start=stream_pb2.StreamStart(id=chunk.get("responseId") or "", model=model))
             )

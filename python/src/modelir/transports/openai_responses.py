@@ -344,7 +344,7 @@ def lift_typed_object(
     out.model = body.model or ""
     choice = out.choices.add(index=0)
     choice.message.role = content_pb2.ROLE_ASSISTANT
-    issuer = transport.issuer(out.model)
+    issuer = transport.issuer(request)
     chunks = []
     has_calls = refused = saw_logprobs = False
     for item in body.output or ():
@@ -423,7 +423,7 @@ def lift_response_object(
     out.model = body.get("model") or ""
     choice = out.choices.add(index=0)
     choice.message.role = content_pb2.ROLE_ASSISTANT
-    issuer = transport.issuer(out.model)
+    issuer = transport.issuer(request)
     chunks = []
     has_calls = refused = False
     saw_logprobs = False
@@ -582,7 +582,7 @@ class _ResponsesStreamLifter(StreamLifter):
             artifact = content_pb2.ReasoningArtifact(
                 kind=ENCRYPTED,
                 data=item["encrypted_content"].encode(),
-                issuer=self.transport.issuer(self.model),
+                issuer=self.transport.issuer(self.request),
                 item_id=item.get("id") or "",
             )
             index, _ = self._part(output_index)
