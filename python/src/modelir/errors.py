@@ -57,9 +57,8 @@ class ModelError(Exception):
         # Output received before the failure; never thrown away.
         self.partial = partial
 
-    @property
-    def retryable(self) -> bool:
-        return False
+    # True when retrying the same request may succeed.
+    retryable: bool = False
 
     def to_response_error(self) -> errors_pb2.ResponseError:
         return errors_pb2.ResponseError(
@@ -110,26 +109,17 @@ class ProviderAuthError(ModelError):
 
 class RateLimitedError(ModelError):
     reason = R.ERROR_REASON_RATE_LIMITED
-
-    @property
-    def retryable(self) -> bool:
-        return True
+    retryable = True
 
 
 class ProviderUnavailableError(ModelError):
     reason = R.ERROR_REASON_PROVIDER_UNAVAILABLE
-
-    @property
-    def retryable(self) -> bool:
-        return True
+    retryable = True
 
 
 class DeadlineExceededError(ModelError):
     reason = R.ERROR_REASON_DEADLINE_EXCEEDED
-
-    @property
-    def retryable(self) -> bool:
-        return True
+    retryable = True
 
 
 class CancelledError(ModelError):
@@ -146,10 +136,7 @@ class MalformedResponseError(ModelError):
 
 class TruncatedStreamError(ModelError):
     reason = R.ERROR_REASON_TRUNCATED_STREAM
-
-    @property
-    def retryable(self) -> bool:
-        return True
+    retryable = True
 
 
 class MissingLogprobsError(ModelError):
