@@ -15,8 +15,8 @@ import orjson
 from modelir.errors import UnsupportedCapabilityError
 from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, logprobs_pb2, request_pb2
 
-C = capabilities_pb2.Capability
-_Role = content_pb2.Role
+C = capabilities_pb2  # Capability values as the module's plain ints: a lookup on the enum wrapper costs ~0.4 us
+_Role = content_pb2  # Role values as plain ints (see C in capabilities.py)
 
 
 @dataclass(slots=True)
@@ -161,37 +161,40 @@ def unsupported(
     """Everything `request` needs that `manifest` lacks, or None when the model can run it."""
     req = requirements(request, streaming=streaming)
     have = set(manifest.capabilities)
-    result = errors_pb2.UnsupportedCapabilities(model=model or request.model)
-    result.missing.extend(c for c in req.sorted_capabilities() if c not in have)
+    missing = [c for c in req.sorted_capabilities() if c not in have]
+    violations = []
     for name, value in sorted(req.limits.items()):
         allowed = getattr(manifest.limits, name)
         if allowed and value > allowed:
-            result.limit_violations.add(limit=name, allowed=allowed, requested=value)
+            violations.append(errors_pb2.LimitViolation(limit=name, allowed=allowed, requested=value))
+    reasons = []
     if (
         req.grammar_dialect is not None
         and C.CAPABILITY_CONSTRAINT_GRAMMAR in have
         and req.grammar_dialect not in manifest.grammar_dialects
     ):
         dialect = request_pb2.GrammarDialect.Name(req.grammar_dialect)
-        result.reasons.append(f"The grammar dialect {dialect} is not accepted.")
+        reasons.append(f"The grammar dialect {dialect} is not accepted.")
     basis = request.logprobs.basis if request.HasField("logprobs") else 0
     if basis and basis not in manifest.logprob_bases:
         name = logprobs_pb2.LogprobBasis.Name(basis)
-        result.reasons.append(f"This model cannot report logprobs with basis {name}.")
+        reasons.append(f"This model cannot report logprobs with basis {name}.")
     if req.provider_transport is not None and C.CAPABILITY_PROVIDER_OPTIONS in have:
         if req.provider_transport != manifest.transport:
-            result.reasons.append(
+            reasons.append(
                 f"The provider options are for {req.provider_transport!r}, "
                 f"but this model runs on {manifest.transport!r}."
             )
         else:
             unknown = [k for k in req.provider_option_keys if k not in manifest.provider_option_keys]
             if unknown:
-                result.reasons.append(f"Unknown provider option keys: {', '.join(unknown)}.")
-    result.reasons.extend(extra_reasons)
-    if result.missing or result.limit_violations or result.reasons:
-        return result
-    return None
+                reasons.append(f"Unknown provider option keys: {', '.join(unknown)}.")
+    reasons.extend(extra_reasons)
+    if not (missing or violations or reasons):
+        return None
+    return errors_pb2.UnsupportedCapabilities(
+        model=model or request.model, missing=missing, limit_violations=violations, reasons=reasons
+    )
 
 
 def check(

@@ -24,7 +24,7 @@ from modelir import errors
 from modelir.interface import MessageLike, ModelInterface, build_request
 from modelir.v1 import capabilities_pb2, errors_pb2, logprobs_pb2
 
-C = capabilities_pb2.Capability
+C = capabilities_pb2  # Capability values as the module's plain ints: a lookup on the enum wrapper costs ~0.4 us
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from modelir.transports.base import SHAPE_ERRORS, HttpTransport, LocalTransport,
 from modelir.v1 import capabilities_pb2, errors_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
 from modelir.validation import field_violations, validate_request
 
-C = capabilities_pb2.Capability
+C = capabilities_pb2  # Capability values as the module's plain ints: a lookup on the enum wrapper costs ~0.4 us
 
 
 class Model(ModelInterface):

@@ -9,7 +9,7 @@ import orjson
 from modelir.errors import InvalidRequestError
 from modelir.v1 import content_pb2, errors_pb2, request_pb2
 
-_Role = content_pb2.Role
+_Role = content_pb2  # Role values as plain ints (see C in capabilities.py)
 
 
 def field_violations(request: request_pb2.Request) -> list[errors_pb2.FieldViolation]:

@@ -24,7 +24,7 @@ from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter, error_for_status
 from modelir.v1 import capabilities_pb2, content_pb2, logprobs_pb2, request_pb2, response_pb2, stream_pb2
 
-C = capabilities_pb2.Capability
+C = capabilities_pb2  # Capability values as the module's plain ints: a lookup on the enum wrapper costs ~0.4 us
 THOUGHT_SIGNATURE = content_pb2.REASONING_ARTIFACT_KIND_THOUGHT_SIGNATURE
 _FILTERED = {
     "SAFETY",

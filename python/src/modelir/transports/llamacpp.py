@@ -32,7 +32,7 @@ from modelir.v1 import (
     stream_pb2,
 )
 
-C = capabilities_pb2.Capability
+C = capabilities_pb2  # Capability values as the module's plain ints: a lookup on the enum wrapper costs ~0.4 us
 STOP_TYPES = {
     "eos": response_pb2.FINISH_REASON_STOP,
     "limit": response_pb2.FINISH_REASON_LENGTH,

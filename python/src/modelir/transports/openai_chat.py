@@ -28,7 +28,7 @@ from modelir.v1 import (
     stream_pb2,
 )
 
-C = capabilities_pb2.Capability
+C = capabilities_pb2  # Capability values as the module's plain ints: a lookup on the enum wrapper costs ~0.4 us
 _ROLE_NAMES = {
     content_pb2.ROLE_SYSTEM: "system",
     content_pb2.ROLE_DEVELOPER: "developer",

@@ -31,7 +31,7 @@ from modelir.v1 import (
     stream_pb2,
 )
 
-C = capabilities_pb2.Capability
+C = capabilities_pb2  # Capability values as the module's plain ints: a lookup on the enum wrapper costs ~0.4 us
 ENCRYPTED = content_pb2.REASONING_ARTIFACT_KIND_ENCRYPTED_CONTENT
 _EFFORTS = {
     request_pb2.REASONING_EFFORT_NONE: "none",

@@ -33,7 +33,7 @@ from modelir.v1 import (
     stream_pb2,
 )
 
-C = capabilities_pb2.Capability
+C = capabilities_pb2  # Capability values as the module's plain ints: a lookup on the enum wrapper costs ~0.4 us
 BOS, EOS, VOCAB = 256, 257, 258
 DEFAULT_MAX_OUTPUT_TOKENS = 256
 MAX_TOP_LOGPROBS = 20

@@ -25,7 +25,7 @@ from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
 from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, logprobs_pb2, request_pb2, response_pb2, stream_pb2
 
-C = capabilities_pb2.Capability
+C = capabilities_pb2  # Capability values as the module's plain ints: a lookup on the enum wrapper costs ~0.4 us
 JSON_HEADERS = (("content-type", "application/json"),)
 PROVIDER_OPTION_KEYS = ("ignore_eos", "min_new_tokens", "no_stop_trim", "skip_special_tokens", "lora_path")
 _SAMPLING_OPTION_KEYS = {"ignore_eos", "min_new_tokens", "no_stop_trim", "skip_special_tokens"}

@@ -24,7 +24,7 @@ from modelir.transports.openai_chat import OpenAIChat
 from modelir.transports.openai_completions import OpenAICompletions
 from modelir.v1 import capabilities_pb2, errors_pb2, logprobs_pb2, request_pb2, response_pb2, service_pb2
 
-C = capabilities_pb2.Capability
+C = capabilities_pb2  # Capability values as the module's plain ints: a lookup on the enum wrapper costs ~0.4 us
 MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
 PROVIDER_OPTION_KEYS = (
     "bad_words",
