@@ -185,7 +185,7 @@ class Ollama(HttpTransport):
         for call in message.get("tool_calls") or body.get("tool_calls") or ():
             choice.message.parts.append(_call_part(call))
         if body.get("logprobs"):
-            choice.logprobs.CopyFrom(lp.from_openai_content(body["logprobs"]))
+            lp.from_openai_content(body["logprobs"], into=choice.logprobs)
         elif request.HasField("logprobs"):
             out.error.CopyFrom(common.missing_logprobs_error(0))
         _settle(request, body, choice, out)
@@ -348,7 +348,7 @@ class _NdjsonStreamLifter(StreamLifter):
         if data.get("logprobs"):
             self.saw_logprobs = True
             delta = delta or stream_pb2.PartDelta()
-            delta.logprobs.CopyFrom(lp.from_openai_content(data["logprobs"]))
+            lp.from_openai_content(data["logprobs"], into=delta.logprobs)
         if delta is not None:
             out.append(stream_pb2.StreamEvent(delta=delta))
         self.calls.extend(message.get("tool_calls") or data.get("tool_calls") or [])

@@ -258,7 +258,7 @@ class OpenAIChat(HttpTransport):
                 choice.finish_reason = response_pb2.FINISH_REASON_REFUSAL
             content = (raw.get("logprobs") or {}).get("content")
             if content:
-                choice.logprobs.CopyFrom(self.adjust_logprobs(lp.from_openai_content(content)))
+                self.adjust_logprobs(lp.from_openai_content(content, into=choice.logprobs))
             elif content is None:
                 without_logprobs.append(choice.index)
         common.usage_from(body.get("usage"), out.usage, input_key="prompt_tokens", output_key="completion_tokens")
@@ -271,7 +271,7 @@ class OpenAIChat(HttpTransport):
         return common.finish_reason(raw_reason), raw_reason or "", ""
 
     def adjust_logprobs(self, logprobs):
-        """A hook for servers whose logprobs need more than the OpenAI shape (vLLM: ids, -inf clamp)."""
+        """A hook for servers whose logprobs need more than the OpenAI shape (vLLM: ids, -inf clamp), in place."""
         return logprobs
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:

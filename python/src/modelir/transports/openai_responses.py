@@ -539,7 +539,7 @@ class _ResponsesStreamLifter(StreamLifter):
             if new:
                 delta.item_id = data.get("item_id") or ""
             if kind == "response.output_text.delta" and data.get("logprobs"):
-                delta.logprobs.CopyFrom(lp.from_openai_content(data["logprobs"]))
+                lp.from_openai_content(data["logprobs"], into=delta.logprobs)
             if kind != "response.content_part.added" or new:
                 out.append(stream_pb2.StreamEvent(delta=delta))
         elif kind == "response.function_call_arguments.delta":
