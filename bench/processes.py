@@ -1,4 +1,5 @@
-"""Helper processes for the gateway benchmark: an instant OpenAI-style upstream and a bare gRPC echo server.
+"""Helper processes for the gateway benchmark: an instant OpenAI-style upstream, a bare gRPC echo server, and
+the floor gateway (the least any Python gateway of this shape does per call).
 
 Each runs in its own process (so it does not share the benchmark client's interpreter lock) and prints
 `READY <port>` once it listens on 127.0.0.1.
@@ -77,6 +78,56 @@ def echo() -> None:
     _run(main())
 
 
+def floor(upstream_url: str) -> None:
+    """grpc.aio in front of raw aiohttp and orjson: no validation, capability check, limiter, retries or logging.
+
+    What is left is the price of the shape itself (a gRPC call in, an HTTP call out, JSON both ways), so the
+    gateway's gap to the echo ceiling splits into this floor and modelir's own work.
+    """
+    import aiohttp
+    import grpc
+    from modelir.v1 import content_pb2, response_pb2, service_pb2, service_pb2_grpc
+
+    class Floor(service_pb2_grpc.ModelServiceServicer):
+        def __init__(self) -> None:
+            self.session: aiohttp.ClientSession | None = None
+
+        async def Generate(self, request, context):
+            if self.session is None:
+                self.session = aiohttp.ClientSession()
+            prompt = request.request.conversation.messages[-1].parts[0].text
+            body = orjson.dumps({"model": "bench-model", "messages": [{"role": "user", "content": prompt}]})
+            headers = {"content-type": "application/json"}
+            async with self.session.post(upstream_url, data=body, headers=headers) as answer:
+                data = orjson.loads(await answer.read())
+            choice = data["choices"][0]
+            return service_pb2.GenerateResponse(
+                response=response_pb2.Response(
+                    id=data["id"],
+                    model=data["model"],
+                    choices=[
+                        response_pb2.Choice(
+                            message=content_pb2.Message(
+                                role=content_pb2.ROLE_ASSISTANT,
+                                parts=[content_pb2.Part(text=choice["message"]["content"])],
+                            ),
+                            finish_reason=response_pb2.FINISH_REASON_STOP,
+                        )
+                    ],
+                )
+            )
+
+    async def main() -> None:
+        server = grpc.aio.server(options=[("grpc.server.max_pending_requests", 100_000)])
+        service_pb2_grpc.add_ModelServiceServicer_to_server(Floor(), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        print("READY", port, flush=True)
+        await server.wait_for_termination()
+
+    _run(main())
+
+
 def _run(coro) -> None:
     try:
         import uvloop
@@ -88,4 +139,4 @@ def _run(coro) -> None:
 
 
 if __name__ == "__main__":
-    {"upstream": upstream, "echo": echo}[sys.argv[1]]()
+    {"upstream": upstream, "echo": echo, "floor": floor}[sys.argv[1]](*sys.argv[2:])

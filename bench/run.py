@@ -16,7 +16,7 @@ import orjson
 from modelir import Model, ReferenceModel, build_request
 from modelir import logprobs as lp
 from modelir.v1 import content_pb2, response_pb2
-from timing import paired
+from timing import chained
 
 
 def openai_chat_body(tokens: int, top_k: int, seed: int = 0) -> bytes:
@@ -68,7 +68,6 @@ def build_response_from_parsed(parsed: dict) -> response_pb2.Response:
 
 def bench_logprob_build(repeat: int) -> list[tuple[str, str, str]]:
     body = openai_chat_body(2000, 20)
-    parsed = orjson.loads(body)
     rows = []
     defaults = gc.get_threshold()
     for label, gc_mode in (("default GC", "default"), ("GC as `modelir serve` runs it", "served"), ("GC off", "off")):
@@ -77,9 +76,7 @@ def bench_logprob_build(repeat: int) -> list[tuple[str, str, str]]:
         elif gc_mode == "served":
             gc.set_threshold(100_000, 50, 100)  # what tune_gc() sets (it also freezes the start-up heap)
         try:
-            t_build, t_loads, ratio = paired(
-                lambda: build_response_from_parsed(parsed), lambda: orjson.loads(body), repeat
-            )
+            t_build, t_loads, ratio = chained(lambda: orjson.loads(body), build_response_from_parsed, repeat)
         finally:
             gc.enable()
             gc.set_threshold(*defaults)

@@ -186,7 +186,7 @@ class OpenAICompletions(HttpTransport):
         if out is None:
             out = logprobs_pb2.TokenLogprobs()
         out.tokens.extend(tokens)
-        out.logprobs.extend(self.logprob_column(logprobs["token_logprobs"][start:]))
+        self.fill_logprobs(out.logprobs, logprobs["token_logprobs"][start:])
         if self.spells_token_ids(tokens):
             out.token_ids.extend([self.token_id(t) for t in tokens])
         if any(tops):
@@ -194,15 +194,17 @@ class OpenAICompletions(HttpTransport):
             keys = list(chain.from_iterable(tops))
             out.top_counts.extend(list(map(len, tops)))
             out.top_tokens.extend(keys)
-            out.top_logprobs.extend(self.logprob_column(list(chain.from_iterable(map(dict.values, tops)))))
+            self.fill_logprobs(out.top_logprobs, list(chain.from_iterable(map(dict.values, tops))))
             if self.spells_token_ids(keys):
                 out.top_token_ids.extend([self.token_id(k) for k in keys])
         return out
 
-    def logprob_column(self, values: list[float | None]) -> list[float]:
-        if None in values:
-            return [self.logprob_value(v) for v in values]
-        return values
+    def fill_logprobs(self, column, values: list[float | None]) -> None:
+        """Extend a logprob column with `values` as sent; a None (no logprob there) becomes NaN, never zero."""
+        try:
+            column.extend(values)  # all or nothing: a None raises before anything is appended
+        except TypeError:
+            column.extend([self.logprob_value(v) for v in values])
 
     def spells_token_ids(self, tokens: list[str]) -> bool:
         """Whether every token is spelled as an id (only servers that can do so override this)."""

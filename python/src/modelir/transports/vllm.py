@@ -108,10 +108,12 @@ class _Completions(OpenAICompletions):
     def token_id(self, token: str) -> int | None:
         return _token_id(token)
 
-    def logprob_column(self, values: list[float | None]) -> list[float]:
-        if None in values or (values and min(values) <= common.VLLM_MINUS_INFINITY):
-            return [_unclamp(v) for v in values]
-        return values
+    def fill_logprobs(self, column, values: list[float | None]) -> None:
+        try:  # min() runs in C; the per-value rewrite happens only when a clamp or a None is present
+            rewrite = bool(values) and min(values) <= common.VLLM_MINUS_INFINITY
+        except TypeError:  # a None: a position without a logprob
+            rewrite = True
+        column.extend([_unclamp(v) for v in values] if rewrite else values)
 
     def spells_token_ids(self, tokens: list[str]) -> bool:
         return bool(tokens) and tokens[0].startswith(_TOKEN_ID_PREFIX) and all(_token_id(t) is not None for t in tokens)
