@@ -175,3 +175,21 @@ def test_retry_after_parses_seconds_dates_and_ms():
     assert retry_after_seconds({"retry-after-ms": "250"}) == 0.25
     assert retry_after_seconds({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, now=1445412470.0) == 10
     assert retry_after_seconds({}) is None
+
+
+async def test_cookies_set_by_a_provider_are_never_sent_back():
+    # One executor serves every caller of a model: a cookie kept from one answer would leak into the next call.
+    async def handler(up, request):
+        response = web.json_response({"cookie": request.headers.get("Cookie")})
+        response.set_cookie("session", f"caller-{up.calls}")
+        return response
+
+    async with Upstream(handler) as up:
+        # By host name: cookie jars ignore cookies from bare IP addresses, which would hide a leak.
+        executor = Executor(up.executor._base_url.replace("127.0.0.1", "localhost"))
+        try:
+            for _ in range(2):
+                sent = await executor.send(HttpRequest("POST", "/v1/x", b"{}"), error_from=_error_from)
+                assert sent.response.body == b'{"cookie": null}'
+        finally:
+            await executor.aclose()

@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
+import aiohttp
 import httpx
 import httpx_sse
 from httpx_aiohttp import AiohttpTransport
@@ -67,11 +68,10 @@ class Executor:
         self._header_sets: dict[tuple[tuple[str, str], ...], httpx.Headers] = {}
         # Per-request deadlines are enforced around each call; only connecting gets its own bound.
         self._extensions = {"timeout": httpx.Timeout(None, connect=connect_timeout).as_dict()}
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         # Requests go straight to the mounted transport, not through `httpx.AsyncClient.send`: the client's
-        # redirect, auth and cookie-jar layers do nothing a model API needs (a gateway must not carry cookies
-        # between callers anyway) and cost about a sixth of the gateway's throughput (bench/README.md).
-        self._transport = transport or AiohttpTransport(limits=limits, trust_env=False)
+        # redirect, auth and cookie-jar layers do nothing a model API needs and cost about a sixth of the
+        # gateway's throughput (bench/README.md).
+        self._transport = transport or AiohttpTransport(client=lambda: _session(max_connections))
 
     async def aclose(self) -> None:
         await self._transport.aclose()
@@ -191,6 +191,18 @@ class Executor:
                     await self._wait_before_retry(error, attempt, deadline)
         except TimeoutError:
             raise errors.DeadlineExceededError("the request's deadline expired") from None
+
+
+def _session(max_connections: int) -> aiohttp.ClientSession:
+    """The aiohttp session under the httpx transport (created on first use, inside the running loop).
+
+    Cookies are never kept: one executor serves every caller of a model, so a cookie set by a provider's answer
+    to one caller must not ride along on the next caller's request.
+    """
+    connector = aiohttp.TCPConnector(
+        limit=max_connections, keepalive_timeout=5.0, ssl=httpx.create_ssl_context(trust_env=False)
+    )
+    return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
 
 
 def _loop_deadline(deadline: float | None) -> float | None:
