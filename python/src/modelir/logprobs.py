@@ -132,7 +132,7 @@ def _joined_bytes(items: Sequence[dict]) -> tuple[bytes, list[int]]:
         pieces = list(map(_BYTES, items))
         flat = reduce(iadd, pieces, [])
     except (KeyError, TypeError):
-        pieces = [b if (b := item.get("bytes")) is not None else list(item["token"].encode()) for item in items]
+        pieces = [b if (b := item.get("bytes")) is not None else item["token"].encode() for item in items]
         flat = reduce(iadd, pieces, [])
     offsets = list(accumulate(map(len, pieces), initial=0))
     offsets.pop()  # the end of the last piece
