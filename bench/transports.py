@@ -120,7 +120,11 @@ def _measure(name: str, transport, kind: str, make_body, repeat: int) -> list[tu
     gc.collect()
     t_big, t_loads, ratio = paired(lambda: transport.lift(big, big_answer), lambda: orjson.loads(big_body), repeat)
     return [
-        (f"{name}: small {'chat' if kind == 'chat' else 'prompt'} lower / lift", f"{t_lower * 1e6:.1f} us / {t_lift * 1e6:.1f} us", "reported"),
+        (
+            f"{name}: small {'chat' if kind == 'chat' else 'prompt'} lower / lift",
+            f"{t_lower * 1e6:.1f} us / {t_lift * 1e6:.1f} us",
+            "reported",
+        ),
         (
             f"{name}: lift of 2,000 x top-20 ({len(big_body) / 1e6:.2f} MB), GC as served",
             f"lift {t_big * 1e3:.1f} ms vs orjson.loads {t_loads * 1e3:.1f} ms",
