@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 
 @contextmanager
 def _process(args: list[str], ready: str):
-    """Run a helper process until the block ends; yields the first group of `ready` once its output shows it.
+    """Run a helper process until the block ends; yields (the first group of `ready`, its pid) once ready.
 
     Output goes to a file, as a served gateway's log would: reading it through a pipe would charge every log
     line's wake-up of the reader to the benchmark.
@@ -40,7 +40,7 @@ def _process(args: list[str], ready: str):
                 output.seek(0)
                 match = re.search(ready, output.read())
                 if match:
-                    yield match.group(1)
+                    yield match.group(1), process.pid
                     return
                 if process.poll() is not None:
                     break
@@ -71,6 +71,19 @@ async def _grpc_load(target: str, request, in_flight: int, seconds: float) -> tu
         return len(latencies) / (time.perf_counter() - started), latencies
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, all threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _serve_load(target: str, pid: int, request, in_flight: int, seconds: float) -> tuple[float, float]:
+    """(requests per second, server CPU microseconds per request) under `in_flight` concurrent callers."""
+    before = _cpu_seconds(pid)
+    rate, latencies = asyncio.run(_grpc_load(target, request, in_flight, seconds))
+    return rate, (_cpu_seconds(pid) - before) / len(latencies) * 1e6
+
+
 async def _http_load(url: str, body: bytes, seconds: float) -> list[float]:
     latencies = []
     async with httpx.AsyncClient(transport=AiohttpTransport()) as client:
@@ -94,13 +107,13 @@ def run(seconds: float = 4.0, in_flight: int = 64) -> list[tuple[str, str, str]]
     request = service_pb2.GenerateRequest(
         request=build_request("bench", messages=[("user", "Hello!")], max_output_tokens=16)
     )
-    with _process([python, str(HERE / "processes.py"), "echo"], r"READY (\d+)") as echo_port:
-        echo_rate, _ = asyncio.run(_grpc_load(f"127.0.0.1:{echo_port}", request, in_flight, seconds))
-    with _process([python, str(HERE / "processes.py"), "upstream"], r"READY (\d+)") as upstream_port:
+    with _process([python, str(HERE / "processes.py"), "echo"], r"READY (\d+)") as (echo_port, pid):
+        echo_rate, echo_cpu = _serve_load(f"127.0.0.1:{echo_port}", pid, request, in_flight, seconds)
+    with _process([python, str(HERE / "processes.py"), "upstream"], r"READY (\d+)") as (upstream_port, _):
         base_url = f"http://127.0.0.1:{upstream_port}/v1"
         floor_args = [python, str(HERE / "processes.py"), "floor", f"{base_url}/chat/completions"]
-        with _process(floor_args, r"READY (\d+)") as floor_port:
-            floor_rate, _ = asyncio.run(_grpc_load(f"127.0.0.1:{floor_port}", request, in_flight, seconds))
+        with _process(floor_args, r"READY (\d+)") as (floor_port, pid):
+            floor_rate, floor_cpu = _serve_load(f"127.0.0.1:{floor_port}", pid, request, in_flight, seconds)
         with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as config:
             config.write(
                 f"models:\n  bench:\n    transport: openai_chat\n    base_url: {base_url}\n"
@@ -108,9 +121,9 @@ def run(seconds: float = 4.0, in_flight: int = 64) -> list[tuple[str, str, str]]
             )
         try:
             serve = [python, "-m", "modelir.cli", "serve", "--config", config.name, "--port", "0"]
-            with _process(serve, r"on 127\.0\.0\.1:(\d+)") as gateway_port:
+            with _process(serve, r"on 127\.0\.0\.1:(\d+)") as (gateway_port, pid):
                 target = f"127.0.0.1:{gateway_port}"
-                gateway_rate, _ = asyncio.run(_grpc_load(target, request, in_flight, seconds))
+                gateway_rate, gateway_cpu = _serve_load(target, pid, request, in_flight, seconds)
                 _, one_latencies = asyncio.run(_grpc_load(target, request, 1, seconds))
         finally:
             os.unlink(config.name)
@@ -119,15 +132,19 @@ def run(seconds: float = 4.0, in_flight: int = 64) -> list[tuple[str, str, str]]
     p50_gateway = statistics.median(one_latencies) * 1e3
     p50_direct = statistics.median(direct) * 1e3
     return [
-        (f"bare grpc.aio echo, {in_flight} in flight (ceiling)", f"{echo_rate:,.0f} req/s", "1.00x"),
+        (
+            f"bare grpc.aio echo, {in_flight} in flight (ceiling)",
+            f"{echo_rate:,.0f} req/s, {echo_cpu:.0f} us server CPU/req",
+            "1.00x",
+        ),
         (
             f"floor gateway (grpc.aio + raw aiohttp, no modelir logic), {in_flight} in flight",
-            f"{floor_rate:,.0f} req/s",
+            f"{floor_rate:,.0f} req/s, {floor_cpu:.0f} us server CPU/req",
             f"{floor_rate / echo_rate:.2f}x of the ceiling",
         ),
         (
             f"modelir gateway -> instant upstream, {in_flight} in flight",
-            f"{gateway_rate:,.0f} req/s",
+            f"{gateway_rate:,.0f} req/s, {gateway_cpu:.0f} us server CPU/req",
             f"{gateway_rate / echo_rate:.2f}x of the ceiling (target >= 0.65x); "
             f"{gateway_rate / floor_rate:.2f}x the floor",
         ),
