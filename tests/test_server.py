@@ -9,7 +9,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 from modelir import Model, ReferenceModel, accumulate, build_request
 from modelir.server import build_server
-from modelir.v1 import capabilities_pb2, errors_pb2, service_pb2, service_pb2_grpc
+from modelir.server.servicer import serialize_generate_response
+from modelir.v1 import capabilities_pb2, errors_pb2, response_pb2, service_pb2, service_pb2_grpc
 
 C = capabilities_pb2.Capability
 
@@ -94,3 +95,14 @@ async def test_unknown_model_is_not_found(stub):
         await stub.Generate(service_pb2.GenerateRequest(request=build_request("nope", prompt="x")))
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND
     assert _details(caught.value)["ErrorInfo"].reason == "UNKNOWN_MODEL"
+
+
+@pytest.mark.parametrize("text_length", [0, 1, 120, 126, 127, 128, 16_370, 16_383, 16_384, 2_100_000])
+def test_generate_answers_are_wrapped_on_the_wire_exactly_as_the_message_would_be(text_length):
+    # The servicer returns the bare Response and the serializer writes the GenerateResponse framing; the bytes
+    # must be those of the real message at every varint length boundary.
+    response = response_pb2.Response(id="r", choices=[response_pb2.Choice()])
+    response.choices[0].message.parts.add(text="x" * text_length)
+    expected = service_pb2.GenerateResponse(response=response).SerializeToString()
+    assert serialize_generate_response(response) == expected
+    assert service_pb2.GenerateResponse.FromString(expected).response == response

@@ -14,8 +14,10 @@ from grpc_reflection.v1alpha import reflection
 
 from modelir.model import Model
 from modelir.server.auth import BearerAuthInterceptor
-from modelir.server.servicer import ModelServicer
+from modelir.server.servicer import ModelServicer, serialize_generate_response
 from modelir.v1 import service_pb2, service_pb2_grpc
+
+SERVICE_NAME = service_pb2.DESCRIPTOR.services_by_name["ModelService"].full_name
 
 # A 32k-token response with top-20 logprobs (ids, text and bytes) is a few MiB; leave ample room.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -34,14 +36,14 @@ async def build_server(
     """A server bound to `address`, not yet started; returns it with the bound port."""
     interceptors = [BearerAuthInterceptor(auth_tokens)] if auth_tokens else []
     server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
-    service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(models), server)
+    add_model_service(ModelServicer(models), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    for name in ["", service_pb2.DESCRIPTOR.services_by_name["ModelService"].full_name, *models]:
+    for name in ["", SERVICE_NAME, *models]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     reflection.enable_server_reflection(
         [
-            service_pb2.DESCRIPTOR.services_by_name["ModelService"].full_name,
+            SERVICE_NAME,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             reflection.SERVICE_NAME,
         ],
@@ -51,6 +53,31 @@ async def build_server(
     if port == 0:
         raise OSError(f"could not bind {address}")
     return server, port
+
+
+def add_model_service(servicer: ModelServicer, server: grpc.aio.Server) -> None:
+    """Register `ModelService`: the generated method handlers, with `Generate` answering through
+    `serialize_generate_response` (the servicer returns the bare `Response`; see `ModelServicer.Generate`)."""
+    captured = _CapturedHandlers()
+    service_pb2_grpc.add_ModelServiceServicer_to_server(servicer, captured)
+    handlers = dict(captured.handlers)
+    handlers["Generate"] = handlers["Generate"]._replace(response_serializer=serialize_generate_response)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
+
+
+class _CapturedHandlers:
+    """Stands in for a server to take the method handlers the generated registration builds (the generated code
+    stays the one source of every method's deserializer and serializer)."""
+
+    handlers: dict[str, grpc.RpcMethodHandler]
+
+    def add_generic_rpc_handlers(self, generic_handlers) -> None:
+        pass
+
+    def add_registered_method_handlers(self, service_name: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        assert service_name == SERVICE_NAME
+        self.handlers = handlers
 
 
 def tune_gc() -> None:
