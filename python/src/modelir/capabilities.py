@@ -16,7 +16,7 @@ from modelir.errors import UnsupportedCapabilityError
 from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, logprobs_pb2, request_pb2
 
 C = capabilities_pb2  # Capability values as the module's plain ints: a lookup on the enum wrapper costs ~0.4 us
-_Role = content_pb2  # Role values as plain ints (see C in capabilities.py)
+_Role = content_pb2  # Role values as plain ints, like C above
 
 
 @dataclass(slots=True)
