@@ -279,6 +279,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    # The format shows no thread or process fields: skip collecting them for every record (the server logs one
+    # line per call, and each record would otherwise make a getpid() system call).
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     try:
         if hasattr(args, "afunc"):
             return asyncio.run(args.afunc(args))
