@@ -306,7 +306,7 @@ class _CompletionsStreamLifter(StreamLifter):
             if logprobs is not None:
                 self.has_logprobs.add(index)
                 if logprobs.get("tokens"):
-                    delta.logprobs.CopyFrom(self.transport.columns(logprobs))
+                    self.transport.columns(logprobs, out=delta.logprobs)
             out.append(stream_pb2.StreamEvent(delta=delta))
             if raw.get("finish_reason") is not None:
                 self.finishes[index] = raw
