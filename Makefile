@@ -24,6 +24,7 @@ help:
 	@echo "make gen       regenerate python/src/modelir/v1 from proto/"
 	@echo "make test-engines  every llamacpp capability against a real llama-server (builds it once, ~12 min)"
 	@echo "make bench     benchmarks (not part of make test)"
+	@echo "make fuzz      a longer fuzz run over every transport's lifts (FUZZ_SECONDS=300, FUZZ_ARGS=--seed N)"
 	@echo "make baseline  cut a new breaking-change baseline (only when releasing)"
 
 $(PY):
@@ -104,6 +105,12 @@ test: gen-check lint breaking conformance pytest
 .PHONY: test-engines
 test-engines: $(PY_STAMP)
 	MODELIR_LLAMA_SERVER=$$(engines/llamacpp/build.sh) $(VENV)/bin/pytest tests/engines $(PYTEST_ARGS)
+
+# A longer fuzz run than the bounded one in `make test`: every transport's lifts, stream lifters, error mapping and
+# tokenize lifts fed mutated fixture answers; prints the seed and every untyped escape. FUZZ_ARGS="--seed N".
+.PHONY: fuzz
+fuzz: $(PY_STAMP)
+	$(PY) -m tests.fuzz --seconds $${FUZZ_SECONDS:-300} $(FUZZ_ARGS)
 
 .PHONY: serve
 serve: $(PY_STAMP)
