@@ -219,6 +219,14 @@ def _connection_error(exc: httpx.TransportError) -> errors.ModelError:
 
 
 async def _decode(raw: httpx.Response, stream_format: str | None) -> AsyncIterator[RawEvent]:
+    content_type = raw.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if stream_format != "ndjson" and content_type and content_type != "text/event-stream":
+        # An answer, not a stream: a proxy's page or a server that ignored `stream`. Retrying will not change it.
+        body = (await raw.aread())[:500].decode("utf-8", "replace")
+        raise errors.MalformedResponseError(
+            f"the provider answered a streamed call with {content_type!r}, not an event stream: {body}",
+            http_status=raw.status_code,
+        )
     if stream_format == "ndjson":
         async for line in raw.aiter_lines():
             if line.strip():

@@ -15,6 +15,9 @@ from modelir import errors
 from modelir.v1 import errors_pb2
 
 
+_MAX_DURATION_SECONDS = 315_576_000_000
+
+
 def to_status(exc: errors.ModelError) -> status_pb2.Status:
     mapping = errors.mapping_for(exc.reason)
     info = error_details_pb2.ErrorInfo(reason=mapping.info_reason, domain=errors.ERROR_DOMAIN)
@@ -37,7 +40,8 @@ def to_status(exc: errors.ModelError) -> status_pb2.Status:
         )
     if exc.retry_after is not None:
         delay = error_details_pb2.RetryInfo()
-        delay.retry_delay.FromNanoseconds(int(exc.retry_after * 1e9))
+        # A `Duration` holds at most ~10,000 years; a longer hint is as good as "do not retry soon".
+        delay.retry_delay.FromNanoseconds(int(min(exc.retry_after, _MAX_DURATION_SECONDS) * 1e9))
         details.append(delay)
     packed = []
     for detail in details:
