@@ -14,7 +14,6 @@ from grpc_status import rpc_status
 from modelir import errors
 from modelir.v1 import errors_pb2
 
-
 _MAX_DURATION_SECONDS = 315_576_000_000
 
 
