@@ -6,7 +6,7 @@ import base64
 import json
 
 import pytest
-from modelir import ForeignArtifactError, Model, accumulate, errors, records
+from modelir import ForeignArtifactError, Model, accumulate, errors, pipeline, records
 from modelir.executor import Executor
 from modelir.transports.anthropic_messages import AnthropicMessages
 from modelir.transports.base import HttpResponse, RawEvent
@@ -305,14 +305,14 @@ async def test_cross_issuer_policy_both_ways(transport, own_kind, foreign):
     model = Model(transport, executor=Executor("http://127.0.0.1:9"))
     request = _turn_with(own_kind, *foreign)
     with pytest.raises(ForeignArtifactError, match="another issuer"):
-        model._prepare(request, streaming=False)
+        pipeline.check(request, transport, model.capabilities)
     request.foreign_artifact_policy = request_pb2.FOREIGN_ARTIFACT_POLICY_DROP
-    cleaned, warnings = model._prepare(request, streaming=False)
+    cleaned, warnings = pipeline.check(request, transport, model.capabilities)
     assert [w.code for w in warnings] == ["foreign_reasoning_dropped"]
     body = json.loads(transport.lower(cleaned, stream=False).body)
     assert "thoughts" not in json.dumps(body)  # reasoning never goes out without its issuer's signature
     own = _turn_with(own_kind, transport.name, transport.provider_model)
-    same, none = model._prepare(own, streaming=False)
+    same, none = pipeline.check(own, transport, model.capabilities)
     assert not none and "thoughts" in json.dumps(json.loads(transport.lower(same, stream=False).body))
     await model.executor.aclose()
 
@@ -332,6 +332,6 @@ async def test_artifacts_name_the_model_they_were_sent_to_so_replay_is_not_forei
     follow.conversation.messages.append(lifted.choices[0].message)
     follow.conversation.messages.add(role=content_pb2.ROLE_USER).parts.add(text="again")
     model = Model(transport, executor=Executor("http://127.0.0.1:9"))
-    _, warnings = model._prepare(follow, streaming=False)
+    _, warnings = pipeline.check(follow, transport, model.capabilities)
     assert warnings == []
     await model.executor.aclose()

@@ -17,13 +17,11 @@ from typing import Any
 import orjson
 from google.protobuf import json_format
 
-from modelir import capabilities, errors
+from modelir import errors, pipeline
 from modelir.accumulate import accumulate
-from modelir.artifacts import apply_foreign_artifact_policy
 from modelir.transports import TRANSPORTS
 from modelir.transports.base import HttpResponse, HttpTransport, RawEvent
 from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, service_pb2
-from modelir.validation import validate_request
 
 DEFAULT_FIXTURES = Path(__file__).resolve().parents[3] / "conformance" / "fixtures"
 
@@ -97,19 +95,15 @@ def run_case(transport_name: str, path: Path) -> CaseResult:
 
 def _check_rejection(spec, transport, request, streaming, problems) -> None:
     try:
-        validate_request(request)
+        pipeline.check(request, transport, transport.manifest(), streaming=streaming)
     except errors.InvalidRequestError as exc:
         fields = sorted(v.field for v in exc.violations)
         if fields != sorted(spec.get("fields", [])):
             problems.append(f"invalid fields {fields}, expected {sorted(spec.get('fields', []))}")
         return
-    gaps = capabilities.unsupported(
-        request,
-        transport.manifest(),
-        streaming=streaming,
-        extra_reasons=transport.extra_unsupported(request, streaming=streaming),
-    )
-    if gaps is None:
+    except errors.UnsupportedCapabilityError as exc:
+        gaps = exc.unsupported
+    else:
         problems.append("the request was accepted; the manifest must reject it")
         return
     missing = sorted(errors.capability_name(c) for c in gaps.missing)
@@ -124,20 +118,14 @@ def _check_rejection(spec, transport, request, streaming, problems) -> None:
 
 
 def _check_exchange(fixture, transport: HttpTransport, request, streaming, problems) -> None:
-    validate_request(request)
-    gaps = capabilities.unsupported(
-        request,
-        transport.manifest(),
-        streaming=streaming,
-        extra_reasons=transport.extra_unsupported(request, streaming=streaming),
-    )
-    if gaps is not None:
-        problems.append(
-            f"the manifest rejects a request this fixture expects to run: {errors.describe_unsupported(gaps)}"
-        )
+    try:
+        prepared = pipeline.prepare(request, transport, transport.manifest(), streaming=streaming)
+    except errors.UnsupportedCapabilityError as exc:
+        gaps = errors.describe_unsupported(exc.unsupported)
+        problems.append(f"the manifest rejects a request this fixture expects to run: {gaps}")
         return
-    request, _ = apply_foreign_artifact_policy(request, transport=transport.name, model=transport.issuer_model(request))
-    lowered = transport.lower(request, stream=streaming)
+    request, lowered = prepared.request, prepared.native
+    assert lowered is not None  # every fixture's transport speaks HTTP
     expected_http = fixture["expected_http_request"]
     if lowered.method != expected_http["method"] or lowered.path != expected_http["path"]:
         problems.append(
