@@ -19,7 +19,7 @@ from google.protobuf import json_format
 
 from modelir import errors, pipeline
 from modelir.accumulate import accumulate
-from modelir.transports import TRANSPORTS
+from modelir.registry import build_transport, registry
 from modelir.transports.base import HttpResponse, HttpTransport, RawEvent
 from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, service_pb2
 
@@ -72,7 +72,7 @@ def run_case(transport_name: str, path: Path) -> CaseResult:
     problems = result.problems
     try:
         fixture = orjson.loads(path.read_bytes())
-        transport = TRANSPORTS[transport_name](fixture.get("transport_options", {}))
+        transport = build_transport(transport_name, fixture.get("transport_options", {}))
         if fixture.get("operation") == "tokenize" and "expected_rejection" not in fixture:
             _check_tokenize(fixture, transport, problems)
             result.passed = not problems
@@ -204,7 +204,7 @@ def _check_error(spec, exc: errors.ModelError, problems) -> None:
 
 def coverage_problems(transport_name: str, fixtures: list[Path]) -> list[str]:
     """Claimed capabilities without a positive fixture; unclaimed ones no negative fixture names."""
-    manifest = TRANSPORTS[transport_name]({}).manifest()
+    manifest = build_transport(transport_name).manifest()
     proved: set[int] = set()
     rejected: set[int] = set()
     for path in fixtures:
@@ -234,7 +234,7 @@ def run(fixtures_dir: Path = DEFAULT_FIXTURES, transport: str | None = None) -> 
     report: dict[str, Any] = {"passed": True, "transports": {}}
     names = [transport] if transport else sorted(p.name for p in fixtures_dir.iterdir() if p.is_dir())
     for name in names:
-        if name not in TRANSPORTS:
+        if name not in registry():
             report["transports"][name] = {"passed": False, "coverage": [f"no transport named {name!r}"], "cases": []}
             report["passed"] = False
             continue

@@ -224,13 +224,14 @@ class _Generator:
 
 
 class ReferenceModel(LocalTransport):
-    """The deterministic reference model. `secret` keys the signatures of its reasoning artifacts."""
+    """The deterministic reference model. `provider_model` is the model id its responses and artifacts name, as
+    for every transport; `secret` keys the signatures of its reasoning artifacts."""
 
     name = "reference"
     version = "1.0.0"
 
-    def __init__(self, *, model_id: str = "modelir-reference-1", secret: bytes = b"modelir-reference") -> None:
-        self.model_id = model_id
+    def __init__(self, *, provider_model: str = "modelir-reference-1", secret: bytes = b"modelir-reference") -> None:
+        self.model_id = provider_model
         self._secret = secret
 
     @property
