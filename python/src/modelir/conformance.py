@@ -73,6 +73,8 @@ def run_case(transport_name: str, path: Path) -> CaseResult:
     try:
         fixture = orjson.loads(path.read_bytes())
         transport = build_transport(transport_name, fixture.get("transport_options", {}))
+        if not isinstance(transport, HttpTransport):
+            raise TypeError(f"fixtures replay wire exchanges; {transport_name} is not an HTTP transport")
         if fixture.get("operation") == "tokenize" and "expected_rejection" not in fixture:
             _check_tokenize(fixture, transport, problems)
             result.passed = not problems

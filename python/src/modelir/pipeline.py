@@ -99,7 +99,9 @@ def report(
     out.field_violations.extend(violations)
     if violations:
         return out
-    out.required.extend(capabilities.requirements(request).sorted_capabilities())
+    out.required.extend(
+        capabilities_pb2.Capability.ValueType(c) for c in capabilities.requirements(request).sorted_capabilities()
+    )
     gaps = unsupported(request, transport, manifest, model=model)
     if gaps is not None:
         out.unsupported.CopyFrom(gaps)

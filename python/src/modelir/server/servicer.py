@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 from grpc_status import rpc_status
 
-from modelir import errors
+from modelir import errors, varint
 from modelir.model import Model
 from modelir.rich_status import to_status
 from modelir.v1 import response_pb2, service_pb2, service_pb2_grpc
@@ -57,7 +57,9 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
         finally:
             _log_call(method, model_name, transport, status, started)
 
-    async def Generate(self, request: service_pb2.GenerateRequest, context) -> response_pb2.Response:
+    async def Generate(  # type: ignore[override]  # deliberately the bare Response: see below
+        self, request: service_pb2.GenerateRequest, context
+    ) -> response_pb2.Response:
         """Returns the `Response` itself: `serialize_generate_response` wraps it as a `GenerateResponse` on the wire.
 
         Putting it into a `GenerateResponse` message would copy it, and for a logprob-heavy response that copy
@@ -128,13 +130,4 @@ _RESPONSE_FIELD_TAG = bytes([1 << 3 | 2])
 def serialize_generate_response(response: response_pb2.Response) -> bytes:
     """The wire bytes of `GenerateResponse(response=response)`, without building (and copying into) that message."""
     body = response.SerializeToString()
-    return b"".join((_RESPONSE_FIELD_TAG, _varint(len(body)), body))
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    return b"".join((_RESPONSE_FIELD_TAG, varint.encode(len(body)), body))

@@ -372,7 +372,8 @@ class ReferenceModel(LocalTransport):
         answer_start = len(gen.emitted)
         tool = _tool_to_call(request)
         kind = request.constraint.WhichOneof("kind")
-        finish, raw, stop_seq = response_pb2.FINISH_REASON_STOP, "eos", ""
+        finish: int = response_pb2.FINISH_REASON_STOP
+        raw, stop_seq = "eos", ""
         if tool is not None:
             ok = _emit_json(gen, orjson.loads(tool.parameters_json_schema or b'{"type":"object"}'))
             arguments = bytes(gen.emitted[answer_start:]).decode()
