@@ -40,7 +40,11 @@ def test_options_are_checked_and_converted():
     transport = build_transport("anthropic_messages", {"provider_model": "claude", "default_max_tokens": 8192})
     assert isinstance(transport, AnthropicMessages) and transport.default_max_tokens == 8192
     reference = build_transport("reference", {"secret": "s3cret", "provider_model": "ref-2"})
-    assert isinstance(reference, ReferenceModel) and reference._secret == b"s3cret" and reference.model_id == "ref-2"
+    assert (
+        isinstance(reference, ReferenceModel)
+        and reference._sealer._secret == b"s3cret"
+        and reference.model_id == "ref-2"
+    )
     for options, key, text in [
         ({"default_max_tokens": "8k"}, "default_max_tokens", "expected a whole number"),
         ({"default_max_tokens": True}, "default_max_tokens", "got bool"),
