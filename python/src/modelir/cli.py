@@ -15,8 +15,9 @@ from google.protobuf import json_format
 from modelir import errors
 from modelir.batch import BatchInputError
 from modelir.config import ConfigError, ServerConfig, default_config, load_config
-from modelir.interface import ModelInterface, build_request
+from modelir.interface import ModelInterface
 from modelir.records import RecordFileError
+from modelir.request_builder import build_request
 from modelir.v1 import capabilities_pb2, request_pb2
 
 _CAPABILITY_NAMES = {v: k.removeprefix("CAPABILITY_") for k, v in capabilities_pb2.Capability.items()}

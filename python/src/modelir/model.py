@@ -16,8 +16,9 @@ from google.protobuf import duration_pb2, timestamp_pb2
 
 from modelir import errors, pipeline
 from modelir.executor import Executor
-from modelir.interface import ModelInterface, with_model
+from modelir.interface import ModelInterface
 from modelir.limiter import Limiter
+from modelir.request_builder import with_model
 from modelir.transports.base import SHAPE_ERRORS, HttpTransport, LocalTransport, Transport, shape_error
 from modelir.v1 import capabilities_pb2, errors_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
 
