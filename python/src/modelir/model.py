@@ -51,12 +51,6 @@ class Model(ModelInterface):
 
     # ---- checks --------------------------------------------------------------------------------------
 
-    def unsupported(
-        self, request: request_pb2.Request, *, streaming: bool = False
-    ) -> errors_pb2.UnsupportedCapabilities | None:
-        """What the model lacks for `request` (None when it can run it). Assumes valid fields."""
-        return pipeline.unsupported(request, self.transport, self._manifest, model=self.name, streaming=streaming)
-
     def _prepare(self, request: request_pb2.Request, *, streaming: bool) -> pipeline.Prepared:
         """The request pipeline, under this model's name and (possibly narrowed) manifest."""
         if not request.model:
