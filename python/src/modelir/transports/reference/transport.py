@@ -87,14 +87,14 @@ class ReferenceModel(LocalTransport):
         return reasons
 
     def generate(self, request: request_pb2.Request) -> response_pb2.Response:
-        """The response to a checked request, synchronously (`run` is this, awaited)."""
+        """The response to a checked request, synchronously (what `run` returns)."""
         return generate(request, self._sealer, self._issuer)
 
     async def run(self, request: request_pb2.Request) -> response_pb2.Response:
-        return self.generate(request)
+        return generate(request, self._sealer, self._issuer)
 
     async def stream(self, request: request_pb2.Request) -> AsyncIterator[stream_pb2.StreamEvent]:
-        for event in events_from_response(self.generate(request)):
+        for event in events_from_response(generate(request, self._sealer, self._issuer)):
             yield event
 
     async def tokenize(self, request: service_pb2.TokenizeRequest) -> service_pb2.TokenizeResponse:
