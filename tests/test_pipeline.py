@@ -8,8 +8,9 @@ import time
 
 import pytest
 from aiohttp import web
-from modelir import Model, build_request, errors, pipeline
+from modelir import Model, build_request, errors
 from modelir.executor import Executor, RetryPolicy
+from modelir.pipeline import Pipeline
 from modelir.transports.openai_chat import OpenAIChat
 from modelir.transports.reference import ReferenceModel
 
@@ -91,11 +92,11 @@ async def test_the_deadline_still_bounds_a_slow_answer():
 def test_prepare_lowers_for_http_and_not_for_in_process():
     request = build_request("m", messages=[("user", "hi")], max_output_tokens=5)
     chat = OpenAIChat(provider_model="m")
-    prepared = pipeline.prepare(request, chat, chat.manifest())
+    prepared = Pipeline(chat).prepare(request)
     assert prepared.native is not None and prepared.native.path == "/chat/completions"
     assert prepared.native == chat.lower(request, stream=False)
     reference = ReferenceModel()
-    assert pipeline.prepare(request, reference, reference.manifest()).native is None
+    assert Pipeline(reference).prepare(request).native is None
 
 
 async def test_validate_and_run_agree_on_a_rejection():
@@ -109,4 +110,4 @@ async def test_validate_and_run_agree_on_a_rejection():
     assert list(raised.value.unsupported.missing) == list(verdict.unsupported.missing)
     reference = ReferenceModel()
     with pytest.raises(errors.UnsupportedCapabilityError):
-        pipeline.check(request, reference, reference.manifest(), model="reference")
+        Pipeline(reference, model="reference").check(request)

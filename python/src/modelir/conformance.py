@@ -17,8 +17,9 @@ from typing import Any
 import orjson
 from google.protobuf import json_format
 
-from modelir import errors, pipeline
+from modelir import errors
 from modelir.accumulate import accumulate
+from modelir.pipeline import Pipeline
 from modelir.registry import build_transport, registry
 from modelir.transports.base import HttpResponse, HttpTransport, RawEvent
 from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, service_pb2
@@ -97,7 +98,7 @@ def run_case(transport_name: str, path: Path) -> CaseResult:
 
 def _check_rejection(spec, transport, request, streaming, problems) -> None:
     try:
-        pipeline.check(request, transport, transport.manifest(), streaming=streaming)
+        Pipeline(transport).check(request, streaming=streaming)
     except errors.InvalidRequestError as exc:
         fields = sorted(v.field for v in exc.violations)
         if fields != sorted(spec.get("fields", [])):
@@ -121,7 +122,7 @@ def _check_rejection(spec, transport, request, streaming, problems) -> None:
 
 def _check_exchange(fixture, transport: HttpTransport, request, streaming, problems) -> None:
     try:
-        prepared = pipeline.prepare(request, transport, transport.manifest(), streaming=streaming)
+        prepared = Pipeline(transport).prepare(request, streaming=streaming)
     except errors.UnsupportedCapabilityError as exc:
         gaps = errors.describe_unsupported(exc.unsupported)
         problems.append(f"the manifest rejects a request this fixture expects to run: {gaps}")

@@ -43,6 +43,7 @@ class Model(ModelInterface):
         self.executor = executor
         self.limiter = limiter or Limiter()
         self._manifest = manifest or transport.manifest()
+        self._pipeline = pipeline.Pipeline(transport, self._manifest, model=self.name)
         self.default_timeout = default_timeout
 
     @property
@@ -55,7 +56,7 @@ class Model(ModelInterface):
         """The request pipeline, under this model's name and (possibly narrowed) manifest."""
         if not request.model:
             request = with_model(request, self.name)
-        return pipeline.prepare(request, self.transport, self._manifest, model=self.name, streaming=streaming)
+        return self._pipeline.prepare(request, streaming=streaming)
 
     def _deadline(self, request: request_pb2.Request, deadline: float | None) -> float | None:
         """The earliest of the caller's deadline, the request's timeout and the default (monotonic)."""
@@ -178,7 +179,7 @@ class Model(ModelInterface):
         """Check `request` against this model without running it."""
         if not request.model:
             request = with_model(request, self.name)
-        return pipeline.report(request, self.transport, self._manifest, model=self.name)
+        return self._pipeline.report(request)
 
     # ---- tokenize ------------------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """The request pipeline, written once: validate the fields, check the capabilities, apply the artifact policy, lower.
 
-`Model.arun`, `Model.astream`, `Model.avalidate` and the conformance runner all go through these functions, so a
+`Model.arun`, `Model.astream`, `Model.avalidate` and the conformance runner all go through a `Pipeline`, so a
 request is accepted or rejected the same way wherever it enters. Every step is pure and runs before any I/O: a
 rejected request never reaches the limiter or the network.
 """
@@ -29,81 +29,73 @@ class Prepared:
     native: HttpRequest | None
 
 
-def unsupported(
-    request: request_pb2.Request,
-    transport: Transport,
-    manifest: capabilities_pb2.CapabilityManifest,
-    *,
-    model: str = "",
-    streaming: bool = False,
-) -> errors_pb2.UnsupportedCapabilities | None:
-    """What `manifest` (narrowed or not) and the transport's own limits lack for `request`; None when it can run.
+class Pipeline:
+    """The checks and the lowering for one transport, under a manifest (the transport's own unless narrowed) and
+    the model name that rejections carry."""
 
-    Assumes valid fields (run `validate_request` first).
-    """
-    return capabilities.unsupported(
-        request,
-        manifest,
-        model=model,
-        streaming=streaming,
-        extra_reasons=transport.extra_unsupported(request, streaming=streaming),
-    )
+    __slots__ = ("manifest", "model", "transport")
 
+    def __init__(
+        self,
+        transport: Transport,
+        manifest: capabilities_pb2.CapabilityManifest | None = None,
+        *,
+        model: str = "",
+    ) -> None:
+        self.transport = transport
+        self.manifest = manifest if manifest is not None else transport.manifest()
+        self.model = model
 
-def check(
-    request: request_pb2.Request,
-    transport: Transport,
-    manifest: capabilities_pb2.CapabilityManifest,
-    *,
-    model: str = "",
-    streaming: bool = False,
-) -> tuple[request_pb2.Request, list[errors_pb2.Warning]]:
-    """Validate, check the capabilities and apply the foreign-artifact policy.
+    def unsupported(
+        self, request: request_pb2.Request, *, streaming: bool = False
+    ) -> errors_pb2.UnsupportedCapabilities | None:
+        """What the manifest and the transport's own limits lack for `request`; None when it can run.
 
-    Raises `InvalidRequestError` (naming every bad field) or `UnsupportedCapabilityError` (naming every gap).
-    Returns the request the transport must run and the policy's warnings.
-    """
-    validate_request(request)
-    gaps = unsupported(request, transport, manifest, model=model, streaming=streaming)
-    if gaps is not None:
-        raise errors.UnsupportedCapabilityError(gaps)
-    return artifacts.apply_foreign_artifact_policy(
-        request, transport=transport.name, model=transport.issuer_model(request)
-    )
+        Assumes valid fields (run `validate_request` first).
+        """
+        return capabilities.unsupported(
+            request,
+            self.manifest,
+            model=self.model,
+            streaming=streaming,
+            extra_reasons=self.transport.extra_unsupported(request, streaming=streaming),
+        )
 
+    def check(
+        self, request: request_pb2.Request, *, streaming: bool = False
+    ) -> tuple[request_pb2.Request, list[errors_pb2.Warning]]:
+        """Validate, check the capabilities and apply the foreign-artifact policy.
 
-def prepare(
-    request: request_pb2.Request,
-    transport: Transport,
-    manifest: capabilities_pb2.CapabilityManifest,
-    *,
-    model: str = "",
-    streaming: bool = False,
-) -> Prepared:
-    """`check`, then lower for an HTTP transport: everything a request goes through before the limiter."""
-    checked, warnings = check(request, transport, manifest, model=model, streaming=streaming)
-    native = transport.lower(checked, stream=streaming) if isinstance(transport, HttpTransport) else None
-    return Prepared(checked, warnings, native)
+        Raises `InvalidRequestError` (naming every bad field) or `UnsupportedCapabilityError` (naming every gap).
+        Returns the request the transport must run and the policy's warnings.
+        """
+        validate_request(request)
+        gaps = self.unsupported(request, streaming=streaming)
+        if gaps is not None:
+            raise errors.UnsupportedCapabilityError(gaps)
+        transport = self.transport
+        return artifacts.apply_foreign_artifact_policy(
+            request, transport=transport.name, model=transport.issuer_model(request)
+        )
 
+    def prepare(self, request: request_pb2.Request, *, streaming: bool = False) -> Prepared:
+        """`check`, then lower for an HTTP transport: everything a request goes through before the limiter."""
+        checked, warnings = self.check(request, streaming=streaming)
+        transport = self.transport
+        native = transport.lower(checked, stream=streaming) if isinstance(transport, HttpTransport) else None
+        return Prepared(checked, warnings, native)
 
-def report(
-    request: request_pb2.Request,
-    transport: Transport,
-    manifest: capabilities_pb2.CapabilityManifest,
-    *,
-    model: str = "",
-) -> service_pb2.ValidateResponse:
-    """The verdict `Validate` returns: field violations, else the required capabilities and any gaps."""
-    out = service_pb2.ValidateResponse()
-    violations = field_violations(request)
-    out.field_violations.extend(violations)
-    if violations:
+    def report(self, request: request_pb2.Request) -> service_pb2.ValidateResponse:
+        """The verdict `Validate` returns: field violations, else the required capabilities and any gaps."""
+        out = service_pb2.ValidateResponse()
+        violations = field_violations(request)
+        out.field_violations.extend(violations)
+        if violations:
+            return out
+        required = capabilities.requirements(request).sorted_capabilities()
+        out.required.extend(capabilities_pb2.Capability.ValueType(c) for c in required)
+        gaps = self.unsupported(request)
+        if gaps is not None:
+            out.unsupported.CopyFrom(gaps)
+        out.accepted = gaps is None
         return out
-    out.required.extend(
-        capabilities_pb2.Capability.ValueType(c) for c in capabilities.requirements(request).sorted_capabilities()
-    )
-    gaps = unsupported(request, transport, manifest, model=model)
-    if gaps is not None:
-        out.unsupported.CopyFrom(gaps)
-    out.accepted = gaps is None
-    return out
