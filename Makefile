@@ -20,7 +20,7 @@ PYTEST_ARGS ?=
 .PHONY: help
 help:
 	@echo "make serve     run the gRPC server (reference model unless CONFIG=file.yaml)"
-	@echo "make test      gen-check, lint, breaking, pytest and the conformance suite"
+	@echo "make test      gen-check, lint (ruff, buf, mypy), breaking, the conformance suite, pytest under the coverage gate"
 	@echo "make gen       regenerate python/src/modelir/v1 from proto/"
 	@echo "make test-engines  every llamacpp capability against a real llama-server (builds it once, ~12 min)"
 	@echo "make bench     benchmarks (not part of make test)"
@@ -74,6 +74,7 @@ lint: tools
 	$(BUF) format -d --exit-code
 	$(VENV)/bin/ruff check python tests bench
 	$(VENV)/bin/ruff format --check python tests bench
+	$(VENV)/bin/mypy --config-file python/pyproject.toml
 
 .PHONY: format
 format: tools
@@ -90,14 +91,21 @@ baseline: tools
 	@mkdir -p $(dir $(BASELINE))
 	$(BUF) build -o $(BASELINE)
 
-.PHONY: pytest conformance test
+.PHONY: pytest coverage conformance test
 pytest: $(PY_STAMP)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# The whole suite under coverage, failing below the floor: 87% of python/src/modelir (generated code excluded)
+# was measured on 2026-12-01; the floor sits a few points under it. Raise it as coverage grows, never lower it.
+COVERAGE_FLOOR := 84
+coverage: $(PY_STAMP)
+	$(VENV)/bin/pytest --cov --cov-config=python/pyproject.toml --cov-report=term \
+	  --cov-fail-under=$(COVERAGE_FLOOR) $(PYTEST_ARGS)
 
 conformance: $(PY_STAMP)
 	$(VENV)/bin/modelir conformance
 
-test: gen-check lint breaking conformance pytest
+test: gen-check lint breaking conformance coverage
 
 # A real llama-server, built from the llama.cpp that the PyPI sdist of llama-cpp-python vendors (cached outside the
 # repository under ~/.cache/modelir/engines, keyed by version: only the first run on a machine compiles), serving
@@ -122,7 +130,7 @@ bench: $(PY_STAMP)
 
 .PHONY: clean
 clean:
-	rm -rf $(VENV) node_modules .pytest_cache
+	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .coverage
 
 # Re-resolve every Python dependency within pyproject's ranges and pin the result (commit constraints.txt).
 .PHONY: lock

@@ -106,3 +106,32 @@ def test_generate_answers_are_wrapped_on_the_wire_exactly_as_the_message_would_b
     expected = service_pb2.GenerateResponse(response=response).SerializeToString()
     assert serialize_generate_response(response) == expected
     assert service_pb2.GenerateResponse.FromString(expected).response == response
+
+
+async def test_each_call_logs_the_status_its_caller_sees(caplog):
+    class Broken(ReferenceModel):
+        async def run(self, request):
+            raise RuntimeError("a bug, not a ModelError")
+
+    models = {"reference": Model(ReferenceModel(), name="reference"), "broken": Model(Broken(), name="broken")}
+    server, port = await build_server(models, "127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = service_pb2_grpc.ModelServiceStub(channel)
+            for name, code in (("reference", grpc.StatusCode.OK), ("nope", grpc.StatusCode.NOT_FOUND)):
+                request = service_pb2.GenerateRequest(request=build_request(name, prompt="x", max_output_tokens=2))
+                with caplog.at_level("INFO", logger="modelir.server"):
+                    try:
+                        await stub.Generate(request)
+                    except grpc.aio.AioRpcError as exc:
+                        assert exc.code() == code
+                assert f"Generate model={name} " in caplog.text and f"status={code.name}" in caplog.text
+            with caplog.at_level("INFO", logger="modelir.server"), pytest.raises(grpc.aio.AioRpcError) as caught:
+                await stub.Generate(
+                    service_pb2.GenerateRequest(request=build_request("broken", prompt="x", max_output_tokens=2))
+                )
+            assert caught.value.code() == grpc.StatusCode.UNKNOWN
+            assert "Generate model=broken transport=reference status=UNKNOWN" in caplog.text
+    finally:
+        await server.stop(None)

@@ -20,11 +20,12 @@ from modelir.errors import (
     UnsupportedCapabilityError,
 )
 from modelir.executor import Executor, RetryPolicy
-from modelir.interface import ModelInterface, Score, build_request, message
+from modelir.interface import ModelInterface, Score
 from modelir.limiter import Limiter
 from modelir.logprobs import bits_per_byte
 from modelir.model import Model
 from modelir.remote import RemoteModel
+from modelir.request_builder import build_request, message
 from modelir.transports.reference import ReferenceModel
 from modelir.v1.capabilities_pb2 import Capability, CapabilityManifest
 from modelir.v1.content_pb2 import Message, Part

@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 from grpc_status import rpc_status
 
-from modelir import errors
+from modelir import errors, varint
 from modelir.model import Model
 from modelir.rich_status import to_status
 from modelir.v1 import response_pb2, service_pb2, service_pb2_grpc
@@ -37,27 +37,14 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
         remaining = context.time_remaining()
         return None if remaining is None else time.monotonic() + remaining
 
-    async def _abort(self, context, exc: errors.ModelError) -> None:
-        await context.abort_with_status(rpc_status.to_status(to_status(exc)))
-
     async def _call(self, method: str, model_name: str, context, run: Callable[[Model], Awaitable[Any]]) -> Any:
-        """Run one unary RPC on the named model: errors through the one table, one log line per call."""
-        started = time.monotonic()
-        transport, status = "-", "OK"
-        try:
-            model = self._model(model_name)
-            transport = model.transport.name
-            return await run(model)
-        except errors.ModelError as exc:
-            status = errors.mapping_for(exc.reason).grpc_code.name
-            await self._abort(context, exc)
-        except asyncio.CancelledError:
-            status = "CANCELLED"
-            raise
-        finally:
-            _log_call(method, model_name, transport, status, started)
+        """Run one unary RPC on the named model."""
+        async with _Call(self, method, model_name, context) as call:
+            return await run(call.model())
 
-    async def Generate(self, request: service_pb2.GenerateRequest, context) -> response_pb2.Response:
+    async def Generate(  # type: ignore[override]  # deliberately the bare Response: see below
+        self, request: service_pb2.GenerateRequest, context
+    ) -> response_pb2.Response:
         """Returns the `Response` itself: `serialize_generate_response` wraps it as a `GenerateResponse` on the wire.
 
         Putting it into a `GenerateResponse` message would copy it, and for a logprob-heavy response that copy
@@ -72,22 +59,9 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
     async def StreamGenerate(
         self, request: service_pb2.StreamGenerateRequest, context
     ) -> AsyncIterator[service_pb2.StreamGenerateResponse]:
-        started = time.monotonic()
-        model_name = request.request.model
-        transport, status = "-", "OK"
-        try:
-            model = self._model(model_name)
-            transport = model.transport.name
-            async for event in model.astream(request.request, deadline=self._deadline(context)):
+        async with _Call(self, "StreamGenerate", request.request.model, context) as call:
+            async for event in call.model().astream(request.request, deadline=self._deadline(context)):
                 yield service_pb2.StreamGenerateResponse(event=event)
-        except errors.ModelError as exc:
-            status = errors.mapping_for(exc.reason).grpc_code.name
-            await self._abort(context, exc)
-        except asyncio.CancelledError:
-            status = "CANCELLED"
-            raise
-        finally:
-            _log_call("StreamGenerate", model_name, transport, status, started)
 
     async def Tokenize(self, request: service_pb2.TokenizeRequest, context) -> service_pb2.TokenizeResponse:
         return await self._call("Tokenize", request.model, context, lambda model: model.atokenize_request(request))
@@ -109,6 +83,41 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
         )
 
 
+class _Call:
+    """The frame of one RPC: resolves the model, turns a `ModelError` into its rich status through the one table,
+    and logs one line with the status the caller sees (an unexpected exception reaches it as UNKNOWN; a stream
+    whose caller stopped reading is CANCELLED)."""
+
+    __slots__ = ("_context", "_method", "_model_name", "_servicer", "_started", "_transport")
+
+    def __init__(self, servicer: ModelServicer, method: str, model_name: str, context) -> None:
+        self._servicer, self._method, self._model_name, self._context = servicer, method, model_name, context
+        self._transport = "-"
+
+    def model(self) -> Model:
+        model = self._servicer._model(self._model_name)
+        self._transport = model.transport.name
+        return model
+
+    async def __aenter__(self) -> _Call:
+        self._started = time.monotonic()
+        return self
+
+    async def __aexit__(self, exc_type, exc, traceback) -> bool:
+        if exc is None:
+            status = "OK"
+        elif isinstance(exc, errors.ModelError):
+            status = errors.mapping_for(exc.reason).grpc_code.name
+        elif isinstance(exc, asyncio.CancelledError | GeneratorExit):  # the caller went away
+            status = "CANCELLED"
+        else:
+            status = "UNKNOWN"
+        _log_call(self._method, self._model_name, self._transport, status, self._started)
+        if isinstance(exc, errors.ModelError):
+            await self._context.abort_with_status(rpc_status.to_status(to_status(exc)))
+        return False
+
+
 def _log_call(method: str, model: str, transport: str, status: str, started: float) -> None:
     log.info(
         "%s model=%s transport=%s status=%s latency_ms=%.1f",
@@ -128,13 +137,4 @@ _RESPONSE_FIELD_TAG = bytes([1 << 3 | 2])
 def serialize_generate_response(response: response_pb2.Response) -> bytes:
     """The wire bytes of `GenerateResponse(response=response)`, without building (and copying into) that message."""
     body = response.SerializeToString()
-    return b"".join((_RESPONSE_FIELD_TAG, _varint(len(body)), body))
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    return b"".join((_RESPONSE_FIELD_TAG, varint.encode(len(body)), body))
