@@ -8,6 +8,8 @@ model names by probing.
 from __future__ import annotations
 
 import hmac
+from collections.abc import AsyncIterator, Callable
+from typing import Any, cast
 
 import grpc
 from grpc_status import rpc_status
@@ -77,7 +79,8 @@ def _health_for_open_services_only(handler: grpc.RpcMethodHandler, status) -> gr
             return await check(request, context)
 
         return grpc.unary_unary_rpc_method_handler(guarded_check, **kwargs)
-    watch = handler.unary_stream
+    # grpc's stubs type `unary_stream` as a sync iterator factory; the aio health servicer's is an async generator.
+    watch = cast(Callable[..., AsyncIterator[Any]], handler.unary_stream)
 
     async def guarded_watch(request, context):
         if request.service not in _OPEN_HEALTH_SERVICES:
