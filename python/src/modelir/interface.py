@@ -13,8 +13,10 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from modelir import logprobs as lp
+from modelir import writing
 from modelir.accumulate import StreamAccumulator
 from modelir.v1 import (
     capabilities_pb2,
@@ -179,7 +181,7 @@ def build_request(
     top_p: float | None = None,
     top_k: int | None = None,
     seed: int | None = None,
-    stop: Sequence[str] = (),
+    stop: str | Sequence[str] = (),
     n: int = 0,
     logprobs: bool = False,
     top_logprobs: int = 0,
@@ -187,8 +189,9 @@ def build_request(
     json_schema: str | None = None,
     prefill: str = "",
     timeout: float | None = None,
+    **more: Any,
 ) -> request_pb2.Request:
-    """Build a `Request` from keywords: the common fields only; anything else, set on the message itself."""
+    """Build a `Request` from keywords; `more` takes `writing.EXTRA_KEYWORDS` (tools, reasoning, system...)."""
     request = request_pb2.Request(model=model)
     if prompt is not None:
         request.prompt = prompt
@@ -205,8 +208,8 @@ def build_request(
         ("seed", seed),
     ):
         if value is not None:
-            setattr(s, name, value)
-    s.stop.extend(stop)
+            writing.set_sampling(s, name, value)
+    s.stop.extend(writing.stop_sequences(stop))
     s.choice_count = n
     if logprobs or top_logprobs:
         request.logprobs.top_k = top_logprobs
@@ -217,7 +220,7 @@ def build_request(
     request.prefill = prefill
     if timeout is not None:
         request.timeout.FromTimedelta(datetime.timedelta(seconds=timeout))
-    return request
+    return writing.apply(request, **more)
 
 
 def with_model(request: request_pb2.Request, name: str) -> request_pb2.Request:
