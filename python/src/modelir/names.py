@@ -19,9 +19,7 @@ _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
 def _table(enum: EnumTypeWrapper) -> tuple[dict[str, int], dict[int, str]]:
     prefix = _CAMEL.sub("_", enum.DESCRIPTOR.name).upper() + "_"
     by_name = {
-        value.name.removeprefix(prefix).lower(): value.number
-        for value in enum.DESCRIPTOR.values
-        if value.number != 0
+        value.name.removeprefix(prefix).lower(): value.number for value in enum.DESCRIPTOR.values if value.number != 0
     }
     return by_name, {number: name for name, number in by_name.items()}
 

@@ -33,7 +33,9 @@ _SDK_TYPES = {
     "openai_completions": _SdkType("openai", "openai.types", "Completion", "Completion"),
     "openai_responses": _SdkType("openai", "openai.types.responses", "Response", "ResponseStreamEvent"),
     "anthropic_messages": _SdkType("anthropic", "anthropic.types", "Message", "RawMessageStreamEvent"),
-    "google_genai": _SdkType("google-genai", "google.genai.types", "GenerateContentResponse", "GenerateContentResponse"),
+    "google_genai": _SdkType(
+        "google-genai", "google.genai.types", "GenerateContentResponse", "GenerateContentResponse"
+    ),
 }
 # Stream events that carry no provider object: the end-of-stream sentinel and keep-alives.
 _NOT_EVENTS = {b"[DONE]"}
@@ -55,9 +57,7 @@ def _exchange(source: RawLike) -> response_pb2.RawExchange:
 
 
 def _events(raw: response_pb2.RawExchange) -> list[bytes]:
-    return [
-        e.data for e in raw.stream_events if e.data.strip() not in _NOT_EVENTS and e.event not in _KEEPALIVE_EVENTS
-    ]
+    return [e.data for e in raw.stream_events if e.data.strip() not in _NOT_EVENTS and e.event not in _KEEPALIVE_EVENTS]
 
 
 def raw_json(source: RawLike) -> Any:
@@ -90,7 +90,9 @@ def raw_typed(source: RawLike) -> Any:
     try:
         module = importlib.import_module(sdk.module)
     except ImportError:
-        raise ImportError(f"reading a {raw.transport} answer as its SDK type needs `pip install {sdk.package}`") from None
+        raise ImportError(
+            f"reading a {raw.transport} answer as its SDK type needs `pip install {sdk.package}`"
+        ) from None
     data = raw_json(raw)
     if raw.stream_events:
         return [_validate(getattr(module, sdk.event), item, sdk) for item in data]

@@ -126,7 +126,9 @@ class Usage:
         )
 
     def __str__(self) -> str:
-        shown = [f"{name} {value}" for name, value in zip(self.__slots__, _astuple(self), strict=True) if value is not None]
+        shown = [
+            f"{name} {value}" for name, value in zip(self.__slots__, _astuple(self), strict=True) if value is not None
+        ]
         return ", ".join(shown) or "not reported"
 
 
@@ -270,7 +272,9 @@ def _logprob_line(logprobs: logprobs_pb2.TokenLogprobs) -> str:
 
 def _choice_lines(choice: response_pb2.Choice) -> list[str]:
     finish = enum_name(response_pb2.FinishReason, choice.finish_reason)
-    lines = [f"  [{choice.index}] finish {finish}" + (f" (stop {choice.stop_sequence!r})" if choice.stop_sequence else "")]
+    lines = [
+        f"  [{choice.index}] finish {finish}" + (f" (stop {choice.stop_sequence!r})" if choice.stop_sequence else "")
+    ]
     for part in choice.message.parts:
         kind = part.WhichOneof("content")
         if kind == "text":
@@ -282,7 +286,8 @@ def _choice_lines(choice: response_pb2.Choice) -> list[str]:
             call = part.tool_call
             lines.append(f"      tool_call {call.name}({_preview(call.arguments_json)}) id={call.id}")
         elif kind == "blob":
-            lines.append(f"      blob {part.blob.mime_type} ({len(part.blob.data)} bytes{', ' + part.blob.uri if part.blob.uri else ''})")
+            where = part.blob.uri or f"{len(part.blob.data)} bytes"
+            lines.append(f"      blob {part.blob.mime_type} ({where})")
         elif kind is not None:
             lines.append(f"      {kind}")
         for artifact in part.artifacts:
@@ -318,4 +323,3 @@ def summary(response: response_pb2.Response, *, choices: int = 4) -> str:
         size = len(raw.body) or sum(len(e.data) for e in raw.stream_events)
         lines.append(f"  raw {raw.transport} HTTP {raw.http_status}, {size} bytes")
     return "\n".join(lines)
-

@@ -69,7 +69,9 @@ def record_of(
     return record
 
 
-async def arecorded(model: ModelInterface, request: request_pb2.Request, *, key: str | None = None) -> record_pb2.Record:
+async def arecorded(
+    model: ModelInterface, request: request_pb2.Request, *, key: str | None = None
+) -> record_pb2.Record:
     """Run `request` on `model` and record the outcome; a `ModelError` becomes a `FAILED` record, not a raise."""
     named = request if request.model else with_model(request, model.name)
     manifest = await model.acapabilities()

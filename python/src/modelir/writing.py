@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from modelir.errors import InvalidRequestError
 from modelir import names
+from modelir.errors import InvalidRequestError
 from modelir.names import short_names
 from modelir.v1 import content_pb2, errors_pb2, logprobs_pb2, request_pb2
 
@@ -195,7 +195,9 @@ def _type_schema(annotation: Any, field: str) -> dict[str, Any]:
     if annotation is Any:
         return {}
     raise ArgumentError(
-        field, "a JSON-representable annotation (str, int, float, bool, list, dict, Literal, Enum, pydantic)", annotation
+        field,
+        "a JSON-representable annotation (str, int, float, bool, list, dict, Literal, Enum, pydantic)",
+        annotation,
     )
 
 
@@ -348,7 +350,7 @@ def tool_result(
     """The tool message answering `call`: text as is, anything else as JSON; `failed=True` marks an error."""
     if isinstance(call, content_pb2.Part):
         call = call.tool_call
-    if not isinstance(call, content_pb2.ToolCall) or not call.id and not call.name:
+    if not isinstance(call, content_pb2.ToolCall) or (not call.id and not call.name):
         raise ArgumentError("tool_result.call", "the ToolCall being answered (from view(response).tool_calls)", call)
     if isinstance(result, content_pb2.Part):
         content = [result]
@@ -401,7 +403,9 @@ def apply(request: request_pb2.Request, **options: Any) -> request_pb2.Request:
     """Set the `EXTRA_KEYWORDS` on `request` (in place; returned for chaining)."""
     unknown = sorted(set(options) - set(EXTRA_KEYWORDS))
     if unknown:
-        raise TypeError(f"unknown request keyword {unknown[0]!r}; besides build_request's own: {', '.join(EXTRA_KEYWORDS)}")
+        raise TypeError(
+            f"unknown request keyword {unknown[0]!r}; besides build_request's own: {', '.join(EXTRA_KEYWORDS)}"
+        )
     get = options.get
     if get("system") is not None:
         if not isinstance(options["system"], str):
@@ -415,7 +419,9 @@ def apply(request: request_pb2.Request, **options: Any) -> request_pb2.Request:
         request.tool_choice.CopyFrom(tool_choice(options["tool_choice"], request.tools))
     if get("reasoning") is not None or get("reasoning_summary") is not None or get("include_thoughts"):
         request.reasoning.CopyFrom(
-            reasoning(get("reasoning"), summary=get("reasoning_summary"), include_thoughts=bool(get("include_thoughts")))
+            reasoning(
+                get("reasoning"), summary=get("reasoning_summary"), include_thoughts=bool(get("include_thoughts"))
+            )
         )
     for name in ("min_p", "presence_penalty", "frequency_penalty", "repetition_penalty"):
         if get(name) is not None:
