@@ -27,13 +27,14 @@ from modelir.model import Model
 from modelir.transports import TRANSPORTS, HttpTransport
 from modelir.writing import ArgumentError
 
-# Hosted providers: the default base URL and the environment variables their own SDKs read the key from.
-_HOSTED: dict[str, tuple[str, tuple[str, ...]]] = {
-    "openai_chat": ("https://api.openai.com/v1", ("OPENAI_API_KEY",)),
-    "openai_completions": ("https://api.openai.com/v1", ("OPENAI_API_KEY",)),
-    "openai_responses": ("https://api.openai.com/v1", ("OPENAI_API_KEY",)),
-    "anthropic_messages": ("https://api.anthropic.com", ("ANTHROPIC_API_KEY",)),
-    "google_genai": ("https://generativelanguage.googleapis.com", ("GEMINI_API_KEY", "GOOGLE_API_KEY")),
+# Hosted providers: the default base URL, the environment variable their own SDK reads a base URL from, and the
+# ones it reads the key from (so a program moved from the provider's SDK keeps its environment).
+_HOSTED: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "openai_chat": ("https://api.openai.com/v1", "OPENAI_BASE_URL", ("OPENAI_API_KEY",)),
+    "openai_completions": ("https://api.openai.com/v1", "OPENAI_BASE_URL", ("OPENAI_API_KEY",)),
+    "openai_responses": ("https://api.openai.com/v1", "OPENAI_BASE_URL", ("OPENAI_API_KEY",)),
+    "anthropic_messages": ("https://api.anthropic.com", "ANTHROPIC_BASE_URL", ("ANTHROPIC_API_KEY",)),
+    "google_genai": ("https://generativelanguage.googleapis.com", "", ("GEMINI_API_KEY", "GOOGLE_API_KEY")),
 }
 # Self-hosted engines: a default only where the engine has a conventional local port; never a key by default.
 _LOCAL_DEFAULT_URL = {"ollama": "http://127.0.0.1:11434"}
@@ -163,8 +164,9 @@ def connect(
     """A model behind a native provider protocol, ready to use.
 
     `transport` is a transport name (`openai_chat`, `anthropic_messages`, `google_genai`, `vllm`, `reference`,
-    ...), `model` the provider's model id. Hosted providers default their base URL and read the key from the
-    environment variable their own SDK uses (`OPENAI_API_KEY`, ...) unless `api_key` or `api_key_env` is given.
+    ...), `model` the provider's model id. Hosted providers read the base URL and the key from the environment
+    variables their own SDK reads (`OPENAI_BASE_URL`, `OPENAI_API_KEY`, ...) unless `base_url`, `api_key` or
+    `api_key_env` is given, and default the base URL to the provider's API.
     `name` is the name requests use (the provider model id by default). The limits build a limiter of its own;
     pass `limiter` to share one between connections (one per API key, say).
     """
@@ -189,8 +191,8 @@ def connect(
             raise ArgumentError("base_url", f"nothing: transport {transport!r} runs in-process, without HTTP")
         return Connection(built, **options)
 
-    default_url, key_envs = _HOSTED.get(transport, (_LOCAL_DEFAULT_URL.get(transport, ""), ()))
-    base_url = base_url or default_url
+    default_url, url_env, key_envs = _HOSTED.get(transport, (_LOCAL_DEFAULT_URL.get(transport, ""), "", ()))
+    base_url = base_url or (os.environ.get(url_env) if url_env else None) or default_url
     if not base_url or not base_url.startswith(("http://", "https://")):
         raise ArgumentError("base_url", f"the http(s) URL of the {transport} server", base_url)
     if api_key is None:

@@ -20,7 +20,7 @@ import numpy as np
 
 from modelir import logprobs as lp
 from modelir.names import enum_name
-from modelir.v1 import content_pb2, errors_pb2, logprobs_pb2, response_pb2
+from modelir.v1 import content_pb2, errors_pb2, logprobs_pb2, response_pb2, stream_pb2
 
 _PREVIEW_CHARS = 72
 
@@ -257,6 +257,11 @@ def view(response: response_pb2.Response) -> ResponseView:
     return ResponseView(response)
 
 
+def delta_text(event: stream_pb2.StreamEvent) -> str:
+    """The answer text a stream event adds ('' for every other event: reasoning, tool calls, start, end)."""
+    return event.delta.text if event.WhichOneof("event") == "delta" else ""
+
+
 def _preview(text: str) -> str:
     shown = text if len(text) <= _PREVIEW_CHARS else text[: _PREVIEW_CHARS - 1] + "…"
     return f"{shown!r}" + (f" ({len(text)} chars)" if len(text) > _PREVIEW_CHARS else "")
@@ -281,7 +286,7 @@ def _choice_lines(choice: response_pb2.Choice) -> list[str]:
             lines.append(f"      text {_preview(part.text)}")
         elif kind == "reasoning":
             shown = part.reasoning.text or " / ".join(part.reasoning.summary)
-            lines.append(f"      reasoning {_preview(shown)}")
+            lines.append(f"      reasoning {_preview(shown)}" if shown else "      reasoning (redacted)")
         elif kind == "tool_call":
             call = part.tool_call
             lines.append(f"      tool_call {call.name}({_preview(call.arguments_json)}) id={call.id}")
