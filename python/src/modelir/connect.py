@@ -43,6 +43,8 @@ _LOCAL_DEFAULT_URL = {"ollama": "http://127.0.0.1:11434"}
 class Connection(Model):
     """A `Model` with its own HTTP sessions (one per event loop), closed by `close()`, `aclose()` or `with`."""
 
+    _first: Executor | None = None
+
     def __init__(
         self,
         transport: Any,
@@ -64,7 +66,7 @@ class Connection(Model):
         base_url, headers, retry = self._endpoint
         return Executor(base_url, headers=headers, retry=retry)
 
-    @property  # type: ignore[override]
+    @property
     def executor(self) -> Executor | None:
         """The executor of the running loop (the private loop's when none runs), opened on first use."""
         if not self._http:

@@ -10,13 +10,11 @@ import re
 from functools import cache
 from typing import Any
 
-from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
-
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
 
 
 @cache
-def _table(enum: EnumTypeWrapper) -> tuple[dict[str, int], dict[int, str]]:
+def _table(enum: Any) -> tuple[dict[str, int], dict[int, str]]:
     prefix = _CAMEL.sub("_", enum.DESCRIPTOR.name).upper() + "_"
     by_name = {
         value.name.removeprefix(prefix).lower(): value.number for value in enum.DESCRIPTOR.values if value.number != 0
@@ -24,12 +22,12 @@ def _table(enum: EnumTypeWrapper) -> tuple[dict[str, int], dict[int, str]]:
     return by_name, {number: name for name, number in by_name.items()}
 
 
-def short_names(enum: EnumTypeWrapper) -> list[str]:
+def short_names(enum: Any) -> list[str]:
     """The accepted short names of `enum`, in declaration order."""
     return list(_table(enum)[0])
 
 
-def enum_value(enum: EnumTypeWrapper, value: Any, *, field: str) -> int:
+def enum_value(enum: Any, value: Any, *, field: str) -> int:
     """The number of `value` (a short name like `"high"`, a full name, or a number of `enum`).
 
     Anything else raises `ValueError` naming `field` and every accepted name.
@@ -48,7 +46,7 @@ def enum_value(enum: EnumTypeWrapper, value: Any, *, field: str) -> int:
     raise ValueError(f"{field}: expected one of {', '.join(map(repr, by_name))}; got {value!r}")
 
 
-def enum_name(enum: EnumTypeWrapper, number: int) -> str:
+def enum_name(enum: Any, number: int) -> str:
     """The short name of `number` (`"stop"` for `FINISH_REASON_STOP`); `"unspecified"` for 0 and an unknown
     value's number as text, since receivers must tolerate values newer than their schema."""
     if number == 0:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from modelir.capabilities import requirements
-from modelir.errors import UnsupportedCapabilityError, describe_unsupported
+from modelir.errors import UnsupportedCapabilityError, capability_name
 from modelir.interface import ModelInterface
 from modelir.names import enum_name
 from modelir.v1 import capabilities_pb2, errors_pb2, request_pb2
@@ -50,7 +50,8 @@ class Needs:
     ) -> errors_pb2.UnsupportedCapabilities | None:
         """Every capability and limit `manifest` lacks (None when it has them all)."""
         have = set(manifest.capabilities)
-        out = errors_pb2.UnsupportedCapabilities(model=model, missing=sorted(self.capabilities - have))
+        out = errors_pb2.UnsupportedCapabilities(model=model)
+        out.missing.extend(sorted(self.capabilities - have))  # type: ignore[arg-type]
         for limit, value in sorted(self.limits.items()):
             allowed = getattr(manifest.limits, limit)
             if allowed and value > allowed:  # 0 means the manifest states no limit
@@ -68,9 +69,13 @@ class Needs:
 
 
 def _raise(gaps: errors_pb2.UnsupportedCapabilities | None) -> None:
-    if gaps is not None:
-        text = describe_unsupported(gaps).replace("cannot run this request", "lacks what the task needs", 1)
-        raise UnsupportedCapabilityError(gaps, text)
+    if gaps is None:
+        return
+    pieces = []
+    if gaps.missing:
+        pieces.append("missing capabilities: " + ", ".join(capability_name(c) for c in gaps.missing))
+    pieces += [f"{v.limit} is {v.allowed}, the task needs {v.requested}" for v in gaps.limit_violations]
+    raise UnsupportedCapabilityError(gaps, f"model {gaps.model!r} lacks what the task needs: " + "; ".join(pieces))
 
 
 def needs(

@@ -115,7 +115,7 @@ class Usage:
     @classmethod
     def of(cls, usage: response_pb2.Usage) -> Usage:
         def count(name: str) -> int | None:
-            return getattr(usage, name) if usage.HasField(name) else None
+            return getattr(usage, name) if usage.HasField(name) else None  # type: ignore[arg-type]
 
         return cls(
             count("input_token_count"),

@@ -39,8 +39,11 @@ class ArgumentError(InvalidRequestError, ValueError):
         self.field = field
 
 
-def enum_value(enum: Any, value: Any, *, field: str) -> int:
-    """`names.enum_value`, raising `ArgumentError`: `enum_value(Role, "user", field="role")`."""
+def enum_value(enum: Any, value: Any, *, field: str) -> Any:
+    """`names.enum_value`, raising `ArgumentError`: `enum_value(Role, "user", field="role")`.
+
+    Typed `Any`: the number is a value of `enum`, which the generated stubs type as `enum.ValueType`.
+    """
     try:
         return names.enum_value(enum, value, field=field)
     except ValueError as exc:
@@ -99,7 +102,7 @@ def tool(
         description = description if description is not None else doc
     else:
         raise ArgumentError(field, "a typed function, a pydantic model class, a dict or a Tool", spec)
-    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", name or ""):
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", name):
         raise ArgumentError(f"{field}.name", "1-128 letters, digits, '_', '.' or '-'", name)
     return request_pb2.Tool(
         name=name, description=description or "", parameters_json_schema=json.dumps(schema), strict=strict
@@ -109,8 +112,8 @@ def tool(
 def tools(specs: Iterable[ToolLike] | ToolLike) -> list[request_pb2.Tool]:
     """`tool()` over each item (a single tool is taken as a list of one)."""
     if isinstance(specs, Mapping | request_pb2.Tool) or callable(specs):
-        specs = [specs]  # type: ignore[list-item]
-    return [tool(s, field=f"tools[{i}]") for i, s in enumerate(specs)]  # type: ignore[union-attr]
+        specs = [specs]
+    return [tool(s, field=f"tools[{i}]") for i, s in enumerate(specs)]
 
 
 def _snake(name: str) -> str:
@@ -238,12 +241,12 @@ def reasoning(
             raise ArgumentError(field, "a positive token budget", amount)
         out.budget_tokens = amount
     elif isinstance(amount, str):
-        out.effort = enum_value(request_pb2.ReasoningEffort, amount, field=field)  # type: ignore[assignment]
+        out.effort = enum_value(request_pb2.ReasoningEffort, amount, field=field)
     elif amount is not None:
         efforts = ", ".join(map(repr, short_names(request_pb2.ReasoningEffort)))
         raise ArgumentError(field, f"an effort ({efforts}) or a token budget (int)", amount)
     if summary is not None:
-        out.summary = enum_value(request_pb2.ReasoningSummary, summary, field=f"{field}_summary")  # type: ignore[assignment]
+        out.summary = enum_value(request_pb2.ReasoningSummary, summary, field=f"{field}_summary")
     return out
 
 
@@ -341,7 +344,7 @@ def chat_message(role: str, *content: ContentLike, name: str = "") -> content_pb
     `chat_message("user", "What is this?", Path("cat.png"))`."""
     role_value = enum_value(content_pb2.Role, role, field="role")
     parts = [_part(item, f"content[{i}]") for i, item in enumerate(content)]
-    return content_pb2.Message(role=role_value, parts=parts, name=name)  # type: ignore[arg-type]
+    return content_pb2.Message(role=role_value, parts=parts, name=name)
 
 
 def tool_result(
@@ -438,13 +441,13 @@ def apply(request: request_pb2.Request, **options: Any) -> request_pb2.Request:
         if not (isinstance(grammar, tuple) and len(grammar) == 2 and isinstance(grammar[1], str)):
             raise ArgumentError("grammar", "a (dialect, text) pair, e.g. ('gbnf', 'root ::= ...')", grammar)
         dialect = enum_value(request_pb2.GrammarDialect, grammar[0], field="grammar[0]")
-        request.constraint.grammar.CopyFrom(request_pb2.Grammar(dialect=dialect, text=grammar[1]))  # type: ignore[arg-type]
+        request.constraint.grammar.CopyFrom(request_pb2.Grammar(dialect=dialect, text=grammar[1]))
     if get("require_token_ids"):
         request.logprobs.require_token_ids = True
     if get("logprob_basis") is not None:
-        request.logprobs.basis = enum_value(logprobs_pb2.LogprobBasis, options["logprob_basis"], field="logprob_basis")  # type: ignore[assignment]
+        request.logprobs.basis = enum_value(logprobs_pb2.LogprobBasis, options["logprob_basis"], field="logprob_basis")
     if get("foreign_artifact_policy") is not None:
-        request.foreign_artifact_policy = enum_value(  # type: ignore[assignment]
+        request.foreign_artifact_policy = enum_value(
             request_pb2.ForeignArtifactPolicy, options["foreign_artifact_policy"], field="foreign_artifact_policy"
         )
     if get("include_raw"):
