@@ -26,9 +26,8 @@ with modelir.connect("reference") as model:
         ids.append(reply.logprobs.ids)
         logprobs.append(reply.logprobs.logprobs)
         messages.append(reply.assistant_message)
-        messages += [
-            modelir.tool_result(call, get_weather(**reply.arguments(i))) for i, call in enumerate(reply.tool_calls)
-        ]
+        for i, call in enumerate(reply.tool_calls):
+            messages.append(modelir.tool_result(call, get_weather(**reply.arguments(i))))
         print(f"turn {turn}: {reply.finish_reason}, {len(reply.logprobs)} tokens, {len(reply.tool_calls)} tool calls")
 
 ids, logprobs = np.concatenate(ids), np.concatenate(logprobs)

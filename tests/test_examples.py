@@ -192,6 +192,31 @@ def test_shorter_than_the_openai_sdk(program):
     assert ours < theirs, f"{program}: {ours} lines with modelir, {theirs} with the openai SDK"
 
 
+def _readme_snippets() -> list[str]:
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    section = readme[readme.index("## Using the SDK") :]
+    section = section[: section.index("\n## ", 1)]
+    return re.findall(r"```python\n(.*?)```", section, re.S)
+
+
+async def test_the_readme_sdk_snippets_run_as_written(tmp_path):
+    snippets = _readme_snippets()
+    assert len(snippets) == 3
+    async with FakeOpenAI() as fake:  # the real-provider snippet talks to it through OPENAI_BASE_URL
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+        env |= {"OPENAI_BASE_URL": fake.base_url, "OPENAI_API_KEY": "sk-fake"}
+        for number, snippet in enumerate(snippets):
+            script = tmp_path / f"snippet_{number}.py"
+            script.write_text(snippet)
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-W", "error", str(script), env=env, stdout=-1, stderr=-1
+            )
+            out, err = await asyncio.wait_for(process.communicate(), 60)
+            assert process.returncode == 0 and not err, f"README snippet {number}:\n{snippet}\n{err.decode()}"
+            assert out
+    assert len(fake.requests) == 4
+
+
 if __name__ == "__main__":  # the line counts for the record: python -m tests.test_examples
     for program in PROGRAMS:
         ours, theirs = code_lines(EXAMPLES / f"{program}.py"), code_lines(EXAMPLES / "openai_sdk" / f"{program}.py")
