@@ -4,10 +4,11 @@
 Everything here is derived from it on access, so a view never disagrees with the message it wraps.
 
 Logprobs come out as numpy arrays. The generated repeated fields implement `__array__` (one `memcpy` under the
-upb runtime), which measured cheaper than any route through the serialized bytes: for 655,360 packed floats,
-`np.asarray(field)` took 0.06 ms, `np.fromiter(field)` 35 ms, and serializing the message alone 10 ms before
-any `np.frombuffer` could run (varint-packed ids cannot be viewed in place at all). So the arrays are copies,
-made once, and safe to keep after the message changes.
+upb runtime), which measured cheaper than any route through the serialized bytes: for 32,768 tokens x top-20,
+`np.fromiter` over the field took ~195x as long as `np.asarray`, and serializing the message alone ~80x, before
+any `np.frombuffer` could view it (and varint-packed ids cannot be viewed in place at all); `python -m
+bench.logprob_arrays`. So the arrays are copies, made once (about 0.3 ms for all numeric columns there), and
+safe to keep after the message changes. A top-k whose rows are all full is reshaped, not refilled.
 """
 
 from __future__ import annotations
@@ -31,12 +32,12 @@ class LogprobArrays:
 
     `ids` is None when the provider gave no token ids (absent, never zeros). The top-k alternatives are dense
     `[T, k]` arrays with `k` the largest count at any position; where a provider returned fewer alternatives
-    the row is padded (`top_logprobs` with -inf, `top_ids` with -1) and `top_mask` is False.
+    the row is padded (`top_logprobs` with -inf, `top_ids` with -1) and `top_mask` is False. The string
+    columns are read from `source` on access: most numeric work never needs them.
     """
 
     ids: np.ndarray | None  # int32 [T]
     logprobs: np.ndarray  # float32 [T]
-    tokens: list[str]
     top_ids: np.ndarray | None  # int32 [T, k]
     top_logprobs: np.ndarray  # float32 [T, k]
     top_mask: np.ndarray  # bool [T, k]
@@ -44,6 +45,11 @@ class LogprobArrays:
 
     def __len__(self) -> int:
         return len(self.logprobs)
+
+    @property
+    def tokens(self) -> list[str]:
+        """The tokens as the provider spells them (for text, use `.text`: it is rebuilt from the bytes)."""
+        return list(self.source.tokens)
 
     @property
     def top_tokens(self) -> list[list[str]]:
@@ -82,17 +88,24 @@ def logprob_arrays(logprobs: logprobs_pb2.TokenLogprobs) -> LogprobArrays:
         raise ValueError(
             f"top_logprobs has {len(flat)} values but top_counts sum to {int(counts.sum())}: not a valid TokenLogprobs"
         )
-    rows = np.repeat(np.arange(positions), counts)
-    cols = np.arange(len(flat)) - np.repeat(np.cumsum(counts) - counts, counts)
-    top_logprobs = np.full((positions, k), -np.inf, dtype=np.float32)
-    top_logprobs[rows, cols] = flat
-    mask = np.zeros((positions, k), dtype=bool)
-    mask[rows, cols] = True
-    top_ids = None
-    if len(logprobs.top_token_ids):
-        top_ids = np.full((positions, k), -1, dtype=np.int32)
-        top_ids[rows, cols] = np.asarray(logprobs.top_token_ids, dtype=np.int32)
-    return LogprobArrays(ids, values, list(logprobs.tokens), top_ids, top_logprobs, mask, logprobs)
+    top_ids_flat = np.asarray(logprobs.top_token_ids, dtype=np.int32) if len(logprobs.top_token_ids) else None
+    if top_ids_flat is not None and len(top_ids_flat) != len(flat):
+        raise ValueError(
+            f"top_token_ids has {len(top_ids_flat)} values and top_logprobs {len(flat)}: not a valid TokenLogprobs"
+        )
+    if positions and int(counts.min()) == k:  # every position has k alternatives: a reshape, no copy
+        top_logprobs = flat.reshape(positions, k)
+        mask = np.ones((positions, k), dtype=bool)
+        top_ids = top_ids_flat.reshape(positions, k) if top_ids_flat is not None else None
+    else:  # a boolean mask fills row by row, which is the order of the flat columns
+        mask = np.arange(k) < counts[:, None]
+        top_logprobs = np.full((positions, k), -np.inf, dtype=np.float32)
+        top_logprobs[mask] = flat
+        top_ids = None
+        if top_ids_flat is not None:
+            top_ids = np.full((positions, k), -1, dtype=np.int32)
+            top_ids[mask] = top_ids_flat
+    return LogprobArrays(ids, values, top_ids, top_logprobs, mask, logprobs)
 
 
 @dataclass(frozen=True, slots=True)
