@@ -9,10 +9,10 @@ cheaper than that, and its varint-packed ids cannot be viewed in place at all.
 from __future__ import annotations
 
 import numpy as np
-
-from bench.timing import paired
 from modelir.reading import logprob_arrays
 from modelir.v1 import logprobs_pb2
+
+from bench.timing import paired
 
 TOKENS, TOP_K = 32_768, 20
 
