@@ -207,10 +207,17 @@ def test_anthropic_and_gemini_raw_exchanges_read_as_their_sdk_types():
     assert gemini.function_calls
 
 
+def test_engines_answering_in_openais_shapes_read_as_openai_types():
+    chat = raw_typed(_fixture_raw("llamacpp", "chat_logprobs_with_ids.json"))
+    assert isinstance(chat, openai.types.chat.ChatCompletion) and chat.choices[0].logprobs.content
+    with pytest.raises(LookupError, match="'llamacpp' answer"):  # the native /completion shape has no SDK type
+        raw_typed(_fixture_raw("llamacpp", "completion_sampling.json"))
+
+
 def test_raw_errors_say_what_to_do(reference):
     with pytest.raises(ValueError, match="include_raw=True"):
         raw_json(reference.generate("x", max_output_tokens=2))
-    with pytest.raises(LookupError, match=r"no provider SDK type for transport .sglang.*raw_json"):
+    with pytest.raises(LookupError, match=r"no provider SDK type for this .sglang. answer.*raw_json"):
         raw_typed(response_pb2.RawExchange(transport="sglang", body=b"{}"))
     assert raw_json(response_pb2.RawExchange(transport="sglang", body=b'{"text": "a"}')) == {"text": "a"}
     with pytest.raises(ValueError, match="does not fit openai's ChatCompletion type"):

@@ -78,14 +78,36 @@ def sdk_type_name(transport: str) -> str | None:
     return f"{sdk.module}.{sdk.unary}" if sdk else None
 
 
+# Engines that answer in OpenAI's shapes on some endpoints: the body's `object` says which shape it is.
+_OPENAI_COMPATIBLE = {"vllm", "llamacpp"}
+_BY_OBJECT = {
+    "chat.completion": "openai_chat",
+    "chat.completion.chunk": "openai_chat",
+    "text_completion": "openai_completions",
+}
+
+
+def _sdk_for(raw: response_pb2.RawExchange) -> _SdkType | None:
+    if raw.transport not in _OPENAI_COMPATIBLE:
+        return _SDK_TYPES.get(raw.transport)
+    data = raw_json(raw)
+    first = data[0] if isinstance(data, list) and data else data
+    kind = first.get("object") if isinstance(first, dict) else None
+    return _SDK_TYPES.get(_BY_OBJECT.get(kind, ""))
+
+
 def raw_typed(source: RawLike) -> Any:
-    """The provider's answer as its own SDK's type: one object for a unary exchange, a list for a stream."""
+    """The provider's answer as its own SDK's type: one object for a unary exchange, a list for a stream.
+
+    vLLM and llama.cpp answers in OpenAI's shapes (told by their `object` field) read as the `openai` types.
+    """
     raw = _exchange(source)
-    sdk = _SDK_TYPES.get(raw.transport)
+    sdk = _sdk_for(raw)
     if sdk is None:
         known = ", ".join(sorted(_SDK_TYPES))
         raise LookupError(
-            f"no provider SDK type for transport {raw.transport!r} (there is one for {known}); use raw_json()"
+            f"no provider SDK type for this {raw.transport!r} answer (there is one for {known}, and for vLLM and "
+            "llama.cpp answers in OpenAI's shapes); use raw_json()"
         )
     try:
         module = importlib.import_module(sdk.module)
