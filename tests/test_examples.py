@@ -192,6 +192,13 @@ def test_shorter_than_the_openai_sdk(program):
     assert ours < theirs, f"{program}: {ours} lines with modelir, {theirs} with the openai SDK"
 
 
+def test_the_examples_readme_states_the_current_line_counts():
+    table = re.findall(r"^\| (\w+) \| (\d+) \| (\d+) \|", (EXAMPLES / "README.md").read_text(), re.M)
+    stated = {name: (int(ours), int(theirs)) for name, ours, theirs in table}
+    counted = {p: (code_lines(EXAMPLES / f"{p}.py"), code_lines(EXAMPLES / "openai_sdk" / f"{p}.py")) for p in PROGRAMS}
+    assert stated == counted
+
+
 def _readme_snippets() -> list[str]:
     readme = (EXAMPLES.parent / "README.md").read_text()
     section = readme[readme.index("## Using the SDK") :]
