@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import Any
 
+from modelir import interface
 from modelir.executor import Executor, RetryPolicy
 from modelir.interface import _background_loop, _sync
 from modelir.limiter import Limiter
@@ -82,7 +83,7 @@ class Connection(Model):
                 self._closers.pop(stale, None)
             executor = self._executors[loop] = self._first or self._new_executor()
             self._first = None
-            if loop is not _background_loop() and loop.is_running():
+            if loop is not _private_loop() and loop.is_running():
                 # Held here: a collected generator would be finalised (closing the executor) at once.
                 closer = self._closers[loop] = _close_on_shutdown(self, loop, executor)
                 loop.create_task(_start(closer))
@@ -100,7 +101,8 @@ class Connection(Model):
 
     def close(self) -> None:
         """Close the sessions the sync methods opened (async code uses `aclose`)."""
-        if _background_loop() in self._executors:
+        loop = _private_loop()
+        if loop is not None and loop in self._executors:
             _sync(self._close_background())
 
     async def _close_background(self) -> None:
@@ -125,6 +127,11 @@ class Connection(Model):
         return f"Connection({self.transport.name!r}, {self.transport.provider_model!r}, name={self.name!r}" + (
             f", base_url={base_url!r})" if base_url else ")"
         )
+
+
+def _private_loop() -> asyncio.AbstractEventLoop | None:
+    """The loop the sync twins run on, if it has started (never starts it: `close()` at exit must not)."""
+    return interface._loop
 
 
 async def _start(generator: AsyncIterator[None]) -> None:
