@@ -98,6 +98,8 @@ async def main(model):
 async def closed():
     async with fresh() as model:
         await main(model)
+        await model.aclose()  # closed, then used again on the same loop
+        await main(model)
 asyncio.run(closed())
 forgotten = fresh()  # never closed: used on two asyncio.run loops and from sync code
 asyncio.run(main(forgotten))
@@ -118,7 +120,7 @@ async def test_a_program_ends_without_session_warnings(tmp_path):
     assert process.returncode == 0, err.decode()
     assert out.decode() == "done\n"
     assert err.decode() == ""  # no "Unclosed client session", no ResourceWarning (an error under -W error)
-    assert len(fake.requests) == 8
+    assert len(fake.requests) == 10
 
 
 # ---- needs ---------------------------------------------------------------------------------------------

@@ -57,7 +57,7 @@ class Connection(Model):
     ) -> None:
         self._endpoint = (base_url, dict(headers or {}), retry or RetryPolicy())
         self._executors: dict[asyncio.AbstractEventLoop, Executor] = {}
-        self._closers: dict[asyncio.AbstractEventLoop, AsyncIterator[None]] = {}
+        self._closers: dict[asyncio.AbstractEventLoop, list[AsyncIterator[None]]] = {}
         self._http = isinstance(transport, HttpTransport)
         super().__init__(transport, executor=self._new_executor() if self._http else None, **options)
         if self._http:
@@ -78,14 +78,15 @@ class Connection(Model):
             loop = _background_loop()
         executor = self._executors.get(loop)
         if executor is None:
-            for stale in [other for other in self._executors if other.is_closed()]:
-                del self._executors[stale]
+            for stale in [other for other in {*self._executors, *self._closers} if other.is_closed()]:
+                self._executors.pop(stale, None)
                 self._closers.pop(stale, None)
             executor = self._executors[loop] = self._first or self._new_executor()
             self._first = None
             if loop is not _private_loop() and loop.is_running():
-                # Held here: a collected generator would be finalised (closing the executor) at once.
-                closer = self._closers[loop] = _close_on_shutdown(self, loop, executor)
+                # Held until the loop closes: a collected generator would be finalised (closing its executor) at once.
+                closer = _close_on_shutdown(executor)
+                self._closers.setdefault(loop, []).append(closer)
                 loop.create_task(_start(closer))
         return executor
 
@@ -138,14 +139,14 @@ async def _start(generator: AsyncIterator[None]) -> None:
     await generator.__anext__()
 
 
-async def _close_on_shutdown(connection: Connection, loop: asyncio.AbstractEventLoop, executor: Executor):
-    """Suspended until the loop finalises its async generators (asyncio.run does, before closing the loop)."""
+async def _close_on_shutdown(executor: Executor) -> AsyncIterator[None]:
+    """Suspended until the loop finalises its async generators (asyncio.run does, before closing the loop).
+
+    Closing an executor twice is harmless, so one closed by `aclose()` before that needs no bookkeeping here.
+    """
     try:
         yield
     finally:
-        if connection._executors.get(loop) is executor:
-            del connection._executors[loop]
-        connection._closers.pop(loop, None)
         await executor.aclose()
 
 
