@@ -305,3 +305,21 @@ def test_a_tool_result_answers_its_call(reference):
     assert follow_up.finish_reason in ("stop", "length")
     with pytest.raises(ArgumentError, match=r"tool_result\.result: expected text, or a JSON-serializable value"):
         tool_result(call, object())
+
+
+def test_images_and_tools_from_the_helpers_lower_onto_a_providers_wire(tmp_path):
+    import orjson
+    from modelir.transports.openai_chat import OpenAIChat
+
+    path = tmp_path / "cat.png"
+    path.write_bytes(PNG)
+    message = modelir.chat_message("user", "What is this?", path, image("https://example.org/cat.jpg"))
+    request = build_request("m", messages=[message], tools=[forecast], tool_choice="forecast", max_output_tokens=10)
+    body = orjson.loads(OpenAIChat(provider_model="gpt-4o").lower(request, stream=False).body)
+    content = body["messages"][0]["content"]
+    assert [c["type"] for c in content] == ["text", "image_url", "image_url"]
+    assert content[1]["image_url"]["url"].startswith("data:image/png;base64,")
+    assert content[2]["image_url"]["url"] == "https://example.org/cat.jpg"
+    assert body["tools"][0]["function"]["name"] == "forecast"
+    assert body["tools"][0]["function"]["parameters"]["required"] == ["city", "days"]
+    assert body["tool_choice"] == {"type": "function", "function": {"name": "forecast"}}
