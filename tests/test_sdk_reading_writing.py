@@ -8,11 +8,13 @@ from typing import Literal
 
 import modelir
 import numpy as np
+import orjson
 import pydantic
 import pytest
 from modelir import build_request, view
 from modelir.names import enum_name, enum_value, short_names
 from modelir.reading import delta_text, logprob_arrays
+from modelir.transports.openai_chat import OpenAIChat
 from modelir.v1 import content_pb2, logprobs_pb2, request_pb2, response_pb2, stream_pb2
 from modelir.writing import ArgumentError, image, tool, tool_choice, tool_result
 
@@ -308,9 +310,6 @@ def test_a_tool_result_answers_its_call(reference):
 
 
 def test_images_and_tools_from_the_helpers_lower_onto_a_providers_wire(tmp_path):
-    import orjson
-    from modelir.transports.openai_chat import OpenAIChat
-
     path = tmp_path / "cat.png"
     path.write_bytes(PNG)
     message = modelir.chat_message("user", "What is this?", path, image("https://example.org/cat.jpg"))
