@@ -72,15 +72,15 @@ _gen-into:
 lint: tools
 	$(BUF) lint
 	$(BUF) format -d --exit-code
-	$(VENV)/bin/ruff check python tests bench
-	$(VENV)/bin/ruff format --check python tests bench
+	$(VENV)/bin/ruff check python tests bench examples
+	$(VENV)/bin/ruff format --check python tests bench examples
 	$(VENV)/bin/mypy --config-file python/pyproject.toml
 
 .PHONY: format
 format: tools
 	$(BUF) format -w
-	$(VENV)/bin/ruff format python tests bench
-	$(VENV)/bin/ruff check --fix python tests bench
+	$(VENV)/bin/ruff format python tests bench examples
+	$(VENV)/bin/ruff check --fix python tests bench examples
 
 .PHONY: breaking baseline
 breaking: tools

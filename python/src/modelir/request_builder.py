@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Iterable, Sequence
+from typing import Any
 
+from modelir import writing
 from modelir.v1 import content_pb2, request_pb2
 
 # What `achat` and `build_request(messages=...)` accept for one message.
@@ -52,7 +54,7 @@ def build_request(
     top_p: float | None = None,
     top_k: int | None = None,
     seed: int | None = None,
-    stop: Sequence[str] = (),
+    stop: str | Sequence[str] = (),
     n: int = 0,
     logprobs: bool = False,
     top_logprobs: int = 0,
@@ -60,8 +62,9 @@ def build_request(
     json_schema: str | None = None,
     prefill: str = "",
     timeout: float | None = None,
+    **more: Any,
 ) -> request_pb2.Request:
-    """Build a `Request` from keywords: the common fields only; anything else, set on the message itself."""
+    """Build a `Request` from keywords; `more` takes `writing.EXTRA_KEYWORDS` (tools, reasoning, system...)."""
     request = request_pb2.Request(model=model)
     if prompt is not None:
         request.prompt = prompt
@@ -78,8 +81,8 @@ def build_request(
         ("seed", seed),
     ):
         if value is not None:
-            setattr(s, name, value)
-    s.stop.extend(stop)
+            writing.set_sampling(s, name, value)
+    s.stop.extend(writing.stop_sequences(stop))
     s.choice_count = n
     if logprobs or top_logprobs:
         request.logprobs.top_k = top_logprobs
@@ -90,7 +93,7 @@ def build_request(
     request.prefill = prefill
     if timeout is not None:
         request.timeout.FromTimedelta(datetime.timedelta(seconds=timeout))
-    return request
+    return writing.apply(request, **more)
 
 
 def with_model(request: request_pb2.Request, name: str) -> request_pb2.Request:
