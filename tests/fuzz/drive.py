@@ -26,7 +26,7 @@ import orjson
 from google.protobuf import json_format
 from modelir import Model, errors, rich_status
 from modelir.executor import Executor, RetryPolicy
-from modelir.transports import TRANSPORTS
+from modelir.registry import build_transport
 from modelir.v1 import request_pb2, service_pb2
 
 from tests.fuzz import mutate
@@ -222,7 +222,7 @@ async def _one(exchange: Exchange, answers: list[httpx.Response]) -> str:
     def handler(_request: httpx.Request) -> httpx.Response:
         return queue.pop(0) if queue else httpx.Response(500, content=b"no more answers")
 
-    transport = TRANSPORTS[exchange.transport](exchange.options)
+    transport = build_transport(exchange.transport, exchange.options)
     executor = Executor("http://fuzz.invalid", transport=httpx.MockTransport(handler), retry=_NO_RETRY)
     model = Model(transport, executor=executor, default_timeout=5.0)
     try:

@@ -24,9 +24,10 @@ from modelir import sync
 from modelir.executor import Executor, RetryPolicy
 from modelir.limiter import Limiter
 from modelir.model import Model
+from modelir.registry import build_transport, registry
 from modelir.sync import background_loop as _background_loop
 from modelir.sync import run_sync as _sync
-from modelir.transports import TRANSPORTS, HttpTransport
+from modelir.transports import HttpTransport
 from modelir.writing import ArgumentError
 
 # Hosted providers: the default base URL, the environment variable their own SDK reads a base URL from, and the
@@ -181,11 +182,11 @@ def connect(
     `name` is the name requests use (the provider model id by default). The limits build a limiter of its own;
     pass `limiter` to share one between connections (one per API key, say).
     """
-    if transport not in TRANSPORTS:
-        raise ArgumentError("transport", f"one of {', '.join(sorted(TRANSPORTS))}", transport)
+    if transport not in registry():
+        raise ArgumentError("transport", f"one of {', '.join(registry())}", transport)
     if not isinstance(model, str):
         raise ArgumentError("model", "the provider's model id as a string", model)
-    built = TRANSPORTS[transport]({"provider_model": model} if model else {})
+    built = build_transport(transport, {"provider_model": model} if model else {})
     if limiter is not None and any(v is not None for v in (max_concurrency, requests_per_minute, tokens_per_minute)):
         raise ArgumentError("limiter", "either a shared limiter or limits of this connection's own, not both")
     for field, value in (("max_concurrency", max_concurrency), ("requests_per_minute", requests_per_minute)):
