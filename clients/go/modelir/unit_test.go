@@ -1,10 +1,13 @@
 package modelir_test
 
 import (
+	"context"
 	"errors"
+	"net"
 	"testing"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -108,5 +111,30 @@ func TestComparisonRules(t *testing.T) {
 	}
 	if len(differences(j(`{"a":{"b":1}}`), j(`{"a":{"b":2}}`), "$", map[string]bool{"a.b": true})) != 0 {
 		t.Fatal("an ignored path was compared")
+	}
+}
+
+// futureServer is a ModelService that reports an IR of another major version.
+type futureServer struct {
+	v1.UnimplementedModelServiceServer
+}
+
+func (futureServer) GetServerInfo(context.Context, *v1.GetServerInfoRequest) (*v1.GetServerInfoResponse, error) {
+	return &v1.GetServerInfoResponse{IrVersion: "2.0.0"}, nil
+}
+
+func TestConnectRefusesAServerOfAnotherMajorVersion(t *testing.T) {
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := grpc.NewServer()
+	v1.RegisterModelServiceServer(server, futureServer{})
+	go func() { _ = server.Serve(listener) }()
+	defer server.Stop()
+	var incompatible *modelir.IncompatibleServerError
+	client, err := modelir.Connect(context.Background(), listener.Addr().String())
+	if !errors.As(err, &incompatible) || client != nil || incompatible.ServerIRVersion != "2.0.0" {
+		t.Fatalf("got %v, %v", client, err)
 	}
 }

@@ -54,8 +54,12 @@ export class ModelirClient {
   }
 
   /** A client that has checked the server's IR version and refuses another major (`IncompatibleServerError`). */
-  static async connect(baseUrl: string, options: ClientOptions = {}): Promise<ModelirClient> {
-    const client = new ModelirClient(baseUrl, options);
+  static async connect<T extends ModelirClient>(
+    this: new (baseUrl: string, options?: ClientOptions) => T,
+    baseUrl: string,
+    options: ClientOptions = {},
+  ): Promise<T> {
+    const client = new this(baseUrl, options);
     try {
       checkCompatible((await client.serverInfo()).irVersion);
     } catch (error) {

@@ -9,6 +9,8 @@ import {
   checkCompatible,
   Completion,
   fromRpcError,
+  GetServerInfoResponseSchema,
+  ModelirClient,
   IncompatibleServerError,
   InvalidRequestError,
   IR_VERSION,
@@ -34,6 +36,21 @@ test("a server of another major version is refused with a clear error, the same 
     return true;
   });
   assert.throws(() => checkCompatible("", "1.0.0"), IncompatibleServerError);
+});
+
+test("connect() refuses a server that reports another IR major version, and closes its connection", async () => {
+  let closed = false;
+  class FutureServer extends ModelirClient {
+    override async serverInfo() {
+      return create(GetServerInfoResponseSchema, { irVersion: "2.0.0" });
+    }
+    override close() {
+      closed = true;
+      super.close();
+    }
+  }
+  await assert.rejects(FutureServer.connect("http://127.0.0.1:9"), IncompatibleServerError);
+  assert.ok(closed);
 });
 
 test("rich status details decode into typed errors", () => {
