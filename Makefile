@@ -23,6 +23,7 @@ help:
 	@echo "make test      gen-check, lint (ruff, buf, mypy), breaking, the conformance suite, pytest under the coverage gate"
 	@echo "make gen       regenerate python/src/modelir/v1 from proto/"
 	@echo "make test-engines  every llamacpp capability against a real llama-server (builds it once, ~12 min)"
+	@echo "make test-clients  TypeScript, Go and Rust clients + the service conformance suite in four languages"
 	@echo "make bench     benchmarks (not part of make test)"
 	@echo "make fuzz      a longer fuzz run over every transport's lifts (FUZZ_SECONDS=300, FUZZ_ARGS=--seed N)"
 	@echo "make baseline  cut a new breaking-change baseline (only when releasing)"
@@ -138,3 +139,54 @@ lock: | $(PY)
 	$(PY) -m pip install --quiet --upgrade -e 'python[dev]'
 	( echo "# Pinned by 'make lock' from python/pyproject.toml; installs use it as constraints."; \
 	  $(PY) -m pip freeze --exclude-editable ) > python/constraints.txt
+
+# ---- clients in other languages (clients/**, conformance/service/**) ----------------------------------------------
+# TypeScript, Go and Rust clients generated from proto/, each tested on its own and against the service conformance
+# suite (a `modelir serve` per runner on a free port). Everything comes from npm, the Go module proxy and crates.io at
+# pinned, locked versions; slow builds are cached outside the clone, under ~/.cache/modelir. One language at a time.
+CLIENTS_CACHE ?= $(HOME)/.cache/modelir
+PROTOC_GEN_GO_VERSION := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+GO_PLUGINS := $(CLIENTS_CACHE)/go-plugins/protoc-gen-go-$(PROTOC_GEN_GO_VERSION)-grpc-$(PROTOC_GEN_GO_GRPC_VERSION)
+export CARGO_TARGET_DIR ?= $(CLIENTS_CACHE)/cargo-target
+TS_STAMP := clients/typescript/node_modules/.installed
+CLIENTS_ENV = BUF=$(abspath $(BUF)) PATH=$(GO_PLUGINS):$$PATH MODELIR_BIN=$(abspath $(VENV)/bin/modelir)
+
+$(TS_STAMP): clients/typescript/package.json clients/typescript/package-lock.json
+	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+$(GO_PLUGINS)/protoc-gen-go-grpc:
+	@mkdir -p $(GO_PLUGINS)
+	GOBIN=$(GO_PLUGINS) go install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	GOBIN=$(GO_PLUGINS) go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+
+.PHONY: client-tools gen-clients gen-clients-check test-clients test-client-typescript test-client-go test-client-rust
+client-tools: $(PY_STAMP) $(NODE_STAMP)
+	@for tool in go cargo; do command -v $$tool >/dev/null || { echo "test-clients needs $$tool" >&2; exit 1; }; done
+
+gen-clients: client-tools $(TS_STAMP) $(GO_PLUGINS)/protoc-gen-go-grpc
+	$(CLIENTS_ENV) clients/gen.sh
+
+gen-clients-check: client-tools $(TS_STAMP) $(GO_PLUGINS)/protoc-gen-go-grpc
+	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; $(CLIENTS_ENV) clients/gen.sh $$tmp && \
+	for dir in typescript/src/gen go/modelir/v1 rust/modelir/src/gen; do \
+	  diff -r $$tmp/$$dir clients/$$dir >/dev/null || { diff -r $$tmp/$$dir clients/$$dir | head -20; \
+	    echo "gen-clients-check: clients/$$dir is stale; run 'make gen-clients' and commit the result"; exit 1; }; \
+	done; echo "gen-clients-check: generated client code is up to date"
+
+test-client-typescript: client-tools $(TS_STAMP)
+	cd clients/typescript && npx tsc --noEmit -p . && $(CLIENTS_ENV) npm test --silent
+
+test-client-go: client-tools
+	cd clients/go && go vet ./... && test -z "$$(gofmt -l .)" && $(CLIENTS_ENV) go test -count=1 ./...
+
+test-client-rust: client-tools
+	cd clients/rust && cargo fmt --check && $(CLIENTS_ENV) cargo test --locked -p modelir
+
+# The Python runner of the service suite is tests/test_service_conformance.py (also part of `make test`).
+test-clients: gen-clients-check
+	$(MAKE) --no-print-directory test-client-typescript
+	$(MAKE) --no-print-directory test-client-go
+	$(MAKE) --no-print-directory test-client-rust
+	MODELIR_BIN=$(abspath $(VENV)/bin/modelir) $(VENV)/bin/pytest -q tests/test_service_conformance.py

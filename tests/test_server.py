@@ -135,3 +135,25 @@ async def test_each_call_logs_the_status_its_caller_sees(caplog):
             assert "Generate model=broken transport=reference status=UNKNOWN" in caplog.text
     finally:
         await server.stop(None)
+
+
+async def test_get_server_info_names_the_ir_version_and_the_transports(stub):
+    stub, _ = stub
+    from modelir.version import IR_VERSION, SDK_VERSION
+
+    info = await stub.GetServerInfo(service_pb2.GetServerInfoRequest())
+    assert info.ir_version == IR_VERSION and info.server_version == SDK_VERSION
+    assert [(t.name, list(t.model_names)) for t in info.transports] == [("reference", ["reference"])]
+    assert info.transports[0].version == ReferenceModel.version
+
+
+async def test_detokenize_inverts_tokenize_and_names_negative_ids(stub):
+    stub, _ = stub
+    tokens = await stub.Tokenize(service_pb2.TokenizeRequest(model="reference", text="hé!", add_special_tokens=True))
+    text = await stub.Detokenize(service_pb2.DetokenizeRequest(model="reference", token_ids=tokens.token_ids))
+    assert text.text == "hé!"
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.Detokenize(service_pb2.DetokenizeRequest(model="reference", token_ids=[104, -1, -7]))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    fields = [v.field for v in _details(caught.value)["BadRequest"].field_violations]
+    assert fields == ["token_ids[1]", "token_ids[2]"]

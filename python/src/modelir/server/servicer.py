@@ -14,10 +14,10 @@ from typing import Any
 import grpc
 from grpc_status import rpc_status
 
-from modelir import errors, varint
+from modelir import errors, varint, version
 from modelir.model import Model
 from modelir.rich_status import to_status
-from modelir.v1 import response_pb2, service_pb2, service_pb2_grpc
+from modelir.v1 import errors_pb2, response_pb2, service_pb2, service_pb2_grpc
 
 log = logging.getLogger("modelir.server")
 
@@ -81,6 +81,38 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
         return await self._call(
             "Validate", request.request.model, context, lambda model: model.avalidate(request.request)
         )
+
+    async def Detokenize(self, request: service_pb2.DetokenizeRequest, context) -> service_pb2.DetokenizeResponse:
+        async def run(model: Model) -> service_pb2.DetokenizeResponse:
+            negative = [i for i, token in enumerate(request.token_ids) if token < 0]
+            if negative:
+                raise errors.InvalidRequestError(
+                    [
+                        errors_pb2.FieldViolation(field=f"token_ids[{i}]", description="A token id is never negative.")
+                        for i in negative
+                    ]
+                )
+            return service_pb2.DetokenizeResponse(text=await model.adetokenize(list(request.token_ids)))
+
+        return await self._call("Detokenize", request.model, context, run)
+
+    async def GetServerInfo(self, request, context) -> service_pb2.GetServerInfoResponse:
+        started = time.monotonic()
+        served: dict[str, service_pb2.TransportInfo] = {}
+        for name, model in sorted(self.models.items()):
+            manifest = model.capabilities
+            info = served.setdefault(
+                manifest.transport,
+                service_pb2.TransportInfo(name=manifest.transport, version=manifest.transport_version),
+            )
+            info.model_names.append(name)
+        answer = service_pb2.GetServerInfoResponse(
+            ir_version=version.IR_VERSION,
+            server_version=version.SDK_VERSION,
+            transports=[served[name] for name in sorted(served)],
+        )
+        _log_call("GetServerInfo", "-", "-", "OK", started)
+        return answer
 
 
 class _Call:
