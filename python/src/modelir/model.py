@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from modelir import artifacts, capabilities, errors
+from modelir import artifacts, capabilities, errors, telemetry
 from modelir.executor import Executor
 from modelir.interface import ModelInterface, with_model
 from modelir.limiter import Limiter
@@ -90,6 +90,10 @@ class Model(ModelInterface):
 
     async def arun(self, request: request_pb2.Request, *, deadline: float | None = None) -> response_pb2.Response:
         """Run one request. Hard failures raise `ModelError`; soft ones come back in `response.error`."""
+        with telemetry.model_call(self, request) as call:
+            return call.finish(await self._arun(request, deadline))
+
+    async def _arun(self, request: request_pb2.Request, deadline: float | None) -> response_pb2.Response:
         request, warnings = self._prepare(request, streaming=False)
         started = time.time()
         start_mono = time.monotonic()
@@ -130,10 +134,15 @@ class Model(ModelInterface):
             )
         return response, sent.attempts
 
-    async def astream(
+    def astream(
         self, request: request_pb2.Request, *, deadline: float | None = None
     ) -> AsyncIterator[stream_pb2.StreamEvent]:
         """Stream the events of one request. Folding them gives what `arun` returns."""
+        return telemetry.stream_call(self, request, self._astream(request, deadline))
+
+    async def _astream(
+        self, request: request_pb2.Request, deadline: float | None
+    ) -> AsyncIterator[stream_pb2.StreamEvent]:
         request, warnings = self._prepare(request, streaming=True)
         started = time.time()
         start_mono = time.monotonic()

@@ -6,7 +6,6 @@ It holds no logic of its own: everything a gRPC caller gets is what `Model` give
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
@@ -14,12 +13,10 @@ from typing import Any
 import grpc
 from grpc_status import rpc_status
 
-from modelir import errors
+from modelir import errors, telemetry
 from modelir.model import Model
 from modelir.rich_status import to_status
 from modelir.v1 import response_pb2, service_pb2, service_pb2_grpc
-
-log = logging.getLogger("modelir.server")
 
 
 class ModelServicer(service_pb2_grpc.ModelServiceServicer):
@@ -41,21 +38,18 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
         await context.abort_with_status(rpc_status.to_status(to_status(exc)))
 
     async def _call(self, method: str, model_name: str, context, run: Callable[[Model], Awaitable[Any]]) -> Any:
-        """Run one unary RPC on the named model: errors through the one table, one log line per call."""
-        started = time.monotonic()
-        transport, status = "-", "OK"
-        try:
-            model = self._model(model_name)
-            transport = model.transport.name
-            return await run(model)
-        except errors.ModelError as exc:
-            status = errors.mapping_for(exc.reason).grpc_code.name
-            await self._abort(context, exc)
-        except asyncio.CancelledError:
-            status = "CANCELLED"
-            raise
-        finally:
-            _log_call(method, model_name, transport, status, started)
+        """Run one unary RPC on the named model: errors through the one table, a span and a log line per call."""
+        with telemetry.server_call(method, model_name, context) as rpc:
+            try:
+                model = self._model(model_name)
+                rpc.transport = model.transport.name
+                return rpc.answered(await run(model))
+            except errors.ModelError as exc:
+                rpc.status = errors.mapping_for(exc.reason).grpc_code.name
+                await self._abort(context, exc)
+            except asyncio.CancelledError:
+                rpc.status = "CANCELLED"
+                raise
 
     async def Generate(self, request: service_pb2.GenerateRequest, context) -> response_pb2.Response:
         """Returns the `Response` itself: `serialize_generate_response` wraps it as a `GenerateResponse` on the wire.
@@ -72,52 +66,36 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
     async def StreamGenerate(
         self, request: service_pb2.StreamGenerateRequest, context
     ) -> AsyncIterator[service_pb2.StreamGenerateResponse]:
-        started = time.monotonic()
-        model_name = request.request.model
-        transport, status = "-", "OK"
-        try:
-            model = self._model(model_name)
-            transport = model.transport.name
-            async for event in model.astream(request.request, deadline=self._deadline(context)):
-                yield service_pb2.StreamGenerateResponse(event=event)
-        except errors.ModelError as exc:
-            status = errors.mapping_for(exc.reason).grpc_code.name
-            await self._abort(context, exc)
-        except asyncio.CancelledError:
-            status = "CANCELLED"
-            raise
-        finally:
-            _log_call("StreamGenerate", model_name, transport, status, started)
+        with telemetry.server_call("StreamGenerate", request.request.model, context) as rpc:
+            try:
+                model = self._model(request.request.model)
+                rpc.transport = model.transport.name
+                async for event in model.astream(request.request, deadline=self._deadline(context)):
+                    rpc.observe(event)
+                    yield service_pb2.StreamGenerateResponse(event=event)
+            except errors.ModelError as exc:
+                rpc.status = errors.mapping_for(exc.reason).grpc_code.name
+                await self._abort(context, exc)
+            except asyncio.CancelledError:
+                rpc.status = "CANCELLED"
+                raise
 
     async def Tokenize(self, request: service_pb2.TokenizeRequest, context) -> service_pb2.TokenizeResponse:
         return await self._call("Tokenize", request.model, context, lambda model: model.atokenize_request(request))
 
     async def ListModels(self, request, context) -> service_pb2.ListModelsResponse:
-        started = time.monotonic()
-        listing = service_pb2.ListModelsResponse(
-            models=[
-                service_pb2.ModelInfo(name=name, manifest=model.capabilities)
-                for name, model in sorted(self.models.items())
-            ]
-        )
-        _log_call("ListModels", "-", "-", "OK", started)
-        return listing
+        with telemetry.server_call("ListModels", "", context):
+            return service_pb2.ListModelsResponse(
+                models=[
+                    service_pb2.ModelInfo(name=name, manifest=model.capabilities)
+                    for name, model in sorted(self.models.items())
+                ]
+            )
 
     async def Validate(self, request: service_pb2.ValidateRequest, context) -> service_pb2.ValidateResponse:
         return await self._call(
             "Validate", request.request.model, context, lambda model: model.avalidate(request.request)
         )
-
-
-def _log_call(method: str, model: str, transport: str, status: str, started: float) -> None:
-    log.info(
-        "%s model=%s transport=%s status=%s latency_ms=%.1f",
-        method,
-        model,
-        transport,
-        status,
-        (time.monotonic() - started) * 1e3,
-    )
 
 
 # `GenerateResponse` is `Response response = 1;`: on the wire, the tag of field 1 with the length-delimited wire
