@@ -17,6 +17,7 @@ from modelir.batch import BatchInputError
 from modelir.config import ConfigError, ServerConfig, default_config, load_config
 from modelir.interface import ModelInterface, build_request
 from modelir.records import RecordFileError
+from modelir.telemetry.setup import TelemetrySetupError
 from modelir.v1 import capabilities_pb2, request_pb2
 
 _CAPABILITY_NAMES = {v: k.removeprefix("CAPABILITY_") for k, v in capabilities_pb2.Capability.items()}
@@ -39,15 +40,23 @@ async def _open_model(args: argparse.Namespace) -> tuple[ModelInterface, ServerC
 
 def _serve(args: argparse.Namespace) -> int:
     from modelir.server import serve
+    from modelir.telemetry import access_log, setup
 
     config = _config(args)
+    access_log.configure(args.access_log)
+    installed = setup.configure_from_env()  # traces and metrics only when OTEL_* variables ask for them
     try:
         import uvloop
 
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(serve(config.models, args.host, args.port, auth_tokens=config.auth_tokens, grace=args.grace))
+    try:
+        asyncio.run(serve(config.models, args.host, args.port, auth_tokens=config.auth_tokens, grace=args.grace))
+    finally:
+        access_log.access_log().flush()
+        if installed is not None:
+            installed.shutdown()  # export what is still batched
     return 0
 
 
@@ -219,6 +228,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=50051, help="0 picks a free port (logged)")
     serve.add_argument("--grace", type=float, default=30.0, help="seconds to drain in-flight calls on SIGTERM")
+    serve.add_argument(
+        "--access-log",
+        choices=["text", "json", "off"],
+        default=os.environ.get("MODELIR_ACCESS_LOG", "text"),
+        help="one line per call on stderr: text, JSON lines, or off (default $MODELIR_ACCESS_LOG or text)",
+    )
     serve.set_defaults(func=_serve)
 
     def where(sub: argparse.ArgumentParser) -> None:
@@ -289,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"modelir: configuration error: {exc}", file=sys.stderr)
         return 2
-    except (RecordFileError, BatchInputError, FileExistsError) as exc:
+    except (RecordFileError, BatchInputError, FileExistsError, TelemetrySetupError) as exc:
         print(f"modelir: {exc}", file=sys.stderr)
         return 2
     except errors.ModelError as exc:

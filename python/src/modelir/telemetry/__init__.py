@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from modelir.telemetry._runtime import CAPTURE_CONTENT_ENV, Seen, install
-from modelir.telemetry.access_log import AccessLog, access_log
+from modelir.telemetry.access_log import AccessLog
 from modelir.telemetry.calls import http_attempt, model_call, outgoing_metadata, stream_call
 from modelir.telemetry.server import server_call
 
@@ -29,7 +29,6 @@ __all__ = [
     "CAPTURE_CONTENT_ENV",
     "AccessLog",
     "Seen",
-    "access_log",
     "capture",
     "fill_provenance",
     "http_attempt",
@@ -42,11 +41,12 @@ __all__ = [
 
 
 @contextmanager
-def capture() -> Iterator[Seen]:
-    """Collect the trace id, span id and provider request id of the model call made inside the block."""
+def capture(seen: Seen | None = None) -> Iterator[Seen]:
+    """Collect the trace id, span id and provider request id of the model call made inside the block (into
+    `seen`, or a new `Seen`)."""
     from modelir.telemetry._runtime import current_capture
 
-    seen = Seen()
+    seen = Seen() if seen is None else seen
     token = current_capture.set(seen)
     try:
         yield seen

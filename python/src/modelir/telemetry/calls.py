@@ -75,6 +75,7 @@ class Call:
         "_instruments",
         "_metric_attributes",
         "_request",
+        "_started_as",
         "_stream_accumulator",
         "_target",
         "attempts",
@@ -95,6 +96,7 @@ class Call:
         self.attempts = 0
         self._first_chunk: float | None = None
         self._finished = False
+        self._started_as = ("", "")
         self._ctx_token: object = None
         self._call_token: object = None
         model_name = request.model or model.name
@@ -181,6 +183,7 @@ class Call:
                 if self._instruments is not None:
                     self._instruments.time_to_first_chunk.record(self._first_chunk, self._metric_attributes)
         elif which == "start":
+            self._started_as = (event.start.id, event.start.model)
             if self._capture_content and self._stream_accumulator is None:
                 from modelir.accumulate import StreamAccumulator
 
@@ -190,8 +193,8 @@ class Call:
             end = event.end
             choices = self._stream_accumulator.response().choices if self._stream_accumulator is not None else ()
             self._record_outcome(
-                end.id,
-                end.model,
+                end.id or self._started_as[0],
+                end.model or self._started_as[1],
                 [f.finish_reason for f in end.finishes],
                 end.usage,
                 end.error if end.HasField("error") else None,
