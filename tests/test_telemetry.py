@@ -454,3 +454,21 @@ def test_bad_exporter_settings_name_the_variable():
     with pytest.raises(setup.TelemetrySetupError, match="OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"):
         setup._protocol({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, "metrics")
     assert setup._exporter_names({"OTEL_METRICS_EXPORTER": "none"}, "metrics") == []
+
+
+async def test_a_sampled_out_call_records_no_span_but_still_propagates_and_counts(upstream):
+    from opentelemetry.sdk.trace import sampling
+
+    otel = Otel()
+    otel.tracer_provider = TracerProvider(sampler=sampling.ALWAYS_OFF)
+    otel.tracer_provider.add_span_processor(SimpleSpanProcessor(otel.spans))
+    telemetry.install(tracer_provider=otel.tracer_provider, meter_provider=otel.meter_provider)
+    try:
+        fake, model = upstream
+        await model.achat([("user", "hi")])
+    finally:
+        telemetry.install()
+    assert otel.finished() == []
+    flags = fake.requests[0][0]["traceparent"].split("-")[3]
+    assert int(flags, 16) & 1 == 0  # the provider is told the trace was not sampled
+    assert len(otel.points("gen_ai.client.operation.duration")) == 1  # metrics do not depend on sampling

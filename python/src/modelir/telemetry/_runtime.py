@@ -11,6 +11,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import opentelemetry.metrics._internal as _metrics_api
+import opentelemetry.trace as _trace_api
 from opentelemetry import metrics, trace
 from opentelemetry.metrics._internal import _ProxyMeterProvider
 
@@ -103,6 +105,25 @@ def install(
         _override["capture_content"] = capture_content
     global _resolved
     _resolved = _Resolved()
+
+
+# Providers named by these variables are loaded by the API on first use, so their presence means "maybe on".
+_PROVIDERS_FROM_ENV = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ or "OTEL_PYTHON_METER_PROVIDER" in os.environ
+
+
+def active() -> bool:
+    """False when certainly nothing is configured: the fast path of every hook (about 0.1 us).
+
+    It reads the API's two provider globals directly: `get_tracer_provider()` and `get_meter_provider()` look
+    up an environment variable on every call and together cost ~2.5 us, which would be 2-3% of a small
+    in-process call.
+    """
+    return bool(
+        _override
+        or _PROVIDERS_FROM_ENV
+        or _trace_api._TRACER_PROVIDER is not None
+        or _metrics_api._METER_PROVIDER is not None
+    )
 
 
 def _capture_from_env() -> bool:

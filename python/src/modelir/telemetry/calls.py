@@ -118,10 +118,13 @@ class Call:
             attributes.update(sc.request_attributes(request))
             if streaming:
                 attributes[sc.REQUEST_STREAM] = True
-            self.span = tracer.start_span(
+            span = tracer.start_span(
                 f"{attributes[sc.OPERATION_NAME]} {model_name}", kind=target.kind, attributes=attributes
             )
-            self.context = trace.set_span_in_context(self.span)
+            self.context = trace.set_span_in_context(span)  # propagated even when sampled out
+            # A span the sampler left out is not recorded: keep its context, skip all attribute work.
+            self.span = span if span.is_recording() else None
+        if self.span is not None:
             if _runtime.capture_content():
                 self._capture_content = True
                 messages, system = sc.input_messages_json(request)
@@ -210,21 +213,23 @@ class Call:
         if error is not None:
             self._metric_attributes[sc.ERROR_TYPE] = sc.soft_error_type(error)
         if span is not None:
+            # One `set_attributes` call: the SDK takes its lock and checks the span's state once per call.
+            ending: dict[str, Any] = {sc.RESPONSE_FINISH_REASONS: sc.finish_reasons(reasons)}
             if response_id:
-                span.set_attribute(sc.RESPONSE_ID, response_id)
+                ending[sc.RESPONSE_ID] = response_id
             if response_model:
-                span.set_attribute(sc.RESPONSE_MODEL, response_model)
-            span.set_attribute(sc.RESPONSE_FINISH_REASONS, sc.finish_reasons(reasons))
-            span.set_attributes(sc.usage_attributes(usage))
+                ending[sc.RESPONSE_MODEL] = response_model
+            ending.update(sc.usage_attributes(usage))
             if timing.attempt_count:
-                span.set_attribute(sc.ATTEMPT_COUNT, timing.attempt_count)
+                ending[sc.ATTEMPT_COUNT] = timing.attempt_count
             if timing.HasField("queue_duration"):
-                span.set_attribute(sc.QUEUE_DURATION, timing.queue_duration.ToNanoseconds() / 1e9)
+                ending[sc.QUEUE_DURATION] = timing.queue_duration.ToNanoseconds() / 1e9
             if error is not None:
-                span.set_attribute(sc.ERROR_TYPE, sc.soft_error_type(error))
+                ending[sc.ERROR_TYPE] = sc.soft_error_type(error)
                 span.set_status(Status(StatusCode.ERROR, error.message))
             if self._capture_content and choices:
-                span.set_attribute(sc.OUTPUT_MESSAGES, sc.output_messages_json(choices))
+                ending[sc.OUTPUT_MESSAGES] = sc.output_messages_json(choices)
+            span.set_attributes(ending)
         if instruments is not None:
             attributes = self._metric_attributes
             if usage.HasField("input_token_count"):
@@ -288,7 +293,7 @@ NO_CALL = _NoCall()
 
 
 def _off() -> bool:
-    return _runtime.tracer() is None and _runtime.instruments() is None
+    return not _runtime.active() or (_runtime.tracer() is None and _runtime.instruments() is None)
 
 
 def model_call(model: Any, request: request_pb2.Request) -> Call | _NoCall:
@@ -352,13 +357,8 @@ class Attempt:
             call.attempts = max(call.attempts, attempt)
             tracer = _runtime.tracer()
             if tracer is not None and call.context is not None:
-                url = request.url
-                attributes: dict[str, Any] = {
-                    sc.HTTP_REQUEST_METHOD: request.method,
-                    sc.SERVER_ADDRESS: url.host,
-                    sc.SERVER_PORT: url.port or (443 if url.scheme == "https" else 80),
-                    sc.URL_FULL: str(url.copy_with(query=None)),  # the path only: query strings may hold keys
-                }
+                attributes = dict(_url_attributes(request.url))
+                attributes[sc.HTTP_REQUEST_METHOD] = request.method
                 if attempt > 1:
                     attributes[sc.HTTP_REQUEST_RESEND_COUNT] = attempt - 1
                 self.span = tracer.start_span(
@@ -380,16 +380,17 @@ class Attempt:
                     self._seen.provider_request_id = value
                     break
         span = self.span
-        if span is not None:
-            span.set_attribute(sc.HTTP_RESPONSE_STATUS_CODE, status)
+        if span is not None and span.is_recording():
+            answer: dict[str, Any] = {sc.HTTP_RESPONSE_STATUS_CODE: status}
             for name in REQUEST_ID_HEADERS:
                 value = headers.get(name)
                 if value:
-                    span.set_attribute(sc.PROVIDER_REQUEST_ID, value)
+                    answer[sc.PROVIDER_REQUEST_ID] = value
                     break
             if status >= 400:
-                span.set_attribute(sc.ERROR_TYPE, str(status))
+                answer[sc.ERROR_TYPE] = str(status)
                 span.set_status(Status(StatusCode.ERROR))
+            span.set_attributes(answer)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         span = self.span
@@ -400,6 +401,25 @@ class Attempt:
             span.record_exception(exc)
             span.set_status(Status(StatusCode.ERROR, str(exc)))
         span.end()
+
+
+_url_cache: dict[tuple[str, bytes, bytes], dict[str, Any]] = {}
+
+
+def _url_attributes(url: Any) -> dict[str, Any]:
+    """`server.*` and `url.full` (without the query, which may hold keys) of an `httpx.URL`, cached per URL:
+    building them (`copy_with` re-parses the URL) costs more than the rest of the attempt span."""
+    key = (url.scheme, url.netloc, url.raw_path)
+    attributes = _url_cache.get(key)
+    if attributes is None:
+        if len(_url_cache) > 4096:  # a bound, for callers whose paths vary
+            _url_cache.clear()
+        attributes = _url_cache[key] = {
+            sc.SERVER_ADDRESS: url.host,
+            sc.SERVER_PORT: url.port or (443 if url.scheme == "https" else 80),
+            sc.URL_FULL: f"{url.scheme}://{url.netloc.decode('ascii')}{url.path}",
+        }
+    return attributes
 
 
 class _NoAttempt:
@@ -432,7 +452,8 @@ def http_attempt(request: Any, attempt: int) -> Attempt | _NoAttempt:
 
 def outgoing_metadata(metadata: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
     """`metadata` plus the current trace context (`traceparent`, `tracestate`, `baggage`) when tracing is on."""
-    if _runtime.current_call.get() is None or _runtime.tracer() is None:
+    call = _runtime.current_call.get()
+    if call is None or call.context is None:
         return metadata
     carrier: dict[str, str] = {}
     propagate.inject(carrier)

@@ -39,7 +39,7 @@ class ServerCall:
         self.output_tokens: int | None = None
         self.span: trace.Span | None = None
         self._token: object = None
-        tracer = _runtime.tracer()
+        tracer = _runtime.tracer() if _runtime.active() else None
         if tracer is not None:
             metadata = grpc_context.invocation_metadata() if grpc_context is not None else None
             carrier = {key: value for key, value in metadata or () if key in _TRACE_KEYS and isinstance(value, str)}
@@ -78,14 +78,16 @@ class ServerCall:
         if span is not None:
             otel_context.detach(self._token)  # type: ignore[arg-type]
             trace_id = trace.format_trace_id(span.get_span_context().trace_id)
-            span.set_attribute(sc.RPC_GRPC_STATUS_CODE, _GRPC_CODES.get(self.status, 2))
-            if self.model != "-":
-                span.set_attribute(sc.REQUEST_MODEL, self.model)
-            if self.transport != "-":
-                span.set_attribute(sc.TRANSPORT, self.transport)
-            if self.status != "OK":
-                span.set_attribute(sc.ERROR_TYPE, self.status)
-                span.set_status(Status(StatusCode.ERROR))
+            if span.is_recording():
+                ending: dict[str, Any] = {sc.RPC_GRPC_STATUS_CODE: _GRPC_CODES.get(self.status, 2)}
+                if self.model != "-":
+                    ending[sc.REQUEST_MODEL] = self.model
+                if self.transport != "-":
+                    ending[sc.TRANSPORT] = self.transport
+                if self.status != "OK":
+                    ending[sc.ERROR_TYPE] = self.status
+                    span.set_status(Status(StatusCode.ERROR))
+                span.set_attributes(ending)
             span.end()
         access_log().write(
             self.method,

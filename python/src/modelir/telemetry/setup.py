@@ -104,7 +104,7 @@ def configure_from_env(environ: Mapping[str, str] = os.environ) -> Installed | N
         return None
     try:
         from opentelemetry import metrics, trace
-        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
         from opentelemetry.sdk.resources import SERVICE_NAME, Resource
         from opentelemetry.sdk.trace import TracerProvider
@@ -128,7 +128,12 @@ def configure_from_env(environ: Mapping[str, str] = os.environ) -> Installed | N
     metric_exporters = [_metric_exporter(n, environ) for n in _exporter_names(environ, "metrics")]
     if metric_exporters:
         readers = [PeriodicExportingMetricReader(exporter) for exporter in metric_exporters]
-        meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+        # Exemplars (a sampled span's id on a histogram bucket) cost a few microseconds on every measurement
+        # taken inside a sampled span; they are off unless OTEL_METRICS_EXEMPLAR_FILTER asks for them.
+        exemplars = (
+            {} if environ.get("OTEL_METRICS_EXEMPLAR_FILTER") else {"exemplar_filter": AlwaysOffExemplarFilter()}
+        )
+        meter_provider = MeterProvider(resource=resource, metric_readers=readers, **exemplars)
         metrics.set_meter_provider(meter_provider)
         installed.meter_provider = meter_provider
     return installed
