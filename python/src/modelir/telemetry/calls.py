@@ -20,6 +20,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from modelir import errors
+from modelir.accumulate import StreamAccumulator
 from modelir.telemetry import _runtime
 from modelir.telemetry import conventions as sc
 from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, stream_pb2
@@ -111,7 +112,7 @@ class Call:
         self.span: trace.Span | None = None
         self.context: otel_context.Context | None = None
         self._capture_content = False
-        self._stream_accumulator = None
+        self._stream_accumulator: StreamAccumulator | None = None
         if tracer is not None:
             if target.transport:
                 attributes[sc.TRANSPORT] = target.transport
@@ -188,8 +189,6 @@ class Call:
         elif which == "start":
             self._started_as = (event.start.id, event.start.model)
             if self._capture_content and self._stream_accumulator is None:
-                from modelir.accumulate import StreamAccumulator
-
                 self._stream_accumulator = StreamAccumulator()
                 self._stream_accumulator.add(event)
         elif which == "end":

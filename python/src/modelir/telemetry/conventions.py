@@ -100,8 +100,8 @@ PROVIDER_BY_TRANSPORT = {
 }
 REMOTE_PROVIDER = "modelir"  # a `RemoteModel` call: the provider behind the server is the server's business
 
-_FINISH_REASONS = {
-    value: name.removeprefix("FINISH_REASON_").lower() for name, value in response_pb2.FinishReason.items()
+_FINISH_REASONS: dict[int, str] = {
+    int(value): name.removeprefix("FINISH_REASON_").lower() for name, value in response_pb2.FinishReason.items()
 }
 _FINISH_REASONS[response_pb2.FINISH_REASON_UNSPECIFIED] = "unknown"
 

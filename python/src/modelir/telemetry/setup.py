@@ -130,10 +130,12 @@ def configure_from_env(environ: Mapping[str, str] = os.environ) -> Installed | N
         readers = [PeriodicExportingMetricReader(exporter) for exporter in metric_exporters]
         # Exemplars (a sampled span's id on a histogram bucket) cost a few microseconds on every measurement
         # taken inside a sampled span; they are off unless OTEL_METRICS_EXEMPLAR_FILTER asks for them.
-        exemplars = (
-            {} if environ.get("OTEL_METRICS_EXEMPLAR_FILTER") else {"exemplar_filter": AlwaysOffExemplarFilter()}
-        )
-        meter_provider = MeterProvider(resource=resource, metric_readers=readers, **exemplars)
+        if environ.get("OTEL_METRICS_EXEMPLAR_FILTER"):
+            meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+        else:
+            meter_provider = MeterProvider(
+                resource=resource, metric_readers=readers, exemplar_filter=AlwaysOffExemplarFilter()
+            )
         metrics.set_meter_provider(meter_provider)
         installed.meter_provider = meter_provider
     return installed
