@@ -86,7 +86,15 @@ class Call:
         "streaming",
     )
 
-    def __init__(self, model: Any, request: request_pb2.Request, *, streaming: bool) -> None:
+    def __init__(
+        self,
+        model: Any,
+        request: request_pb2.Request,
+        *,
+        streaming: bool,
+        parent: otel_context.Context | None = None,
+        seen: _runtime.Seen | None = None,
+    ) -> None:
         target = _target(model)
         tracer = _runtime.tracer()
         self._instruments = _runtime.instruments()
@@ -120,7 +128,7 @@ class Call:
             if streaming:
                 attributes[sc.REQUEST_STREAM] = True
             span = tracer.start_span(
-                f"{attributes[sc.OPERATION_NAME]} {model_name}", kind=target.kind, attributes=attributes
+                f"{attributes[sc.OPERATION_NAME]} {model_name}", parent, kind=target.kind, attributes=attributes
             )
             self.context = trace.set_span_in_context(span)  # propagated even when sampled out
             # A span the sampler left out is not recorded: keep its context, skip all attribute work.
@@ -132,7 +140,7 @@ class Call:
                 self.span.set_attribute(sc.INPUT_MESSAGES, messages)
                 if system is not None:
                     self.span.set_attribute(sc.SYSTEM_INSTRUCTIONS, system)
-            seen = _runtime.current_capture.get()
+            seen = seen or _runtime.current_capture.get()
             if seen is not None:
                 span_context = self.span.get_span_context()
                 seen.trace_id = trace.format_trace_id(span_context.trace_id)
@@ -308,12 +316,19 @@ def stream_call(
     """Observe one stream: returns `events` itself when nothing is configured, else a wrapper that records them."""
     if _off():
         return events
-    return _observed_stream(Call(model, request, streaming=True), events)
+    # The span starts when the stream is first iterated (a stream never iterated leaves no open span), as a child
+    # of the context the stream was made in.
+    return _observed_stream(model, request, events, otel_context.get_current(), _runtime.current_capture.get())
 
 
 async def _observed_stream(
-    call: Call, events: AsyncIterator[stream_pb2.StreamEvent]
+    model: Any,
+    request: request_pb2.Request,
+    events: AsyncIterator[stream_pb2.StreamEvent],
+    parent: otel_context.Context,
+    seen: _runtime.Seen | None,
 ) -> AsyncIterator[stream_pb2.StreamEvent]:
+    call = Call(model, request, streaming=True, parent=parent, seen=seen)
     failure: BaseException | None = None
     try:
         while True:
