@@ -7,8 +7,10 @@ It is the collector's receiving side and nothing more, built on the generated OT
 from __future__ import annotations
 
 import asyncio
+import gzip
 
 import grpc
+from aiohttp import web
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.trace.v1 import trace_pb2
@@ -42,7 +44,8 @@ class _Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):
 
 
 class OtlpReceiver:
-    """`async with OtlpReceiver() as receiver:` then export to `receiver.endpoint` (`http://127.0.0.1:<port>`)."""
+    """`async with OtlpReceiver() as receiver:` then export to `receiver.endpoint` (OTLP/gRPC) or
+    `receiver.http_endpoint` (OTLP/HTTP), both `http://127.0.0.1:<port>`."""
 
     def __init__(self) -> None:
         self.spans: list[tuple[str, trace_pb2.Span]] = []  # (service.name, span)
@@ -55,11 +58,40 @@ class OtlpReceiver:
         metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(_Metrics(self), self.server)
         self.port = self.server.add_insecure_port("127.0.0.1:0")
         await self.server.start()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.endpoint = f"http://127.0.0.1:{self.port}"  # OTLP/gRPC
+        # OTLP/HTTP with protobuf bodies: POST /v1/traces and /v1/metrics.
+        app = web.Application()
+        app.router.add_post("/v1/traces", self._http_traces)
+        app.router.add_post("/v1/metrics", self._http_metrics)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        self.http_endpoint = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
         return self
 
     async def __aexit__(self, *exc) -> None:
+        await self.runner.cleanup()
         await self.server.stop(None)
+
+    async def _http_traces(self, request: web.Request) -> web.Response:
+        message = trace_service_pb2.ExportTraceServiceRequest.FromString(await self._body(request))
+        await _Traces(self).Export(message, None)
+        body = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+        return web.Response(body=body, content_type="application/x-protobuf")
+
+    async def _http_metrics(self, request: web.Request) -> web.Response:
+        message = metrics_service_pb2.ExportMetricsServiceRequest.FromString(await self._body(request))
+        await _Metrics(self).Export(message, None)
+        body = metrics_service_pb2.ExportMetricsServiceResponse().SerializeToString()
+        return web.Response(body=body, content_type="application/x-protobuf")
+
+    @staticmethod
+    async def _body(request: web.Request) -> bytes:
+        body = await request.read()
+        if request.headers.get("content-encoding") == "gzip":
+            body = gzip.decompress(body)
+        return body
 
     async def wait_for(self, predicate, seconds: float = 20.0) -> None:
         """Wait until `predicate(self.spans)` holds, at most `seconds`."""

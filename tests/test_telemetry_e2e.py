@@ -34,7 +34,7 @@ async def _start_server(config_path: str, receiver: OtlpReceiver, protocol: str)
         "OTEL_TRACES_EXPORTER": "otlp",
         "OTEL_METRICS_EXPORTER": "otlp",
         "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
-        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint if protocol == "grpc" else receiver.http_endpoint,
         "OTEL_BSP_SCHEDULE_DELAY": "100",
         "OTEL_METRIC_EXPORT_INTERVAL": "300",
     }
@@ -62,7 +62,8 @@ async def _start_server(config_path: str, receiver: OtlpReceiver, protocol: str)
 
 
 @pytest.mark.timeout(90)
-async def test_one_trace_from_the_client_through_the_server_to_the_provider():
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+async def test_one_trace_from_the_client_through_the_server_to_the_provider(protocol):
     async with OtlpReceiver() as receiver, FakeOpenAI() as fake:
         with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as config:
             config.write(
@@ -74,7 +75,7 @@ async def test_one_trace_from_the_client_through_the_server_to_the_provider():
             BatchSpanProcessor(OTLPSpanExporter(endpoint=receiver.endpoint, insecure=True))
         )
         telemetry.install(tracer_provider=client_provider)
-        process, port = await _start_server(config.name, receiver, "grpc")
+        process, port = await _start_server(config.name, receiver, protocol)
         remote = RemoteModel(f"127.0.0.1:{port}", "mini")
         try:
             with client_provider.get_tracer("test").start_as_current_span("evaluate one item") as root:
