@@ -472,3 +472,21 @@ async def test_a_sampled_out_call_records_no_span_but_still_propagates_and_count
     flags = fake.requests[0][0]["traceparent"].split("-")[3]
     assert int(flags, 16) & 1 == 0  # the provider is told the trace was not sampled
     assert len(otel.points("gen_ai.client.operation.duration")) == 1  # metrics do not depend on sampling
+
+
+async def test_records_of_a_remote_model_get_the_provider_request_id_from_the_server(otel, upstream, tmp_path):
+    _, model = upstream
+    server, port = await build_server({"mini": model}, "127.0.0.1:0")
+    await server.start()
+    remote = RemoteModel(f"127.0.0.1:{port}", "mini")
+    try:
+        inputs = [("a", build_request("mini", messages=[("user", "hi")]))]
+        await run_batch(remote, inputs, tmp_path / "out.jsonl", progress_stream=io.StringIO())
+    finally:
+        await remote.aclose()
+        await server.stop(None)
+    (record,) = list(read_records(tmp_path / "out.jsonl"))
+    (client_span,) = [s for s in otel.finished("chat mini") if s.attributes["gen_ai.provider.name"] == "modelir"]
+    assert record.provenance.span_id == trace.format_span_id(client_span.context.span_id)
+    assert record.provenance.provider_request_id == "req-fake-1"
+    assert client_span.attributes["modelir.provider.request_id"] == "req-fake-1"

@@ -91,11 +91,13 @@ class RemoteModel(ModelInterface):
     async def _arun(self, request: request_pb2.Request, deadline: float | None) -> response_pb2.Response:
         request = self._named(request)
         try:
-            answer = await self._stub().Generate(
+            call = self._stub().Generate(
                 service_pb2.GenerateRequest(request=request),
                 timeout=self._timeout(request, deadline),
                 metadata=telemetry.outgoing_metadata(self._metadata),
             )
+            answer = await call
+            await telemetry.read_trailers(call)  # the provider's request id, for a record's provenance
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc) from None
         return answer.response
@@ -117,6 +119,7 @@ class RemoteModel(ModelInterface):
         try:
             async for message in call:
                 yield message.event
+            await telemetry.read_trailers(call)
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc) from None
         finally:

@@ -9,7 +9,8 @@ The hooks, one line or one `with` each, where the rest of modelir calls in:
 
 - `model_call(model, request)` around `Model.arun` / `RemoteModel.arun`, `stream_call(...)` around `astream`;
 - `http_attempt(built_request, attempt)` around each HTTP attempt in the executor;
-- `outgoing_metadata(metadata)` on each `RemoteModel` RPC (sends `traceparent`);
+- `outgoing_metadata(metadata)` on each `RemoteModel` RPC (sends `traceparent`), `read_trailers(call)` after it
+  (takes back the provider's request id);
 - `server_call(method, model, context)` around each servicer method (continues `traceparent`, writes the access
   log line);
 - `capture()` + `fill_provenance(...)` where records are built.
@@ -22,7 +23,7 @@ from contextlib import contextmanager
 
 from modelir.telemetry._runtime import CAPTURE_CONTENT_ENV, Seen, install
 from modelir.telemetry.access_log import AccessLog
-from modelir.telemetry.calls import http_attempt, model_call, outgoing_metadata, stream_call
+from modelir.telemetry.calls import http_attempt, model_call, outgoing_metadata, read_trailers, stream_call
 from modelir.telemetry.server import server_call
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "install",
     "model_call",
     "outgoing_metadata",
+    "read_trailers",
     "server_call",
     "stream_call",
 ]

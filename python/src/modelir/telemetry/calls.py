@@ -472,3 +472,22 @@ def outgoing_metadata(metadata: tuple[tuple[str, str], ...]) -> tuple[tuple[str,
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
     return metadata + tuple(carrier.items()) if carrier else metadata
+
+
+# The trailing-metadata key in which the server returns the provider's request id (see `ServerCall`).
+PROVIDER_REQUEST_ID_TRAILER = "modelir-provider-request-id"
+
+
+async def read_trailers(grpc_call: Any) -> None:
+    """After a `RemoteModel` RPC: take the provider's request id the server sent back, for the current call's
+    span and a record's provenance (only when something is listening: reading trailers costs a few us)."""
+    call = _runtime.current_call.get()
+    seen = _runtime.current_capture.get()
+    if call is None and seen is None:
+        return
+    for key, value in await grpc_call.trailing_metadata() or ():
+        if key == PROVIDER_REQUEST_ID_TRAILER and isinstance(value, str):
+            if seen is not None:
+                seen.provider_request_id = value
+            if call is not None and call.span is not None:
+                call.span.set_attribute(sc.PROVIDER_REQUEST_ID, value)

@@ -17,6 +17,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from modelir.telemetry import _runtime
 from modelir.telemetry import conventions as sc
 from modelir.telemetry.access_log import access_log
+from modelir.telemetry.calls import PROVIDER_REQUEST_ID_TRAILER
 from modelir.v1 import response_pb2, stream_pb2
 
 SERVICE = "modelir.v1.ModelService"
@@ -27,7 +28,20 @@ _GRPC_CODES = {code.name: code.value[0] for code in grpc.StatusCode}
 class ServerCall:
     """One RPC: set `transport` and `status` as they become known; `answered` / `observe` take the usage."""
 
-    __slots__ = ("_token", "input_tokens", "method", "model", "output_tokens", "span", "started", "status", "transport")
+    __slots__ = (
+        "_capture_token",
+        "_grpc_context",
+        "_seen",
+        "_token",
+        "input_tokens",
+        "method",
+        "model",
+        "output_tokens",
+        "span",
+        "started",
+        "status",
+        "transport",
+    )
 
     def __init__(self, method: str, model: str, grpc_context: Any) -> None:
         self.method = method
@@ -39,6 +53,10 @@ class ServerCall:
         self.output_tokens: int | None = None
         self.span: trace.Span | None = None
         self._token: object = None
+        self._grpc_context = grpc_context
+        # The provider's request id of the model call inside, sent back in the trailing metadata.
+        self._seen = _runtime.Seen()
+        self._capture_token = _runtime.current_capture.set(self._seen)
         tracer = _runtime.tracer() if _runtime.active() else None
         if tracer is not None:
             metadata = grpc_context.invocation_metadata() if grpc_context is not None else None
@@ -59,11 +77,17 @@ class ServerCall:
         """Take the usage of a `Response` result (returns the result, so the hook is one expression)."""
         if isinstance(result, response_pb2.Response):
             self._usage(result.usage)
+            self._send_request_id()
         return result
 
     def observe(self, event: stream_pb2.StreamEvent) -> None:
         if event.WhichOneof("event") == "end":
             self._usage(event.end.usage)
+            self._send_request_id()
+
+    def _send_request_id(self) -> None:
+        if self._seen.provider_request_id and self._grpc_context is not None:
+            self._grpc_context.set_trailing_metadata(((PROVIDER_REQUEST_ID_TRAILER, self._seen.provider_request_id),))
 
     def _usage(self, usage: response_pb2.Usage) -> None:
         if usage.HasField("input_token_count"):
@@ -73,6 +97,7 @@ class ServerCall:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         latency = time.monotonic() - self.started
+        _runtime.current_capture.reset(self._capture_token)  # type: ignore[arg-type]
         trace_id = ""
         span = self.span
         if span is not None:
