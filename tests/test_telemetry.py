@@ -490,3 +490,26 @@ async def test_records_of_a_remote_model_get_the_provider_request_id_from_the_se
     assert record.provenance.span_id == trace.format_span_id(client_span.context.span_id)
     assert record.provenance.provider_request_id == "req-fake-1"
     assert client_span.attributes["modelir.provider.request_id"] == "req-fake-1"
+
+
+def test_modelir_run_with_otel_variables_writes_trace_ids_into_records(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from google.protobuf import json_format
+
+    request = build_request("reference", prompt="Hello", max_output_tokens=3)
+    (tmp_path / "in.jsonl").write_text(json_format.MessageToJson(request, indent=None) + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update({"OTEL_TRACES_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "none"})
+    args = ["run", "--model", "reference", "--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "o.jsonl")]
+    done = subprocess.run(
+        [sys.executable, "-m", "modelir.cli", *args], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    (record,) = list(read_records(tmp_path / "o.jsonl"))
+    assert len(record.provenance.trace_id) == 32 and len(record.provenance.span_id) == 16
+    exported = done.stdout
+    assert f'"trace_id": "0x{record.provenance.trace_id}"' in exported
+    assert f'"span_id": "0x{record.provenance.span_id}"' in exported

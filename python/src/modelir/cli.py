@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import sys
@@ -17,6 +18,7 @@ from modelir.batch import BatchInputError
 from modelir.config import ConfigError, ServerConfig, default_config, load_config
 from modelir.interface import ModelInterface, build_request
 from modelir.records import RecordFileError
+from modelir.telemetry import setup
 from modelir.telemetry.setup import TelemetrySetupError
 from modelir.v1 import capabilities_pb2, request_pb2
 
@@ -40,23 +42,22 @@ async def _open_model(args: argparse.Namespace) -> tuple[ModelInterface, ServerC
 
 def _serve(args: argparse.Namespace) -> int:
     from modelir.server import serve
-    from modelir.telemetry import access_log, setup
+    from modelir.telemetry import access_log
 
     config = _config(args)
     access_log.configure(args.access_log)
-    installed = setup.configure_from_env()  # traces and metrics only when OTEL_* variables ask for them
     try:
         import uvloop
 
         uvloop.install()
     except ImportError:
         pass
-    try:
-        asyncio.run(serve(config.models, args.host, args.port, auth_tokens=config.auth_tokens, grace=args.grace))
-    finally:
-        access_log.access_log().flush()
-        if installed is not None:
-            installed.shutdown()  # export what is still batched
+    # Traces and metrics only when OTEL_* variables ask for them; what is still batched is exported at the end.
+    with setup.installed_from_env():
+        try:
+            asyncio.run(serve(config.models, args.host, args.port, auth_tokens=config.auth_tokens, grace=args.grace))
+        finally:
+            access_log.access_log().flush()
     return 0
 
 
@@ -299,7 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     try:
         if hasattr(args, "afunc"):
-            return asyncio.run(args.afunc(args))
+            # A traced `run` or `generate` joins the caller's telemetry, and records get trace ids.
+            with setup.installed_from_env() if args.command in ("run", "generate") else contextlib.nullcontext():
+                return asyncio.run(args.afunc(args))
         return args.func(args)
     except ConfigError as exc:
         print(f"modelir: configuration error: {exc}", file=sys.stderr)

@@ -15,7 +15,8 @@ needs only `opentelemetry-api`.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 _ENDPOINT_VARIABLES = (
@@ -139,3 +140,14 @@ def configure_from_env(environ: Mapping[str, str] = os.environ) -> Installed | N
         metrics.set_meter_provider(meter_provider)
         installed.meter_provider = meter_provider
     return installed
+
+
+@contextmanager
+def installed_from_env(environ: Mapping[str, str] = os.environ) -> Iterator[Installed | None]:
+    """`configure_from_env` for the length of a block, then flush what is still batched and stop."""
+    installed = configure_from_env(environ)
+    try:
+        yield installed
+    finally:
+        if installed is not None:
+            installed.shutdown()
