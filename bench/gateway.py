@@ -97,17 +97,21 @@ async def _http_load(url: str, body: bytes, seconds: float) -> list[float]:
     return latencies
 
 
-def run(seconds: float = 4.0, in_flight: int = 64) -> list[tuple[str, str, str]]:
+def _setup() -> service_pb2.GenerateRequest:
+    """uvloop for the load client, when installed; the request every gateway case sends."""
     try:
         import uvloop
 
         uvloop.install()
     except ImportError:
         pass
-    python = sys.executable
-    request = service_pb2.GenerateRequest(
+    return service_pb2.GenerateRequest(
         request=build_request("bench", messages=[("user", "Hello!")], max_output_tokens=16)
     )
+
+
+def run(seconds: float = 4.0, in_flight: int = 64) -> list[tuple[str, str, str]]:
+    python, request = sys.executable, _setup()
     with _process([python, str(HERE / "processes.py"), "echo"], r"READY (\d+)") as (echo_port, pid):
         echo_rate, echo_cpu = _serve_load(f"127.0.0.1:{echo_port}", pid, request, in_flight, seconds)
     with _process([python, str(HERE / "processes.py"), "upstream"], r"READY (\d+)") as (upstream_port, _):
@@ -162,16 +166,7 @@ def run_telemetry(seconds: float = 3.0, in_flight: int = 64, rounds: int = 6) ->
     and 10% of traces kept, against the same gateway with telemetry off. All three serve at once and are loaded in
     turn, the order rotating every round, so every side of a ratio sees the same machine; each ratio is the median
     of the per-round ratios."""
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
-    python = sys.executable
-    request = service_pb2.GenerateRequest(
-        request=build_request("bench", messages=[("user", "Hello!")], max_output_tokens=16)
-    )
+    python, request = sys.executable, _setup()
     quiet = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     with (
         _process([python, str(HERE / "processes.py"), "upstream"], r"READY (\d+)") as (upstream_port, _),
