@@ -143,13 +143,30 @@ def otlp_sink() -> None:
         async def Export(self, request, context):
             return metrics_service_pb2.ExportMetricsServiceResponse()
 
+    from aiohttp import web
+
+    traces_answer = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+    metrics_answer = metrics_service_pb2.ExportMetricsServiceResponse().SerializeToString()
+
+    async def http_export(request: web.Request) -> web.Response:
+        await request.read()
+        answer = traces_answer if request.path == "/v1/traces" else metrics_answer
+        return web.Response(body=answer, content_type="application/x-protobuf")
+
     async def main() -> None:
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), server)
         metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Metrics(), server)
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
-        print("READY", port, flush=True)
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/traces", http_export)
+        app.router.add_post("/v1/metrics", http_export)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        print("READY", port, site._server.sockets[0].getsockname()[1], flush=True)  # OTLP/gRPC, OTLP/HTTP
         await server.wait_for_termination()
 
     _run(main())

@@ -513,3 +513,25 @@ def test_modelir_run_with_otel_variables_writes_trace_ids_into_records(tmp_path)
     exported = done.stdout
     assert f'"trace_id": "0x{record.provenance.trace_id}"' in exported
     assert f'"span_id": "0x{record.provenance.span_id}"' in exported
+
+
+async def test_under_a_sampled_out_parent_no_child_spans_are_made(upstream):
+    from opentelemetry.sdk.trace import sampling
+
+    otel = Otel()
+    otel.tracer_provider = TracerProvider(sampler=sampling.ParentBased(sampling.ALWAYS_OFF))
+    otel.tracer_provider.add_span_processor(SimpleSpanProcessor(otel.spans))
+    telemetry.install(tracer_provider=otel.tracer_provider)
+    fake, model = upstream
+    try:
+        with otel.tracer_provider.get_tracer("test").start_as_current_span("dropped") as root:
+            await model.achat([("user", "hi")])
+            [_ async for _ in model.astream(build_request("mini", messages=[("user", "hi")]))]
+    finally:
+        telemetry.install()
+    assert otel.finished() == []
+    parent = trace.format_span_id(root.get_span_context().span_id)
+    for headers, _ in fake.requests:  # the provider hears of the (unsampled) trace through the root's context
+        _, trace_id, sent_parent, flags = headers["traceparent"].split("-")
+        assert trace_id == trace.format_trace_id(root.get_span_context().trace_id)
+        assert (sent_parent, int(flags, 16) & 1) == (parent, 0)

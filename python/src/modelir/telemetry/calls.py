@@ -121,7 +121,11 @@ class Call:
         self.context: otel_context.Context | None = None
         self._capture_content = False
         self._stream_accumulator: StreamAccumulator | None = None
-        if tracer is not None:
+        if tracer is not None and _sampled_out(parent):
+            # Under a parent the sampler left out, no span is made (the default, parent-based sampler would drop it
+            # anyway, after doing most of the work of making it); the parent's context is what gets propagated.
+            self.context = parent if parent is not None else otel_context.get_current()
+        elif tracer is not None:
             if target.transport:
                 attributes[sc.TRANSPORT] = target.transport
             attributes.update(sc.request_attributes(request))
@@ -281,6 +285,12 @@ def _capability_names(unsupported) -> list[str]:
 _CAPABILITY_NAMES = {v: k.removeprefix("CAPABILITY_") for k, v in capabilities_pb2.Capability.items()}
 
 
+def _sampled_out(context: otel_context.Context | None) -> bool:
+    """Whether the span current in `context` (or now) is a valid one that the sampler left out."""
+    span_context = trace.get_current_span(context).get_span_context()
+    return span_context.is_valid and not span_context.trace_flags.sampled
+
+
 class _NoCall:
     """Stands in for a `Call` when nothing is configured: every method does nothing."""
 
@@ -370,7 +380,10 @@ class Attempt:
         if call is not None:
             call.attempts = max(call.attempts, attempt)
             tracer = _runtime.tracer()
-            if tracer is not None and call.context is not None:
+            if tracer is not None and call.context is not None and call.span is None and _sampled_out(call.context):
+                request.headers = request.headers.copy()  # a cached, shared object (see `Executor._headers`)
+                propagate.inject(request.headers, context=call.context)  # `traceparent` says "not sampled"
+            elif tracer is not None and call.context is not None:
                 attributes = dict(_url_attributes(request.url))
                 attributes[sc.HTTP_REQUEST_METHOD] = request.method
                 if attempt > 1:

@@ -61,7 +61,7 @@ class ServerCall:
         if tracer is not None:
             metadata = grpc_context.invocation_metadata() if grpc_context is not None else None
             carrier = {key: value for key, value in metadata or () if key in _TRACE_KEYS and isinstance(value, str)}
-            parent = propagate.extract(carrier)
+            parent = propagate.extract(carrier) if carrier else None  # None: a new trace, decided by the sampler
             self.span = tracer.start_span(
                 f"{SERVICE}/{method}",
                 context=parent,
