@@ -535,3 +535,11 @@ async def test_under_a_sampled_out_parent_no_child_spans_are_made(upstream):
         _, trace_id, sent_parent, flags = headers["traceparent"].split("-")
         assert trace_id == trace.format_trace_id(root.get_span_context().trace_id)
         assert (sent_parent, int(flags, 16) & 1) == (parent, 0)
+
+
+def test_a_bad_access_log_format_in_the_environment_is_a_configuration_error(monkeypatch, capsys):
+    from modelir import cli
+
+    monkeypatch.setenv("MODELIR_ACCESS_LOG", "xml")
+    assert cli.main(["serve", "--port", "0"]) == 2
+    assert "MODELIR_ACCESS_LOG" in capsys.readouterr().err

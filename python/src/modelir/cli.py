@@ -45,7 +45,10 @@ def _serve(args: argparse.Namespace) -> int:
     from modelir.telemetry import access_log
 
     config = _config(args)
-    access_log.configure(args.access_log)
+    try:
+        access_log.configure(args.access_log)
+    except ValueError as exc:  # a bad $MODELIR_ACCESS_LOG (argparse checks only the flag)
+        raise ConfigError(f"MODELIR_ACCESS_LOG: {exc}") from None
     try:
         import uvloop
 
