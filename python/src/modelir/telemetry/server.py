@@ -96,6 +96,11 @@ class ServerCall:
             self.output_tokens = usage.output_token_count
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End the RPC's span and write its access-log line, with the `status` and `transport` set by then (what
+        leaving the `with` block does, for a caller that keeps its own frame)."""
         latency = time.monotonic() - self.started
         _runtime.current_capture.reset(self._capture_token)  # type: ignore[arg-type]
         trace_id = ""
