@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import grpc
 import pytest
 from google.rpc import error_details_pb2
@@ -10,6 +12,7 @@ from grpc_status import rpc_status
 from modelir import Model, ReferenceModel, accumulate, build_request
 from modelir.server import build_server
 from modelir.server.servicer import serialize_generate_response
+from modelir.telemetry import access_log
 from modelir.v1 import capabilities_pb2, errors_pb2, response_pb2, service_pb2, service_pb2_grpc
 
 C = capabilities_pb2.Capability
@@ -108,10 +111,17 @@ def test_generate_answers_are_wrapped_on_the_wire_exactly_as_the_message_would_b
     assert service_pb2.GenerateResponse.FromString(expected).response == response
 
 
-async def test_each_call_logs_the_status_its_caller_sees(caplog):
+async def test_each_call_logs_the_status_its_caller_sees():
     class Broken(ReferenceModel):
         async def run(self, request):
             raise RuntimeError("a bug, not a ModelError")
+
+    lines = io.BytesIO()
+    access_log.configure("text", lines)
+
+    def logged() -> str:
+        access_log.access_log().flush()
+        return lines.getvalue().decode()
 
     models = {"reference": Model(ReferenceModel(), name="reference"), "broken": Model(Broken(), name="broken")}
     server, port = await build_server(models, "127.0.0.1:0")
@@ -121,20 +131,20 @@ async def test_each_call_logs_the_status_its_caller_sees(caplog):
             stub = service_pb2_grpc.ModelServiceStub(channel)
             for name, code in (("reference", grpc.StatusCode.OK), ("nope", grpc.StatusCode.NOT_FOUND)):
                 request = service_pb2.GenerateRequest(request=build_request(name, prompt="x", max_output_tokens=2))
-                with caplog.at_level("INFO", logger="modelir.server"):
-                    try:
-                        await stub.Generate(request)
-                    except grpc.aio.AioRpcError as exc:
-                        assert exc.code() == code
-                assert f"Generate model={name} " in caplog.text and f"status={code.name}" in caplog.text
-            with caplog.at_level("INFO", logger="modelir.server"), pytest.raises(grpc.aio.AioRpcError) as caught:
+                try:
+                    await stub.Generate(request)
+                except grpc.aio.AioRpcError as exc:
+                    assert exc.code() == code
+                assert f"Generate model={name} " in logged() and f"status={code.name}" in logged()
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
                 await stub.Generate(
                     service_pb2.GenerateRequest(request=build_request("broken", prompt="x", max_output_tokens=2))
                 )
             assert caught.value.code() == grpc.StatusCode.UNKNOWN
-            assert "Generate model=broken transport=reference status=UNKNOWN" in caplog.text
+            assert "Generate model=broken transport=reference status=UNKNOWN" in logged()
     finally:
         await server.stop(None)
+        access_log.configure("text")
 
 
 async def test_get_server_info_names_the_ir_version_and_the_transports(stub):

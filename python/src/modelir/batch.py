@@ -20,7 +20,7 @@ from typing import TextIO
 import orjson
 from google.protobuf import json_format, timestamp_pb2
 
-from modelir import errors
+from modelir import errors, telemetry
 from modelir.interface import ModelInterface, with_model
 from modelir.records import RecordWriter
 from modelir.v1 import record_pb2, request_pb2
@@ -167,8 +167,10 @@ async def run_batch(
             provenance.configured_model = request.model
             provenance.start_time.CopyFrom(_now())
             attempts = 1
+            seen = telemetry.Seen()
             try:
-                response = await model.arun(request)
+                with telemetry.capture(seen):
+                    response = await model.arun(request)
             except errors.ModelError as exc:
                 record.status = record_pb2.RECORD_STATUS_FAILED
                 record.failure.CopyFrom(exc.to_response_error())
@@ -180,6 +182,7 @@ async def run_batch(
                 provenance.provider_model = response.model
                 attempts = response.timing.attempt_count or 1
             provenance.end_time.CopyFrom(_now())
+            telemetry.fill_provenance(provenance, seen)
             provenance.attempt_count = previous_attempts.get(key, 0) + attempts
             writer.append(record)
             ok = record.status in SUCCESS

@@ -21,7 +21,7 @@ import httpx
 import httpx_sse
 from httpx_aiohttp import AiohttpTransport
 
-from modelir import errors
+from modelir import errors, telemetry
 from modelir.transports.base import HttpRequest, HttpResponse, RawEvent
 from modelir.version import SDK_VERSION
 
@@ -130,11 +130,14 @@ class Executor:
                 while True:
                     attempt += 1
                     try:
-                        raw = await self._transport.handle_async_request(self._build(request))
-                        try:
-                            body = await raw.aread()
-                        finally:
-                            await raw.aclose()
+                        built = self._build(request)
+                        with telemetry.http_attempt(built, attempt) as observed:
+                            raw = await self._transport.handle_async_request(built)
+                            observed.answered(raw.status_code, raw.headers)
+                            try:
+                                body = await raw.aread()
+                            finally:
+                                await raw.aclose()
                     except httpx.TransportError as exc:
                         await self._wait_before_retry(_connection_error(exc), attempt, deadline)
                         continue
@@ -169,7 +172,10 @@ class Executor:
                     if attempts is not None:
                         attempts[:] = [attempt]
                     try:
-                        raw = await self._transport.handle_async_request(self._build(request))
+                        built = self._build(request)
+                        with telemetry.http_attempt(built, attempt) as observed:
+                            raw = await self._transport.handle_async_request(built)
+                            observed.answered(raw.status_code, raw.headers)
                         try:
                             if observe is not None:
                                 observe(raw.status_code, raw.headers)

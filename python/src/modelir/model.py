@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from modelir import errors, pipeline
+from modelir import errors, pipeline, telemetry
 from modelir.executor import Executor
 from modelir.interface import ModelInterface
 from modelir.limiter import Limiter
@@ -71,6 +71,10 @@ class Model(ModelInterface):
 
     async def arun(self, request: request_pb2.Request, *, deadline: float | None = None) -> response_pb2.Response:
         """Run one request. Hard failures raise `ModelError`; soft ones come back in `response.error`."""
+        with telemetry.model_call(self, request) as call:
+            return call.finish(await self._arun(request, deadline))
+
+    async def _arun(self, request: request_pb2.Request, deadline: float | None) -> response_pb2.Response:
         prepared = self._prepare(request, streaming=False)
         request = prepared.request
         started = time.time()
@@ -113,10 +117,15 @@ class Model(ModelInterface):
             )
         return response, sent.attempts
 
-    async def astream(
+    def astream(
         self, request: request_pb2.Request, *, deadline: float | None = None
     ) -> AsyncIterator[stream_pb2.StreamEvent]:
         """Stream the events of one request. Folding them gives what `arun` returns."""
+        return telemetry.stream_call(self, request, self._astream(request, deadline))
+
+    async def _astream(
+        self, request: request_pb2.Request, deadline: float | None
+    ) -> AsyncIterator[stream_pb2.StreamEvent]:
         prepared = self._prepare(request, streaming=True)
         request = prepared.request
         started = time.time()

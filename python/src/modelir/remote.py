@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from modelir import errors
+from modelir import errors, telemetry
 from modelir.interface import ModelInterface, _sync, with_model
 from modelir.rich_status import error_from_rpc
 from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, service_pb2, service_pb2_grpc, stream_pb2
@@ -85,29 +85,41 @@ class RemoteModel(ModelInterface):
         return self._manifest
 
     async def arun(self, request: request_pb2.Request, *, deadline: float | None = None) -> response_pb2.Response:
+        with telemetry.model_call(self, request) as call:
+            return call.finish(await self._arun(request, deadline))
+
+    async def _arun(self, request: request_pb2.Request, deadline: float | None) -> response_pb2.Response:
         request = self._named(request)
         try:
-            answer = await self._stub().Generate(
+            call = self._stub().Generate(
                 service_pb2.GenerateRequest(request=request),
                 timeout=self._timeout(request, deadline),
-                metadata=self._metadata,
+                metadata=telemetry.outgoing_metadata(self._metadata),
             )
+            answer = await call
+            await telemetry.read_trailers(call)  # the provider's request id, for a record's provenance
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc) from None
         return answer.response
 
-    async def astream(
+    def astream(
         self, request: request_pb2.Request, *, deadline: float | None = None
+    ) -> AsyncIterator[stream_pb2.StreamEvent]:
+        return telemetry.stream_call(self, request, self._astream(request, deadline))
+
+    async def _astream(
+        self, request: request_pb2.Request, deadline: float | None
     ) -> AsyncIterator[stream_pb2.StreamEvent]:
         request = self._named(request)
         call = self._stub().StreamGenerate(
             service_pb2.StreamGenerateRequest(request=request),
             timeout=self._timeout(request, deadline),
-            metadata=self._metadata,
+            metadata=telemetry.outgoing_metadata(self._metadata),
         )
         try:
             async for message in call:
                 yield message.event
+            await telemetry.read_trailers(call)
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc) from None
         finally:

@@ -190,9 +190,19 @@ type Provenance struct {
 	// When the call ended.
 	EndTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	// How many attempts the call took, over all retries and resumes.
-	AttemptCount  int32 `protobuf:"varint,9,opt,name=attempt_count,json=attemptCount,proto3" json:"attempt_count,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AttemptCount int32 `protobuf:"varint,9,opt,name=attempt_count,json=attemptCount,proto3" json:"attempt_count,omitempty"`
+	// The W3C trace id of the trace the call ran in, as 32 lowercase hexadecimal digits, so that the record can be
+	// found from a trace and the trace from the record. Empty when the call was not traced.
+	TraceId string `protobuf:"bytes,10,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
+	// The span id of the call's own span (the `gen_ai` client span of `Model.arun` or `RemoteModel.arun`) within
+	// `trace_id`, as 16 lowercase hexadecimal digits. Empty when the call was not traced.
+	SpanId string `protobuf:"bytes,11,opt,name=span_id,json=spanId,proto3" json:"span_id,omitempty"`
+	// The provider's own id for the HTTP request that produced the response, verbatim from its response headers
+	// (`x-request-id` for OpenAI-style servers, `request-id` for Anthropic), which the provider's support can look
+	// up. Empty when the provider sent none or the call did not reach a provider from this process.
+	ProviderRequestId string `protobuf:"bytes,12,opt,name=provider_request_id,json=providerRequestId,proto3" json:"provider_request_id,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Provenance) Reset() {
@@ -286,6 +296,27 @@ func (x *Provenance) GetAttemptCount() int32 {
 		return x.AttemptCount
 	}
 	return 0
+}
+
+func (x *Provenance) GetTraceId() string {
+	if x != nil {
+		return x.TraceId
+	}
+	return ""
+}
+
+func (x *Provenance) GetSpanId() string {
+	if x != nil {
+		return x.SpanId
+	}
+	return ""
+}
+
+func (x *Provenance) GetProviderRequestId() string {
+	if x != nil {
+		return x.ProviderRequestId
+	}
+	return ""
 }
 
 // The first entry of a record file.
@@ -462,7 +493,7 @@ const file_modelir_v1_record_proto_rawDesc = "" +
 	"\afailure\x18\x05 \x01(\v2\x19.modelir.v1.ResponseErrorR\afailure\x126\n" +
 	"\n" +
 	"provenance\x18\x06 \x01(\v2\x16.modelir.v1.ProvenanceR\n" +
-	"provenance\"\x80\x03\n" +
+	"provenance\"\xe4\x03\n" +
 	"\n" +
 	"Provenance\x12\x1d\n" +
 	"\n" +
@@ -476,7 +507,11 @@ const file_modelir_v1_record_proto_rawDesc = "" +
 	"\n" +
 	"start_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12#\n" +
-	"\rattempt_count\x18\t \x01(\x05R\fattemptCount\"\x99\x02\n" +
+	"\rattempt_count\x18\t \x01(\x05R\fattemptCount\x12\x19\n" +
+	"\btrace_id\x18\n" +
+	" \x01(\tR\atraceId\x12\x17\n" +
+	"\aspan_id\x18\v \x01(\tR\x06spanId\x12.\n" +
+	"\x13provider_request_id\x18\f \x01(\tR\x11providerRequestId\"\x99\x02\n" +
 	"\fRecordHeader\x12\x1d\n" +
 	"\n" +
 	"ir_version\x18\x01 \x01(\tR\tirVersion\x12\x1f\n" +

@@ -6,7 +6,6 @@ It holds no logic of its own: everything a gRPC caller gets is what `Model` give
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
@@ -14,12 +13,10 @@ from typing import Any
 import grpc
 from grpc_status import rpc_status
 
-from modelir import errors, varint, version
+from modelir import errors, telemetry, varint, version
 from modelir.model import Model
 from modelir.rich_status import to_status
-from modelir.v1 import errors_pb2, response_pb2, service_pb2, service_pb2_grpc
-
-log = logging.getLogger("modelir.server")
+from modelir.v1 import errors_pb2, response_pb2, service_pb2, service_pb2_grpc, stream_pb2
 
 
 class ModelServicer(service_pb2_grpc.ModelServiceServicer):
@@ -40,7 +37,7 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
     async def _call(self, method: str, model_name: str, context, run: Callable[[Model], Awaitable[Any]]) -> Any:
         """Run one unary RPC on the named model."""
         async with _Call(self, method, model_name, context) as call:
-            return await run(call.model())
+            return call.answered(await run(call.model()))
 
     async def Generate(  # type: ignore[override]  # deliberately the bare Response: see below
         self, request: service_pb2.GenerateRequest, context
@@ -61,21 +58,20 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
     ) -> AsyncIterator[service_pb2.StreamGenerateResponse]:
         async with _Call(self, "StreamGenerate", request.request.model, context) as call:
             async for event in call.model().astream(request.request, deadline=self._deadline(context)):
+                call.observe(event)
                 yield service_pb2.StreamGenerateResponse(event=event)
 
     async def Tokenize(self, request: service_pb2.TokenizeRequest, context) -> service_pb2.TokenizeResponse:
         return await self._call("Tokenize", request.model, context, lambda model: model.atokenize_request(request))
 
     async def ListModels(self, request, context) -> service_pb2.ListModelsResponse:
-        started = time.monotonic()
-        listing = service_pb2.ListModelsResponse(
-            models=[
-                service_pb2.ModelInfo(name=name, manifest=model.capabilities)
-                for name, model in sorted(self.models.items())
-            ]
-        )
-        _log_call("ListModels", "-", "-", "OK", started)
-        return listing
+        with telemetry.server_call("ListModels", "", context):
+            return service_pb2.ListModelsResponse(
+                models=[
+                    service_pb2.ModelInfo(name=name, manifest=model.capabilities)
+                    for name, model in sorted(self.models.items())
+                ]
+            )
 
     async def Validate(self, request: service_pb2.ValidateRequest, context) -> service_pb2.ValidateResponse:
         return await self._call(
@@ -97,42 +93,45 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
         return await self._call("Detokenize", request.model, context, run)
 
     async def GetServerInfo(self, request, context) -> service_pb2.GetServerInfoResponse:
-        started = time.monotonic()
-        served: dict[str, service_pb2.TransportInfo] = {}
-        for name, model in sorted(self.models.items()):
-            manifest = model.capabilities
-            info = served.setdefault(
-                manifest.transport,
-                service_pb2.TransportInfo(name=manifest.transport, version=manifest.transport_version),
+        with telemetry.server_call("GetServerInfo", "", context):
+            served: dict[str, service_pb2.TransportInfo] = {}
+            for name, model in sorted(self.models.items()):
+                manifest = model.capabilities
+                info = served.setdefault(
+                    manifest.transport,
+                    service_pb2.TransportInfo(name=manifest.transport, version=manifest.transport_version),
+                )
+                info.model_names.append(name)
+            return service_pb2.GetServerInfoResponse(
+                ir_version=version.IR_VERSION,
+                server_version=version.SDK_VERSION,
+                transports=[served[name] for name in sorted(served)],
             )
-            info.model_names.append(name)
-        answer = service_pb2.GetServerInfoResponse(
-            ir_version=version.IR_VERSION,
-            server_version=version.SDK_VERSION,
-            transports=[served[name] for name in sorted(served)],
-        )
-        _log_call("GetServerInfo", "-", "-", "OK", started)
-        return answer
 
 
 class _Call:
     """The frame of one RPC: resolves the model, turns a `ModelError` into its rich status through the one table,
-    and logs one line with the status the caller sees (an unexpected exception reaches it as UNKNOWN; a stream
-    whose caller stopped reading is CANCELLED)."""
+    and ends the RPC's span and access-log line with the status the caller sees (an unexpected exception reaches it
+    as UNKNOWN; a stream whose caller stopped reading is CANCELLED)."""
 
-    __slots__ = ("_context", "_method", "_model_name", "_servicer", "_started", "_transport")
+    __slots__ = ("_context", "_model_name", "_rpc", "_servicer")
 
     def __init__(self, servicer: ModelServicer, method: str, model_name: str, context) -> None:
-        self._servicer, self._method, self._model_name, self._context = servicer, method, model_name, context
-        self._transport = "-"
+        self._servicer, self._model_name, self._context = servicer, model_name, context
+        self._rpc = telemetry.server_call(method, model_name, context)
 
     def model(self) -> Model:
         model = self._servicer._model(self._model_name)
-        self._transport = model.transport.name
+        self._rpc.transport = model.transport.name
         return model
 
+    def answered(self, result: Any) -> Any:
+        return self._rpc.answered(result)
+
+    def observe(self, event: stream_pb2.StreamEvent) -> None:
+        self._rpc.observe(event)
+
     async def __aenter__(self) -> _Call:
-        self._started = time.monotonic()
         return self
 
     async def __aexit__(self, exc_type, exc, traceback) -> bool:
@@ -144,21 +143,11 @@ class _Call:
             status = "CANCELLED"
         else:
             status = "UNKNOWN"
-        _log_call(self._method, self._model_name, self._transport, status, self._started)
+        self._rpc.status = status
+        self._rpc.close()
         if isinstance(exc, errors.ModelError):
             await self._context.abort_with_status(rpc_status.to_status(to_status(exc)))
         return False
-
-
-def _log_call(method: str, model: str, transport: str, status: str, started: float) -> None:
-    log.info(
-        "%s model=%s transport=%s status=%s latency_ms=%.1f",
-        method,
-        model,
-        transport,
-        status,
-        (time.monotonic() - started) * 1e3,
-    )
 
 
 # `GenerateResponse` is `Response response = 1;`: on the wire, the tag of field 1 with the length-delimited wire

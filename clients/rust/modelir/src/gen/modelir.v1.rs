@@ -1446,6 +1446,19 @@ pub struct Provenance {
     /// How many attempts the call took, over all retries and resumes.
     #[prost(int32, tag = "9")]
     pub attempt_count: i32,
+    /// The W3C trace id of the trace the call ran in, as 32 lowercase hexadecimal digits, so that the record can be
+    /// found from a trace and the trace from the record. Empty when the call was not traced.
+    #[prost(string, tag = "10")]
+    pub trace_id: ::prost::alloc::string::String,
+    /// The span id of the call's own span (the `gen_ai` client span of `Model.arun` or `RemoteModel.arun`) within
+    /// `trace_id`, as 16 lowercase hexadecimal digits. Empty when the call was not traced.
+    #[prost(string, tag = "11")]
+    pub span_id: ::prost::alloc::string::String,
+    /// The provider's own id for the HTTP request that produced the response, verbatim from its response headers
+    /// (`x-request-id` for OpenAI-style servers, `request-id` for Anthropic), which the provider's support can look
+    /// up. Empty when the provider sent none or the call did not reach a provider from this process.
+    #[prost(string, tag = "12")]
+    pub provider_request_id: ::prost::alloc::string::String,
 }
 /// The first entry of a record file.
 #[derive(Clone, PartialEq, ::prost::Message)]

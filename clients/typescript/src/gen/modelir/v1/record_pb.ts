@@ -18,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file modelir/v1/record.proto.
  */
 export const file_modelir_v1_record: GenFile = /*@__PURE__*/
-  fileDesc("Chdtb2RlbGlyL3YxL3JlY29yZC5wcm90bxIKbW9kZWxpci52MSLlAQoGUmVjb3JkEgsKA2tleRgBIAEoCRIkCgdyZXF1ZXN0GAIgASgLMhMubW9kZWxpci52MS5SZXF1ZXN0EiYKCHJlc3BvbnNlGAMgASgLMhQubW9kZWxpci52MS5SZXNwb25zZRIoCgZzdGF0dXMYBCABKA4yGC5tb2RlbGlyLnYxLlJlY29yZFN0YXR1cxIqCgdmYWlsdXJlGAUgASgLMhkubW9kZWxpci52MS5SZXNwb25zZUVycm9yEioKCnByb3ZlbmFuY2UYBiABKAsyFi5tb2RlbGlyLnYxLlByb3ZlbmFuY2UiigIKClByb3ZlbmFuY2USEgoKaXJfdmVyc2lvbhgBIAEoCRITCgtzZGtfdmVyc2lvbhgCIAEoCRIRCgl0cmFuc3BvcnQYAyABKAkSGQoRdHJhbnNwb3J0X3ZlcnNpb24YBCABKAkSGAoQY29uZmlndXJlZF9tb2RlbBgFIAEoCRIWCg5wcm92aWRlcl9tb2RlbBgGIAEoCRIuCgpzdGFydF90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNYXR0ZW1wdF9jb3VudBgJIAEoBSLdAQoMUmVjb3JkSGVhZGVyEhIKCmlyX3ZlcnNpb24YASABKAkSEwoLc2RrX3ZlcnNpb24YAiABKAkSLwoLY3JlYXRlX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEj8KDHJ1bl9tZXRhZGF0YRgEIAMoCzIpLm1vZGVsaXIudjEuUmVjb3JkSGVhZGVyLlJ1bk1ldGFkYXRhRW50cnkaMgoQUnVuTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBImwKD1JlY29yZEZpbGVFbnRyeRIqCgZoZWFkZXIYASABKAsyGC5tb2RlbGlyLnYxLlJlY29yZEhlYWRlckgAEiQKBnJlY29yZBgCIAEoCzISLm1vZGVsaXIudjEuUmVjb3JkSABCBwoFZW50cnkqeAoMUmVjb3JkU3RhdHVzEh0KGVJFQ09SRF9TVEFUVVNfVU5TUEVDSUZJRUQQABIUChBSRUNPUkRfU1RBVFVTX09LEAESGQoVUkVDT1JEX1NUQVRVU19QQVJUSUFMEAISGAoUUkVDT1JEX1NUQVRVU19GQUlMRUQQA0JyCg5kZXYubW9kZWxpci52MUILUmVjb3JkUHJvdG9QAVojbW9kZWxpci5kZXYvZ28vbW9kZWxpci92MTttb2RlbGlydjGiAgNNWFiqAgpNb2RlbGlyLlYxygIKTW9kZWxpclxWMeoCC01vZGVsaXI6OlYxYgZwcm90bzM", [file_google_protobuf_timestamp, file_modelir_v1_errors, file_modelir_v1_request, file_modelir_v1_response]);
+  fileDesc("Chdtb2RlbGlyL3YxL3JlY29yZC5wcm90bxIKbW9kZWxpci52MSLlAQoGUmVjb3JkEgsKA2tleRgBIAEoCRIkCgdyZXF1ZXN0GAIgASgLMhMubW9kZWxpci52MS5SZXF1ZXN0EiYKCHJlc3BvbnNlGAMgASgLMhQubW9kZWxpci52MS5SZXNwb25zZRIoCgZzdGF0dXMYBCABKA4yGC5tb2RlbGlyLnYxLlJlY29yZFN0YXR1cxIqCgdmYWlsdXJlGAUgASgLMhkubW9kZWxpci52MS5SZXNwb25zZUVycm9yEioKCnByb3ZlbmFuY2UYBiABKAsyFi5tb2RlbGlyLnYxLlByb3ZlbmFuY2UiygIKClByb3ZlbmFuY2USEgoKaXJfdmVyc2lvbhgBIAEoCRITCgtzZGtfdmVyc2lvbhgCIAEoCRIRCgl0cmFuc3BvcnQYAyABKAkSGQoRdHJhbnNwb3J0X3ZlcnNpb24YBCABKAkSGAoQY29uZmlndXJlZF9tb2RlbBgFIAEoCRIWCg5wcm92aWRlcl9tb2RlbBgGIAEoCRIuCgpzdGFydF90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNYXR0ZW1wdF9jb3VudBgJIAEoBRIQCgh0cmFjZV9pZBgKIAEoCRIPCgdzcGFuX2lkGAsgASgJEhsKE3Byb3ZpZGVyX3JlcXVlc3RfaWQYDCABKAki3QEKDFJlY29yZEhlYWRlchISCgppcl92ZXJzaW9uGAEgASgJEhMKC3Nka192ZXJzaW9uGAIgASgJEi8KC2NyZWF0ZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI/CgxydW5fbWV0YWRhdGEYBCADKAsyKS5tb2RlbGlyLnYxLlJlY29yZEhlYWRlci5SdW5NZXRhZGF0YUVudHJ5GjIKEFJ1bk1ldGFkYXRhRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJsCg9SZWNvcmRGaWxlRW50cnkSKgoGaGVhZGVyGAEgASgLMhgubW9kZWxpci52MS5SZWNvcmRIZWFkZXJIABIkCgZyZWNvcmQYAiABKAsyEi5tb2RlbGlyLnYxLlJlY29yZEgAQgcKBWVudHJ5KngKDFJlY29yZFN0YXR1cxIdChlSRUNPUkRfU1RBVFVTX1VOU1BFQ0lGSUVEEAASFAoQUkVDT1JEX1NUQVRVU19PSxABEhkKFVJFQ09SRF9TVEFUVVNfUEFSVElBTBACEhgKFFJFQ09SRF9TVEFUVVNfRkFJTEVEEANCcgoOZGV2Lm1vZGVsaXIudjFCC1JlY29yZFByb3RvUAFaI21vZGVsaXIuZGV2L2dvL21vZGVsaXIvdjE7bW9kZWxpcnYxogIDTVhYqgIKTW9kZWxpci5WMcoCCk1vZGVsaXJcVjHqAgtNb2RlbGlyOjpWMWIGcHJvdG8z", [file_google_protobuf_timestamp, file_modelir_v1_errors, file_modelir_v1_request, file_modelir_v1_response]);
 
 /**
  * One persisted call: the request, its response or failure, and where it came from.
@@ -144,6 +144,31 @@ export type Provenance = Message<"modelir.v1.Provenance"> & {
    * @generated from field: int32 attempt_count = 9;
    */
   attemptCount: number;
+
+  /**
+   * The W3C trace id of the trace the call ran in, as 32 lowercase hexadecimal digits, so that the record can be
+   * found from a trace and the trace from the record. Empty when the call was not traced.
+   *
+   * @generated from field: string trace_id = 10;
+   */
+  traceId: string;
+
+  /**
+   * The span id of the call's own span (the `gen_ai` client span of `Model.arun` or `RemoteModel.arun`) within
+   * `trace_id`, as 16 lowercase hexadecimal digits. Empty when the call was not traced.
+   *
+   * @generated from field: string span_id = 11;
+   */
+  spanId: string;
+
+  /**
+   * The provider's own id for the HTTP request that produced the response, verbatim from its response headers
+   * (`x-request-id` for OpenAI-style servers, `request-id` for Anthropic), which the provider's support can look
+   * up. Empty when the provider sent none or the call did not reach a provider from this process.
+   *
+   * @generated from field: string provider_request_id = 12;
+   */
+  providerRequestId: string;
 };
 
 /**
