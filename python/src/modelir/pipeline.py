@@ -15,7 +15,7 @@ from modelir.v1 import capabilities_pb2, errors_pb2, request_pb2, service_pb2
 from modelir.validation import field_violations, validate_request
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: on the hot path, a frozen dataclass takes about twice as long to build
 class Prepared:
     """A request that passed every check, ready to run.
 
@@ -33,7 +33,7 @@ class Pipeline:
     """The checks and the lowering for one transport, under a manifest (the transport's own unless narrowed) and
     the model name that rejections carry."""
 
-    __slots__ = ("manifest", "model", "transport")
+    __slots__ = ("_lower", "manifest", "model", "transport")
 
     def __init__(
         self,
@@ -43,6 +43,8 @@ class Pipeline:
         model: str = "",
     ) -> None:
         self.transport = transport
+        # Decided once, not per request: an isinstance check against an ABC costs about 0.2 us.
+        self._lower = transport.lower if isinstance(transport, HttpTransport) else None
         self.manifest = manifest if manifest is not None else transport.manifest()
         self.model = model
 
@@ -81,8 +83,7 @@ class Pipeline:
     def prepare(self, request: request_pb2.Request, *, streaming: bool = False) -> Prepared:
         """`check`, then lower for an HTTP transport: everything a request goes through before the limiter."""
         checked, warnings = self.check(request, streaming=streaming)
-        transport = self.transport
-        native = transport.lower(checked, stream=streaming) if isinstance(transport, HttpTransport) else None
+        native = self._lower(checked, stream=streaming) if self._lower is not None else None
         return Prepared(checked, warnings, native)
 
     def report(self, request: request_pb2.Request) -> service_pb2.ValidateResponse:
