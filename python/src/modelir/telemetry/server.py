@@ -102,7 +102,7 @@ class ServerCall:
         """End the RPC's span and write its access-log line, with the `status` and `transport` set by then (what
         leaving the `with` block does, for a caller that keeps its own frame)."""
         latency = time.monotonic() - self.started
-        _runtime.current_capture.reset(self._capture_token)  # type: ignore[arg-type]
+        _runtime.current_capture.reset(self._capture_token)
         trace_id = ""
         span = self.span
         if span is not None:
