@@ -1,4 +1,4 @@
-"""The `modelir` command line: serve, models, validate, generate."""
+"""The `modelir` command line: serve, models, transports, validate, generate, run, records, conformance."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from google.protobuf import json_format
 from modelir import errors
 from modelir.batch import BatchInputError
 from modelir.config import ConfigError, ServerConfig, default_config, load_config
-from modelir.interface import ModelInterface, build_request
+from modelir.interface import ModelInterface
 from modelir.records import RecordFileError
+from modelir.request_builder import build_request
 from modelir.telemetry import setup
 from modelir.telemetry.setup import TelemetrySetupError
 from modelir.v1 import capabilities_pb2, request_pb2
@@ -83,6 +84,17 @@ async def _models(args: argparse.Namespace) -> int:
     for name, manifest in manifests.items():
         caps = ", ".join(_CAPABILITY_NAMES[c] for c in manifest.capabilities)
         print(f"{name.ljust(width)}  {manifest.transport}  {caps}")
+    return 0
+
+
+def _transports(args: argparse.Namespace) -> int:
+    """Every transport and the options a configuration entry may give it."""
+    from modelir.registry import registry
+
+    for name, entry in registry().items():
+        print(name)
+        for option in entry.options.values():
+            print(f"  {option.name}: {option.describe()}")
     return 0
 
 
@@ -249,6 +261,9 @@ def _parser() -> argparse.ArgumentParser:
     where(models)
     models.add_argument("--json", action="store_true", help="print the manifests as JSON")
     models.set_defaults(afunc=_models)
+
+    transports = commands.add_parser("transports", help="list the transports and their configuration options")
+    transports.set_defaults(func=_transports)
 
     validate = commands.add_parser("validate", help="check a request (proto-JSON file) against a model")
     where(validate)

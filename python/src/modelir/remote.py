@@ -141,6 +141,30 @@ class RemoteModel(ModelInterface):
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc) from None
 
+    # ---- added with the Detokenize and GetServerInfo RPCs ----------------------------------------------
+
+    async def adetokenize(self, token_ids: list[int]) -> str:
+        """Token ids back to text, with the model's own tokenizer (as `Model.adetokenize`)."""
+        try:
+            answer = await self._stub().Detokenize(
+                service_pb2.DetokenizeRequest(model=self.name, token_ids=token_ids), metadata=self._metadata
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc) from None
+        return answer.text
+
+    async def around_trip(self, text: str) -> bool:
+        """Whether detokenize(tokenize(text)) gives `text` back (as `Model.around_trip`)."""
+        tokens = await self.atokenize(text)
+        return await self.adetokenize(list(tokens.token_ids)) == text
+
+    async def aserver_info(self) -> service_pb2.GetServerInfoResponse:
+        """The server's IR version, its own version and the transports it serves."""
+        try:
+            return await self._stub().GetServerInfo(service_pb2.GetServerInfoRequest(), metadata=self._metadata)
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc) from None
+
 
 async def list_models(
     target: str, *, token: str | None = None
