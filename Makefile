@@ -31,7 +31,7 @@ $(PY):
 	$(PY) -m pip install --quiet --upgrade pip
 
 $(PY_STAMP): python/pyproject.toml python/constraints.txt | $(PY)
-	$(PY) -m pip install --quiet -c python/constraints.txt -e 'python[dev]'
+	$(PY) -m pip install --quiet -c python/constraints.txt -e 'python[dev,redis,ray]'
 	touch $@
 
 $(NODE_STAMP): package.json package-lock.json
@@ -120,6 +120,6 @@ clean:
 # Re-resolve every Python dependency within pyproject's ranges and pin the result (commit constraints.txt).
 .PHONY: lock
 lock: | $(PY)
-	$(PY) -m pip install --quiet --upgrade -e 'python[dev]'
+	$(PY) -m pip install --quiet --upgrade -e 'python[dev,redis,ray]'
 	( echo "# Pinned by 'make lock' from python/pyproject.toml; installs use it as constraints."; \
 	  $(PY) -m pip freeze --exclude-editable ) > python/constraints.txt

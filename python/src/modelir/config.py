@@ -6,6 +6,7 @@ variables named in the file and never appear in logs, errors, records or `ListMo
 ```yaml
 server:
   auth_tokens_env: MODELIR_TOKENS      # optional: comma-separated bearer tokens; auth is on when set
+limiter_backend: redis://127.0.0.1:6379/0  # optional: share every limit between replicas (limiter/settings.py)
 limiters:                              # optional: limits shared by several models (e.g. one API key)
   openai-key: {max_concurrency: 64, requests_per_minute: 500, tokens_per_minute: 200000}
 models:
@@ -35,7 +36,7 @@ import yaml
 
 from modelir.capabilities import narrow
 from modelir.executor import Executor, RetryPolicy
-from modelir.limiter import Limiter
+from modelir.limiter import limiter_backend
 from modelir.model import Model
 from modelir.transports import TRANSPORTS, HttpTransport
 from modelir.transports.reference import ReferenceModel
@@ -52,7 +53,6 @@ _MODEL_KEYS = {
     "timeout_seconds",
     "max_attempts",
 }
-_LIMIT_KEYS = {"max_concurrency", "requests_per_minute", "tokens_per_minute"}
 
 
 class ConfigError(ValueError):
@@ -96,9 +96,9 @@ def build_config(data: Any, *, source: str, environ: Mapping[str, str]) -> Serve
 
     if not isinstance(data, dict):
         raise fail("top level", "expected a mapping with a `models` key")
-    unknown = set(data) - {"server", "limiters", "models"}
+    unknown = set(data) - {"server", "limiter_backend", "limiters", "models"}
     if unknown:
-        raise fail("top level", f"unknown keys {sorted(unknown)}; expected server, limiters, models")
+        raise fail("top level", f"unknown keys {sorted(unknown)}; expected server, limiter_backend, limiters, models")
 
     server = data.get("server") or {}
     if not isinstance(server, dict) or set(server) - {"auth_tokens_env"}:
@@ -110,9 +110,8 @@ def build_config(data: Any, *, source: str, environ: Mapping[str, str]) -> Serve
             raise fail("server.auth_tokens_env", f"the environment variable {env} is not set")
         tokens = frozenset(t.strip() for t in environ[env].split(",") if t.strip())
 
-    shared: dict[str, Limiter] = {}
-    for name, spec in (data.get("limiters") or {}).items():
-        shared[name] = _limiter(spec, f"limiters.{name}", fail)
+    backend = limiter_backend(data.get("limiter_backend"), fail, environ)  # in memory, or Redis (limiter/settings.py)
+    shared = {n: backend.build(spec, f"limiters.{n}", fail) for n, spec in (data.get("limiters") or {}).items()}
 
     models_spec = data.get("models")
     if not isinstance(models_spec, dict) or not models_spec:
@@ -148,7 +147,7 @@ def build_config(data: Any, *, source: str, environ: Mapping[str, str]) -> Serve
                 raise fail(f"{where}.limiter", f"no limiter named {spec['limiter']!r} under `limiters`")
             limiter = shared[spec["limiter"]]
         else:
-            limiter = _limiter(spec.get("limits") or {}, f"{where}.limits", fail)
+            limiter = backend.build(spec.get("limits") or {}, f"{where}.limits", fail)
 
         timeout = spec.get("timeout_seconds")
         if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
@@ -180,19 +179,3 @@ def build_config(data: Any, *, source: str, environ: Mapping[str, str]) -> Serve
             transport, name=name, executor=executor, limiter=limiter, manifest=manifest, default_timeout=timeout
         )
     return ServerConfig(models=models, auth_tokens=tokens, source=source)
-
-
-def _limiter(spec: Any, where: str, fail) -> Limiter:
-    if not isinstance(spec, dict):
-        raise fail(where, "expected a mapping")
-    unknown = set(spec) - _LIMIT_KEYS
-    if unknown:
-        raise fail(f"{where}.{sorted(unknown)[0]}", f"unknown limit; expected one of {sorted(_LIMIT_KEYS)}")
-    for key, value in spec.items():
-        if not isinstance(value, int | float) or value <= 0:
-            raise fail(f"{where}.{key}", "expected a positive number")
-    return Limiter(
-        max_concurrency=spec.get("max_concurrency"),
-        requests_per_minute=spec.get("requests_per_minute"),
-        tokens_per_minute=spec.get("tokens_per_minute"),
-    )

@@ -16,7 +16,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from modelir import artifacts, capabilities, errors
 from modelir.executor import Executor
 from modelir.interface import ModelInterface, with_model
-from modelir.limiter import Limiter
+from modelir.limiter import BaseLimiter, Limiter
 from modelir.transports.base import SHAPE_ERRORS, HttpTransport, LocalTransport, Transport, shape_error
 from modelir.v1 import capabilities_pb2, errors_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
 from modelir.validation import field_violations, validate_request
@@ -33,7 +33,7 @@ class Model(ModelInterface):
         *,
         name: str | None = None,
         executor: Executor | None = None,
-        limiter: Limiter | None = None,
+        limiter: BaseLimiter | None = None,
         manifest: capabilities_pb2.CapabilityManifest | None = None,
         default_timeout: float | None = None,
     ) -> None:
@@ -42,7 +42,7 @@ class Model(ModelInterface):
         self.transport = transport
         self.name = name or transport.name
         self.executor = executor
-        self.limiter = limiter or Limiter()
+        self.limiter: BaseLimiter = limiter or Limiter()
         self._manifest = manifest or transport.manifest()
         self.default_timeout = default_timeout
 
@@ -96,11 +96,12 @@ class Model(ModelInterface):
         deadline = self._deadline(request, deadline)
         try:
             async with asyncio.timeout_at(_loop_time(deadline)):
-                async with self.limiter.acquire(_estimate_tokens(request)):
+                async with self.limiter.acquire(estimate := _estimate_tokens(request)):
                     queued = time.monotonic() - start_mono
                     response, attempts = await self._run_transport(request)
         except TimeoutError:
             raise errors.DeadlineExceededError("the request's deadline expired") from None
+        _settle(self.limiter, estimate, response.usage)
         response.warnings.extend(warnings)
         _stamp_timing(response.timing, started, queued, attempts)
         return response
@@ -141,13 +142,14 @@ class Model(ModelInterface):
         first_output: float | None = None
         try:
             async with asyncio.timeout_at(_loop_time(deadline)):
-                async with self.limiter.acquire(_estimate_tokens(request)):
+                async with self.limiter.acquire(estimate := _estimate_tokens(request)):
                     queued = time.monotonic() - start_mono
                     attempts = [1]
                     async for event in self._stream_transport(request, attempts):
                         if event.WhichOneof("event") == "delta" and first_output is None:
                             first_output = time.monotonic() - start_mono
                         if event.WhichOneof("event") == "end":
+                            _settle(self.limiter, estimate, event.end.usage)
                             event.end.warnings.extend(warnings)
                             _stamp_timing(event.end.timing, started, queued, attempts[0], first_output)
                         yield event
@@ -246,10 +248,16 @@ class Model(ModelInterface):
 
 
 def _estimate_tokens(request: request_pb2.Request) -> int:
-    """A rough token estimate for the tokens-per-minute budget (corrected later from usage when known)."""
+    """A rough token estimate for the tokens-per-minute budget (`_settle` corrects it from the usage)."""
     size = request.ByteSize()
     out = request.sampling.max_output_tokens if request.sampling.HasField("max_output_tokens") else 256
     return size // 4 + out * max(1, request.sampling.choice_count)
+
+
+def _settle(limiter: BaseLimiter, estimate: int, usage: response_pb2.Usage) -> None:
+    """Correct the limiter's token budget from the usage the provider reported (nothing when it reported none)."""
+    if usage.HasField("input_token_count") or usage.HasField("output_token_count"):
+        limiter.settle_tokens(estimate, usage.input_token_count + usage.output_token_count)
 
 
 def _loop_time(deadline: float | None) -> float | None:
