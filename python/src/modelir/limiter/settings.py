@@ -54,8 +54,9 @@ class LimiterBackend:
             "requests_per_minute": spec.get("requests_per_minute"),
             "tokens_per_minute": spec.get("tokens_per_minute"),
         }
-        if self.url is None or not spec:  # nothing to share: an unlimited limiter needs no round trip
+        if self.url is None:
             return Limiter(**limits)
+        # A limiter with no limits is still shared: a 429 one replica sees pauses the others.
         from modelir.limiter.redis_limiter import RedisLimiter  # the `redis` extra, only when configured
 
         return RedisLimiter(
