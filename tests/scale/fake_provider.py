@@ -53,7 +53,8 @@ class QuotaProvider:
             failure = self.fail_next.pop(0)
             self.arrivals.append((time.time(), model, failure["status"]))
             headers = {"retry-after": str(failure["retry_after"])} if "retry_after" in failure else {}
-            return web.json_response({"error": {"message": "injected", "type": "requests"}}, status=failure["status"], headers=headers)
+            error = {"error": {"message": "injected", "type": "requests"}}
+            return web.json_response(error, status=failure["status"], headers=headers)
         wait = self._take()
         if wait:
             self.over_quota += 1

@@ -7,9 +7,9 @@ import asyncio
 import time
 
 import pytest
-
 from modelir import build_request
 from modelir.remote import RemoteModel
+
 from tests.scale.conftest import replica_config
 
 pytestmark = pytest.mark.timeout(300)
@@ -51,8 +51,10 @@ async def test_three_replicas_share_one_quota(backend, provider, redis_url, flee
     answers = await _call_all(replicas, CALLS_PER_REPLICA)
     elapsed = time.monotonic() - started
     stats = provider.stats()
-    print(f"{backend}: {len(answers)} calls in {elapsed:.1f}s, provider served {stats['served']}, "
-          f"over quota {stats['over_quota']}, errors {sum(a.startswith('error') for a in answers)}")
+    print(
+        f"{backend}: {len(answers)} calls in {elapsed:.1f}s, provider served {stats['served']}, "
+        f"over quota {stats['over_quota']}, errors {sum(a.startswith('error') for a in answers)}"
+    )
     for model in replicas:
         await model.aclose()
     assert {a for a in answers if not a.startswith("error")} <= {"replica-1", "replica-2", "replica-3"}
@@ -76,7 +78,7 @@ async def test_a_429_seen_by_one_replica_pauses_all_three(backend, provider, red
         await model.arun(request)
     provider.control(fail_next=[{"status": 429, "retry_after": 2}])
     first = asyncio.ensure_future(replicas[0].arun(request))  # gets the 429, waits 2 s and retries
-    while not provider.stats()["arrivals"]:
+    while not provider.stats()["arrivals"]:  # noqa: ASYNC110 (another process: nothing to wait on but its answer)
         await asyncio.sleep(0.01)
     seen_429 = provider.stats()["arrivals"][0][0]
     await asyncio.sleep(0.2)  # replica 1 has told Redis by now (it sends the pause as it reads the answer)
@@ -84,8 +86,10 @@ async def test_a_429_seen_by_one_replica_pauses_all_three(backend, provider, red
     arrivals = provider.stats()["arrivals"]
     others = [when - seen_429 for when, model, status in arrivals if model in ("replica-2", "replica-3")]
     retry = [when - seen_429 for when, model, status in arrivals[1:] if model == "replica-1"]
-    print(f"{backend}: after the 429, replica 1 retried at +{retry[0]:.2f}s, replicas 2 and 3 sent at "
-          + ", ".join(f"+{d:.2f}s" for d in others))
+    print(
+        f"{backend}: after the 429, replica 1 retried at +{retry[0]:.2f}s, replicas 2 and 3 sent at "
+        + ", ".join(f"+{d:.2f}s" for d in others)
+    )
     for model in replicas:
         await model.aclose()
     assert len(others) == 2 and retry and retry[0] >= 1.9
