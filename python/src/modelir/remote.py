@@ -8,7 +8,7 @@ A fleet is several targets (`"10.0.0.1:50051,10.0.0.2:50051"` or a list) or a DN
 addresses (`"dns:///modelir.internal:50051"`). The channel balances calls with gRPC's client-side `round_robin`
 and health-checks every replica (`grpc.health.v1`, service `modelir.v1.ModelService`), so a replica that stops
 serving, drains or dies leaves the rotation. A unary call that fails because its replica went away (UNAVAILABLE
-with no modelir error attached: the server never answered) is sent again to another replica, up to
+or CANCELLED with no modelir error attached: no server answered it) is sent again to another replica, up to
 `failover_attempts` times in all; a modelir error the server did answer (its provider was unavailable, say)
 is never resent from here, since the server has already retried it upstream.
 """
@@ -75,8 +75,10 @@ def open_channel(target: str | Sequence[str]) -> grpc.aio.Channel:
 
 
 def _replica_went_away(exc: grpc.aio.AioRpcError) -> bool:
-    """UNAVAILABLE that no modelir server produced: the connection broke or the replica was gone."""
-    if exc.code() != grpc.StatusCode.UNAVAILABLE:
+    """UNAVAILABLE or CANCELLED that no modelir server produced: the connection broke, the replica was gone, or
+    it was shutting down (a draining gRPC server cancels the calls that reach it after it stopped taking new
+    ones). A modelir error always carries its ErrorInfo; a cancellation by this client raises no RPC error."""
+    if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
         return False
     return not any(key == "grpc-status-details-bin" for key, _ in exc.trailing_metadata() or ())
 
