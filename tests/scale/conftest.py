@@ -202,7 +202,9 @@ def ray_cluster() -> Iterator[str]:
     """A local Ray cluster for this session (its own, never one that is already running); its GCS address."""
     import ray
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    ray.init(
+        address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING", _node_ip_address="127.0.0.1"
+    )
     address = ray.get_runtime_context().gcs_address
     yield address
     ray.shutdown()

@@ -97,8 +97,10 @@ class RayScheduler:
         lost = (ray_errors.RayActorError, ray_errors.WorkerCrashedError, ray_errors.ActorUnavailableError)
         started = False
         if not ray.is_initialized():
-            # "local" starts a new cluster even when another one runs on this machine (plain init would join it).
-            ray.init(address=self.address or "local", include_dashboard=False, logging_level=logging.WARNING)
+            # "local" starts a new cluster even when another one runs on this machine (plain init would join it);
+            # a cluster of this machine alone listens on the loopback address only.
+            local = {"_node_ip_address": "127.0.0.1"} if self.address in (None, "local") else {}
+            ray.init(address=self.address or "local", include_dashboard=False, logging_level=logging.WARNING, **local)
             started = True
         try:
             worker_class = ray.remote(BatchWorker).options(
