@@ -24,6 +24,8 @@ help:
 	@echo "make gen       regenerate python/src/modelir/v1 from proto/"
 	@echo "make test-engines  every llamacpp capability against a real llama-server (builds it once, ~12 min)"
 	@echo "make bench     benchmarks (not part of make test)"
+	@echo "make test-scale  the fleet: real redis-server, three replicas, a local Ray cluster (a few minutes)"
+	@echo "make bench-scale throughput and CPU per request for 1 and 3 replicas; the Redis limiter's latency"
 	@echo "make baseline  cut a new breaking-change baseline (only when releasing)"
 
 $(PY):
@@ -104,6 +106,21 @@ test: gen-check lint breaking conformance pytest
 .PHONY: test-engines
 test-engines: $(PY_STAMP)
 	MODELIR_LLAMA_SERVER=$$(engines/llamacpp/build.sh) $(VENV)/bin/pytest tests/engines $(PYTEST_ARGS)
+
+# The fleet (issue #19), for real: redis-server (Debian's package, installed here when missing), a fake provider
+# with a quota, three replicas of `modelir serve` on 127.0.0.1-3 and a local Ray cluster on 127.0.0.1, each started
+# by the tests and stopped by its process id. A few minutes; not part of `make test`.
+SCALE_ENV := MODELIR_TEST_SCALE=1 RAY_USAGE_STATS_ENABLED=0
+.PHONY: test-scale bench-scale redis-server
+redis-server:
+	@command -v redis-server >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null; }
+
+test-scale: $(PY_STAMP) redis-server
+	$(SCALE_ENV) $(VENV)/bin/pytest tests/scale -p no:cacheprovider $(PYTEST_ARGS)
+
+bench-scale: $(PY_STAMP) redis-server
+	$(SCALE_ENV) $(PY) bench/scale.py
 
 .PHONY: serve
 serve: $(PY_STAMP)

@@ -23,6 +23,7 @@ import pytest
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # Ray reports usage over the network unless told not to
 if os.environ.get("MODELIR_TEST_SCALE") != "1":
     collect_ignore_glob = ["test_*.py"]
 
@@ -36,7 +37,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-def _stop(process: subprocess.Popen, sig: int = signal.SIGTERM, wait: float = 10.0) -> None:
+def stop(process: subprocess.Popen, sig: int = signal.SIGTERM, wait: float = 10.0) -> None:
     if process.poll() is None:
         process.send_signal(sig)
         try:
@@ -46,13 +47,11 @@ def _stop(process: subprocess.Popen, sig: int = signal.SIGTERM, wait: float = 10
             process.wait()
 
 
-@pytest.fixture(scope="session")
-def redis_url(tmp_path_factory) -> Iterator[str]:
+def start_redis(port: int, workdir: Path) -> subprocess.Popen:
+    """A redis-server on 127.0.0.1:`port` that keeps nothing on disk, answering PING when this returns."""
     binary = os.environ.get("MODELIR_REDIS_SERVER") or shutil.which("redis-server")
     if binary is None:
         pytest.fail("redis-server is not installed: `make test-scale` installs it (apt-get install redis-server)")
-    port = free_port()
-    workdir = tmp_path_factory.mktemp("redis")
     process = subprocess.Popen(
         [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", str(workdir)],
         stdout=subprocess.DEVNULL,
@@ -64,15 +63,21 @@ def redis_url(tmp_path_factory) -> Iterator[str]:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2) as sock:
                 sock.sendall(b"PING\r\n")
                 if sock.recv(16).startswith(b"+PONG"):
-                    break
+                    return process
         except OSError:
             pass
         if time.monotonic() > deadline or process.poll() is not None:
-            _stop(process)
+            stop(process)
             pytest.fail("redis-server did not start")
         time.sleep(0.05)
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory) -> Iterator[str]:
+    port = free_port()
+    process = start_redis(port, tmp_path_factory.mktemp("redis"))
     yield f"redis://127.0.0.1:{port}/0"
-    _stop(process)
+    stop(process)
 
 
 class Provider:
@@ -100,11 +105,11 @@ def provider() -> Iterator[Provider]:
             break
         except httpx.TransportError:
             if time.monotonic() > deadline or process.poll() is not None:
-                _stop(process)
+                stop(process)
                 pytest.fail("the fake provider did not start")
             time.sleep(0.1)
     yield fake
-    _stop(process)
+    stop(process)
 
 
 def replica_config(provider: Provider, replica: int, *, redis_url: str | None, prefix: str, **limits) -> dict:
@@ -175,7 +180,7 @@ class Fleet:
 
     def stop(self) -> None:
         for process in self.processes:
-            _stop(process)
+            stop(process)
 
 
 @pytest.fixture

@@ -100,6 +100,8 @@ class RayScheduler:
             # "local" starts a new cluster even when another one runs on this machine (plain init would join it);
             # a cluster of this machine alone listens on the loopback address only.
             local = {"_node_ip_address": "127.0.0.1"} if self.address in (None, "local") else {}
+            if local:  # a throwaway cluster for one run sends no usage report (RAY_USAGE_STATS_ENABLED=1 to)
+                os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
             ray.init(address=self.address or "local", include_dashboard=False, logging_level=logging.WARNING, **local)
             started = True
         try:
