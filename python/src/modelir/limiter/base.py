@@ -13,8 +13,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
+from typing import Literal
 
 from modelir.transports.base import retry_after_seconds
+
+# What a shared limiter does while its store cannot be reached: wait for it, fail the call typed, or fall back to
+# this process's own limits (with a warning).
+UnavailablePolicy = Literal["wait", "fail", "local"]
+UNAVAILABLE_POLICIES: tuple[UnavailablePolicy, ...] = ("wait", "fail", "local")
 
 
 class BaseLimiter(ABC):

@@ -20,20 +20,18 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
 from redis import exceptions as redis_errors
 
 from modelir import errors
-from modelir.limiter.base import BaseLimiter
+from modelir.limiter.base import UNAVAILABLE_POLICIES, BaseLimiter, UnavailablePolicy
 from modelir.limiter.memory import Limiter
 
 logger = logging.getLogger("modelir.limiter")
 
-UnavailablePolicy = Literal["wait", "fail", "local"]
-UNAVAILABLE_POLICIES: tuple[UnavailablePolicy, ...] = ("wait", "fail", "local")
 _REDIS_DOWN = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)
 
 
@@ -158,6 +156,7 @@ class RedisLimiter(BaseLimiter):
         )
         self._local_paused_until = 0.0  # this replica's own view, applied at once even before Redis hears it
         self._pending: set[asyncio.Task[None]] = set()  # feedback on its way to Redis
+        self._releases: set[asyncio.Task[None]] = set()  # concurrency slots on their way back
         self._down_since: float | None = None  # monotonic time Redis was last found unreachable
         self.in_flight = 0
 
@@ -191,8 +190,8 @@ class RedisLimiter(BaseLimiter):
         return await scripts[name](keys=keys, args=args)
 
     async def aclose(self) -> None:
-        if self._pending:
-            await asyncio.gather(*self._pending, return_exceptions=True)
+        if self._pending or self._releases:
+            await asyncio.gather(*self._pending, *self._releases, return_exceptions=True)
         loop = asyncio.get_running_loop()
         entry = self._clients.pop(loop, None)
         if entry is not None:
@@ -235,7 +234,10 @@ class RedisLimiter(BaseLimiter):
             self.in_flight -= 1
             if renew is not None:
                 renew.cancel()
-                await self._release(lease)
+                # The caller does not wait for the slot to be handed back: that round trip is off the call's path.
+                task = asyncio.get_running_loop().create_task(self._release(lease))
+                self._releases.add(task)
+                task.add_done_callback(self._releases.discard)
 
     async def _admit(self, estimated_tokens: int) -> str | None:
         """Wait at the head of this replica's line until Redis admits the call; the lease id, or None to go

@@ -18,12 +18,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from modelir.limiter.base import BaseLimiter
+from modelir.limiter.base import UNAVAILABLE_POLICIES, BaseLimiter, UnavailablePolicy
 from modelir.limiter.memory import Limiter
 
 LIMIT_KEYS = frozenset({"max_concurrency", "requests_per_minute", "tokens_per_minute"})
 _BACKEND_KEYS = frozenset({"url", "url_env", "on_unavailable", "key_prefix", "lease_seconds"})
-_POLICIES = ("wait", "fail", "local")
 
 Fail = Callable[[str, str], Exception]
 
@@ -33,7 +32,7 @@ class LimiterBackend:
     """How to build every limiter of one configuration: in memory (`url` None) or in Redis."""
 
     url: str | None = None
-    on_unavailable: str = "wait"
+    on_unavailable: UnavailablePolicy = "wait"
     key_prefix: str = "modelir"
     lease_seconds: float = 60.0
 
@@ -49,23 +48,22 @@ class LimiterBackend:
                 raise fail(f"{where}.{key}", "expected a positive number")
         if "max_concurrency" in spec and not isinstance(spec["max_concurrency"], int):
             raise fail(f"{where}.max_concurrency", "expected a whole number")
-        limits = {
-            "max_concurrency": spec.get("max_concurrency"),
-            "requests_per_minute": spec.get("requests_per_minute"),
-            "tokens_per_minute": spec.get("tokens_per_minute"),
-        }
+        concurrency, rpm = spec.get("max_concurrency"), spec.get("requests_per_minute")
+        tpm = spec.get("tokens_per_minute")
         if self.url is None:
-            return Limiter(**limits)
+            return Limiter(max_concurrency=concurrency, requests_per_minute=rpm, tokens_per_minute=tpm)
         # A limiter with no limits is still shared: a 429 one replica sees pauses the others.
         from modelir.limiter.redis_limiter import RedisLimiter  # the `redis` extra, only when configured
 
         return RedisLimiter(
             self.url,
             where,
-            on_unavailable=self.on_unavailable,  # type: ignore[arg-type]  (checked in `limiter_backend`)
+            max_concurrency=concurrency,
+            requests_per_minute=rpm,
+            tokens_per_minute=tpm,
+            on_unavailable=self.on_unavailable,
             key_prefix=self.key_prefix,
             lease_seconds=self.lease_seconds,
-            **limits,
         )
 
 
@@ -97,9 +95,10 @@ def limiter_backend(spec: Any, fail: Fail, environ: Mapping[str, str]) -> Limite
         import redis  # noqa: F401
     except ImportError:
         raise fail(f"{where}.url", "the Redis backend needs the `redis` extra: pip install 'modelir[redis]'") from None
-    policy = spec.get("on_unavailable", "wait")
-    if policy not in _POLICIES:
-        raise fail(f"{where}.on_unavailable", f"expected one of {list(_POLICIES)}, not {policy!r}")
+    policy = next((p for p in UNAVAILABLE_POLICIES if p == spec.get("on_unavailable", "wait")), None)
+    if policy is None:
+        given = spec.get("on_unavailable")
+        raise fail(f"{where}.on_unavailable", f"expected one of {list(UNAVAILABLE_POLICIES)}, not {given!r}")
     prefix = spec.get("key_prefix", "modelir")
     if not isinstance(prefix, str) or not prefix:
         raise fail(f"{where}.key_prefix", "expected a non-empty string")
