@@ -165,3 +165,39 @@ async def test_a_scheduler_that_loses_a_key_fails_the_run(tmp_path, reference):
     summary = await run_batch(reference, inputs, tmp_path / "out.jsonl", resume=True)
     assert (summary.skipped, summary.ok) == (4, 1)
     assert read_inputs  # the public batch API keeps its names
+
+
+class _Counting(Model):
+    calls = 0
+
+    async def arun(self, request, *, deadline=None):
+        type(self).calls += 1
+        return await super().arun(request, deadline=deadline)
+
+
+async def test_round_robin_skips_a_replica_whose_health_check_says_not_serving():
+    import grpc
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+    from modelir.server.app import SERVICE_NAME, add_model_service, build_server
+    from modelir.server.servicer import ModelServicer
+
+    healthy, healthy_port = await build_server({"reference": Model(ReferenceModel(), name="reference")}, "127.0.0.1:0")
+    await healthy.start()
+    sick = grpc.aio.server()
+    add_model_service(ModelServicer({"reference": _Counting(ReferenceModel(), name="reference")}), sick)
+    sick_health = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(sick_health, sick)
+    await sick_health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
+    sick_port = sick.add_insecure_port("127.0.0.1:0")
+    await sick.start()
+    model = RemoteModel([f"127.0.0.1:{sick_port}", f"127.0.0.1:{healthy_port}"], "reference")
+    request = build_request("reference", prompt="hi", max_output_tokens=2)
+    for _ in range(20):
+        await model.arun(request)
+    assert _Counting.calls == 0, "a replica that reports NOT_SERVING must get no calls"
+    single = RemoteModel(f"dns:///localhost:{healthy_port}", "reference")  # a DNS name works as a target too
+    assert (await single.arun(request)).choices
+    await model.aclose()
+    await single.aclose()
+    await sick.stop(None)
+    await healthy.stop(None)
