@@ -18,6 +18,8 @@ from modelir.limiter.redis_limiter import LimiterUnavailableError, RedisLimiter
 from modelir.records import read_records
 from modelir.remote import RemoteModel, channel_target
 
+from tests.concurrency import peak_concurrency
+
 
 def _closed_port() -> int:
     with socket.socket() as sock:
@@ -86,18 +88,7 @@ async def test_fail_policy_raises_a_typed_error_naming_the_limiter():
 async def test_local_policy_runs_on_local_limits_with_one_warning(caplog):
     caplog.set_level(logging.WARNING, logger="modelir.limiter")
     limiter = RedisLimiter(f"redis://127.0.0.1:{_closed_port()}/0", "gpt", max_concurrency=2, on_unavailable="local")
-    active = peak = 0
-
-    async def call() -> None:
-        nonlocal active, peak
-        async with limiter.acquire():
-            active += 1
-            peak = max(peak, active)
-            await asyncio.sleep(0.01)
-            active -= 1
-
-    await asyncio.gather(*(call() for _ in range(12)))
-    assert peak == 2
+    assert await peak_concurrency([limiter], 12) == 2
     warnings = [r for r in caplog.records if "unreachable" in r.message]
     assert len(warnings) == 1 and "using this replica's own limits" in warnings[0].message
     await limiter.aclose()

@@ -13,6 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 from modelir.limiter.redis_limiter import RedisLimiter
 
+from tests.concurrency import peak_concurrency
 from tests.scale.conftest import free_port, start_redis, stop
 
 pytestmark = pytest.mark.timeout(120)
@@ -20,17 +21,7 @@ pytestmark = pytest.mark.timeout(120)
 
 async def test_concurrency_is_capped_across_replicas(redis_url, key_prefix):
     replicas = [RedisLimiter(redis_url, "chat", max_concurrency=3, key_prefix=key_prefix) for _ in range(3)]
-    active = peak = 0
-
-    async def call(limiter: RedisLimiter) -> None:
-        nonlocal active, peak
-        async with limiter.acquire():
-            active += 1
-            peak = max(peak, active)
-            await asyncio.sleep(0.02)
-            active -= 1
-
-    await asyncio.gather(*(call(replicas[i % 3]) for i in range(60)))
+    peak = await peak_concurrency(replicas, 60, hold=0.02)
     for limiter in replicas:
         await limiter.aclose()
     assert peak == 3
@@ -126,18 +117,7 @@ async def test_local_policy_falls_back_with_a_warning_and_returns_to_redis(own_r
         own_redis.url, "chat", max_concurrency=2, on_unavailable="local", socket_timeout=0.3, local_probe_seconds=0.5
     )
     own_redis.down()
-    active = peak = 0
-
-    async def call() -> None:
-        nonlocal active, peak
-        async with limiter.acquire():
-            active += 1
-            peak = max(peak, active)
-            await asyncio.sleep(0.02)
-            active -= 1
-
-    await asyncio.gather(*(call() for _ in range(10)))
-    assert peak == 2, "the local fallback keeps the configured limits"
+    assert await peak_concurrency([limiter], 10, hold=0.02) == 2, "the local fallback keeps the configured limits"
     assert [r for r in caplog.records if "using this replica's own limits" in r.message]
     own_redis.up()
     await asyncio.sleep(0.6)

@@ -28,7 +28,7 @@ import numpy as np
 import orjson
 from google.protobuf import json_format
 
-from modelir.batch.calls import call_to_record
+from modelir.batch.calls import call_many
 from modelir.batch.inputs import request_key
 from modelir.batch.model_spec import ModelSpec
 from modelir.records import RecordWriter
@@ -94,14 +94,8 @@ class ModelCaller:
     async def _run(self, keys: list[str], requests: list[request_pb2.Request]) -> list[record_pb2.Record]:
         if self._manifest is None:
             self._manifest = await self.model.acapabilities()
-        manifest = self._manifest
-        slots = asyncio.Semaphore(self.concurrency)
-
-        async def one(key: str, request: request_pb2.Request) -> record_pb2.Record:
-            async with slots:
-                return await call_to_record(self.model, manifest, key, request)
-
-        return list(await asyncio.gather(*(one(k, r) for k, r in zip(keys, requests, strict=True))))
+        items = [(key, request, 0) for key, request in zip(keys, requests, strict=True)]
+        return await call_many(self.model, self._manifest, items, self.concurrency)
 
 
 def _first_text(record: record_pb2.Record) -> str:

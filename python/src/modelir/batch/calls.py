@@ -6,6 +6,9 @@ here, so a record says the same thing however it was scheduled.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
+
 from google.protobuf import timestamp_pb2
 
 from modelir import errors
@@ -62,3 +65,19 @@ async def call_to_record(
     record.provenance.end_time.CopyFrom(_now())
     record.provenance.attempt_count = previous_attempts + (response.timing.attempt_count or 1)
     return record
+
+
+async def call_many(
+    model: ModelInterface,
+    manifest: capabilities_pb2.CapabilityManifest,
+    items: Sequence[tuple[str, request_pb2.Request, int]],
+    concurrency: int,
+) -> list[record_pb2.Record]:
+    """Records for `(key, request, attempts already spent)` items, `concurrency` calls at a time, in item order."""
+    slots = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(key: str, request: request_pb2.Request, previous: int) -> record_pb2.Record:
+        async with slots:
+            return await call_to_record(model, manifest, key, request, previous)
+
+    return list(await asyncio.gather(*(one(*item) for item in items)))

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from modelir import errors
-from modelir.batch.calls import call_to_record, fail_record, new_record
+from modelir.batch.calls import call_many, fail_record, new_record
 from modelir.batch.model_spec import ModelSpec
 from modelir.interface import ModelInterface
 from modelir.v1 import capabilities_pb2, record_pb2, request_pb2
@@ -42,17 +42,9 @@ class BatchWorker:
         """Records (serialized) for `(key, serialized request, attempts already spent)` items."""
         if self.manifest is None:
             self.manifest = await self.model.acapabilities()
-        manifest = self.manifest
-        slots = asyncio.Semaphore(self.concurrency)
-
-        async def one(key: str, request: bytes, previous: int) -> bytes:
-            async with slots:
-                record = await call_to_record(
-                    self.model, manifest, key, request_pb2.Request.FromString(request), previous
-                )
-            return record.SerializeToString()
-
-        return list(await asyncio.gather(*(one(*item) for item in items)))
+        requests = [(key, request_pb2.Request.FromString(request), previous) for key, request, previous in items]
+        records = await call_many(self.model, self.manifest, requests, self.concurrency)
+        return [record.SerializeToString() for record in records]
 
 
 def _ray() -> Any:
@@ -83,6 +75,15 @@ class RayScheduler:
         self.chunk_retries = max(0, chunk_retries)
         self.cpus_per_worker = cpus_per_worker
         self.actors: list[Any] = []  # the live actor handles, while a run is on
+
+    async def _restarted(self, ray: Any, actor: int, lost: tuple[type[BaseException], ...]) -> None:
+        """Wait until Ray has restarted a dead actor, so that what is sent to it next is not lost to the restart."""
+        from ray.exceptions import GetTimeoutError
+
+        try:
+            await asyncio.to_thread(ray.get, self.actors[actor].pid.remote(), timeout=120)
+        except (*lost, GetTimeoutError):
+            pass  # the next chunk sent to it fails and counts as a try: no wait forever on a node that is gone
 
     async def run(
         self,
@@ -135,6 +136,7 @@ class RayScheduler:
                         if tries < self.chunk_retries:
                             logger.warning("a Ray worker died; sending its %d requests again", len(chunk))
                             chunks.appendleft((chunk, tries + 1))
+                            await self._restarted(ray, actor, lost)
                         else:
                             for key, request in chunk:
                                 previous = previous_attempts.get(key, 0)
