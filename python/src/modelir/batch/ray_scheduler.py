@@ -80,9 +80,10 @@ class RayScheduler:
         """Wait until Ray has restarted a dead actor, so that what is sent to it next is not lost to the restart."""
         from ray.exceptions import GetTimeoutError
 
+        gone: tuple[type[BaseException], ...] = (*lost, GetTimeoutError)
         try:
             await asyncio.to_thread(ray.get, self.actors[actor].pid.remote(), timeout=120)
-        except (*lost, GetTimeoutError):
+        except gone:
             pass  # the next chunk sent to it fails and counts as a try: no wait forever on a node that is gone
 
     async def run(
