@@ -26,6 +26,8 @@ help:
 	@echo "make test-clients  TypeScript, Go and Rust clients + the service conformance suite in four languages"
 	@echo "make bench     benchmarks (not part of make test)"
 	@echo "make fuzz      a longer fuzz run over every transport's lifts (FUZZ_SECONDS=300, FUZZ_ARGS=--seed N)"
+	@echo "make test-scale  the fleet: real redis-server, three replicas, a local Ray cluster (a few minutes)"
+	@echo "make bench-scale throughput and CPU per request for 1 and 3 replicas; the Redis limiter's latency"
 	@echo "make baseline  cut a new breaking-change baseline (only when releasing)"
 
 $(PY):
@@ -33,7 +35,7 @@ $(PY):
 	$(PY) -m pip install --quiet --upgrade pip
 
 $(PY_STAMP): python/pyproject.toml python/constraints.txt | $(PY)
-	$(PY) -m pip install --quiet -c python/constraints.txt -e 'python[dev]'
+	$(PY) -m pip install --quiet -c python/constraints.txt -e 'python[dev,redis,ray]'
 	touch $@
 
 $(NODE_STAMP): package.json package-lock.json
@@ -120,6 +122,20 @@ test-engines: $(PY_STAMP)
 .PHONY: fuzz
 fuzz: $(PY_STAMP)
 	$(PY) -m tests.fuzz --seconds $${FUZZ_SECONDS:-300} $(FUZZ_ARGS)
+# The fleet (issue #19), for real: redis-server (Debian's package, installed here when missing), a fake provider
+# with a quota, three replicas of `modelir serve` on 127.0.0.1-3 and a local Ray cluster on 127.0.0.1, each started
+# by the tests and stopped by its process id. A few minutes; not part of `make test`.
+SCALE_ENV := MODELIR_TEST_SCALE=1 RAY_USAGE_STATS_ENABLED=0
+.PHONY: test-scale bench-scale redis-server
+redis-server:
+	@command -v redis-server >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null; }
+
+test-scale: $(PY_STAMP) redis-server
+	$(SCALE_ENV) $(VENV)/bin/pytest tests/scale -p no:cacheprovider $(PYTEST_ARGS)
+
+bench-scale: $(PY_STAMP) redis-server
+	$(SCALE_ENV) $(PY) bench/scale.py
 
 .PHONY: serve
 serve: $(PY_STAMP)
@@ -136,7 +152,7 @@ clean:
 # Re-resolve every Python dependency within pyproject's ranges and pin the result (commit constraints.txt).
 .PHONY: lock
 lock: | $(PY)
-	$(PY) -m pip install --quiet --upgrade -e 'python[dev]'
+	$(PY) -m pip install --quiet --upgrade -e 'python[dev,redis,ray]'
 	( echo "# Pinned by 'make lock' from python/pyproject.toml; installs use it as constraints."; \
 	  $(PY) -m pip freeze --exclude-editable ) > python/constraints.txt
 

@@ -164,6 +164,7 @@ def _conformance(args: argparse.Namespace) -> int:
 
 async def _run(args: argparse.Namespace) -> int:
     from modelir.batch import read_inputs, run_batch
+    from modelir.batch.schedulers import scheduler_from_args
 
     model, config = await _open_model(args)
     inputs = read_inputs(args.input)
@@ -171,7 +172,7 @@ async def _run(args: argparse.Namespace) -> int:
         model,
         inputs,
         args.output,
-        concurrency=args.concurrency,
+        scheduler=scheduler_from_args(args),  # local asyncio workers, or Ray with --ray
         resume=args.resume,
         retry_failed=not args.no_retry_failed,
         fmt=args.format,
@@ -255,7 +256,10 @@ def _parser() -> argparse.ArgumentParser:
     def where(sub: argparse.ArgumentParser) -> None:
         group = sub.add_mutually_exclusive_group()
         group.add_argument("--config", help="a YAML file of models (default: the built-in reference model)")
-        group.add_argument("--target", help="a modelir server, host:port (token from $MODELIR_TOKEN)")
+        group.add_argument(
+            "--target",
+            help="a modelir server host:port, replicas as IP:port,IP:port or dns:///name:port (token: $MODELIR_TOKEN)",
+        )
 
     models = commands.add_parser("models", help="list models and their capabilities")
     where(models)
@@ -288,6 +292,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", action="store_true", help="continue an existing output file")
     run.add_argument("--no-retry-failed", action="store_true", help="on resume, leave failed keys failed")
     run.add_argument("--format", choices=["jsonl", "binary"], help="the format of a new output file")
+    run.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS", help="call on Ray (alone: a local cluster)")
+    run.add_argument("--ray-workers", type=int, help="Ray actors (default: one per CPU of the cluster)")
     run.set_defaults(afunc=_run)
 
     records = commands.add_parser("records", help="inspect, verify or convert record files")

@@ -6,6 +6,7 @@ variables named in the file and never appear in logs, errors, records or `ListMo
 ```yaml
 server:
   auth_tokens_env: MODELIR_TOKENS      # optional: comma-separated bearer tokens; auth is on when set
+limiter_backend: redis://127.0.0.1:6379/0  # optional: share every limit between replicas (limiter/settings.py)
 limiters:                              # optional: limits shared by several models (e.g. one API key)
   openai-key: {max_concurrency: 64, requests_per_minute: 500, tokens_per_minute: 200000}
 models:
@@ -47,7 +48,7 @@ import yaml
 
 from modelir.capabilities import narrow
 from modelir.executor import Executor, RetryPolicy
-from modelir.limiter import Limiter
+from modelir.limiter import BaseLimiter, LimiterBackend, limiter_backend
 from modelir.model import Model
 from modelir.registry import TransportOptionError, registry
 from modelir.transports.base import HttpTransport, Transport
@@ -67,7 +68,6 @@ _MODEL_KEYS = frozenset(
         "max_attempts",
     }
 )
-_LIMIT_KEYS = {"max_concurrency", "requests_per_minute", "tokens_per_minute"}
 
 
 class ConfigError(ValueError):
@@ -110,17 +110,18 @@ def build_config(data: Any, *, source: str, environ: Mapping[str, str]) -> Serve
     fail = _Failer(source)
     if not isinstance(data, dict):
         raise fail("top level", "expected a mapping with a `models` key")
-    unknown = set(data) - {"server", "limiters", "models"}
+    unknown = set(data) - {"server", "limiter_backend", "limiters", "models"}
     if unknown:
-        raise fail("top level", f"unknown keys {sorted(unknown)}; expected server, limiters, models")
+        raise fail("top level", f"unknown keys {sorted(unknown)}; expected server, limiter_backend, limiters, models")
     tokens = _auth_tokens(data.get("server") or {}, environ, fail)
-    shared = {name: _limiter(spec, f"limiters.{name}", fail) for name, spec in (data.get("limiters") or {}).items()}
+    backend = limiter_backend(data.get("limiter_backend"), fail, environ)  # in memory, or Redis (limiter/settings.py)
+    shared = {n: backend.build(spec, f"limiters.{n}", fail) for n, spec in (data.get("limiters") or {}).items()}
     models_spec = data.get("models")
     if not isinstance(models_spec, dict) or not models_spec:
         raise fail("models", "give at least one model")
     executors: dict[tuple[str, str], Executor] = {}
     models = {
-        name: _model(name, spec, shared=shared, executors=executors, environ=environ, fail=fail)
+        name: _model(name, spec, backend=backend, shared=shared, executors=executors, environ=environ, fail=fail)
         for name, spec in models_spec.items()
     }
     return ServerConfig(models=models, auth_tokens=tokens, source=source)
@@ -151,7 +152,8 @@ def _model(
     name: str,
     spec: Any,
     *,
-    shared: Mapping[str, Limiter],
+    backend: LimiterBackend,
+    shared: Mapping[str, BaseLimiter],
     executors: dict[tuple[str, str], Executor],
     environ: Mapping[str, str],
     fail: _Failer,
@@ -167,7 +169,7 @@ def _model(
         transport,
         name=name,
         executor=_executor(transport, spec, where, executors, environ, fail),
-        limiter=_model_limiter(spec, where, shared, fail),
+        limiter=_model_limiter(spec, where, backend, shared, fail),
         manifest=_manifest(transport, spec, where, fail),
         default_timeout=timeout,
     )
@@ -207,11 +209,13 @@ def _manifest(transport: Transport, spec: dict, where: str, fail: _Failer) -> ca
     return narrow(manifest, remove)
 
 
-def _model_limiter(spec: dict, where: str, shared: Mapping[str, Limiter], fail: _Failer) -> Limiter:
+def _model_limiter(
+    spec: dict, where: str, backend: LimiterBackend, shared: Mapping[str, BaseLimiter], fail: _Failer
+) -> BaseLimiter:
     if "limiter" in spec and "limits" in spec:
         raise fail(f"{where}.limiter", "give either `limiter` (shared) or `limits` (own), not both")
     if "limiter" not in spec:
-        return _limiter(spec.get("limits") or {}, f"{where}.limits", fail)
+        return backend.build(spec.get("limits") or {}, f"{where}.limits", fail)
     if spec["limiter"] not in shared:
         raise fail(f"{where}.limiter", f"no limiter named {spec['limiter']!r} under `limiters`")
     return shared[spec["limiter"]]
@@ -249,19 +253,3 @@ def _executor(
             base_url, headers=transport.auth_headers(credential), retry=RetryPolicy(max_attempts=attempts)
         )
     return executor
-
-
-def _limiter(spec: Any, where: str, fail: _Failer) -> Limiter:
-    if not isinstance(spec, dict):
-        raise fail(where, "expected a mapping")
-    unknown = set(spec) - _LIMIT_KEYS
-    if unknown:
-        raise fail(f"{where}.{sorted(unknown)[0]}", f"unknown limit; expected one of {sorted(_LIMIT_KEYS)}")
-    for key, value in spec.items():
-        if not isinstance(value, int | float) or value <= 0:
-            raise fail(f"{where}.{key}", "expected a positive number")
-    return Limiter(
-        max_concurrency=spec.get("max_concurrency"),
-        requests_per_minute=spec.get("requests_per_minute"),
-        tokens_per_minute=spec.get("tokens_per_minute"),
-    )

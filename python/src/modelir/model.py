@@ -17,7 +17,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from modelir import errors, pipeline, telemetry
 from modelir.executor import Executor
 from modelir.interface import ModelInterface
-from modelir.limiter import Limiter
+from modelir.limiter import BaseLimiter, Limiter
 from modelir.request_builder import with_model
 from modelir.transports.base import SHAPE_ERRORS, HttpTransport, LocalTransport, Transport, shape_error
 from modelir.v1 import capabilities_pb2, errors_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
@@ -32,7 +32,7 @@ class Model(ModelInterface):
         *,
         name: str | None = None,
         executor: Executor | None = None,
-        limiter: Limiter | None = None,
+        limiter: BaseLimiter | None = None,
         manifest: capabilities_pb2.CapabilityManifest | None = None,
         default_timeout: float | None = None,
     ) -> None:
@@ -41,7 +41,7 @@ class Model(ModelInterface):
         self.transport = transport
         self.name = name or transport.name
         self.executor = executor
-        self.limiter = limiter or Limiter()
+        self.limiter: BaseLimiter = limiter or Limiter()
         self._manifest = manifest or transport.manifest()
         self._pipeline = pipeline.Pipeline(transport, self._manifest, model=self.name)
         self.default_timeout = default_timeout
@@ -82,11 +82,12 @@ class Model(ModelInterface):
         deadline = self._deadline(request, deadline)
         try:
             async with asyncio.timeout_at(_loop_time(deadline)):
-                async with self.limiter.acquire(_estimate_tokens(request)):
+                async with self.limiter.acquire(estimate := _estimate_tokens(request)):
                     queued = time.monotonic() - start_mono
                     response, attempts = await self._run_transport(prepared, deadline)
         except TimeoutError:
             raise errors.DeadlineExceededError("the request's deadline expired") from None
+        _settle(self.limiter, estimate, response.usage)
         response.warnings.extend(prepared.warnings)
         _stamp_timing(response.timing, started, queued, attempts)
         return response
@@ -134,13 +135,14 @@ class Model(ModelInterface):
         first_output: float | None = None
         try:
             async with asyncio.timeout_at(_loop_time(deadline)):
-                async with self.limiter.acquire(_estimate_tokens(request)):
+                async with self.limiter.acquire(estimate := _estimate_tokens(request)):
                     queued = time.monotonic() - start_mono
                     attempts = [1]
                     async for event in self._stream_transport(prepared, deadline, attempts):
                         if event.WhichOneof("event") == "delta" and first_output is None:
                             first_output = time.monotonic() - start_mono
                         if event.WhichOneof("event") == "end":
+                            _settle(self.limiter, estimate, event.end.usage)
                             event.end.warnings.extend(prepared.warnings)
                             _stamp_timing(event.end.timing, started, queued, attempts[0], first_output)
                         yield event
@@ -231,10 +233,16 @@ class Model(ModelInterface):
 
 def _estimate_tokens(request: request_pb2.Request) -> int:
     """A rough token estimate for the tokens-per-minute budget: a quarter of the request's bytes plus the output
-    it may ask for. It is charged as is; nothing corrects it from the usage the provider reports afterwards."""
+    it may ask for. `_settle` corrects the charge from the usage the provider reports afterwards."""
     size = request.ByteSize()
     out = request.sampling.max_output_tokens if request.sampling.HasField("max_output_tokens") else 256
     return size // 4 + out * max(1, request.sampling.choice_count)
+
+
+def _settle(limiter: BaseLimiter, estimate: int, usage: response_pb2.Usage) -> None:
+    """Correct the limiter's token budget from the usage the provider reported (nothing when it reported none)."""
+    if usage.HasField("input_token_count") or usage.HasField("output_token_count"):
+        limiter.settle_tokens(estimate, usage.input_token_count + usage.output_token_count)
 
 
 def _loop_time(deadline: float | None) -> float | None:

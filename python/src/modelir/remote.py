@@ -1,33 +1,98 @@
-"""`RemoteModel`: the `Model` interface over a gRPC channel to a modelir server.
+"""`RemoteModel`: the `Model` interface over a gRPC channel to one modelir server or a fleet of replicas.
 
 Code written against `Model` runs unchanged against `RemoteModel`: the same methods, the same sugar, and the same
 exceptions (rebuilt from the server's rich status). A grpc.aio channel belongs to one event loop, so the model
 keeps one channel per loop: the caller's for the async methods, the private one for the sync twins.
+
+A fleet is several targets (`"10.0.0.1:50051,10.0.0.2:50051"` or a list) or a DNS name that resolves to several
+addresses (`"dns:///modelir.internal:50051"`). The channel balances calls with gRPC's client-side `round_robin`
+and health-checks every replica (`grpc.health.v1`, service `modelir.v1.ModelService`), so a replica that stops
+serving, drains or dies leaves the rotation. A unary call that fails because its replica went away (UNAVAILABLE
+or CANCELLED with no modelir error attached: no server answered it) is sent again to another replica, up to
+`failover_attempts` times in all; a modelir error the server did answer (its provider was unavailable, say)
+is never resent from here, since the server has already retried it upstream.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TypeVar
 
 import grpc
 
 from modelir import errors, telemetry
-from modelir.interface import ModelInterface, _sync, with_model
+from modelir.interface import ModelInterface
+from modelir.request_builder import with_model
 from modelir.rich_status import error_from_rpc
+from modelir.sync import run_sync as _sync
 from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, service_pb2, service_pb2_grpc, stream_pb2
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+SERVICE_NAME = service_pb2.DESCRIPTOR.services_by_name["ModelService"].full_name
+# round_robin over every resolved address, each one health-checked (the server reports `ModelService` SERVING).
+SERVICE_CONFIG = json.dumps(
+    {"loadBalancingConfig": [{"round_robin": {}}], "healthCheckConfig": {"serviceName": SERVICE_NAME}}
+)
 CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.service_config", SERVICE_CONFIG),
+    ("grpc.enable_retries", 1),  # transparent retries of calls that never reached a replica
 ]
+_T = TypeVar("_T")
+
+
+def channel_target(target: str | Sequence[str]) -> str:
+    """The gRPC target for one `host:port`, a comma-separated list or sequence of IP `host:port`s, or a
+    `dns:///name:port` (or any other gRPC URI) that may resolve to several replicas."""
+    targets = [t.strip() for t in (target.split(",") if isinstance(target, str) else target) if t.strip()]
+    if not targets:
+        raise ValueError("no target given: expected host:port, several IP:port separated by commas, or dns:///name")
+    if len(targets) == 1:
+        return targets[0]
+    families = set()
+    for one in targets:
+        host, _, port = one.rpartition(":")
+        host = host.removeprefix("[").removesuffix("]")
+        try:
+            families.add(ipaddress.ip_address(host).version)
+        except ValueError:
+            raise ValueError(
+                f"target {one!r}: several targets must be IP:port (for a name that resolves to several replicas "
+                "give one dns:///name:port)"
+            ) from None
+        if not port.isdigit():
+            raise ValueError(f"target {one!r}: expected IP:port")
+    if len(families) > 1:
+        raise ValueError(f"targets {targets}: mix IPv4 and IPv6 addresses in two models, not one")
+    return ("ipv4:" if families == {4} else "ipv6:") + ",".join(targets)
+
+
+def open_channel(target: str | Sequence[str]) -> grpc.aio.Channel:
+    return grpc.aio.insecure_channel(channel_target(target), options=CHANNEL_OPTIONS)
+
+
+def _replica_went_away(exc: grpc.aio.AioRpcError) -> bool:
+    """UNAVAILABLE or CANCELLED that no modelir server produced: the connection broke, the replica was gone, or
+    it was shutting down (a draining gRPC server cancels the calls that reach it after it stopped taking new
+    ones). A modelir error always carries its ErrorInfo; a cancellation by this client raises no RPC error."""
+    if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+        return False
+    return not any(key == "grpc-status-details-bin" for key, _ in exc.trailing_metadata() or ())
 
 
 class RemoteModel(ModelInterface):
-    def __init__(self, target: str, model: str, *, token: str | None = None) -> None:
-        self.target = target
+    def __init__(
+        self, target: str | Sequence[str], model: str, *, token: str | None = None, failover_attempts: int = 3
+    ) -> None:
+        self.target = target if isinstance(target, str) else ",".join(target)
+        self._channel_target = channel_target(target)  # fails here, not on the first call
+        self.failover_attempts = max(1, failover_attempts)
+        self.failovers = 0  # calls sent again after their replica went away
         self.name = model
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self._stubs: dict[asyncio.AbstractEventLoop, tuple[grpc.aio.Channel, service_pb2_grpc.ModelServiceStub]] = {}
@@ -40,7 +105,7 @@ class RemoteModel(ModelInterface):
         loop = asyncio.get_running_loop()
         entry = self._stubs.get(loop)
         if entry is None:
-            channel = grpc.aio.insecure_channel(self.target, options=CHANNEL_OPTIONS)
+            channel = grpc.aio.insecure_channel(self._channel_target, options=CHANNEL_OPTIONS)
             entry = self._stubs[loop] = (channel, service_pb2_grpc.ModelServiceStub(channel))
         return entry[1]
 
@@ -58,6 +123,18 @@ class RemoteModel(ModelInterface):
             candidates.append(request.timeout.ToTimedelta().total_seconds())
         return max(0.0, min(candidates)) if candidates else None
 
+    async def _unary(self, call: Callable[[], Awaitable[_T]]) -> _T:
+        """Make one unary call, sending it again (to another replica) when its replica went away."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await call()
+            except grpc.aio.AioRpcError as exc:
+                if attempt >= self.failover_attempts or not _replica_went_away(exc):
+                    raise error_from_rpc(exc) from None
+                self.failovers += 1
+
     def _named(self, request: request_pb2.Request) -> request_pb2.Request:
         return request if request.model else with_model(request, self.name)
 
@@ -66,10 +143,9 @@ class RemoteModel(ModelInterface):
     async def acapabilities(self) -> capabilities_pb2.CapabilityManifest:
         """Fetch (once) this model's manifest from `ListModels`."""
         if self._manifest is None:
-            try:
-                listing = await self._stub().ListModels(service_pb2.ListModelsRequest(), metadata=self._metadata)
-            except grpc.aio.AioRpcError as exc:
-                raise error_from_rpc(exc) from None
+            listing = await self._unary(
+                lambda: self._stub().ListModels(service_pb2.ListModelsRequest(), metadata=self._metadata)
+            )
             for info in listing.models:
                 if info.name == self.name:
                     self._manifest = info.manifest
@@ -90,16 +166,17 @@ class RemoteModel(ModelInterface):
 
     async def _arun(self, request: request_pb2.Request, deadline: float | None) -> response_pb2.Response:
         request = self._named(request)
-        try:
+        message = service_pb2.GenerateRequest(request=request)
+
+        async def generate() -> service_pb2.GenerateResponse:
             call = self._stub().Generate(
-                service_pb2.GenerateRequest(request=request),
-                timeout=self._timeout(request, deadline),
-                metadata=telemetry.outgoing_metadata(self._metadata),
+                message, timeout=self._timeout(request, deadline), metadata=telemetry.outgoing_metadata(self._metadata)
             )
             answer = await call
             await telemetry.read_trailers(call)  # the provider's request id, for a record's provenance
-        except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(exc) from None
+            return answer
+
+        answer = await self._unary(generate)
         return answer.response
 
     def astream(
@@ -110,47 +187,45 @@ class RemoteModel(ModelInterface):
     async def _astream(
         self, request: request_pb2.Request, deadline: float | None
     ) -> AsyncIterator[stream_pb2.StreamEvent]:
+        """Sent again to another replica only if its replica went away before the first event (once output has
+        arrived, a broken stream raises like any other)."""
         request = self._named(request)
-        call = self._stub().StreamGenerate(
-            service_pb2.StreamGenerateRequest(request=request),
-            timeout=self._timeout(request, deadline),
-            metadata=telemetry.outgoing_metadata(self._metadata),
-        )
-        try:
-            async for message in call:
-                yield message.event
-            await telemetry.read_trailers(call)
-        except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(exc) from None
-        finally:
-            call.cancel()  # a consumer that stops early cancels the server-side call, and with it the upstream
+        message = service_pb2.StreamGenerateRequest(request=request)
+        attempt = 0
+        while True:
+            attempt += 1
+            delivered = False
+            call = self._stub().StreamGenerate(
+                message,
+                timeout=self._timeout(request, deadline),
+                metadata=telemetry.outgoing_metadata(self._metadata),
+            )
+            try:
+                async for answer in call:
+                    delivered = True
+                    yield answer.event
+                await telemetry.read_trailers(call)
+                return
+            except grpc.aio.AioRpcError as exc:
+                if delivered or attempt >= self.failover_attempts or not _replica_went_away(exc):
+                    raise error_from_rpc(exc) from None
+                self.failovers += 1
+            finally:
+                call.cancel()  # a consumer that stops early cancels the server-side call, and with it the upstream
 
     async def avalidate(self, request: request_pb2.Request) -> service_pb2.ValidateResponse:
-        try:
-            return await self._stub().Validate(
-                service_pb2.ValidateRequest(request=self._named(request)), metadata=self._metadata
-            )
-        except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(exc) from None
+        message = service_pb2.ValidateRequest(request=self._named(request))
+        return await self._unary(lambda: self._stub().Validate(message, metadata=self._metadata))
 
     async def atokenize_request(self, request: service_pb2.TokenizeRequest) -> service_pb2.TokenizeResponse:
         if not request.model:
             request.model = self.name
-        try:
-            return await self._stub().Tokenize(request, metadata=self._metadata)
-        except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(exc) from None
-
-    # ---- added with the Detokenize and GetServerInfo RPCs ----------------------------------------------
+        return await self._unary(lambda: self._stub().Tokenize(request, metadata=self._metadata))
 
     async def adetokenize(self, token_ids: list[int]) -> str:
         """Token ids back to text, with the model's own tokenizer (as `Model.adetokenize`)."""
-        try:
-            answer = await self._stub().Detokenize(
-                service_pb2.DetokenizeRequest(model=self.name, token_ids=token_ids), metadata=self._metadata
-            )
-        except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(exc) from None
+        message = service_pb2.DetokenizeRequest(model=self.name, token_ids=token_ids)
+        answer = await self._unary(lambda: self._stub().Detokenize(message, metadata=self._metadata))
         return answer.text
 
     async def around_trip(self, text: str) -> bool:
@@ -160,18 +235,16 @@ class RemoteModel(ModelInterface):
 
     async def aserver_info(self) -> service_pb2.GetServerInfoResponse:
         """The server's IR version, its own version and the transports it serves."""
-        try:
-            return await self._stub().GetServerInfo(service_pb2.GetServerInfoRequest(), metadata=self._metadata)
-        except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(exc) from None
+        message = service_pb2.GetServerInfoRequest()
+        return await self._unary(lambda: self._stub().GetServerInfo(message, metadata=self._metadata))
 
 
 async def list_models(
-    target: str, *, token: str | None = None
+    target: str | Sequence[str], *, token: str | None = None
 ) -> list[tuple[str, capabilities_pb2.CapabilityManifest]]:
-    """The models a server serves, with their manifests, sorted by name."""
+    """The models a server (or any one replica of a fleet) serves, with their manifests, sorted by name."""
     metadata = (("authorization", f"Bearer {token}"),) if token else ()
-    async with grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
+    async with open_channel(target) as channel:
         try:
             listing = await service_pb2_grpc.ModelServiceStub(channel).ListModels(
                 service_pb2.ListModelsRequest(), metadata=metadata

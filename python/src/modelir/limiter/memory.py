@@ -1,20 +1,19 @@
-"""Client-side limits: concurrency, requests per minute and tokens per minute.
+"""The in-memory limiter backend (the default): one process's concurrency, requests and tokens per minute.
 
 A `Limiter` is an explicit collaborator: several models (say, every model behind one API key) can share one.
 Callers wait instead of failing. When the provider answers 429, or its headers say the quota is spent, the
-limiter pauses new requests until the provider's reset time.
+limiter pauses new requests until the provider's reset time. Its state lives in this process only: replicas
+that must share a quota use the Redis backend (`modelir.limiter.redis_limiter`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import datetime
 
-from modelir.transports.base import retry_after_seconds
+from modelir.limiter.base import BaseLimiter
 
 
 class _TokenBucket:
@@ -47,7 +46,7 @@ class _TokenBucket:
         self.level = min(self.capacity, self.level + amount)
 
 
-class Limiter:
+class Limiter(BaseLimiter):
     def __init__(
         self,
         *,
@@ -56,6 +55,8 @@ class Limiter:
         tokens_per_minute: float | None = None,
     ) -> None:
         self.max_concurrency = max_concurrency
+        self.requests_per_minute = requests_per_minute
+        self.tokens_per_minute = tokens_per_minute
         self._slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
         self._requests = _TokenBucket(requests_per_minute) if requests_per_minute else None
         self._tokens = _TokenBucket(tokens_per_minute) if tokens_per_minute else None
@@ -103,44 +104,3 @@ class Limiter:
 
     def pause_for(self, seconds: float) -> None:
         self._paused_until = max(self._paused_until, time.monotonic() + seconds)
-
-    def observe(self, status: int, headers: Mapping[str, str]) -> None:
-        """Slow down on 429, and when quota headers say the budget is spent until a reset time."""
-        if status == 429:
-            self.pause_for(retry_after_seconds(headers) or 1.0)
-            return
-        for remaining_key, reset_key in _QUOTA_HEADERS:
-            remaining = headers.get(remaining_key)
-            if remaining is not None and remaining.strip() == "0":
-                reset = _parse_reset(headers.get(reset_key, ""))
-                if reset:
-                    self.pause_for(reset)
-
-
-# (remaining, reset) header pairs: OpenAI-style and Anthropic-style.
-_QUOTA_HEADERS = (
-    ("x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"),
-    ("x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"),
-    ("anthropic-ratelimit-requests-remaining", "anthropic-ratelimit-requests-reset"),
-    ("anthropic-ratelimit-tokens-remaining", "anthropic-ratelimit-tokens-reset"),
-)
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def _parse_reset(value: str) -> float:
-    """Seconds until a reset given as `1s`, `6m0s`, `250ms`, plain seconds or an RFC 3339 time."""
-    value = value.strip()
-    if not value:
-        return 0.0
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    parts = _DURATION_PART.findall(value)
-    if parts and "".join(n + u for n, u in parts) == value:
-        return sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
-    try:
-        return max(0.0, datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() - time.time())
-    except ValueError:
-        return 0.0

@@ -1,0 +1,45 @@
+"""Batch progress on the terminal: done / failed / rate / ETA, whichever scheduler runs the calls."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+
+class Progress:
+    """done / failed / rate / ETA: one redrawn line on a terminal, a plain line every `every` seconds otherwise."""
+
+    def __init__(self, total: int, stream: TextIO | None = None, every: float = 5.0) -> None:
+        self.total = total
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.every = every
+        self.done = self.failed = 0
+        self.started = self._last = time.monotonic()
+
+    def line(self) -> str:
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        rate = (self.done + self.failed) / elapsed
+        left = self.total - self.done - self.failed
+        eta = f"{left / rate:,.0f}s" if rate > 0 else "?"
+        return f"done {self.done}/{self.total}  failed {self.failed}  {rate:,.1f}/s  ETA {eta}"
+
+    def update(self, *, ok: bool) -> None:
+        if ok:
+            self.done += 1
+        else:
+            self.failed += 1
+        now = time.monotonic()
+        if self.tty and now - self._last >= 0.1:
+            self.stream.write("\r" + self.line())
+            self.stream.flush()
+            self._last = now
+        elif not self.tty and now - self._last >= self.every:
+            self.stream.write(self.line() + "\n")
+            self.stream.flush()
+            self._last = now
+
+    def finish(self) -> None:
+        self.stream.write(("\r" if self.tty else "") + self.line() + "\n")
+        self.stream.flush()

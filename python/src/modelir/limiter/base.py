@@ -1,0 +1,93 @@
+"""The one interface every limiter backend implements, and the provider feedback they all read.
+
+A limiter admits one request at a time through `acquire` (waiting, never failing, while the budget is spent),
+learns from every provider answer through `observe` (a 429's `Retry-After`, `x-ratelimit-*` quota headers), and
+is told the real token count once a response's usage is known through `settle_tokens`.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime
+from typing import Literal
+
+from modelir.transports.base import retry_after_seconds
+
+# What a shared limiter does while its store cannot be reached: wait for it, fail the call typed, or fall back to
+# this process's own limits (with a warning).
+UnavailablePolicy = Literal["wait", "fail", "local"]
+UNAVAILABLE_POLICIES: tuple[UnavailablePolicy, ...] = ("wait", "fail", "local")
+
+
+class BaseLimiter(ABC):
+    """Concurrency, requests per minute and tokens per minute for one model or one shared key."""
+
+    max_concurrency: int | None
+    requests_per_minute: float | None
+    tokens_per_minute: float | None
+
+    @abstractmethod
+    def acquire(self, estimated_tokens: int = 0) -> AbstractAsyncContextManager[None]:
+        """Hold a slot for one request; `estimated_tokens` is debited from the tokens-per-minute budget."""
+
+    @abstractmethod
+    def settle_tokens(self, estimated: int, actual: int) -> None:
+        """Correct the token budget once the real usage of a request admitted with `estimated` is known."""
+
+    @abstractmethod
+    def pause_for(self, seconds: float) -> None:
+        """Start no request for the next `seconds`."""
+
+    def observe(self, status: int, headers: Mapping[str, str]) -> None:
+        """Slow down on 429, and when quota headers say the budget is spent until a reset time."""
+        pause = feedback_pause(status, headers)
+        if pause:
+            self.pause_for(pause)
+
+    async def aclose(self) -> None:  # noqa: B027 (a backend without connections has nothing to close)
+        """Release the backend's connections."""
+
+
+def feedback_pause(status: int, headers: Mapping[str, str]) -> float:
+    """Seconds the provider asks us to wait (0 when it asks for nothing)."""
+    if status == 429:
+        return retry_after_seconds(headers) or 1.0
+    pause = 0.0
+    for remaining_key, reset_key in _QUOTA_HEADERS:
+        remaining = headers.get(remaining_key)
+        if remaining is not None and remaining.strip() == "0":
+            pause = max(pause, parse_reset(headers.get(reset_key, "")))
+    return pause
+
+
+# (remaining, reset) header pairs: OpenAI-style and Anthropic-style.
+_QUOTA_HEADERS = (
+    ("x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"),
+    ("x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"),
+    ("anthropic-ratelimit-requests-remaining", "anthropic-ratelimit-requests-reset"),
+    ("anthropic-ratelimit-tokens-remaining", "anthropic-ratelimit-tokens-reset"),
+)
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_reset(value: str) -> float:
+    """Seconds until a reset given as `1s`, `6m0s`, `250ms`, plain seconds or an RFC 3339 time."""
+    value = value.strip()
+    if not value:
+        return 0.0
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    parts = _DURATION_PART.findall(value)
+    if parts and "".join(n + u for n, u in parts) == value:
+        return sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+    try:
+        return max(0.0, datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() - time.time())
+    except ValueError:
+        return 0.0
