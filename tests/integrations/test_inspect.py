@@ -4,66 +4,22 @@ solver, a scorer, reasoning that must survive the agent loop, logprobs, and refu
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("inspect_ai")
 
 from inspect_ai import Task, eval
-from inspect_ai.dataset import json_dataset
 from inspect_ai.model import (
     ChatMessageAssistant,
-    ChatMessageTool,
     ChatMessageUser,
     ContentReasoning,
     GenerateConfig,
     get_model,
 )
-from inspect_ai.scorer import CORRECT, INCORRECT, Score, Target, accuracy, scorer
-from inspect_ai.solver import TaskState, generate, use_tools
-from inspect_ai.tool import tool
 from modelir.errors import ForeignArtifactError
 
-DATA = Path(__file__).parent / "inspect_data" / "additions.jsonl"
-
-
-@tool
-def add():
-    async def execute(x: int, y: int) -> int:
-        """Add two integers.
-
-        Args:
-            x: The first integer.
-            y: The second integer.
-        """
-        return x + y
-
-    return execute
-
-
-@scorer(metrics=[accuracy()])
-def tool_result_is_the_sum():
-    """Correct when the model called `add` and the tool result it got back is the sum of the arguments it sent."""
-
-    async def score(state: TaskState, target: Target) -> Score:
-        calls = [c for m in state.messages if isinstance(m, ChatMessageAssistant) for c in m.tool_calls or ()]
-        results = [m for m in state.messages if isinstance(m, ChatMessageTool)]
-        if not calls or not results or calls[0].function != target.text:
-            return Score(value=INCORRECT, explanation="no call of the target tool")
-        expected = calls[0].arguments["x"] + calls[0].arguments["y"]
-        return Score(value=CORRECT if results[0].text == str(expected) else INCORRECT, answer=results[0].text)
-
-    return score
-
-
-def _task(config: GenerateConfig | None = None) -> Task:
-    return Task(
-        dataset=json_dataset(str(DATA)),
-        solver=[use_tools(add()), generate()],
-        scorer=tool_result_is_the_sum(),
-        config=config or GenerateConfig(),
-    )
+from tests.integrations.inspect_data.additions import additions_task
 
 
 def _eval(task: Task, model: str, tmp_path, **model_args):
@@ -73,7 +29,7 @@ def _eval(task: Task, model: str, tmp_path, **model_args):
 
 def test_a_tool_using_eval_with_reasoning_runs_the_agent_loop(tmp_path):
     config = GenerateConfig(reasoning_effort="low", max_tokens=64, temperature=0.0, seed=3)
-    log = _eval(_task(config), "modelir/reference", tmp_path)
+    log = _eval(additions_task(config), "modelir/reference", tmp_path)
     assert log.status == "success", log.error
     assert log.results.scores[0].metrics["accuracy"].value == 1.0
     assert len(log.samples) == 3
@@ -116,12 +72,12 @@ def test_logprobs_come_back_with_bytes_and_alternatives(tmp_path):
 def test_what_the_manifest_lacks_is_refused_with_the_capability_error(tmp_path):
     config = tmp_path / "models.yaml"
     config.write_text("models:\n  no-tools:\n    transport: reference\n    remove_capabilities: [TOOLS, TOOL_CHOICE]\n")
-    log = _eval(_task(), "modelir/no-tools", tmp_path, config_file=str(config))
+    log = _eval(additions_task(), "modelir/no-tools", tmp_path, config_file=str(config))
     assert log.status == "error"
     assert "model 'no-tools' cannot run this request: missing capabilities: TOOLS" in log.error.message
 
 
 def test_generate_config_without_an_ir_counterpart_is_refused_by_name(tmp_path):
-    log = _eval(_task(GenerateConfig(logit_bias={1: 2.0})), "modelir/reference", tmp_path)
+    log = _eval(additions_task(GenerateConfig(logit_bias={1: 2.0})), "modelir/reference", tmp_path)
     assert log.status == "error"
     assert "GenerateConfig.logit_bias" in log.error.message
