@@ -15,7 +15,7 @@ def documents(task_file: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (TASKS_DIR / task_file).read_text().splitlines() if line.strip()]
 
 
-def run_tasks(model_args: str, tasks: list[str], monkeypatch, **options: Any) -> dict[str, Any]:
+def run_tasks(model_args: str, tasks: list[str], monkeypatch, model: Any = "modelir", **options: Any) -> dict[str, Any]:
     """`lm_eval.simple_evaluate` with the `modelir` model, offline, from the repository root, samples logged."""
     import lm_eval
     import modelir.integrations.lm_eval  # noqa: F401  (registers `modelir`)
@@ -25,7 +25,7 @@ def run_tasks(model_args: str, tasks: list[str], monkeypatch, **options: Any) ->
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return lm_eval.simple_evaluate(
-        model="modelir",
+        model=model,
         model_args=model_args,
         tasks=tasks,
         # Only the repository's tasks: indexing lm-eval's thousands of built-in ones costs seconds per run.

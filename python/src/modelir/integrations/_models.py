@@ -17,8 +17,12 @@ class OpenedModel:
 
     model: ModelInterface
     _config: ServerConfig | None = field(default=None, repr=False)
+    # False for a model the caller built and passed in: the caller closes it.
+    owned: bool = True
 
     async def aclose(self) -> None:
+        if not self.owned:
+            return
         if self._config is not None:
             await self._config.aclose()
         elif isinstance(self.model, RemoteModel):

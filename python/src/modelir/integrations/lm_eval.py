@@ -8,7 +8,8 @@
 
 Importing this module registers `modelir` with lm-eval (`register_model`); lm-eval 0.4 has no plugin discovery,
 so `python -m modelir.integrations.lm_eval` is lm-eval's own command line with that import done first, and
-`lm_eval.simple_evaluate(model="modelir", ...)` works in any program that imported it.
+`lm_eval.simple_evaluate(model="modelir", ...)` works in any program that imported it; so does
+`lm_eval.simple_evaluate(model=ModelirLM(model=any_modelir_model), ...)`.
 
 - `loglikelihood` scores each continuation after its context with the IR's input scoring (one request per pair:
   the IR scores one continuation per request); `greedy` says whether every scored token was the most likely one
@@ -35,7 +36,7 @@ from tqdm import tqdm
 
 from modelir import errors
 from modelir.integrations._models import OpenedModel, open_model
-from modelir.interface import build_request, message
+from modelir.interface import ModelInterface, build_request, message
 from modelir.limiter import Limiter
 from modelir.v1 import content_pb2, errors_pb2, logprobs_pb2, request_pb2, response_pb2
 
@@ -55,7 +56,7 @@ class ModelirLM(LM):
 
     def __init__(
         self,
-        model: str = "reference",
+        model: str | ModelInterface = "reference",
         config: str | None = None,
         target: str | None = None,
         token_env: str | None = None,
@@ -70,15 +71,18 @@ class ModelirLM(LM):
         super().__init__()
         if int(concurrency) < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
-        self.model_name = model
+        self.model_name = model if isinstance(model, str) else model.name
         self.max_gen_toks = int(max_gen_toks)
         self.seed = seed
         # One loop for the LM's lifetime: the model's HTTP clients and gRPC channels belong to the loop that made them.
         self._loop = asyncio.new_event_loop()
         self._limiter = Limiter(max_concurrency=int(concurrency))
-        self._opened: OpenedModel = self._loop.run_until_complete(
-            _in_loop(lambda: open_model(model, config=config, target=target, token_env=token_env))
-        )
+        if isinstance(model, str):
+            self._opened: OpenedModel = self._loop.run_until_complete(
+                _in_loop(lambda: open_model(model, config=config, target=target, token_env=token_env))
+            )
+        else:  # a model built in Python (`ModelirLM(model=Model(...))`), which its builder closes
+            self._opened = OpenedModel(model, owned=False)
         self.model = self._opened.model
         self._manifest = self._loop.run_until_complete(self.model.acapabilities())
         self._warned_unscored = False
