@@ -44,6 +44,7 @@ from inspect_ai.model import (
 )
 from inspect_ai.model._model_output import StopReason
 from inspect_ai.tool import ToolCall, ToolChoice, ToolFunction, ToolInfo
+from pydantic import JsonValue
 
 from modelir import errors
 from modelir import logprobs as lp
@@ -288,8 +289,9 @@ def _parts(content: str | list[Content], *, model: str | None = None) -> list[co
     parts = []
     for item in content:
         if isinstance(item, ContentText):
-            if isinstance(item.internal, dict) and _PART_KEY in item.internal:
-                part = _decode_part(item.internal[_PART_KEY], "ContentText.internal")
+            stored = item.internal.get(_PART_KEY) if isinstance(item.internal, dict) else None
+            if isinstance(stored, str):
+                part = _decode_part(stored, "ContentText.internal")
                 part.text = item.text
             else:
                 part = content_pb2.Part(text=item.text)
@@ -367,7 +369,7 @@ def _choice(choice: response_pb2.Choice, model: str) -> ChatCompletionChoice:
     for part in choice.message.parts:
         kind = part.WhichOneof("content")
         if kind == "text":
-            internal = {_PART_KEY: _encode_part(part)} if part.artifacts or part.item_id else None
+            internal: JsonValue = {_PART_KEY: _encode_part(part)} if part.artifacts or part.item_id else None
             content.append(ContentText(text=part.text, internal=internal))
         elif kind == "reasoning":
             redacted = any(a.kind == content_pb2.REASONING_ARTIFACT_KIND_REDACTED_DATA for a in part.artifacts)

@@ -28,6 +28,7 @@ import json
 import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 from lm_eval.api.model import LM
@@ -104,7 +105,7 @@ class ModelirLM(LM):
                     "--apply_chat_template",
                 )
         results = self._run_all(
-            [lambda c=c, x=x: self._loglikelihood(c, x) for c, x in pairs], "modelir loglikelihood", disable_tqdm
+            [partial(self._loglikelihood, c, x) for c, x in pairs], "modelir loglikelihood", disable_tqdm
         )
         for (context, continuation), result in zip(pairs, results, strict=True):
             self.cache_hook.add_partial("loglikelihood", (context, continuation), result)
@@ -113,7 +114,7 @@ class ModelirLM(LM):
     def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
         texts = [r.args[0] for r in requests]
         results = self._run_all(
-            [lambda t=t: self._rolling(t) for t in texts], "modelir loglikelihood_rolling", disable_tqdm
+            [partial(self._rolling, t) for t in texts], "modelir loglikelihood_rolling", disable_tqdm
         )
         for text, result in zip(texts, results, strict=True):
             self.cache_hook.add_partial("loglikelihood_rolling", (text,), result)
@@ -122,7 +123,7 @@ class ModelirLM(LM):
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
         calls = [tuple(r.args) for r in requests]
         results = self._run_all(
-            [lambda c=c, k=k: self._generate(c, k) for c, k in calls], "modelir generate_until", disable_tqdm
+            [partial(self._generate, c, k) for c, k in calls], "modelir generate_until", disable_tqdm
         )
         for (context, gen_kwargs), result in zip(calls, results, strict=True):
             self.cache_hook.add_partial("generate_until", (context, gen_kwargs), result)
