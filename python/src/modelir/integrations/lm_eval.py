@@ -156,11 +156,11 @@ class ModelirLM(LM):
         scores = (await self._scored(request)).input_scores
         unscored_bytes = len(text.encode()) - scores.byte_count
         if unscored_bytes and not self._warned_unscored:
-            # The model put no beginning-of-sequence token in front, so the document's first token has no logprob.
+            # No BOS in front, or a wire that gives the first prompt token no logprob (OpenAI's echo convention).
             self._warned_unscored = True
             log.warning(
-                "%s: the first token of a document has no logprob (the model adds no BOS token): "
-                "loglikelihood_rolling sums the tokens after its first %d byte(s)",
+                "%s: the first token of a document comes back without a logprob: loglikelihood_rolling sums the "
+                "tokens after its first %d byte(s)",
                 self.model_name,
                 unscored_bytes,
             )
