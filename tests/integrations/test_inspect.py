@@ -44,6 +44,13 @@ def test_a_tool_using_eval_with_reasoning_runs_the_agent_loop(tmp_path):
         assert sample.output.usage.input_tokens > 0 and sample.output.usage.reasoning_tokens > 0
 
 
+def test_the_same_eval_on_a_model_served_over_grpc(server, tmp_path):
+    config = GenerateConfig(reasoning_effort="low", max_tokens=64, temperature=0.0, seed=3)
+    log = _eval(additions_task(config), "modelir/reference", tmp_path, target=server)
+    assert log.status == "success", log.error
+    assert log.results.scores[0].metrics["accuracy"].value == 1.0
+
+
 def test_tampered_reasoning_is_refused_by_its_issuer(tmp_path):
     from inspect_ai.model import ChatMessageUser, get_model
 

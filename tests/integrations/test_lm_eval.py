@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -114,31 +112,6 @@ def test_an_unknown_model_names_what_the_file_has(tmp_path, monkeypatch):
     config.write_text("models:\n  judge:\n    transport: reference\n")
     with pytest.raises(ValueError, match=r"no model 'nope'.*judge"):
         run_tasks(f"model=nope,config={config}", ["modelir_choice"], monkeypatch)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def server():
-    port = _free_port()
-    modelir = os.path.join(os.path.dirname(sys.executable), "modelir")
-    process = subprocess.Popen([modelir, "serve", "--port", str(port)], stdout=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.1)
-    else:
-        process.kill()
-        raise RuntimeError("modelir serve did not start")
-    yield f"127.0.0.1:{port}"
-    process.terminate()
-    process.wait(10)
 
 
 def test_a_remote_model_over_grpc_gives_the_same_answers(server, results, monkeypatch):
