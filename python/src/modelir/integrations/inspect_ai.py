@@ -101,6 +101,17 @@ _HANDLED_BY_INSPECT = frozenset(
         "internal_tools",
     }
 )
+# GenerateConfig fields that are IR sampling fields under another name.
+_SAMPLING_FIELDS = (
+    ("max_tokens", "max_output_tokens"),
+    ("temperature", "temperature"),
+    ("top_p", "top_p"),
+    ("top_k", "top_k"),
+    ("seed", "seed"),
+    ("num_choices", "choice_count"),
+    ("frequency_penalty", "frequency_penalty"),
+    ("presence_penalty", "presence_penalty"),
+)
 _MAPPED = frozenset(
     {
         "max_tokens",
@@ -208,24 +219,12 @@ def _apply_config(request: request_pb2.Request, config: GenerateConfig) -> None:
             request.model, [f"GenerateConfig.{name} has no counterpart in the modelir IR" for name in unmappable]
         )
     s = request.sampling
-    if config.max_tokens is not None:
-        s.max_output_tokens = config.max_tokens
-    if config.temperature is not None:
-        s.temperature = config.temperature
-    if config.top_p is not None:
-        s.top_p = config.top_p
-    if config.top_k is not None:
-        s.top_k = config.top_k
-    if config.seed is not None:
-        s.seed = config.seed
+    for name, field in _SAMPLING_FIELDS:
+        value = getattr(config, name)
+        if value is not None:
+            setattr(s, field, value)
     if config.stop_seqs:
         s.stop.extend(config.stop_seqs)
-    if config.num_choices is not None:
-        s.choice_count = config.num_choices
-    if config.frequency_penalty is not None:
-        s.frequency_penalty = config.frequency_penalty
-    if config.presence_penalty is not None:
-        s.presence_penalty = config.presence_penalty
     if config.logprobs or config.top_logprobs:
         request.logprobs.top_k = config.top_logprobs or 0
     if config.reasoning_effort is not None:
