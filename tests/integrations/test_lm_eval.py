@@ -89,6 +89,21 @@ def test_chat_template_sends_a_conversation(monkeypatch):
     assert results["config"]["model_args"] == "model=reference"
 
 
+def test_an_assistant_prefix_is_prefilled_in_the_conversation(monkeypatch):
+    results = run_tasks("model=reference", ["modelir_generate_prefix"], monkeypatch, apply_chat_template=True)
+    reference = ReferenceModel()
+    differs = []
+    for doc, resps in zip(documents("generate.jsonl"), responses(results, "modelir_generate_prefix"), strict=True):
+        request = build_request(
+            "reference", messages=[("user", doc["prompt"])], prefill="Answer:", max_output_tokens=12, temperature=0
+        )
+        request.sampling.stop.extend(["\n", "."])
+        assert resps[0][0] == reference.generate(request).choices[0].message.parts[0].text
+        request.prefill = ""
+        differs.append(resps[0][0] != reference.generate(request).choices[0].message.parts[0].text)
+    assert any(differs), "the prefix must change the answers, or this test proves nothing"
+
+
 def test_loglikelihood_of_a_chat_is_refused_by_name(monkeypatch):
     with pytest.raises(errors.InvalidRequestError, match="apply_chat_template"):
         run_tasks("model=reference", ["modelir_choice"], monkeypatch, apply_chat_template=True)
