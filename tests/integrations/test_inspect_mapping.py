@@ -12,6 +12,7 @@ from inspect_ai.model import (
     ChatMessageSystem,
     ChatMessageTool,
     ChatMessageUser,
+    ContentImage,
     ContentReasoning,
     ContentText,
     GenerateConfig,
@@ -131,6 +132,17 @@ def test_artifacts_on_every_kind_of_part_survive_the_turn_byte_for_byte():
     for original, again in zip(message.parts, back.parts, strict=True):
         assert list(again.artifacts) == list(original.artifacts) and again.item_id == original.item_id
     assert back.parts[2].tool_call.name == "add" and back.parts[1].text == "Let me add."
+
+
+def test_images_travel_as_blobs_and_a_detail_level_is_refused():
+    pixel = "data:image/png;base64,iVBORw0KGgo="
+    request = to_request("m", [ChatMessageUser(content=[ContentImage(image=pixel)])], [], "auto", GenerateConfig())
+    blob = request.conversation.messages[0].parts[0].blob
+    assert blob.mime_type == "image/png" and blob.data == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(UnsupportedCapabilityError, match=r"ContentImage\.detail 'low'"):
+        to_request(
+            "m", [ChatMessageUser(content=[ContentImage(image=pixel, detail="low")])], [], "auto", GenerateConfig()
+        )
 
 
 def test_tool_results_and_failures():

@@ -297,6 +297,8 @@ def _parts(content: str | list[Content], *, model: str | None = None) -> list[co
         elif isinstance(item, ContentReasoning):
             part = _reasoning_part(item, model)
         elif isinstance(item, ContentImage):
+            if item.detail != "auto":
+                raise _unsupported("", [f"ContentImage.detail {item.detail!r} has no counterpart in the modelir IR"])
             part = content_pb2.Part(blob=_image(item.image))
         else:
             raise _unsupported("", [f"Inspect content of type {item.type!r} has no counterpart in the modelir IR"])
