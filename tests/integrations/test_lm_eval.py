@@ -122,6 +122,13 @@ def test_a_model_from_a_configuration_file(tmp_path, monkeypatch):
     assert responses(results, "modelir_choice") == responses(truth, "modelir_choice")
 
 
+def test_a_model_that_cannot_score_prompts_is_refused_with_the_capability_error(tmp_path, monkeypatch):
+    config = tmp_path / "models.yaml"
+    config.write_text("models:\n  chatty:\n    transport: reference\n    remove_capabilities: [INPUT_SCORING]\n")
+    with pytest.raises(errors.UnsupportedCapabilityError, match="missing capabilities: INPUT_SCORING"):
+        run_tasks(f"model=chatty,config={config}", ["modelir_choice"], monkeypatch)
+
+
 def test_an_unknown_model_names_what_the_file_has(tmp_path, monkeypatch):
     config = tmp_path / "models.yaml"
     config.write_text("models:\n  judge:\n    transport: reference\n")
