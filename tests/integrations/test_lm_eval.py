@@ -7,6 +7,7 @@ lm-eval reports can be recomputed from it.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import subprocess
@@ -17,7 +18,8 @@ import pytest
 
 pytest.importorskip("lm_eval")
 
-from modelir import build_request, errors
+from modelir import Model, build_request, errors
+from modelir.integrations.lm_eval import ModelirLM
 from modelir.transports.reference import BOS, ReferenceModel, logprob_table
 
 from tests.integrations.lm_eval_tasks import ROOT, TASKS, TASKS_DIR, documents, responses, run_tasks
@@ -77,6 +79,34 @@ def test_generate_until_is_the_models_greedy_completion_cut_at_the_stops(results
         assert resps[0][0] == text and "\n" not in text and "." not in text
         matches.append(text == doc["target"])
     assert results["results"]["modelir_generate"]["exact_match,none"] == pytest.approx(np.mean(matches))
+
+
+class _CountingReference(ReferenceModel):
+    """The reference model, a little slow, counting how many requests it holds at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_flight = self.most_in_flight = 0
+
+    async def run(self, request):
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(0.02)
+            return await super().run(request)
+        finally:
+            self.in_flight -= 1
+
+
+def test_requests_run_concurrently_up_to_the_limit(monkeypatch):
+    counting = _CountingReference()
+    lm = ModelirLM(model=Model(counting, name="reference"), concurrency=3)
+    try:
+        results = run_tasks("", ["modelir_choice"], monkeypatch, model=lm)
+    finally:
+        lm.close()
+    assert len(results["samples"]["modelir_choice"]) == 5
+    assert counting.most_in_flight == 3
 
 
 def test_chat_template_sends_a_conversation(monkeypatch):
