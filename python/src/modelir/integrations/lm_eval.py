@@ -31,9 +31,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
-from lm_eval.api.model import LM
-from lm_eval.api.registry import register_model
-from tqdm import tqdm
+# lm-eval and tqdm ship no type information.
+from lm_eval.api.model import LM  # type: ignore[import-untyped]
+from lm_eval.api.registry import register_model  # type: ignore[import-untyped]
+from tqdm import tqdm  # type: ignore[import-untyped]
 
 from modelir import errors
 from modelir.integrations._models import OpenedModel, open_model
@@ -266,7 +267,7 @@ def main() -> None:
     """lm-eval's own command line, with the `modelir` model registered."""
     import importlib
 
-    from lm_eval.__main__ import cli_evaluate
+    from lm_eval.__main__ import cli_evaluate  # type: ignore[import-untyped]
 
     importlib.import_module("modelir.integrations.lm_eval")
     cli_evaluate()
