@@ -22,7 +22,7 @@ help:
 	@echo "make serve     run the gRPC server (reference model unless CONFIG=file.yaml)"
 	@echo "make test      gen-check, lint (ruff, buf, mypy), breaking, the conformance suite, pytest under the coverage gate"
 	@echo "make gen       regenerate python/src/modelir/v1 from proto/"
-	@echo "make test-engines  every llamacpp capability against a real llama-server (builds it once, ~12 min)"
+	@echo "make test-engines  llamacpp against a real llama-server, input scoring against llama-cpp-python's server"
 	@echo "make test-clients  TypeScript, Go and Rust clients + the service conformance suite in four languages"
 	@echo "make bench     benchmarks (not part of make test)"
 	@echo "make fuzz      a longer fuzz run over every transport's lifts (FUZZ_SECONDS=300, FUZZ_ARGS=--seed N)"
@@ -112,10 +112,14 @@ test: gen-check lint breaking conformance coverage
 
 # A real llama-server, built from the llama.cpp that the PyPI sdist of llama-cpp-python vendors (cached outside the
 # repository under ~/.cache/modelir/engines, keyed by version: only the first run on a machine compiles), serving
-# a tiny model the tests generate; every llamacpp capability and rejection runs against it.
+# a tiny model the tests generate; every llamacpp capability and rejection runs against it. The same sdist also
+# builds llama-cpp-python's own OpenAI-compatible server, the live engine for the openai_completions transport's
+# input scoring (checked against the model loaded in-process) and for the lm-eval tasks. The two builds run one
+# after the other, never at once.
 .PHONY: test-engines
 test-engines: $(PY_STAMP)
-	MODELIR_LLAMA_SERVER=$$(engines/llamacpp/build.sh) $(VENV)/bin/pytest tests/engines $(PYTEST_ARGS)
+	MODELIR_LLAMA_SERVER=$$(engines/llamacpp/build.sh) MODELIR_LLAMA_CPP_PYTHON=$$(engines/llama_cpp_python/build.sh) \
+	  $(VENV)/bin/pytest tests/engines $(PYTEST_ARGS)
 
 # A longer fuzz run than the bounded one in `make test`: every transport's lifts, stream lifters, error mapping and
 # tokenize lifts fed mutated fixture answers; prints the seed and every untyped escape. FUZZ_ARGS="--seed N".

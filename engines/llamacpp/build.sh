@@ -17,12 +17,9 @@ if [ -x "$BIN" ]; then
   exit 0
 fi
 
-missing=()
-for tool in cmake make g++ python3; do command -v "$tool" >/dev/null || missing+=("$tool"); done
-if [ ${#missing[@]} -gt 0 ]; then
-  log "installing build tools: ${missing[*]}"
-  apt-get update -qq && apt-get install -y -qq cmake build-essential python3-venv >/dev/null
-fi
+# shellcheck source=../build_tools.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../build_tools.sh"
+ensure_build_tools
 
 mkdir -p "$CACHE"
 SRC=$CACHE/llama_cpp_python-$VERSION/vendor/llama.cpp

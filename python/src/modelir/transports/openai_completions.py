@@ -224,9 +224,15 @@ class OpenAICompletions(HttpTransport):
             return generated, None
         offsets = logprobs.get("text_offset") or []
         tokens = logprobs["tokens"]
-        n_prompt = prompt_count if prompt_count is not None else sum(1 for o in offsets if o < len(prompt))
+        # Echoed tokens start inside the prompt; servers that count a BOS they do not echo (llama-cpp-python)
+        # report one prompt token more than the arrays hold.
+        in_prompt = sum(1 for o in offsets if o < len(prompt))
+        n_prompt = min(prompt_count, in_prompt) if prompt_count is not None else in_prompt
         boundary = len(request.prompt) if _continuation(request) else 0
-        first = next((i for i in range(n_prompt) if offsets[i] + len(tokens[i]) > boundary), n_prompt)
+        # A token spelled "" (part of a multi-byte character) has no length: its offset alone places it.
+        first = next(
+            (i for i in range(n_prompt) if offsets[i] >= boundary or offsets[i] + len(tokens[i]) > boundary), n_prompt
+        )
         unscored = 0
         if not _continuation(request) or first == 0:
             while first < n_prompt and logprobs["token_logprobs"][first] is None:
@@ -236,13 +242,13 @@ class OpenAICompletions(HttpTransport):
             {k: v[:n_prompt] for k, v in logprobs.items() if isinstance(v, list)},
             start=first,
         )
-        span_text = "".join(tokens[first:n_prompt])
+        # The span's text comes from the prompt, not from the token strings (lossy for split characters).
+        span_text = prompt[offsets[first] :] if first < n_prompt else ""
         if first < n_prompt and offsets[first] < boundary:
             out.warnings.add(
                 code="scoring_token_straddles_boundary",
                 message="the first scored token also covers the end of the context",
             )
-            span_text = prompt[offsets[first] :]
         scores = out.input_scores
         scores.tokens.CopyFrom(scored)
         scores.logprob_sum = float(sum(scored.logprobs))
