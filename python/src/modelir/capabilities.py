@@ -7,16 +7,15 @@ manifest does not claim, so no field can be silently ignored.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import orjson
 
-from modelir.errors import UnsupportedCapabilityError
+from modelir import content_kinds
 from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, logprobs_pb2, request_pb2
 
 C = capabilities_pb2  # Capability values as the module's plain ints: a lookup on the enum wrapper costs ~0.4 us
-_Role = content_pb2  # Role values as plain ints, like C above
 
 
 @dataclass(slots=True)
@@ -29,6 +28,8 @@ class Requirements:
     grammar_dialect: int | None = None
     provider_transport: str | None = None
     provider_option_keys: tuple[str, ...] = ()
+    # What the request holds that no capability names and no model can run (unknown content kinds).
+    reasons: list[str] = field(default_factory=list)
 
     def use_limit(self, name: str, value: int) -> None:
         self.limits[name] = max(value, self.limits.get(name, 0))
@@ -49,7 +50,7 @@ def requirements(request: request_pb2.Request, *, streaming: bool = False) -> Re
         need(C.CAPABILITY_COMPLETION)
     elif input_kind == "conversation":
         need(C.CAPABILITY_CHAT)
-        _conversation_needs(request.conversation, need)
+        _conversation_needs(request.conversation, req)
     elif input_kind == "token_ids":
         need(C.CAPABILITY_TOKEN_INPUT)
 
@@ -132,22 +133,20 @@ _CONSTRAINT_CAPABILITY = {
 }
 
 
-def _conversation_needs(conversation: request_pb2.Conversation, need: Callable[[int], None]) -> None:
-    for message in conversation.messages:
-        if message.role in (_Role.ROLE_SYSTEM, _Role.ROLE_DEVELOPER):
-            need(C.CAPABILITY_SYSTEM_MESSAGES)
-        for part in message.parts:
-            kind = part.WhichOneof("content")
-            if kind == "blob":
-                need(C.CAPABILITY_IMAGE_INPUT)
-            elif kind in ("tool_call", "tool_result"):
-                need(C.CAPABILITY_TOOLS)
-            elif kind == "reasoning" or part.artifacts:
-                need(C.CAPABILITY_REASONING)
-            if kind == "tool_result":
-                for inner in part.tool_result.content:
-                    if inner.WhichOneof("content") == "blob":
-                        need(C.CAPABILITY_IMAGE_INPUT)
+def _conversation_needs(conversation: request_pb2.Conversation, req: Requirements) -> None:
+    for i, message in enumerate(conversation.messages):
+        if message.role in (content_pb2.ROLE_SYSTEM, content_pb2.ROLE_DEVELOPER):
+            req.capabilities.add(C.CAPABILITY_SYSTEM_MESSAGES)
+        for where, part in content_kinds.parts_of(message):
+            name = part.WhichOneof("content")
+            kind = content_kinds.KINDS.get(name) if name is not None else None
+            if kind is None and name is not None:
+                # Fail closed: a kind this SDK does not know cannot be checked, so it cannot be sent.
+                req.reasons.append(f"The content kind {name!r} is not known (conversation.messages[{i}].{where}).")
+            elif kind is not None and kind.capability:
+                req.capabilities.add(kind.capability)
+            if part.artifacts:
+                req.capabilities.add(C.CAPABILITY_REASONING)
 
 
 def unsupported(
@@ -167,7 +166,7 @@ def unsupported(
         allowed = getattr(manifest.limits, name)
         if allowed and value > allowed:
             violations.append(errors_pb2.LimitViolation(limit=name, allowed=allowed, requested=value))
-    reasons = []
+    reasons = list(req.reasons)
     if (
         req.grammar_dialect is not None
         and C.CAPABILITY_CONSTRAINT_GRAMMAR in have
@@ -195,20 +194,6 @@ def unsupported(
     return errors_pb2.UnsupportedCapabilities(
         model=model or request.model, missing=missing, limit_violations=violations, reasons=reasons
     )
-
-
-def check(
-    request: request_pb2.Request,
-    manifest: capabilities_pb2.CapabilityManifest,
-    *,
-    model: str = "",
-    streaming: bool = False,
-    extra_reasons: Iterable[str] = (),
-) -> None:
-    """Raise `UnsupportedCapabilityError` naming every gap between `request` and `manifest`."""
-    gaps = unsupported(request, manifest, model=model, streaming=streaming, extra_reasons=extra_reasons)
-    if gaps is not None:
-        raise UnsupportedCapabilityError(gaps)
 
 
 def narrow(manifest: capabilities_pb2.CapabilityManifest, remove: Iterable[int]) -> capabilities_pb2.CapabilityManifest:

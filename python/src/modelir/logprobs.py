@@ -137,3 +137,37 @@ def _joined_bytes(items: Sequence[dict]) -> tuple[bytes, list[int]]:
     offsets = list(accumulate(map(len, pieces), initial=0))
     offsets.pop()  # the end of the last piece
     return bytes(flat), offsets
+
+
+def chunks(logprobs: TokenLogprobs, size: int) -> list[TokenLogprobs]:
+    """Cut `logprobs` into consecutive pieces of at most `size` tokens (the inverse of `concat`)."""
+    n = len(logprobs.logprobs)
+    has_bytes = bool(logprobs.token_byte_offsets)
+    ends = [*logprobs.token_byte_offsets[1:], len(logprobs.token_bytes)] if has_bytes else []
+    top_starts = [0, *accumulate(logprobs.top_counts)]
+    top_ends = [*logprobs.top_token_byte_offsets[1:], len(logprobs.top_token_bytes)]
+    out = []
+    for start in range(0, n, size):
+        stop = min(n, start + size)
+        chunk = TokenLogprobs(basis=logprobs.basis)
+        if logprobs.token_ids:
+            chunk.token_ids.extend(logprobs.token_ids[start:stop])
+        chunk.logprobs.extend(logprobs.logprobs[start:stop])
+        chunk.tokens.extend(logprobs.tokens[start:stop])
+        if has_bytes:
+            b0 = logprobs.token_byte_offsets[start]
+            chunk.token_bytes = logprobs.token_bytes[b0 : ends[stop - 1]]
+            chunk.token_byte_offsets.extend([o - b0 for o in logprobs.token_byte_offsets[start:stop]])
+        if logprobs.top_counts:
+            t0, t1 = top_starts[start], top_starts[stop]
+            chunk.top_counts.extend(logprobs.top_counts[start:stop])
+            if logprobs.top_token_ids:
+                chunk.top_token_ids.extend(logprobs.top_token_ids[t0:t1])
+            chunk.top_logprobs.extend(logprobs.top_logprobs[t0:t1])
+            chunk.top_tokens.extend(logprobs.top_tokens[t0:t1])
+            if logprobs.top_token_byte_offsets and t1 > t0:
+                tb0 = logprobs.top_token_byte_offsets[t0]
+                chunk.top_token_bytes = logprobs.top_token_bytes[tb0 : top_ends[t1 - 1]]
+                chunk.top_token_byte_offsets.extend([o - tb0 for o in logprobs.top_token_byte_offsets[t0:t1]])
+        out.append(chunk)
+    return out

@@ -1,6 +1,7 @@
 """Anthropic Messages (`POST /v1/messages`): content blocks, tools, extended thinking with signatures, prefill.
 
-Facts this follows (shared/wire/NOTES.md section 4): thinking blocks carry a `signature` and `redacted_thinking`
+Facts this follows (Anthropic's Messages reference, https://docs.anthropic.com/en/api/messages, and its streaming
+and extended-thinking guides): thinking blocks carry a `signature` and `redacted_thinking`
 blocks an opaque `data`, and both go back verbatim and in order; `input_tokens` excludes cache reads and writes
 (the IR's input count adds them back); in the stream, `ping` can come anywhere, a `signature_delta` ends a
 thinking block, `input_json_delta` partials are joined then parsed, `message_delta.usage.output_tokens` is
@@ -17,12 +18,21 @@ from typing import Any
 
 import orjson
 
-from modelir import errors
+from modelir import content_kinds, soft_errors
 from modelir.transports import _common as common
-from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter, error_for_status
-from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, request_pb2, response_pb2, stream_pb2
+from modelir.transports.base import (
+    HttpRequest,
+    HttpResponse,
+    HttpTransport,
+    RawEvent,
+    StreamLifter,
+    capability_set,
+    carries_every_kind,
+    frozen,
+)
+from modelir.transports.stream_parts import StreamParts
+from modelir.v1 import content_pb2, request_pb2, response_pb2, stream_pb2
 
-C = capabilities_pb2  # Capability values as the module's plain ints: a lookup on the enum wrapper costs ~0.4 us
 API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
 SIGNATURE = content_pb2.REASONING_ARTIFACT_KIND_SIGNATURE
@@ -59,34 +69,28 @@ class AnthropicMessages(HttpTransport):
             headers["x-api-key"] = credential
         return headers
 
-    def manifest(self) -> capabilities_pb2.CapabilityManifest:
-        return capabilities_pb2.CapabilityManifest(
-            transport=self.name,
-            transport_version=self.version,
-            capabilities=sorted(
-                [
-                    C.CAPABILITY_CHAT,
-                    C.CAPABILITY_SYSTEM_MESSAGES,
-                    C.CAPABILITY_IMAGE_INPUT,
-                    C.CAPABILITY_TOOLS,
-                    C.CAPABILITY_TOOL_CHOICE,
-                    C.CAPABILITY_REASONING,
-                    C.CAPABILITY_REASONING_BUDGET,
-                    C.CAPABILITY_PREFILL,
-                    C.CAPABILITY_STREAMING,
-                    C.CAPABILITY_TEMPERATURE,
-                    C.CAPABILITY_TOP_P,
-                    C.CAPABILITY_TOP_K_SAMPLING,
-                    C.CAPABILITY_MAX_OUTPUT_TOKENS,
-                    C.CAPABILITY_STOP_SEQUENCES,
-                    C.CAPABILITY_PROVIDER_OPTIONS,
-                ]
-            ),
-            limits=capabilities_pb2.ModelLimits(max_choices=1),
-            provider_option_keys=PROVIDER_OPTION_KEYS,
-        )
+    capabilities = capability_set(
+        "CHAT",
+        "SYSTEM_MESSAGES",
+        "IMAGE_INPUT",
+        "TOOLS",
+        "TOOL_CHOICE",
+        "REASONING",
+        "REASONING_BUDGET",
+        "PREFILL",
+        "STREAMING",
+        "TEMPERATURE",
+        "TOP_P",
+        "TOP_K_SAMPLING",
+        "MAX_OUTPUT_TOKENS",
+        "STOP_SEQUENCES",
+        "PROVIDER_OPTIONS",
+    )
+    limits = frozen({"max_choices": 1})
+    provider_option_keys = PROVIDER_OPTION_KEYS
+    part_kinds = carries_every_kind()
 
-    def extra_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
+    def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []
         if request.HasField("reasoning") and request.reasoning.summary:
             reasons.append("Anthropic returns thinking blocks, not summaries on request (reasoning.summary).")
@@ -157,19 +161,6 @@ class AnthropicMessages(HttpTransport):
 
     # ---- lift --------------------------------------------------------------------------------------
 
-    def error(self, response: HttpResponse) -> errors.ModelError:
-        """`{"type": "error", "error": {"type", "message"}}`; 529 overloaded is retried like a 5xx."""
-        try:
-            body = orjson.loads(response.body)
-        except orjson.JSONDecodeError:
-            body = None
-        error = body.get("error") if isinstance(body, dict) else None
-        if isinstance(error, dict):
-            return error_for_status(
-                response, str(error.get("message") or ""), provider_code=str(error.get("type") or "")
-            )
-        return error_for_status(response, response.body.decode("utf-8", "replace")[:2000])
-
     def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
         body = common.parse_json(response.body, "response body")
         out = response_pb2.Response(id=body.get("id") or "", model=body.get("model") or "")
@@ -236,13 +227,13 @@ def _block(part: content_pb2.Part) -> dict[str, Any]:
             "content": content,
             "is_error": result.failed,
         }
-    # reasoning: the artifact says which block it was, and its bytes go back exactly as received
-    for artifact in part.artifacts:
-        if artifact.kind == REDACTED:
-            return {"type": "redacted_thinking", "data": artifact.data.decode()}
-        if artifact.kind == SIGNATURE:
-            return {"type": "thinking", "thinking": part.reasoning.text, "signature": artifact.data.decode()}
-    raise ValueError("a reasoning part without its signature cannot be sent to Anthropic")
+    if kind == "reasoning":  # the artifact says which block it was, and its bytes go back exactly as received
+        for artifact in part.artifacts:
+            if artifact.kind == REDACTED:
+                return {"type": "redacted_thinking", "data": artifact.data.decode()}
+            if artifact.kind == SIGNATURE:
+                return {"type": "thinking", "thinking": part.reasoning.text, "signature": artifact.data.decode()}
+    raise content_kinds.NotCarriedError(AnthropicMessages.name, kind if kind != "reasoning" else "unsigned reasoning")
 
 
 def _tool(tool: request_pb2.Tool) -> dict[str, Any]:
@@ -309,7 +300,8 @@ class _MessagesStreamLifter(StreamLifter):
         self.blocks: dict[int, dict[str, Any]] = {}  # index -> {"type", "signature" | "json" buffers}
         self.stop: tuple[str | None, str | None] | None = None
         self.done = False
-        self.error: errors_pb2.ResponseError | None = None
+        self.parts = StreamParts()  # keys are the native block indices
+        self.facts = soft_errors.Facts()
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
         data = common.parse_json(event.data, "stream event")
@@ -326,7 +318,7 @@ class _MessagesStreamLifter(StreamLifter):
         elif kind == "content_block_start":
             index, block = data.get("index", 0), data.get("content_block") or {}
             self.blocks[index] = {"type": block.get("type"), "signature": [], "json": []}
-            delta = stream_pb2.PartDelta(part_index=index)
+            delta = stream_pb2.PartDelta()
             if block.get("type") == "text":
                 delta.text = block.get("text") or ""
             elif block.get("type") == "thinking":
@@ -341,6 +333,7 @@ class _MessagesStreamLifter(StreamLifter):
                 delta.tool_call.name = block.get("name") or ""
             else:
                 return out
+            delta.part_index = self.parts.index(0, index)
             out.append(stream_pb2.StreamEvent(delta=delta))
         elif kind == "content_block_delta":
             index, delta = data.get("index", 0), data.get("delta") or {}
@@ -348,13 +341,16 @@ class _MessagesStreamLifter(StreamLifter):
             kinds = delta.get("type")
             if kinds == "text_delta":
                 out.append(
-                    stream_pb2.StreamEvent(delta=stream_pb2.PartDelta(part_index=index, text=delta.get("text") or ""))
+                    stream_pb2.StreamEvent(
+                        delta=stream_pb2.PartDelta(part_index=self.parts.index(0, index), text=delta.get("text") or "")
+                    )
                 )
             elif kinds == "thinking_delta":
                 out.append(
                     stream_pb2.StreamEvent(
                         delta=stream_pb2.PartDelta(
-                            part_index=index, reasoning=stream_pb2.ReasoningDelta(text=delta.get("thinking") or "")
+                            part_index=self.parts.index(0, index),
+                            reasoning=stream_pb2.ReasoningDelta(text=delta.get("thinking") or ""),
                         )
                     )
                 )
@@ -369,7 +365,11 @@ class _MessagesStreamLifter(StreamLifter):
                 artifact = content_pb2.ReasoningArtifact(
                     kind=SIGNATURE, data="".join(state["signature"]).encode(), issuer=self.issuer
                 )
-                out.append(stream_pb2.StreamEvent(delta=stream_pb2.PartDelta(part_index=index, artifacts=[artifact])))
+                out.append(
+                    stream_pb2.StreamEvent(
+                        delta=stream_pb2.PartDelta(part_index=self.parts.index(0, index), artifacts=[artifact])
+                    )
+                )
             elif state.get("type") == "tool_use":
                 # Partials are joined, then parsed, then written compactly: the same JSON text the unary lift gives.
                 text = "".join(state["json"]) or "{}"
@@ -377,14 +377,12 @@ class _MessagesStreamLifter(StreamLifter):
                     arguments = orjson.dumps(orjson.loads(text)).decode()
                 except orjson.JSONDecodeError:
                     arguments = text
-                    self.error = errors_pb2.ResponseError(
-                        reason=errors_pb2.ERROR_REASON_MALFORMED_RESPONSE,
-                        message=f"the streamed tool input for block {index} is not valid JSON",
-                    )
+                    self.facts.malformed = f"the streamed tool input for block {index} is not valid JSON"
                 out.append(
                     stream_pb2.StreamEvent(
                         delta=stream_pb2.PartDelta(
-                            part_index=index, tool_call=stream_pb2.ToolCallDelta(arguments_json=arguments)
+                            part_index=self.parts.index(0, index),
+                            tool_call=stream_pb2.ToolCallDelta(arguments_json=arguments),
                         )
                     )
                 )
@@ -397,10 +395,9 @@ class _MessagesStreamLifter(StreamLifter):
             self.done = True
         elif kind == "error":
             error = data.get("error") or {}
-            self.error = errors_pb2.ResponseError(
-                reason=errors_pb2.ERROR_REASON_PROVIDER_UNAVAILABLE,
-                message=str(error.get("message") or "the provider reported an error mid-stream"),
-                provider_code=str(error.get("type") or ""),
+            self.facts.provider_error = soft_errors.provider_error(
+                str(error.get("message") or "the provider reported an error mid-stream"),
+                error.get("type"),
                 retryable=error.get("type") in ("overloaded_error", "api_error", "rate_limit_error"),
             )
         return out
@@ -419,8 +416,7 @@ class _MessagesStreamLifter(StreamLifter):
         _usage(self.usage, end.usage)
         if not end.usage.ListFields():
             end.ClearField("usage")
-        if self.error is not None:
-            end.error.CopyFrom(self.error)
-        elif interrupted or not self.done:
-            end.error.CopyFrom(common.truncated_error("the stream ended before message_stop; the output is partial"))
+        if interrupted or not self.done:
+            self.facts.cut_short = "the stream ended before message_stop; the output is partial"
+        soft_errors.settle_stream(self.request, end, self.facts, self.parts.texts())
         return [stream_pb2.StreamEvent(end=end)]

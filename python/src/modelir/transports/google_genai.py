@@ -1,6 +1,7 @@
 """Google Gemini API (`models/{model}:generateContent`, `:streamGenerateContent?alt=sse`).
 
-Facts this follows (shared/wire/NOTES.md section 5): a `thoughtSignature` rides on the very part that carried it
+Facts this follows (the Gemini API reference, https://ai.google.dev/api/generate-content, and its thinking and
+thought-signature guides): a `thoughtSignature` rides on the very part that carried it
 (a thought, a text part, an empty-text part, a function call) and goes back on that part; a candidate's `content`
 can lack `parts`; a blocked prompt has `promptFeedback.blockReason` and no candidates; `candidatesTokenCount`
 excludes `thoughtsTokenCount` (the IR's output count adds them) and `cachedContentTokenCount` is inside the prompt
@@ -19,12 +20,22 @@ from typing import Any
 
 import orjson
 
-from modelir import errors
+from modelir import content_kinds, errors, soft_errors
 from modelir.transports import _common as common
-from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter, error_for_status
-from modelir.v1 import capabilities_pb2, content_pb2, logprobs_pb2, request_pb2, response_pb2, stream_pb2
+from modelir.transports.base import (
+    HttpRequest,
+    HttpResponse,
+    HttpTransport,
+    RawEvent,
+    StreamLifter,
+    capability_set,
+    carries_every_kind,
+    error_for_status,
+    frozen,
+)
+from modelir.transports.stream_parts import StreamParts
+from modelir.v1 import content_pb2, logprobs_pb2, request_pb2, response_pb2, stream_pb2
 
-C = capabilities_pb2  # Capability values as the module's plain ints: a lookup on the enum wrapper costs ~0.4 us
 THOUGHT_SIGNATURE = content_pb2.REASONING_ARTIFACT_KIND_THOUGHT_SIGNATURE
 _FILTERED = {
     "SAFETY",
@@ -59,40 +70,34 @@ class GoogleGenAI(HttpTransport):
     def auth_headers(self, credential: str) -> dict[str, str]:
         return {"x-goog-api-key": credential} if credential else {}
 
-    def manifest(self) -> capabilities_pb2.CapabilityManifest:
-        return capabilities_pb2.CapabilityManifest(
-            transport=self.name,
-            transport_version=self.version,
-            capabilities=sorted(
-                [
-                    C.CAPABILITY_CHAT,
-                    C.CAPABILITY_SYSTEM_MESSAGES,
-                    C.CAPABILITY_IMAGE_INPUT,
-                    C.CAPABILITY_TOOLS,
-                    C.CAPABILITY_TOOL_CHOICE,
-                    C.CAPABILITY_REASONING,
-                    C.CAPABILITY_REASONING_BUDGET,
-                    C.CAPABILITY_SAMPLED_LOGPROBS,
-                    C.CAPABILITY_SAMPLED_TOKEN_IDS,
-                    C.CAPABILITY_TOP_K_LOGPROBS,
-                    C.CAPABILITY_CONSTRAINT_JSON_SCHEMA,
-                    C.CAPABILITY_STREAMING,
-                    C.CAPABILITY_MULTIPLE_CHOICES,
-                    C.CAPABILITY_TEMPERATURE,
-                    C.CAPABILITY_TOP_P,
-                    C.CAPABILITY_TOP_K_SAMPLING,
-                    C.CAPABILITY_MAX_OUTPUT_TOKENS,
-                    C.CAPABILITY_STOP_SEQUENCES,
-                    C.CAPABILITY_SEED,
-                    C.CAPABILITY_PRESENCE_FREQUENCY_PENALTIES,
-                    C.CAPABILITY_PROVIDER_OPTIONS,
-                ]
-            ),
-            limits=capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=8, max_stop_sequences=5),
-            provider_option_keys=PROVIDER_OPTION_KEYS,
-        )
+    capabilities = capability_set(
+        "CHAT",
+        "SYSTEM_MESSAGES",
+        "IMAGE_INPUT",
+        "TOOLS",
+        "TOOL_CHOICE",
+        "REASONING",
+        "REASONING_BUDGET",
+        "SAMPLED_LOGPROBS",
+        "SAMPLED_TOKEN_IDS",
+        "TOP_K_LOGPROBS",
+        "CONSTRAINT_JSON_SCHEMA",
+        "STREAMING",
+        "MULTIPLE_CHOICES",
+        "TEMPERATURE",
+        "TOP_P",
+        "TOP_K_SAMPLING",
+        "MAX_OUTPUT_TOKENS",
+        "STOP_SEQUENCES",
+        "SEED",
+        "PRESENCE_FREQUENCY_PENALTIES",
+        "PROVIDER_OPTIONS",
+    )
+    limits = frozen({"max_top_logprobs": 20, "max_choices": 8, "max_stop_sequences": 5})
+    provider_option_keys = PROVIDER_OPTION_KEYS
+    part_kinds = carries_every_kind()
 
-    def extra_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
+    def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []
         if request.HasField("reasoning") and request.reasoning.summary:
             reasons.append("Gemini returns thought summaries with reasoning.include_thoughts, not reasoning.summary.")
@@ -207,6 +212,7 @@ class GoogleGenAI(HttpTransport):
         out = response_pb2.Response(id=body.get("responseId") or "", model=body.get("modelVersion") or "")
         issuer = self.issuer(request)
         candidates = body.get("candidates") or []
+        facts = soft_errors.Facts()
         for position, candidate in enumerate(candidates):
             choice = out.choices.add(index=candidate.get("index", position))
             choice.message.role = content_pb2.ROLE_ASSISTANT
@@ -219,10 +225,11 @@ class GoogleGenAI(HttpTransport):
             _finish(choice, candidate.get("finishReason"))
             if candidate.get("logprobsResult"):
                 _logprobs(candidate["logprobsResult"], choice.logprobs)
-            elif request.HasField("logprobs") and choice.message.parts:
-                out.error.CopyFrom(common.missing_logprobs_error(choice.index))
+            elif choice.message.parts:
+                facts.lack_logprobs(choice.index)
         _blocked(body, out)
         _usage(body.get("usageMetadata"), out.usage)
+        soft_errors.settle(request, out, facts)
         return out
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
@@ -267,7 +274,7 @@ def _wire_part(part: content_pb2.Part) -> dict[str, Any]:
         wire = {"functionCall": {"name": call.name, "args": orjson.loads(call.arguments_json or "{}")}}
         if call.id:
             wire["functionCall"]["id"] = call.id
-    else:
+    elif kind == "tool_result":
         result = part.tool_result
         text = "".join(p.text for p in result.content if p.WhichOneof("content") == "text")
         try:
@@ -279,6 +286,8 @@ def _wire_part(part: content_pb2.Part) -> dict[str, Any]:
         wire = {"functionResponse": {"name": result.name, "response": response}}
         if result.tool_call_id:
             wire["functionResponse"]["id"] = result.tool_call_id
+    else:
+        raise content_kinds.NotCarriedError(GoogleGenAI.name, kind)
     for artifact in part.artifacts:
         # The signature goes back on the very part that carried it, spelled exactly as received.
         wire["thoughtSignature"] = artifact.data.decode()
@@ -402,7 +411,7 @@ class _GenAIStreamLifter(StreamLifter):
         self.request = request
         self.started = False
         self.issuer = transport.issuer(request)
-        self.parts: dict[int, list[str]] = {}  # candidate index -> kind of each part so far
+        self.parts = StreamParts()  # labelled with the kind of each part, to join runs of one kind
         self.signed: dict[int, set[int]] = {}  # candidate index -> parts that already carry a signature
         self.finishes: dict[int, str] = {}
         self.has_logprobs: set[int] = set()
@@ -422,7 +431,7 @@ class _GenAIStreamLifter(StreamLifter):
             )
         for position, candidate in enumerate(chunk.get("candidates") or ()):
             index = candidate.get("index", position)
-            kinds = self.parts.setdefault(index, [])
+            kinds = self.parts.labels(index)
             signed = self.signed.setdefault(index, set())
             for raw in (candidate.get("content") or {}).get("parts") or ():
                 out.extend(self._part_events(index, kinds, signed, raw))
@@ -448,8 +457,7 @@ class _GenAIStreamLifter(StreamLifter):
             return None
         delta = stream_pb2.PartDelta(choice_index=index)
         if pending is None:
-            delta.part_index = len(kinds)
-            kinds.append("call")
+            delta.part_index = self.parts.index(index, len(kinds), "call")
             delta.tool_call.id = call.get("id") or ""
             delta.tool_call.name = call.get("name") or ""
             pending = self.pending_calls[index] = {"part": delta.part_index, "args": {}}
@@ -482,11 +490,11 @@ class _GenAIStreamLifter(StreamLifter):
         if joinable and (text or not signature):
             part_index = len(kinds) - 1
         else:
-            part_index = len(kinds)
-            kinds.append(kind)
+            part_index = self.parts.index(index, len(kinds), kind)
         delta = stream_pb2.PartDelta(choice_index=index, part_index=part_index)
         if kind == "text" or (kind == "other" and signature):
             delta.text = text
+            self.parts.add_text(index, text)
         elif kind == "thought":
             delta.reasoning.text = text
         elif kind == "call":
@@ -506,16 +514,17 @@ class _GenAIStreamLifter(StreamLifter):
 
     def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
         end = stream_pb2.StreamEnd()
-        for index in sorted(self.parts):
+        choices = self.parts.choices()
+        for index in choices:
             choice = response_pb2.Choice()
-            for kind in self.parts[index]:
+            for kind in self.parts.labels(index):
                 if kind == "call":
                     choice.message.parts.add(tool_call=content_pb2.ToolCall())
             _finish(choice, self.finishes.get(index))
             end.finishes.add(
                 choice_index=index, finish_reason=choice.finish_reason, raw_finish_reason=choice.raw_finish_reason
             )
-        if self.block_reason and not self.parts:
+        if self.block_reason and not choices:
             end.finishes.add(
                 choice_index=0,
                 finish_reason=response_pb2.FINISH_REASON_CONTENT_FILTER,
@@ -526,12 +535,10 @@ class _GenAIStreamLifter(StreamLifter):
             end.ClearField("usage")
         for warning in dict.fromkeys(self.warnings):
             end.warnings.add(code="partial_args_unsupported_path", message=warning)
-        if interrupted or (self.parts and not self.finishes) or self.pending_calls:
+        facts = soft_errors.Facts()
+        if interrupted or (choices and not self.finishes) or self.pending_calls:
             # There is no [DONE]: a stream is complete when its candidates have said why they finished.
-            end.error.CopyFrom(common.truncated_error("the stream ended before a finishReason; the output is partial"))
-        elif self.request.HasField("logprobs"):
-            for index in sorted(self.parts):
-                if index not in self.has_logprobs and self.parts[index]:
-                    end.error.CopyFrom(common.missing_logprobs_error(index))
-                    break
+            facts.cut_short = "the stream ended before a finishReason; the output is partial"
+        facts.missing_logprobs = [i for i in choices if i not in self.has_logprobs and self.parts.labels(i)]
+        soft_errors.settle_stream(self.request, end, facts, self.parts.texts())
         return [stream_pb2.StreamEvent(end=end)]

@@ -1,7 +1,7 @@
 """llama.cpp `llama-server`: native `/completion` for raw prompts and token ids, `/v1/chat/completions` for
 conversations, `/tokenize` (with pieces) and `/detokenize`.
 
-Facts this follows (shared/wire/NOTES.md section 8 and the real recordings in shared/wire/llama_cpp): native
+Facts this follows (llama-server's README, https://github.com/ggml-org/llama.cpp/tree/master/tools/server): native
 `n_probs` logprobs are taken *before* sampling (softmax of raw logits; they ignore temperature and grammar, and the
 sampled token is often absent from the list), so they are reported with basis PRE_SAMPLING; `post_sampling_probs`
 (a provider option) renames them `prob`/`top_probs` (probabilities, possibly fewer than asked) and they are
@@ -19,20 +19,21 @@ from typing import Any
 import orjson
 
 from modelir import logprobs as lp
+from modelir import soft_errors
 from modelir.transports import _common as common
-from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
-from modelir.transports.openai_chat import OpenAIChat
-from modelir.v1 import (
-    capabilities_pb2,
-    content_pb2,
-    logprobs_pb2,
-    request_pb2,
-    response_pb2,
-    service_pb2,
-    stream_pb2,
+from modelir.transports.base import (
+    HttpRequest,
+    HttpResponse,
+    HttpTransport,
+    RawEvent,
+    StreamLifter,
+    capability_set,
+    frozen,
 )
+from modelir.transports.openai.chat import OpenAIChat
+from modelir.transports.stream_parts import StreamParts
+from modelir.v1 import content_pb2, logprobs_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
 
-C = capabilities_pb2  # Capability values as the module's plain ints: a lookup on the enum wrapper costs ~0.4 us
 STOP_TYPES = {
     "eos": response_pb2.FINISH_REASON_STOP,
     "limit": response_pb2.FINISH_REASON_LENGTH,
@@ -94,12 +95,11 @@ class _Chat(OpenAIChat):
     name = "llamacpp"
     path = "/v1/chat/completions"
 
-    def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
-        base = super().lower(request, stream=stream)
-        body = orjson.loads(base.body)
+    def body(self, request: request_pb2.Request, *, stream: bool) -> dict[str, Any]:
+        body = super().body(request, stream=stream)
         body.pop("response_format", None)  # llama.cpp takes the schema itself, like the native endpoint
         _sampling(request, body)
-        return HttpRequest(base.method, base.path, orjson.dumps(body), base.headers, base.stream_format)
+        return body
 
 
 class LlamaCpp(HttpTransport):
@@ -110,44 +110,38 @@ class LlamaCpp(HttpTransport):
         super().__init__(provider_model=provider_model)
         self._chat = _Chat(provider_model=provider_model)
 
-    def manifest(self) -> capabilities_pb2.CapabilityManifest:
-        return capabilities_pb2.CapabilityManifest(
-            transport=self.name,
-            transport_version=self.version,
-            capabilities=sorted(
-                [
-                    C.CAPABILITY_COMPLETION,
-                    C.CAPABILITY_CHAT,
-                    C.CAPABILITY_TOKEN_INPUT,
-                    C.CAPABILITY_SYSTEM_MESSAGES,
-                    C.CAPABILITY_SAMPLED_LOGPROBS,
-                    C.CAPABILITY_SAMPLED_TOKEN_IDS,
-                    C.CAPABILITY_TOP_K_LOGPROBS,
-                    C.CAPABILITY_CONSTRAINT_CHOICE,
-                    C.CAPABILITY_CONSTRAINT_JSON_SCHEMA,
-                    C.CAPABILITY_CONSTRAINT_GRAMMAR,
-                    C.CAPABILITY_TOKENIZE,
-                    C.CAPABILITY_STREAMING,
-                    C.CAPABILITY_TEMPERATURE,
-                    C.CAPABILITY_TOP_P,
-                    C.CAPABILITY_TOP_K_SAMPLING,
-                    C.CAPABILITY_MIN_P,
-                    C.CAPABILITY_MAX_OUTPUT_TOKENS,
-                    C.CAPABILITY_STOP_SEQUENCES,
-                    C.CAPABILITY_SEED,
-                    C.CAPABILITY_PRESENCE_FREQUENCY_PENALTIES,
-                    C.CAPABILITY_REPETITION_PENALTY,
-                    C.CAPABILITY_PROVIDER_OPTIONS,
-                ]
-            ),
-            # llama-server clamps larger n_probs silently; the manifest says where the honest limit is.
-            limits=capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=1),
-            grammar_dialects=[request_pb2.GRAMMAR_DIALECT_GBNF],
-            provider_option_keys=PROVIDER_OPTION_KEYS,
-            logprob_bases=[logprobs_pb2.LOGPROB_BASIS_PRE_SAMPLING, logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING],
-        )
+    capabilities = capability_set(
+        "COMPLETION",
+        "CHAT",
+        "TOKEN_INPUT",
+        "SYSTEM_MESSAGES",
+        "SAMPLED_LOGPROBS",
+        "SAMPLED_TOKEN_IDS",
+        "TOP_K_LOGPROBS",
+        "CONSTRAINT_CHOICE",
+        "CONSTRAINT_JSON_SCHEMA",
+        "CONSTRAINT_GRAMMAR",
+        "TOKENIZE",
+        "STREAMING",
+        "TEMPERATURE",
+        "TOP_P",
+        "TOP_K_SAMPLING",
+        "MIN_P",
+        "MAX_OUTPUT_TOKENS",
+        "STOP_SEQUENCES",
+        "SEED",
+        "PRESENCE_FREQUENCY_PENALTIES",
+        "REPETITION_PENALTY",
+        "PROVIDER_OPTIONS",
+    )
+    # llama-server clamps larger n_probs silently; the manifest says where the honest limit is.
+    limits = frozen({"max_top_logprobs": 20, "max_choices": 1})
+    grammar_dialects = ("GBNF",)
+    provider_option_keys = PROVIDER_OPTION_KEYS
+    logprob_bases = ("PRE_SAMPLING", "POST_SAMPLING")
+    part_kinds = OpenAIChat.part_kinds  # conversations go to the chat endpoint
 
-    def extra_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
+    def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []
         if request.WhichOneof("input") == "conversation":
             if request.logprobs.basis == logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING:
@@ -179,9 +173,6 @@ class LlamaCpp(HttpTransport):
 
     # ---- lift --------------------------------------------------------------------------------------
 
-    def error(self, response: HttpResponse):
-        return common.openai_error(response)
-
     def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
         if request.WhichOneof("input") == "conversation":
             return self._chat.lift(request, response)
@@ -192,12 +183,14 @@ class LlamaCpp(HttpTransport):
         choice.message.parts.add(text=body.get("content") or "")
         _finish(choice, body)
         probabilities = body.get("completion_probabilities")
+        facts = soft_errors.Facts()
         if request.HasField("logprobs"):
             if probabilities is None:
-                out.error.CopyFrom(common.missing_logprobs_error(0))
+                facts.lack_logprobs(0)
             else:
                 _columns(probabilities, request.logprobs.top_k, choice.logprobs)
         _usage_and_timing(body, out)
+        soft_errors.settle(request, out, facts)
         return out
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
@@ -308,6 +301,7 @@ class _CompletionStreamLifter(StreamLifter):
         self.started = False
         self.final: dict[str, Any] | None = None
         self.saw_probabilities = False
+        self.parts = StreamParts()
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
         data = common.parse_json(event.data, "stream event")
@@ -315,19 +309,20 @@ class _CompletionStreamLifter(StreamLifter):
         if not self.started:
             self.started = True
             out.append(stream_pb2.StreamEvent(start=stream_pb2.StreamStart(model=data.get("model") or "")))
-        delta = stream_pb2.PartDelta(text=data.get("content") or "")
+        delta = self.parts.delta(0, "text", text=data.get("content") or "")
         probabilities = data.get("completion_probabilities")
         if probabilities is not None:
             self.saw_probabilities = True
             if self.request.HasField("logprobs") and probabilities:
-                _columns(probabilities, self.request.logprobs.top_k, delta.logprobs)
-        out.append(stream_pb2.StreamEvent(delta=delta))
+                _columns(probabilities, self.request.logprobs.top_k, delta.delta.logprobs)
+        out.append(delta)
         if data.get("stop"):
             self.final = data
         return out
 
     def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
         end = stream_pb2.StreamEnd()
+        facts = soft_errors.Facts()
         if self.final is not None:
             settled = response_pb2.Response()
             choice = settled.choices.add()
@@ -343,11 +338,10 @@ class _CompletionStreamLifter(StreamLifter):
             end.model = self.final.get("model") or ""  # only the last event names the model
             if settled.HasField("timing"):
                 end.timing.CopyFrom(settled.timing)
-            if self.request.HasField("logprobs") and not self.saw_probabilities:
-                end.error.CopyFrom(common.missing_logprobs_error(0))
+            if not self.saw_probabilities:
+                facts.lack_logprobs(0)
         else:
             end.finishes.add(choice_index=0)
-            end.error.CopyFrom(
-                common.truncated_error("the stream ended before its final (stop) event; the output is partial")
-            )
+            facts.cut_short = "the stream ended before its final (stop) event; the output is partial"
+        soft_errors.settle_stream(self.request, end, facts, self.parts.texts())
         return [stream_pb2.StreamEvent(end=end)]

@@ -1,6 +1,7 @@
 """Ollama's native API: `/api/chat` for conversations, `/api/generate` (raw mode) for prompts and FIM.
 
-Facts this follows (shared/wire/NOTES.md section 9): `options` holds the sampling controls (`num_predict` is the
+Facts this follows (Ollama's API reference, https://github.com/ollama/ollama/blob/main/docs/api.md):
+`options` holds the sampling controls (`num_predict` is the
 output limit); `format` takes a JSON schema; `think` turns thinking on (a level string where the model has
 levels) and the thinking comes back in `message.thinking` (chat) or `thinking` (generate); tool-call arguments
 are a JSON *object*; streams are NDJSON (one object a line, no `[DONE]`, the last line has `done: true`, and a
@@ -18,13 +19,20 @@ from typing import Any
 
 import orjson
 
-from modelir import errors
+from modelir import content_kinds, soft_errors
 from modelir import logprobs as lp
 from modelir.transports import _common as common
-from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter, error_for_status
-from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, request_pb2, response_pb2, stream_pb2
+from modelir.transports.base import (
+    HttpRequest,
+    HttpResponse,
+    HttpTransport,
+    RawEvent,
+    StreamLifter,
+    capability_set,
+    frozen,
+)
+from modelir.v1 import content_pb2, request_pb2, response_pb2, stream_pb2
 
-C = capabilities_pb2  # Capability values as the module's plain ints: a lookup on the enum wrapper costs ~0.4 us
 JSON_HEADERS = (("content-type", "application/json"),)
 DONE_REASONS = {"stop": response_pb2.FINISH_REASON_STOP, "length": response_pb2.FINISH_REASON_LENGTH}
 _EFFORT = {
@@ -47,42 +55,44 @@ class Ollama(HttpTransport):
     name = "ollama"
     version = "1.0.0"
 
-    def manifest(self) -> capabilities_pb2.CapabilityManifest:
-        return capabilities_pb2.CapabilityManifest(
-            transport=self.name,
-            transport_version=self.version,
-            capabilities=sorted(
-                [
-                    C.CAPABILITY_COMPLETION,
-                    C.CAPABILITY_CHAT,
-                    C.CAPABILITY_SYSTEM_MESSAGES,
-                    C.CAPABILITY_IMAGE_INPUT,
-                    C.CAPABILITY_TOOLS,
-                    C.CAPABILITY_REASONING,
-                    C.CAPABILITY_REASONING_EFFORT,
-                    C.CAPABILITY_FIM,
-                    C.CAPABILITY_SAMPLED_LOGPROBS,
-                    C.CAPABILITY_TOP_K_LOGPROBS,
-                    C.CAPABILITY_CONSTRAINT_CHOICE,
-                    C.CAPABILITY_CONSTRAINT_JSON_SCHEMA,
-                    C.CAPABILITY_STREAMING,
-                    C.CAPABILITY_TEMPERATURE,
-                    C.CAPABILITY_TOP_P,
-                    C.CAPABILITY_TOP_K_SAMPLING,
-                    C.CAPABILITY_MIN_P,
-                    C.CAPABILITY_MAX_OUTPUT_TOKENS,
-                    C.CAPABILITY_STOP_SEQUENCES,
-                    C.CAPABILITY_SEED,
-                    C.CAPABILITY_PRESENCE_FREQUENCY_PENALTIES,
-                    C.CAPABILITY_REPETITION_PENALTY,
-                    C.CAPABILITY_PROVIDER_OPTIONS,
-                ]
-            ),
-            limits=capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=1),
-            provider_option_keys=PROVIDER_OPTION_KEYS,
-        )
+    capabilities = capability_set(
+        "COMPLETION",
+        "CHAT",
+        "SYSTEM_MESSAGES",
+        "IMAGE_INPUT",
+        "TOOLS",
+        "REASONING",
+        "REASONING_EFFORT",
+        "FIM",
+        "SAMPLED_LOGPROBS",
+        "TOP_K_LOGPROBS",
+        "CONSTRAINT_CHOICE",
+        "CONSTRAINT_JSON_SCHEMA",
+        "STREAMING",
+        "TEMPERATURE",
+        "TOP_P",
+        "TOP_K_SAMPLING",
+        "MIN_P",
+        "MAX_OUTPUT_TOKENS",
+        "STOP_SEQUENCES",
+        "SEED",
+        "PRESENCE_FREQUENCY_PENALTIES",
+        "REPETITION_PENALTY",
+        "PROVIDER_OPTIONS",
+    )
+    limits = frozen({"max_top_logprobs": 20, "max_choices": 1})
+    provider_option_keys = PROVIDER_OPTION_KEYS
+    part_kinds = frozen(
+        {
+            "text": content_kinds.CARRIED,
+            "blob": content_kinds.CARRIED,
+            "tool_call": content_kinds.CARRIED,
+            "tool_result": content_kinds.CARRIED,
+            "reasoning": content_kinds.CARRIED,  # as `thinking` text; artifacts are refused below
+        }
+    )
 
-    def extra_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
+    def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []
         if request.HasField("reasoning"):
             if request.reasoning.summary:
@@ -161,16 +171,6 @@ class Ollama(HttpTransport):
 
     # ---- lift --------------------------------------------------------------------------------------
 
-    def error(self, response: HttpResponse) -> errors.ModelError:
-        """`{"error": "message"}`."""
-        try:
-            body = orjson.loads(response.body)
-        except orjson.JSONDecodeError:
-            body = None
-        if isinstance(body, dict) and isinstance(body.get("error"), str):
-            return error_for_status(response, body["error"])
-        return error_for_status(response, response.body.decode("utf-8", "replace")[:2000])
-
     def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
         body = common.parse_json(response.body, "response body")
         out = response_pb2.Response(model=body.get("model") or "")
@@ -184,11 +184,13 @@ class Ollama(HttpTransport):
         choice.message.parts.add(text=_unwrap(request, text or ""))
         for call in message.get("tool_calls") or body.get("tool_calls") or ():
             choice.message.parts.append(_call_part(call))
+        facts = soft_errors.Facts()
         if body.get("logprobs"):
             lp.from_openai_content(body["logprobs"], into=choice.logprobs)
-        elif request.HasField("logprobs"):
-            out.error.CopyFrom(common.missing_logprobs_error(0))
-        _settle(request, body, choice, out)
+        else:
+            facts.lack_logprobs(0)
+        _settle(body, choice, out)
+        soft_errors.settle(request, out, facts)
         return out
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
@@ -265,9 +267,7 @@ def _call_part(call: dict[str, Any]) -> content_pb2.Part:
     )
 
 
-def _settle(
-    request: request_pb2.Request, body: dict[str, Any], choice: response_pb2.Choice, out: response_pb2.Response
-) -> None:
+def _settle(body: dict[str, Any], choice: response_pb2.Choice, out: response_pb2.Response) -> None:
     """The final object's finish reason, usage and provider timings."""
     reason = body.get("done_reason") or ""
     choice.raw_finish_reason = reason
@@ -284,16 +284,6 @@ def _settle(
         out.timing.provider_input_duration.FromNanoseconds(body["prompt_eval_duration"])
     if body.get("eval_duration") is not None:
         out.timing.provider_output_duration.FromNanoseconds(body["eval_duration"])
-    if not out.HasField("error"):
-        text = "".join(p.text for p in choice.message.parts if p.WhichOneof("content") == "text")
-        if request.constraint.WhichOneof("kind") == "choice" and text not in request.constraint.choice.labels:
-            out.error.CopyFrom(
-                errors_pb2.ResponseError(
-                    reason=errors_pb2.ERROR_REASON_CONSTRAINT_VIOLATED, message="the reply is not one of the labels"
-                )
-            )
-        elif error := common.constraint_error(request, text):
-            out.error.CopyFrom(error)
 
 
 class _NdjsonStreamLifter(StreamLifter):
@@ -304,7 +294,7 @@ class _NdjsonStreamLifter(StreamLifter):
         self.request = request
         self.started = False
         self.final: dict[str, Any] | None = None
-        self.error: errors_pb2.ResponseError | None = None
+        self.error: Any = None
         self.thinking_part: int | None = None
         self.text_part: int | None = None
         self.texts: list[str] = []
@@ -322,9 +312,7 @@ class _NdjsonStreamLifter(StreamLifter):
         data = common.parse_json(event.data, "stream line")
         out: list[stream_pb2.StreamEvent] = []
         if isinstance(data.get("error"), str):
-            self.error = errors_pb2.ResponseError(
-                reason=errors_pb2.ERROR_REASON_PROVIDER_UNAVAILABLE, message=data["error"]
-            )
+            self.error = soft_errors.provider_error(data["error"])
             return out
         if not self.started:
             self.started = True
@@ -377,29 +365,29 @@ class _NdjsonStreamLifter(StreamLifter):
                 )
             )
         end = stream_pb2.StreamEnd()
+        facts = soft_errors.Facts()
+        settled = response_pb2.Response()
         if self.final is not None:
-            settled = response_pb2.Response()
             choice = settled.choices.add()
             if self.thinking_part is not None:
                 choice.message.parts.add().reasoning.SetInParent()
             choice.message.parts.add(text=full)
             choice.message.parts.extend(_call_part(c) for c in self.calls)
-            if self.request.HasField("logprobs") and not self.saw_logprobs:
-                settled.error.CopyFrom(common.missing_logprobs_error(0))
-            _settle(self.request, self.final, choice, settled)
+            if not self.saw_logprobs:
+                facts.lack_logprobs(0)
+            _settle(self.final, choice, settled)
             end.finishes.add(
                 choice_index=0, finish_reason=choice.finish_reason, raw_finish_reason=choice.raw_finish_reason
             )
             end.usage.CopyFrom(settled.usage)
             if settled.HasField("timing"):
                 end.timing.CopyFrom(settled.timing)
-            if settled.HasField("error"):
-                end.error.CopyFrom(settled.error)
         else:
             end.finishes.add(choice_index=0)
-        if self.error is not None:
-            end.error.CopyFrom(self.error)
-        elif self.final is None:
-            end.error.CopyFrom(common.truncated_error("the stream ended before its done line; the output is partial"))
+            facts.cut_short = "the stream ended before its done line; the output is partial"
+        facts.provider_error = self.error
+        soft_errors.settle(self.request, settled, facts)
+        if settled.HasField("error"):
+            end.error.CopyFrom(settled.error)
         out.append(stream_pb2.StreamEvent(end=end))
         return out

@@ -1,9 +1,10 @@
-"""A typed decoder for OpenAI chat completion bodies (msgspec), for the unary lift's hot path.
+"""Typed (msgspec) decoders for OpenAI chat completion and Responses bodies: the one unary lift of each wire.
 
 Decoding straight into typed structs never builds the generic dicts, which is most of the cost of a
 logprob-heavy body (2,000 tokens with 20 alternatives each is about 3 MB of JSON and 40,000 small objects).
-The structs accept every shape the generic path accepts; a body that does not fit them raises
-`msgspec.ValidationError` and the caller falls back to the generic path, so nothing is lost.
+A body that does not fit them raises `msgspec.ValidationError`, which the lifts report as a typed
+`MalformedResponseError` naming the field. Responses output items are decoded one by one, so an item of a type
+these structs do not know is reported as a warning and the rest is still lifted.
 """
 
 from __future__ import annotations
@@ -69,8 +70,7 @@ class ChatCompletion(msgspec.Struct):
     prompt_token_ids: list[int] | None = None  # vLLM
 
 
-# The Responses API: output items are tagged by `type`; an item of a type not listed here makes the typed decode
-# fail and the generic path take over (which lifts what it knows and warns about the rest).
+# The Responses API: output items are tagged by `type`; each is decoded on its own (see `output_items`).
 class SummaryText(msgspec.Struct):
     text: str = ""
 
@@ -110,14 +110,29 @@ class ResponseObject(msgspec.Struct):
     id: str | None = None
     model: str | None = None
     status: str | None = None
-    output: list[ReasoningItem | MessageItem | FunctionCallItem] | None = None
+    output: list[msgspec.Raw] | None = None
     usage: dict | None = None
     error: dict | None = None
     incomplete_details: IncompleteDetails | None = None
 
 
+class _ItemType(msgspec.Struct):
+    type: str | None = None
+
+
 CHAT_DECODER = msgspec.json.Decoder(ChatCompletion)
 RESPONSE_DECODER = msgspec.json.Decoder(ResponseObject)
+_ITEM_TYPE = msgspec.json.Decoder(_ItemType)
+_ITEM = msgspec.json.Decoder(ReasoningItem | MessageItem | FunctionCallItem)
+KNOWN_ITEM_TYPES = frozenset({"reasoning", "message", "function_call"})
+
+
+def output_item(raw: msgspec.Raw) -> ReasoningItem | MessageItem | FunctionCallItem | str:
+    """One output item, typed; or the type name of an item these structs do not know."""
+    kind = _ITEM_TYPE.decode(raw).type
+    if kind not in KNOWN_ITEM_TYPES:
+        return str(kind)
+    return _ITEM.decode(raw)
 
 
 def _joined(pieces: list) -> tuple[bytes, list[int]]:
@@ -152,3 +167,12 @@ def columns(entries: list[LogprobEntry], out: logprobs_pb2.TokenLogprobs | None 
         out.top_token_bytes, top_offsets = _joined(top_pieces)
         out.top_token_byte_offsets.extend(top_offsets)
     return out
+
+
+class ResponseEvent(msgspec.Struct):
+    """The envelope of `response.completed`, `response.incomplete` and `response.failed` stream events."""
+
+    response: ResponseObject | None = None
+
+
+RESPONSE_EVENT_DECODER = msgspec.json.Decoder(ResponseEvent)

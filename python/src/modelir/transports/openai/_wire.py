@@ -1,0 +1,103 @@
+"""What the OpenAI wires (chat, Responses, completions) and their compatible engines share: tables, blobs, usage.
+
+From OpenAI's API reference (https://platform.openai.com/docs/api-reference): reasoning effort and tool-choice
+mode names, data URLs for inline images, function tools, finish reasons, and usage whose cached and reasoning
+counts sit inside the totals, as in the IR.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from modelir.transports import _common as common
+from modelir.transports.base import HttpRequest
+from modelir.v1 import content_pb2, request_pb2, response_pb2
+
+EFFORTS = {
+    request_pb2.REASONING_EFFORT_NONE: "none",
+    request_pb2.REASONING_EFFORT_MINIMAL: "minimal",
+    request_pb2.REASONING_EFFORT_LOW: "low",
+    request_pb2.REASONING_EFFORT_MEDIUM: "medium",
+    request_pb2.REASONING_EFFORT_HIGH: "high",
+}
+TOOL_CHOICE_MODES = {
+    request_pb2.TOOL_CHOICE_MODE_AUTO: "auto",
+    request_pb2.TOOL_CHOICE_MODE_NONE: "none",
+    request_pb2.TOOL_CHOICE_MODE_REQUIRED: "required",
+}
+FINISH_REASONS = {
+    "stop": response_pb2.FINISH_REASON_STOP,
+    "length": response_pb2.FINISH_REASON_LENGTH,
+    "tool_calls": response_pb2.FINISH_REASON_TOOL_CALLS,
+    "function_call": response_pb2.FINISH_REASON_TOOL_CALLS,
+    "content_filter": response_pb2.FINISH_REASON_CONTENT_FILTER,
+}
+JSON_HEADERS = (("content-type", "application/json"),)
+
+
+def finish_reason(raw: str | None) -> int:
+    if raw is None:
+        return response_pb2.FINISH_REASON_UNSPECIFIED
+    return FINISH_REASONS.get(raw, response_pb2.FINISH_REASON_OTHER)
+
+
+def json_request(path: str, body: dict[str, Any], *, stream: bool) -> HttpRequest:
+    """A POST of a JSON body; streamed answers are SSE on every OpenAI wire."""
+    return HttpRequest("POST", path, orjson.dumps(body), JSON_HEADERS, "sse" if stream else None)
+
+
+def tool_choice(request: request_pb2.Request, named: Any) -> Any:
+    """The native `tool_choice`: a mode name, or `named(tool_name)` for a named tool; None when unset."""
+    choice = request.tool_choice.WhichOneof("choice")
+    if choice == "mode":
+        return TOOL_CHOICE_MODES[request.tool_choice.mode]
+    if choice == "tool_name":
+        return named(request.tool_choice.tool_name)
+    return None
+
+
+def function_tool(tool: request_pb2.Tool) -> dict[str, Any]:
+    """A function tool's fields (chat nests them under `function`, Responses puts them beside `type`)."""
+    function: dict[str, Any] = {"name": tool.name, "parameters": common.json_object(tool.parameters_json_schema)}
+    if tool.description:
+        function["description"] = tool.description
+    if tool.strict:
+        function["strict"] = True
+    return function
+
+
+def json_schema_format(schema: request_pb2.JsonSchema) -> dict[str, Any]:
+    """The `json_schema` format's fields: name, schema and strictness."""
+    spec: dict[str, Any] = {"name": schema.name or "output", "schema": orjson.loads(schema.schema_json)}
+    if schema.strict:
+        spec["strict"] = True
+    return spec
+
+
+def blob_url(blob: content_pb2.Blob) -> str:
+    """The blob's URI, or the data as a `data:` URL."""
+    if blob.WhichOneof("source") == "uri":
+        return blob.uri
+    return f"data:{blob.mime_type};base64,{base64.b64encode(blob.data).decode()}"
+
+
+def usage_from(raw: Mapping[str, Any] | None, usage: response_pb2.Usage, *, input_key: str, output_key: str) -> None:
+    """OpenAI's counts already follow the IR's meaning: cached and reasoning tokens sit inside the totals."""
+    if not raw:
+        return
+    if (value := raw.get(input_key)) is not None:
+        usage.input_token_count = value
+    if (value := raw.get(output_key)) is not None:
+        usage.output_token_count = value
+    input_details = raw.get("prompt_tokens_details") or raw.get("input_tokens_details") or {}
+    output_details = raw.get("completion_tokens_details") or raw.get("output_tokens_details") or {}
+    if (value := input_details.get("cached_tokens")) is not None:
+        usage.cache_read_token_count = value
+    if (value := input_details.get("cache_write_tokens")) is not None:
+        usage.cache_write_token_count = value
+    if (value := output_details.get("reasoning_tokens")) is not None:
+        usage.reasoning_token_count = value

@@ -1,0 +1,313 @@
+"""OpenAI legacy Completions (`POST /completions`): raw prompts, `logprobs: int`, `suffix` for FIM.
+
+From OpenAI's reference (https://platform.openai.com/docs/api-reference/completions): the
+logprob object is four parallel arrays (`tokens`,
+`token_logprobs`, `top_logprobs` as dicts keyed by token string, which collapse duplicates, and `text_offset` in
+characters from the start of the prompt); the last stream chunk carries empty arrays; there are no token bytes.
+Input scoring by `echo` is a manifest choice: OpenAI rejects echo with logprobs on current models, so this
+manifest does not claim it; the vLLM transport (which shares this code) does.
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+from typing import Any
+
+from modelir import soft_errors
+from modelir.transports import _common as common
+from modelir.transports.base import (
+    HttpRequest,
+    HttpResponse,
+    HttpTransport,
+    RawEvent,
+    StreamLifter,
+    capability_set,
+    frozen,
+    takes_no_conversations,
+)
+from modelir.transports.openai import _wire as wire
+from modelir.transports.stream_parts import StreamParts
+from modelir.v1 import content_pb2, logprobs_pb2, request_pb2, response_pb2, stream_pb2
+
+PROVIDER_OPTION_KEYS = ("best_of", "logit_bias", "user")
+
+
+class OpenAICompletions(HttpTransport):
+    name = "openai_completions"
+    version = "1.0.0"
+    path = "/completions"
+    capabilities = capability_set(
+        "COMPLETION",
+        "TOKEN_INPUT",
+        "FIM",
+        "SAMPLED_LOGPROBS",
+        "TOP_K_LOGPROBS",
+        "STREAMING",
+        "MULTIPLE_CHOICES",
+        "TEMPERATURE",
+        "TOP_P",
+        "MAX_OUTPUT_TOKENS",
+        "STOP_SEQUENCES",
+        "SEED",
+        "PRESENCE_FREQUENCY_PENALTIES",
+        "PROVIDER_OPTIONS",
+    )
+    limits = frozen({"max_top_logprobs": 5, "max_choices": 128, "max_stop_sequences": 4})  # OpenAI caps `logprobs` at 5
+    provider_option_keys = PROVIDER_OPTION_KEYS
+    part_kinds = takes_no_conversations("OpenAI completions")
+
+    def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
+        reasons = []
+        if request.HasField("input_scoring") and request.WhichOneof("input") == "token_ids":
+            reasons.append("Input scoring by echo locates the scored span by text offsets, so it needs text input.")
+        if request.HasField("input_scoring") and streaming:
+            reasons.append("Input scoring by echo is available on unary calls only, not on streams.")
+        return reasons
+
+    # ---- lower -------------------------------------------------------------------------------------
+
+    def body(self, request: request_pb2.Request, *, stream: bool) -> dict[str, Any]:
+        if request.WhichOneof("input") == "token_ids":
+            prompt: Any = list(request.token_ids.ids)
+        else:
+            prompt = request.prompt + _continuation(request)
+        body: dict[str, Any] = {"model": self.model_for(request), "prompt": prompt}
+        s = request.sampling
+        common.copy_sampling(
+            s,
+            (
+                ("temperature", "temperature"),
+                ("top_p", "top_p"),
+                ("max_output_tokens", "max_tokens"),
+                ("seed", "seed"),
+                ("presence_penalty", "presence_penalty"),
+                ("frequency_penalty", "frequency_penalty"),
+            ),
+            body,
+        )
+        if s.stop:
+            body["stop"] = list(s.stop)
+        if s.choice_count > 1:
+            body["n"] = s.choice_count
+        if request.HasField("fim"):
+            body["suffix"] = request.fim.suffix
+        top_k = max(request.logprobs.top_k, request.input_scoring.top_k)
+        if request.HasField("logprobs") or request.HasField("input_scoring"):
+            body["logprobs"] = top_k
+        if request.HasField("input_scoring"):
+            body["echo"] = True
+        if stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        body.update(common.provider_options(request))
+        return body
+
+    def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
+        return wire.json_request(self.path, self.body(request, stream=stream), stream=stream)
+
+    # ---- lift --------------------------------------------------------------------------------------
+
+    def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
+        body = common.parse_json(response.body, "response body")
+        out = response_pb2.Response(id=body.get("id") or "", model=body.get("model") or "")
+        prompt_count = (body.get("usage") or {}).get("prompt_tokens")
+        facts = soft_errors.Facts()
+        for raw in body.get("choices") or ():
+            choice = out.choices.add(index=raw.get("index", 0))
+            choice.message.role = content_pb2.ROLE_ASSISTANT
+            text = raw.get("text") or ""
+            logprobs = raw.get("logprobs")
+            if request.HasField("input_scoring") and choice.index == 0:
+                text, logprobs = self._split_echo(request, out, text, logprobs, prompt_count)
+            elif request.HasField("input_scoring"):  # every choice echoes the same prompt
+                text, logprobs = self._strip_echo(request, text, logprobs, prompt_count)
+            choice.message.parts.add(text=text)
+            self.lift_finish(raw, choice)
+            if logprobs and logprobs.get("tokens"):
+                if request.HasField("logprobs"):
+                    self.columns(logprobs, out=choice.logprobs)
+            elif logprobs is None:
+                facts.lack_logprobs(choice.index)
+        wire.usage_from(body.get("usage"), out.usage, input_key="prompt_tokens", output_key="completion_tokens")
+        self.lift_extras(request, body, out)
+        if not out.HasField("input_scores"):
+            facts.missing_input_scores = "the provider returned no prompt logprobs"
+        soft_errors.settle(request, out, facts)
+        return out
+
+    def lift_finish(self, raw: dict[str, Any], choice: response_pb2.Choice) -> None:
+        raw_reason = raw.get("finish_reason")
+        choice.raw_finish_reason = raw_reason or ""
+        choice.finish_reason = wire.finish_reason(raw_reason)
+
+    def lift_extras(self, request: request_pb2.Request, body: dict[str, Any], out: response_pb2.Response) -> None:
+        """Provider extensions beyond OpenAI's shape (none for OpenAI itself)."""
+
+    def logprob_value(self, value: float | None) -> float:
+        """A logprob as sent. None (a position with no logprob) becomes NaN, never zero."""
+        return float("nan") if value is None else float(value)
+
+    def token_id(self, token: str) -> int | None:
+        """The token id a token string carries, for servers that can spell tokens as ids (vLLM)."""
+        return None
+
+    def columns(
+        self, logprobs: dict[str, Any], start: int = 0, out: logprobs_pb2.TokenLogprobs | None = None
+    ) -> logprobs_pb2.TokenLogprobs:
+        """The parallel arrays -> columnar logprobs. No bytes: this wire has none.
+
+        Columns go to `extend` whole; values are only rewritten (None -> NaN, engine clamps -> -inf) when the
+        column holds such a value, which keeps the common case free of per-value Python calls.
+        """
+        tokens = logprobs["tokens"][start:]
+        tops = [t or {} for t in (logprobs.get("top_logprobs") or [None] * len(tokens))[start:]]
+        if out is None:
+            out = logprobs_pb2.TokenLogprobs()
+        out.tokens.extend(tokens)
+        self.fill_logprobs(out.logprobs, logprobs["token_logprobs"][start:])
+        if self.spells_token_ids(tokens):
+            out.token_ids.extend([self.token_id(t) for t in tokens])
+        if any(tops):
+            # chain/map iterate in C: no Python-level loop over the tens of thousands of alternatives.
+            keys = list(chain.from_iterable(tops))
+            out.top_counts.extend(list(map(len, tops)))
+            out.top_tokens.extend(keys)
+            self.fill_logprobs(out.top_logprobs, list(chain.from_iterable(map(dict.values, tops))))
+            if self.spells_token_ids(keys):
+                out.top_token_ids.extend([self.token_id(k) for k in keys])
+        return out
+
+    def fill_logprobs(self, column, values: list[float | None]) -> None:
+        """Extend a logprob column with `values` as sent; a None (no logprob there) becomes NaN, never zero."""
+        try:
+            column.extend(values)  # all or nothing: a None raises before anything is appended
+        except TypeError:
+            column.extend([self.logprob_value(v) for v in values])
+
+    def spells_token_ids(self, tokens: list[str]) -> bool:
+        """Whether every token is spelled as an id (only servers that can do so override this)."""
+        return False
+
+    def _split_echo(self, request, out, text, logprobs, prompt_count):
+        """With echo, the text and arrays start with the prompt: score the requested span, keep the rest.
+
+        The scored span is located by `text_offset` (characters from the start of the prompt), never by
+        re-tokenizing. A token that straddles the context/continuation boundary belongs to the continuation.
+        """
+        prompt = request.prompt + _continuation(request)
+        if not text.startswith(prompt):
+            out.warnings.add(code="echo_mismatch", message="the echoed text does not start with the prompt")
+        generated = text[len(prompt) :]
+        if not logprobs or not logprobs.get("tokens"):
+            return generated, None
+        offsets = logprobs.get("text_offset") or []
+        tokens = logprobs["tokens"]
+        n_prompt = prompt_count if prompt_count is not None else sum(1 for o in offsets if o < len(prompt))
+        boundary = len(request.prompt) if _continuation(request) else 0
+        first = next((i for i in range(n_prompt) if offsets[i] + len(tokens[i]) > boundary), n_prompt)
+        unscored = 0
+        if not _continuation(request) or first == 0:
+            while first < n_prompt and logprobs["token_logprobs"][first] is None:
+                first += 1
+                unscored += 1
+        scored = self.columns(
+            {k: v[:n_prompt] for k, v in logprobs.items() if isinstance(v, list)},
+            start=first,
+        )
+        span_text = "".join(tokens[first:n_prompt])
+        if first < n_prompt and offsets[first] < boundary:
+            out.warnings.add(
+                code="scoring_token_straddles_boundary",
+                message="the first scored token also covers the end of the context",
+            )
+            span_text = prompt[offsets[first] :]
+        scores = out.input_scores
+        scores.tokens.CopyFrom(scored)
+        scores.logprob_sum = float(sum(scored.logprobs))
+        scores.token_count = len(scored.logprobs)
+        scores.byte_count = len(span_text.encode())
+        scores.char_count = len(span_text)
+        scores.unscored_token_count = unscored
+        scores.span_start_byte = len(prompt[: offsets[first]].encode()) if first < n_prompt else len(prompt.encode())
+        rest = {k: v[n_prompt:] for k, v in logprobs.items() if isinstance(v, list)}
+        return generated, rest
+
+    def _strip_echo(self, request, text, logprobs, prompt_count):
+        prompt = request.prompt + _continuation(request)
+        n_prompt = prompt_count or 0
+        rest = {k: v[n_prompt:] for k, v in logprobs.items() if isinstance(v, list)} if logprobs else None
+        return text[len(prompt) :], rest
+
+    def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
+        return _CompletionsStreamLifter(self, request)
+
+
+def _continuation(request: request_pb2.Request) -> str:
+    if request.HasField("input_scoring") and request.input_scoring.WhichOneof("continuation") == "continuation_text":
+        return request.input_scoring.continuation_text
+    return ""
+
+
+class _CompletionsStreamLifter(StreamLifter):
+    def __init__(self, transport: OpenAICompletions, request: request_pb2.Request) -> None:
+        self.transport = transport
+        self.request = request
+        self.started = False
+        self.done = False
+        self.finishes: dict[int, dict[str, Any]] = {}
+        self.has_logprobs: set[int] = set()
+        self.usage = response_pb2.Usage()
+        self.parts = StreamParts()
+        self.facts = soft_errors.Facts()
+
+    def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
+        if event.data.strip() == b"[DONE]":
+            self.done = True
+            return []
+        chunk = common.parse_json(event.data, "stream chunk")
+        out = []
+        if isinstance(chunk.get("error"), dict):
+            self.facts.provider_error = soft_errors.provider_error(
+                str(chunk["error"].get("message") or "the provider reported an error mid-stream")
+            )
+            return out
+        if not self.started and chunk.get("id"):
+            self.started = True
+            out.append(
+                stream_pb2.StreamEvent(start=stream_pb2.StreamStart(id=chunk["id"], model=chunk.get("model") or ""))
+            )
+        for raw in chunk.get("choices") or ():
+            index = raw.get("index", 0)
+            self.finishes.setdefault(index, {})
+            event_out = self.parts.delta(index, "text", text=raw.get("text") or "")
+            logprobs = raw.get("logprobs")
+            if logprobs is not None:
+                self.has_logprobs.add(index)
+                if logprobs.get("tokens"):
+                    self.transport.columns(logprobs, out=event_out.delta.logprobs)
+            out.append(event_out)
+            if raw.get("finish_reason") is not None:
+                self.finishes[index] = raw
+        if chunk.get("usage"):
+            wire.usage_from(chunk["usage"], self.usage, input_key="prompt_tokens", output_key="completion_tokens")
+        return out
+
+    def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
+        end = stream_pb2.StreamEnd()
+        if self.usage.ListFields():
+            end.usage.CopyFrom(self.usage)
+        for index in sorted(self.finishes):
+            choice = response_pb2.Choice()
+            if self.finishes[index]:
+                self.transport.lift_finish(self.finishes[index], choice)
+            end.finishes.add(
+                choice_index=index,
+                finish_reason=choice.finish_reason,
+                raw_finish_reason=choice.raw_finish_reason,
+                stop_sequence=choice.stop_sequence,
+            )
+        if interrupted or not self.done:
+            self.facts.cut_short = "the stream ended before [DONE]; the output is partial"
+        self.facts.missing_logprobs = [i for i in self.finishes if i not in self.has_logprobs]
+        soft_errors.settle_stream(self.request, end, self.facts, self.parts.texts())
+        return [stream_pb2.StreamEvent(end=end)]
