@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from functools import reduce
 from itertools import accumulate, chain
 from operator import iadd, itemgetter
+from typing import Any
 
 from modelir.v1 import logprobs_pb2
 
@@ -79,37 +80,94 @@ _TOPS = itemgetter("top_logprobs")
 _BYTES = itemgetter("bytes")
 
 
+def joined(pieces: Sequence[bytes | list[int]]) -> tuple[bytes, list[int]]:
+    """Pieces of bytes (bytes, or lists of byte values as JSON gives them) concatenated, with their start offsets.
+
+    Byte lists are packed with `reduce(iadd)`, which extends one list by each piece in C before one `bytes()`:
+    much faster than a `bytes()` call per token or iterating a chain.
+    """
+    try:
+        blob = b"".join(pieces)  # type: ignore[arg-type]  # lists raise at once and take the next line
+    except TypeError:
+        blob = bytes(reduce(iadd, pieces, []))  # type: ignore[arg-type]
+    offsets = list(accumulate(map(len, pieces), initial=0))
+    offsets.pop()  # the end of the last piece
+    return blob, offsets
+
+
+def _floats(column: Any, values: Sequence[float | None]) -> None:
+    """Extend a logprob column; a None (a position without a logprob) becomes NaN, never zero."""
+    try:
+        column.extend(values)  # all or nothing: a None raises before anything is appended
+    except TypeError:
+        column.extend([math.nan if v is None else v for v in values])
+
+
+def columns(
+    out: TokenLogprobs | None = None,
+    *,
+    tokens: Sequence[str],
+    logprobs: Sequence[float | None],
+    token_ids: Sequence[int] | None = None,
+    token_bytes: tuple[bytes, list[int]] | None = None,
+    top_counts: Sequence[int] | None = None,
+    top_tokens: Sequence[str] = (),
+    top_logprobs: Sequence[float | None] = (),
+    top_token_ids: Sequence[int] | None = None,
+    top_token_bytes: tuple[bytes, list[int]] | None = None,
+    basis: int = 0,
+) -> TokenLogprobs:
+    """The one builder of columnar logprobs: every wire extracts its columns and hands them here, whole.
+
+    `token_ids`, `token_bytes` (the joined bytes and offsets, from `joined`) and the top-k columns are written only
+    when given (`top_counts` is given whenever alternatives were asked for, even if none came back). Filled into
+    `out` when given (a field of the response being built), which saves copying a multi-megabyte message.
+    """
+    out = TokenLogprobs() if out is None else out
+    if basis:
+        out.basis = basis  # type: ignore[assignment]
+    out.tokens.extend(tokens)
+    _floats(out.logprobs, logprobs)
+    if token_ids is not None:
+        out.token_ids.extend(token_ids)
+    if token_bytes is not None:
+        out.token_bytes, offsets = token_bytes
+        out.token_byte_offsets.extend(offsets)
+    if top_counts is not None:
+        out.top_counts.extend(top_counts)
+        out.top_tokens.extend(top_tokens)
+        _floats(out.top_logprobs, top_logprobs)
+        if top_token_ids is not None:
+            out.top_token_ids.extend(top_token_ids)
+        if top_token_bytes is not None:
+            out.top_token_bytes, top_offsets = top_token_bytes
+            out.top_token_byte_offsets.extend(top_offsets)
+    return out
+
+
 def from_openai_content(
     entries: Sequence[dict], *, with_bytes: bool = True, into: TokenLogprobs | None = None
 ) -> TokenLogprobs:
     """Columnar logprobs from the OpenAI-style list `[{token, logprob, bytes, top_logprobs: [...]}, ...]`.
 
-    This shape is shared by OpenAI chat, the Responses API's output_text.logprobs, llama.cpp and Ollama, so
-    every such lift uses this one builder. Filled into `into` when given (a field of the response being built),
-    which saves copying a multi-megabyte message.
-
-    The columns are built with `map(itemgetter(...))` and C-level joins: the common, complete shape never runs a
-    Python-level step per token. Entries with a missing or null `top_logprobs` or `bytes` take a slower path.
+    This shape is shared by OpenAI chat, the Responses API's output_text.logprobs, llama.cpp and Ollama. The
+    columns are taken with `map(itemgetter(...))`: the common, complete shape never runs a Python-level step per
+    token. Entries with a missing or null `top_logprobs` or `bytes` take a slower path.
     """
-    out = TokenLogprobs() if into is None else into
-    out.tokens.extend(list(map(_TOKEN, entries)))
-    out.logprobs.extend(list(map(_LOGPROB, entries)))
-    if entries and "id" in entries[0]:  # llama.cpp adds token ids to this shape
-        out.token_ids.extend(list(map(_ID, entries)))
     tops, flat = _alternatives(entries)
-    if flat or (entries and "top_logprobs" in entries[0]):
-        out.top_counts.extend(list(map(len, tops)))
-        out.top_tokens.extend(list(map(_TOKEN, flat)))
-        out.top_logprobs.extend(list(map(_LOGPROB, flat)))
-        if flat and "id" in flat[0]:
-            out.top_token_ids.extend(list(map(_ID, flat)))
-    if with_bytes:
-        out.token_bytes, offsets = _joined_bytes(entries)
-        out.token_byte_offsets.extend(offsets)
-        if flat:
-            out.top_token_bytes, top_offsets = _joined_bytes(flat)
-            out.top_token_byte_offsets.extend(top_offsets)
-    return out
+    has_tops = bool(flat) or bool(entries and "top_logprobs" in entries[0])
+    return columns(
+        into,
+        tokens=list(map(_TOKEN, entries)),
+        logprobs=list(map(_LOGPROB, entries)),
+        token_ids=list(map(_ID, entries)) if entries and "id" in entries[0] else None,  # llama.cpp adds ids
+        token_bytes=_joined_bytes(entries) if with_bytes else None,
+        top_counts=list(map(len, tops)) if has_tops else None,
+        top_tokens=list(map(_TOKEN, flat)),
+        top_logprobs=list(map(_LOGPROB, flat)),
+        top_token_ids=list(map(_ID, flat)) if flat and "id" in flat[0] else None,
+        top_token_bytes=_joined_bytes(flat) if with_bytes and flat else None,
+    )
 
 
 def _alternatives(entries: Sequence[dict]) -> tuple[list, list[dict]]:
@@ -123,20 +181,11 @@ def _alternatives(entries: Sequence[dict]) -> tuple[list, list[dict]]:
 
 
 def _joined_bytes(items: Sequence[dict]) -> tuple[bytes, list[int]]:
-    """All items' bytes concatenated, with each item's start offset.
-
-    `reduce(iadd)` extends one list by each item's byte list in C, then `bytes()` packs it: much faster than
-    a `bytes()` call per token or iterating a chain. An item without `bytes` (or with null) uses its token's UTF-8.
-    """
+    """All items' `bytes` joined, with offsets; an item without them (or with null) uses its token's UTF-8."""
     try:
-        pieces = list(map(_BYTES, items))
-        flat = reduce(iadd, pieces, [])
+        return joined(list(map(_BYTES, items)))
     except (KeyError, TypeError):
-        pieces = [b if (b := item.get("bytes")) is not None else item["token"].encode() for item in items]
-        flat = reduce(iadd, pieces, [])
-    offsets = list(accumulate(map(len, pieces), initial=0))
-    offsets.pop()  # the end of the last piece
-    return bytes(flat), offsets
+        return joined([b if (b := item.get("bytes")) is not None else item["token"].encode() for item in items])
 
 
 def chunks(logprobs: TokenLogprobs, size: int) -> list[TokenLogprobs]:

@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from modelir import content_kinds, errors, soft_errors
+from modelir import logprobs as lp
 from modelir.transports import _common as common
 from modelir.transports.base import (
     HttpRequest,
@@ -367,18 +368,20 @@ def _usage(raw: dict[str, Any] | None, usage: response_pb2.Usage) -> None:
 
 
 def _logprobs(raw: dict[str, Any], out: logprobs_pb2.TokenLogprobs) -> None:
+    """`logprobsResult` -> columns. Proto3 JSON omits a `logProbability` of exactly 0 and a `tokenId` of 0."""
     chosen = raw.get("chosenCandidates") or []
-    out.token_ids.extend([c.get("tokenId", 0) for c in chosen])
-    # Proto3 JSON omits a logProbability of exactly 0.
-    out.logprobs.extend([c.get("logProbability", 0.0) for c in chosen])
-    out.tokens.extend([c.get("token") or "" for c in chosen])
     tops = [t.get("candidates") or [] for t in raw.get("topCandidates") or []]
-    if tops:
-        flat = [c for top in tops for c in top]
-        out.top_counts.extend(list(map(len, tops)))
-        out.top_token_ids.extend([c.get("tokenId", 0) for c in flat])
-        out.top_logprobs.extend([c.get("logProbability", 0.0) for c in flat])
-        out.top_tokens.extend([c.get("token") or "" for c in flat])
+    flat = [c for top in tops for c in top]
+    lp.columns(
+        out,
+        tokens=[c.get("token") or "" for c in chosen],
+        logprobs=[c.get("logProbability", 0.0) for c in chosen],
+        token_ids=[c.get("tokenId", 0) for c in chosen],
+        top_counts=list(map(len, tops)) if tops else None,
+        top_tokens=[c.get("token") or "" for c in flat],
+        top_logprobs=[c.get("logProbability", 0.0) for c in flat],
+        top_token_ids=[c.get("tokenId", 0) for c in flat],
+    )
 
 
 def _apply_partial(args: dict[str, Any], fragment: dict[str, Any], warnings: list[str]) -> None:

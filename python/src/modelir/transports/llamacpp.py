@@ -233,7 +233,7 @@ class LlamaCpp(HttpTransport):
             token_bytes=b"".join(raw),
             straddles_context=straddles,
         )
-        out.token_byte_offsets.extend(lp.offsets_of(raw))
+        out.token_byte_offsets.extend(lp.joined(raw)[1])
         return out
 
     def lower_detokenize(self, token_ids: list[int]) -> HttpRequest:
@@ -260,24 +260,21 @@ def _columns(entries: list[dict[str, Any]], top_k: int, out: logprobs_pb2.TokenL
     if not entries:
         return
     post = "prob" in entries[0]
-    top_key = "top_probs" if post else "top_logprobs"
-    out.basis = logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING if post else logprobs_pb2.LOGPROB_BASIS_PRE_SAMPLING
-    out.token_ids.extend([e["id"] for e in entries])
-    out.logprobs.extend([_probability_log(e["prob"]) for e in entries] if post else [e["logprob"] for e in entries])
-    out.tokens.extend([e["token"] for e in entries])
-    pieces = [bytes(e.get("bytes") or []) for e in entries]
-    out.token_bytes = b"".join(pieces)
-    out.token_byte_offsets.extend(lp.offsets_of(pieces))
-    if top_k:
-        tops = [e.get(top_key) or [] for e in entries]
-        flat = [t for top in tops for t in top]
-        out.top_counts.extend(list(map(len, tops)))
-        out.top_token_ids.extend([t["id"] for t in flat])
-        out.top_logprobs.extend([_probability_log(t["prob"]) for t in flat] if post else [t["logprob"] for t in flat])
-        out.top_tokens.extend([t["token"] for t in flat])
-        top_pieces = [bytes(t.get("bytes") or []) for t in flat]
-        out.top_token_bytes = b"".join(top_pieces)
-        out.top_token_byte_offsets.extend(lp.offsets_of(top_pieces))
+    tops = [e.get("top_probs" if post else "top_logprobs") or [] for e in entries] if top_k else None
+    flat = [t for top in tops for t in top] if tops is not None else []
+    lp.columns(
+        out,
+        tokens=[e["token"] for e in entries],
+        logprobs=[_probability_log(e["prob"]) for e in entries] if post else [e["logprob"] for e in entries],
+        token_ids=[e["id"] for e in entries],
+        token_bytes=lp.joined([bytes(e.get("bytes") or []) for e in entries]),
+        top_counts=list(map(len, tops)) if tops is not None else None,
+        top_tokens=[t["token"] for t in flat],
+        top_logprobs=[_probability_log(t["prob"]) for t in flat] if post else [t["logprob"] for t in flat],
+        top_token_ids=[t["id"] for t in flat],
+        top_token_bytes=lp.joined([bytes(t.get("bytes") or []) for t in flat]) if tops is not None else None,
+        basis=logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING if post else logprobs_pb2.LOGPROB_BASIS_PRE_SAMPLING,
+    )
 
 
 def _usage_and_timing(body: dict[str, Any], out: response_pb2.Response) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from modelir import logprobs as lp
 from modelir import soft_errors
 from modelir.transports import _common as common
 from modelir.transports.base import (
@@ -217,16 +218,18 @@ def _finish(choice: response_pb2.Choice, reason: Any, stop_token_ids) -> None:
 
 def _columns(triples: list, tops: list | None, top_k: int, out: logprobs_pb2.TokenLogprobs) -> None:
     """`[logprob, token_id, text]` triples -> columnar logprobs (no bytes: this wire has none)."""
-    out.token_ids.extend([t[1] for t in triples])
-    out.logprobs.extend([float("nan") if t[0] is None else t[0] for t in triples])
-    out.tokens.extend([t[2] or "" for t in triples])
-    if top_k and tops is not None:
-        rows = [row or [] for row in tops]
-        flat = [t for row in rows for t in row]
-        out.top_counts.extend(list(map(len, rows)))
-        out.top_token_ids.extend([t[1] for t in flat])
-        out.top_logprobs.extend([t[0] for t in flat])
-        out.top_tokens.extend([t[2] or "" for t in flat])
+    rows = [row or [] for row in tops] if top_k and tops is not None else None
+    flat = [t for row in rows for t in row] if rows is not None else []
+    lp.columns(
+        out,
+        tokens=[t[2] or "" for t in triples],
+        logprobs=[t[0] for t in triples],
+        token_ids=[t[1] for t in triples],
+        top_counts=list(map(len, rows)) if rows is not None else None,
+        top_tokens=[t[2] or "" for t in flat],
+        top_logprobs=[t[0] for t in flat],
+        top_token_ids=[t[1] for t in flat],
+    )
 
 
 def _input_scores(request: request_pb2.Request, meta: dict[str, Any], out: response_pb2.Response) -> bool:

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from modelir import logprobs as lp
 from modelir import soft_errors
 from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter, capability_set, frozen
@@ -99,18 +100,15 @@ class _Completions(OpenAICompletions):
         _extras(request, body)
         return body
 
-    def logprob_value(self, value: float | None) -> float:
-        return _unclamp(value)
-
     def token_id(self, token: str) -> int | None:
         return _token_id(token)
 
-    def fill_logprobs(self, column, values: list[float | None]) -> None:
+    def logprob_values(self, values: list[float | None]) -> list[float | None]:
         try:  # min() runs in C; the per-value rewrite happens only when a clamp or a None is present
-            rewrite = bool(values) and min(values) <= common.VLLM_MINUS_INFINITY
+            rewrite = bool(values) and min(values) <= common.VLLM_MINUS_INFINITY  # type: ignore[type-var,operator]
         except TypeError:  # a None: a position without a logprob
             rewrite = True
-        column.extend([_unclamp(v) for v in values] if rewrite else values)
+        return [_unclamp(v) for v in values] if rewrite else values
 
     def spells_token_ids(self, tokens: list[str]) -> bool:
         return bool(tokens) and tokens[0].startswith(_TOKEN_ID_PREFIX) and all(_token_id(t) is not None for t in tokens)
@@ -197,8 +195,13 @@ def _prompt_logprob_scores(entries, prompt_ids, top_k: int) -> logprobs_pb2.Inpu
         return None
     scored = logprobs_pb2.TokenLogprobs()
     unscored = 0
-    tops_count, top_ids, top_lps, top_tokens = [], [], [], []
-    ids, values, tokens = [], [], []
+    tops_count: list[int] = []
+    top_ids: list[int] = []
+    top_lps: list[float] = []
+    top_tokens: list[str] = []
+    ids: list[int] = []
+    values: list[float] = []
+    tokens: list[str] = []
     for token_id, entry in zip(prompt_ids, entries, strict=True):
         if entry is None:
             unscored += 1
@@ -218,14 +221,16 @@ def _prompt_logprob_scores(entries, prompt_ids, top_k: int) -> logprobs_pb2.Inpu
         top_ids.extend(k for k, _ in alternatives)
         top_lps.extend(_unclamp(v["logprob"]) for _, v in alternatives)
         top_tokens.extend(v.get("decoded_token") or "" for _, v in alternatives)
-    scored.token_ids.extend(ids)
-    scored.logprobs.extend(values)
-    scored.tokens.extend(tokens)
-    if any(tops_count):
-        scored.top_counts.extend(tops_count)
-        scored.top_token_ids.extend(top_ids)
-        scored.top_logprobs.extend(top_lps)
-        scored.top_tokens.extend(top_tokens)
+    lp.columns(
+        scored,
+        tokens=tokens,
+        logprobs=values,
+        token_ids=ids,
+        top_counts=tops_count if any(tops_count) else None,
+        top_tokens=top_tokens,
+        top_logprobs=top_lps,
+        top_token_ids=top_ids,
+    )
     text = "".join(tokens)
     return logprobs_pb2.InputScores(
         tokens=scored,

@@ -9,10 +9,9 @@ these structs do not know is reported as a warning and the rest is still lifted.
 
 from __future__ import annotations
 
-from itertools import accumulate, chain
-
 import msgspec
 
+from modelir import logprobs as lp
 from modelir.v1 import logprobs_pb2
 
 
@@ -135,38 +134,24 @@ def output_item(raw: msgspec.Raw) -> ReasoningItem | MessageItem | FunctionCallI
     return _ITEM.decode(raw)
 
 
-def _joined(pieces: list) -> tuple[bytes, list[int]]:
-    lengths = list(map(len, pieces))
-    return bytes(chain.from_iterable(pieces)), [0, *accumulate(lengths[:-1])] if lengths else []
-
-
 def columns(entries: list[LogprobEntry], out: logprobs_pb2.TokenLogprobs | None = None) -> logprobs_pb2.TokenLogprobs:
-    """Typed entries -> columnar logprobs; the same result as `logprobs.from_openai_content` on the dicts.
-
-    Filled into `out` when given (a field of the response), which saves copying a multi-megabyte message.
-    """
-    if out is None:
-        out = logprobs_pb2.TokenLogprobs()
-    out.tokens.extend([e.token for e in entries])
-    out.logprobs.extend([e.logprob for e in entries])
-    if entries[0].id is not None:
-        out.token_ids.extend([e.id for e in entries])
+    """Typed entries -> columnar logprobs; the same result as `logprobs.from_openai_content` on the dicts."""
     tops = [e.top_logprobs or () for e in entries]
     flat = [t for top in tops for t in top]
-    if flat or entries[0].top_logprobs is not None:
-        out.top_counts.extend(list(map(len, tops)))
-        out.top_tokens.extend([t.token for t in flat])
-        out.top_logprobs.extend([t.logprob for t in flat])
-        if flat and flat[0].id is not None:
-            out.top_token_ids.extend([t.id for t in flat])
-    pieces = [e.bytes if e.bytes is not None else e.token.encode() for e in entries]
-    out.token_bytes, offsets = _joined(pieces)
-    out.token_byte_offsets.extend(offsets)
-    if flat:
-        top_pieces = [t.bytes if t.bytes is not None else t.token.encode() for t in flat]
-        out.top_token_bytes, top_offsets = _joined(top_pieces)
-        out.top_token_byte_offsets.extend(top_offsets)
-    return out
+    return lp.columns(
+        out,
+        tokens=[e.token for e in entries],
+        logprobs=[e.logprob for e in entries],
+        token_ids=[e.id for e in entries] if entries[0].id is not None else None,  # type: ignore[misc]
+        token_bytes=lp.joined([e.bytes if e.bytes is not None else e.token.encode() for e in entries]),
+        top_counts=list(map(len, tops)) if flat or entries[0].top_logprobs is not None else None,
+        top_tokens=[t.token for t in flat],
+        top_logprobs=[t.logprob for t in flat],
+        top_token_ids=[t.id for t in flat] if flat and flat[0].id is not None else None,  # type: ignore[misc]
+        top_token_bytes=lp.joined([t.bytes if t.bytes is not None else t.token.encode() for t in flat])
+        if flat
+        else None,
+    )
 
 
 class ResponseEvent(msgspec.Struct):

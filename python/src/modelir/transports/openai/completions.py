@@ -13,6 +13,7 @@ from __future__ import annotations
 from itertools import chain
 from typing import Any
 
+from modelir import logprobs as lp
 from modelir import soft_errors
 from modelir.transports import _common as common
 from modelir.transports.base import (
@@ -143,50 +144,40 @@ class OpenAICompletions(HttpTransport):
     def lift_extras(self, request: request_pb2.Request, body: dict[str, Any], out: response_pb2.Response) -> None:
         """Provider extensions beyond OpenAI's shape (none for OpenAI itself)."""
 
-    def logprob_value(self, value: float | None) -> float:
-        """A logprob as sent. None (a position with no logprob) becomes NaN, never zero."""
-        return float("nan") if value is None else float(value)
-
     def token_id(self, token: str) -> int | None:
         """The token id a token string carries, for servers that can spell tokens as ids (vLLM)."""
         return None
+
+    def spells_token_ids(self, tokens: list[str]) -> bool:
+        """Whether every token is spelled as an id (only servers that can do so override this)."""
+        return False
+
+    def logprob_values(self, values: list[float | None]) -> list[float | None]:
+        """Logprobs as sent (a None, a position without one, becomes NaN in the builder); engines that clamp
+        minus infinity rewrite them here."""
+        return values
 
     def columns(
         self, logprobs: dict[str, Any], start: int = 0, out: logprobs_pb2.TokenLogprobs | None = None
     ) -> logprobs_pb2.TokenLogprobs:
         """The parallel arrays -> columnar logprobs. No bytes: this wire has none.
 
-        Columns go to `extend` whole; values are only rewritten (None -> NaN, engine clamps -> -inf) when the
-        column holds such a value, which keeps the common case free of per-value Python calls.
+        Columns go to the builder whole; chain/map iterate in C, so there is no Python-level loop over the tens of
+        thousands of alternatives.
         """
         tokens = logprobs["tokens"][start:]
         tops = [t or {} for t in (logprobs.get("top_logprobs") or [None] * len(tokens))[start:]]
-        if out is None:
-            out = logprobs_pb2.TokenLogprobs()
-        out.tokens.extend(tokens)
-        self.fill_logprobs(out.logprobs, logprobs["token_logprobs"][start:])
-        if self.spells_token_ids(tokens):
-            out.token_ids.extend([self.token_id(t) for t in tokens])
-        if any(tops):
-            # chain/map iterate in C: no Python-level loop over the tens of thousands of alternatives.
-            keys = list(chain.from_iterable(tops))
-            out.top_counts.extend(list(map(len, tops)))
-            out.top_tokens.extend(keys)
-            self.fill_logprobs(out.top_logprobs, list(chain.from_iterable(map(dict.values, tops))))
-            if self.spells_token_ids(keys):
-                out.top_token_ids.extend([self.token_id(k) for k in keys])
-        return out
-
-    def fill_logprobs(self, column, values: list[float | None]) -> None:
-        """Extend a logprob column with `values` as sent; a None (no logprob there) becomes NaN, never zero."""
-        try:
-            column.extend(values)  # all or nothing: a None raises before anything is appended
-        except TypeError:
-            column.extend([self.logprob_value(v) for v in values])
-
-    def spells_token_ids(self, tokens: list[str]) -> bool:
-        """Whether every token is spelled as an id (only servers that can do so override this)."""
-        return False
+        keys = list(chain.from_iterable(tops)) if any(tops) else []
+        return lp.columns(
+            out,
+            tokens=tokens,
+            logprobs=self.logprob_values(logprobs["token_logprobs"][start:]),
+            token_ids=[self.token_id(t) for t in tokens] if self.spells_token_ids(tokens) else None,  # type: ignore[misc]
+            top_counts=list(map(len, tops)) if keys else None,
+            top_tokens=keys,
+            top_logprobs=self.logprob_values(list(chain.from_iterable(map(dict.values, tops)))) if keys else (),
+            top_token_ids=[self.token_id(k) for k in keys] if self.spells_token_ids(keys) else None,  # type: ignore[misc]
+        )
 
     def _split_echo(self, request, out, text, logprobs, prompt_count):
         """With echo, the text and arrays start with the prompt: score the requested span, keep the rest.
