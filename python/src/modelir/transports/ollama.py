@@ -31,6 +31,7 @@ from modelir.transports.base import (
     capability_set,
     frozen,
 )
+from modelir.transports.stream_parts import StreamParts
 from modelir.v1 import content_pb2, request_pb2, response_pb2, stream_pb2
 
 JSON_HEADERS = (("content-type", "application/json"),)
@@ -295,18 +296,11 @@ class _NdjsonStreamLifter(StreamLifter):
         self.started = False
         self.final: dict[str, Any] | None = None
         self.error: Any = None
-        self.thinking_part: int | None = None
-        self.text_part: int | None = None
+        self.parts = StreamParts()  # one choice: "thinking", "text", then ("call", n)
+        self.thinking = False
         self.texts: list[str] = []
         self.calls: list[dict[str, Any]] = []
         self.saw_logprobs = False
-
-    def _index(self, which: str) -> int:
-        current = getattr(self, which)
-        if current is None:
-            current = (self.thinking_part is not None) + (self.text_part is not None)
-            setattr(self, which, current)
-        return current
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
         data = common.parse_json(event.data, "stream line")
@@ -321,18 +315,13 @@ class _NdjsonStreamLifter(StreamLifter):
         thinking = message.get("thinking") if "message" in data else data.get("thinking")
         text = message.get("content") if "message" in data else data.get("response")
         if thinking:
-            out.append(
-                stream_pb2.StreamEvent(
-                    delta=stream_pb2.PartDelta(
-                        part_index=self._index("thinking_part"), reasoning=stream_pb2.ReasoningDelta(text=thinking)
-                    )
-                )
-            )
+            self.thinking = True
+            out.append(self.parts.delta(0, "thinking", reasoning=stream_pb2.ReasoningDelta(text=thinking)))
         delta = None
         if text:
             self.texts.append(text)
             if self.request.constraint.WhichOneof("kind") != "choice":
-                delta = stream_pb2.PartDelta(part_index=self._index("text_part"), text=text)
+                delta = stream_pb2.PartDelta(part_index=self.parts.index(0, "text"), text=text)
         if data.get("logprobs"):
             self.saw_logprobs = True
             delta = delta or stream_pb2.PartDelta()
@@ -346,7 +335,7 @@ class _NdjsonStreamLifter(StreamLifter):
 
     def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
         out: list[stream_pb2.StreamEvent] = []
-        text_index = self._index("text_part")
+        text_index = self.parts.index(0, "text")
         full = _unwrap(self.request, "".join(self.texts))
         # The text part exists in the unary answer even when empty; under a choice constraint it was held back
         # until now, to be unwrapped from its JSON string.
@@ -357,7 +346,7 @@ class _NdjsonStreamLifter(StreamLifter):
             out.append(
                 stream_pb2.StreamEvent(
                     delta=stream_pb2.PartDelta(
-                        part_index=text_index + 1 + offset,
+                        part_index=self.parts.index(0, ("call", offset)),
                         tool_call=stream_pb2.ToolCallDelta(
                             id=part.tool_call.id, name=part.tool_call.name, arguments_json=part.tool_call.arguments_json
                         ),
@@ -369,7 +358,7 @@ class _NdjsonStreamLifter(StreamLifter):
         settled = response_pb2.Response()
         if self.final is not None:
             choice = settled.choices.add()
-            if self.thinking_part is not None:
+            if self.thinking:
                 choice.message.parts.add().reasoning.SetInParent()
             choice.message.parts.add(text=full)
             choice.message.parts.extend(_call_part(c) for c in self.calls)

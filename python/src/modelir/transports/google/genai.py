@@ -1,0 +1,285 @@
+"""The Gemini API transport: manifest, lowering and unary lift (`generateContent`, `streamGenerateContent`).
+
+Facts this follows (the Gemini API reference, https://ai.google.dev/api/generate-content, and its thinking and
+thought-signature guides): a `thoughtSignature` rides on the very part that carried it
+(a thought, a text part, an empty-text part, a function call) and goes back on that part; a candidate's `content`
+can lack `parts`; a blocked prompt has `promptFeedback.blockReason` and no candidates; `candidatesTokenCount`
+excludes `thoughtsTokenCount` (the IR's output count adds them) and `cachedContentTokenCount` is inside the prompt
+count; zero counts are omitted; logprobs come with token ids (`logProbability`); the SSE stream has no `[DONE]`
+and repeats the cumulative usage on every chunk; error bodies carry `google.rpc` details, whose
+`RetryInfo.retryDelay` feeds the executor's retry wait.
+
+Tool results go back as `functionResponse.response`, which must be an object: a result whose text is a JSON
+object is sent as that object, any other text as `{"result": text}`.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import orjson
+
+from modelir import content_kinds, errors, soft_errors
+from modelir.transports import _common as common
+from modelir.transports.base import (
+    HttpRequest,
+    HttpResponse,
+    HttpTransport,
+    StreamLifter,
+    capability_set,
+    carries_every_kind,
+    error_for_status,
+    frozen,
+)
+from modelir.transports.google import parts
+from modelir.transports.google.genai_stream import GenAIStreamLifter
+from modelir.v1 import content_pb2, request_pb2, response_pb2
+
+THOUGHT_SIGNATURE = parts.THOUGHT_SIGNATURE
+_MODES = {
+    request_pb2.TOOL_CHOICE_MODE_AUTO: "AUTO",
+    request_pb2.TOOL_CHOICE_MODE_NONE: "NONE",
+    request_pb2.TOOL_CHOICE_MODE_REQUIRED: "ANY",
+}
+PROVIDER_OPTION_KEYS = ("cachedContent", "labels", "safetySettings")
+
+
+class GoogleGenAI(HttpTransport):
+    name = "google_genai"
+    version = "1.0.0"
+
+    def auth_headers(self, credential: str) -> dict[str, str]:
+        return {"x-goog-api-key": credential} if credential else {}
+
+    capabilities = capability_set(
+        "CHAT",
+        "SYSTEM_MESSAGES",
+        "IMAGE_INPUT",
+        "TOOLS",
+        "TOOL_CHOICE",
+        "REASONING",
+        "REASONING_BUDGET",
+        "SAMPLED_LOGPROBS",
+        "SAMPLED_TOKEN_IDS",
+        "TOP_K_LOGPROBS",
+        "CONSTRAINT_JSON_SCHEMA",
+        "STREAMING",
+        "MULTIPLE_CHOICES",
+        "TEMPERATURE",
+        "TOP_P",
+        "TOP_K_SAMPLING",
+        "MAX_OUTPUT_TOKENS",
+        "STOP_SEQUENCES",
+        "SEED",
+        "PRESENCE_FREQUENCY_PENALTIES",
+        "PROVIDER_OPTIONS",
+    )
+    limits = frozen({"max_top_logprobs": 20, "max_choices": 8, "max_stop_sequences": 5})
+    provider_option_keys = PROVIDER_OPTION_KEYS
+    part_kinds = carries_every_kind()
+
+    def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
+        reasons = []
+        if request.HasField("reasoning") and request.reasoning.summary:
+            reasons.append("Gemini returns thought summaries with reasoning.include_thoughts, not reasoning.summary.")
+        seen_other = False
+        for i, message in enumerate(request.conversation.messages):
+            if message.role in (content_pb2.ROLE_SYSTEM, content_pb2.ROLE_DEVELOPER):
+                if seen_other:
+                    reasons.append(
+                        f"Gemini takes system text only before the conversation (conversation.messages[{i}])."
+                    )
+                continue
+            seen_other = True
+            for j, part in enumerate(message.parts):
+                for artifact in part.artifacts:
+                    if artifact.kind != THOUGHT_SIGNATURE:
+                        reasons.append(f"Gemini takes only thought signatures (conversation.messages[{i}].parts[{j}]).")
+                if part.WhichOneof("content") == "tool_result" and part.tool_result.failed:
+                    reasons.append(
+                        f"Gemini cannot mark a function response as failed (conversation.messages[{i}].parts[{j}])."
+                    )
+        return reasons
+
+    # ---- lower -------------------------------------------------------------------------------------
+
+    def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
+        messages = list(request.conversation.messages)
+        system = []
+        while messages and messages[0].role in (content_pb2.ROLE_SYSTEM, content_pb2.ROLE_DEVELOPER):
+            system.extend({"text": p.text} for p in messages.pop(0).parts)
+        body: dict[str, Any] = {"contents": _contents(messages)}
+        if system:
+            body["systemInstruction"] = {"parts": system}
+        config: dict[str, Any] = {}
+        s = request.sampling
+        common.copy_sampling(
+            s,
+            (
+                ("temperature", "temperature"),
+                ("top_p", "topP"),
+                ("top_k", "topK"),
+                ("max_output_tokens", "maxOutputTokens"),
+                ("seed", "seed"),
+                ("presence_penalty", "presencePenalty"),
+                ("frequency_penalty", "frequencyPenalty"),
+            ),
+            config,
+        )
+        if s.stop:
+            config["stopSequences"] = list(s.stop)
+        if s.choice_count > 1:
+            config["candidateCount"] = s.choice_count
+        if request.constraint.WhichOneof("kind") == "json_schema":
+            config["responseMimeType"] = "application/json"
+            config["responseJsonSchema"] = orjson.loads(request.constraint.json_schema.schema_json)
+        if request.HasField("logprobs"):
+            config["responseLogprobs"] = True
+            if request.logprobs.top_k:
+                config["logprobs"] = request.logprobs.top_k
+        if request.HasField("reasoning"):
+            thinking: dict[str, Any] = {}
+            if request.reasoning.WhichOneof("amount") == "budget_tokens":
+                thinking["thinkingBudget"] = request.reasoning.budget_tokens
+            if request.reasoning.include_thoughts:
+                thinking["includeThoughts"] = True
+            config["thinkingConfig"] = thinking
+        if config:
+            body["generationConfig"] = config
+        if request.tools:
+            body["tools"] = [{"functionDeclarations": [_declaration(t) for t in request.tools]}]
+        choice = request.tool_choice.WhichOneof("choice")
+        if choice == "mode":
+            body["toolConfig"] = {"functionCallingConfig": {"mode": _MODES[request.tool_choice.mode]}}
+        elif choice == "tool_name":
+            body["toolConfig"] = {
+                "functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": [request.tool_choice.tool_name]}
+            }
+        body.update(common.provider_options(request))
+        model = self.model_for(request)
+        path = (
+            f"/v1beta/models/{model}:streamGenerateContent?alt=sse"
+            if stream
+            else f"/v1beta/models/{model}:generateContent"
+        )
+        return HttpRequest(
+            "POST", path, orjson.dumps(body), (("content-type", "application/json"),), "sse" if stream else None
+        )
+
+    # ---- lift --------------------------------------------------------------------------------------
+
+    def error(self, response: HttpResponse) -> errors.ModelError:
+        """`{"error": {"code", "message", "status", "details": [...]}}`; RetryInfo.retryDelay is the retry hint."""
+        try:
+            body = orjson.loads(response.body)
+        except orjson.JSONDecodeError:
+            body = None
+        error = body.get("error") if isinstance(body, dict) else None
+        if not isinstance(error, dict):
+            return error_for_status(response, response.body.decode("utf-8", "replace")[:2000])
+        retry_after = None
+        for detail in error.get("details") or ():
+            if isinstance(detail, dict) and detail.get("@type", "").endswith("google.rpc.RetryInfo"):
+                retry_after = _seconds(detail.get("retryDelay"))
+        return error_for_status(
+            response,
+            str(error.get("message") or ""),
+            provider_code=str(error.get("status") or ""),
+            retry_after=retry_after,
+        )
+
+    def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
+        body = common.parse_json(response.body, "response body")
+        out = response_pb2.Response(id=body.get("responseId") or "", model=body.get("modelVersion") or "")
+        issuer = self.issuer(request)
+        candidates = body.get("candidates") or []
+        facts = soft_errors.Facts()
+        for position, candidate in enumerate(candidates):
+            choice = out.choices.add(index=candidate.get("index", position))
+            choice.message.role = content_pb2.ROLE_ASSISTANT
+            for raw in (candidate.get("content") or {}).get("parts") or ():
+                part = parts.lift_part(raw, issuer)
+                if part is None:
+                    out.warnings.add(code="unknown_part", message=f"a part with keys {sorted(raw)} was not lifted")
+                else:
+                    choice.message.parts.append(part)
+            parts.finish(choice, candidate.get("finishReason"))
+            if candidate.get("logprobsResult"):
+                parts.logprobs(candidate["logprobsResult"], choice.logprobs)
+            elif choice.message.parts:
+                facts.lack_logprobs(choice.index)
+        parts.blocked(body, out)
+        parts.usage(body.get("usageMetadata"), out.usage)
+        soft_errors.settle(request, out, facts)
+        return out
+
+    def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
+        return GenAIStreamLifter(self, request)
+
+
+def _seconds(duration: str | None) -> float | None:
+    if not duration or not duration.endswith("s"):
+        return None
+    try:
+        return float(duration[:-1])
+    except ValueError:
+        return None
+
+
+def _contents(messages) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        role = "model" if message.role == content_pb2.ROLE_ASSISTANT else "user"
+        wire_parts = [_wire_part(p) for p in message.parts]
+        if out and out[-1]["role"] == role:
+            out[-1]["parts"].extend(wire_parts)
+        else:
+            out.append({"role": role, "parts": wire_parts})
+    return out
+
+
+def _wire_part(part: content_pb2.Part) -> dict[str, Any]:
+    kind = part.WhichOneof("content")
+    if kind == "text":
+        wire: dict[str, Any] = {"text": part.text}
+    elif kind == "reasoning":
+        wire = {"text": part.reasoning.text, "thought": True}
+    elif kind == "blob":
+        blob = part.blob
+        if blob.WhichOneof("source") == "uri":
+            wire = {"fileData": {"mimeType": blob.mime_type, "fileUri": blob.uri}}
+        else:
+            wire = {"inlineData": {"mimeType": blob.mime_type, "data": base64.b64encode(blob.data).decode()}}
+    elif kind == "tool_call":
+        call = part.tool_call
+        wire = {"functionCall": {"name": call.name, "args": orjson.loads(call.arguments_json or "{}")}}
+        if call.id:
+            wire["functionCall"]["id"] = call.id
+    elif kind == "tool_result":
+        result = part.tool_result
+        text = "".join(p.text for p in result.content if p.WhichOneof("content") == "text")
+        try:
+            response = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            response = None
+        if not isinstance(response, dict):
+            response = {"result": text}
+        wire = {"functionResponse": {"name": result.name, "response": response}}
+        if result.tool_call_id:
+            wire["functionResponse"]["id"] = result.tool_call_id
+    else:
+        raise content_kinds.NotCarriedError(GoogleGenAI.name, kind)
+    for artifact in part.artifacts:
+        # The signature goes back on the very part that carried it, spelled exactly as received.
+        wire["thoughtSignature"] = artifact.data.decode()
+    return wire
+
+
+def _declaration(tool: request_pb2.Tool) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": tool.name}
+    if tool.description:
+        out["description"] = tool.description
+    if tool.parameters_json_schema:
+        out["parametersJsonSchema"] = orjson.loads(tool.parameters_json_schema)
+    return out
