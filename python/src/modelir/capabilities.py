@@ -22,10 +22,10 @@ C = capabilities_pb2  # Capability values as the module's plain ints: a lookup o
 class Requirements:
     """The capabilities, limits, dialects and provider option keys a request uses."""
 
-    capabilities: set[int] = field(default_factory=set)
+    capabilities: set[capabilities_pb2.Capability.ValueType] = field(default_factory=set)
     # Limit name (as in ModelLimits) -> the largest value the request asks for.
     limits: dict[str, int] = field(default_factory=dict)
-    grammar_dialect: int | None = None
+    grammar_dialect: request_pb2.GrammarDialect.ValueType | None = None
     provider_transport: str | None = None
     provider_option_keys: tuple[str, ...] = ()
     # What the request holds that no capability names and no model can run (unknown content kinds).
@@ -34,7 +34,7 @@ class Requirements:
     def use_limit(self, name: str, value: int) -> None:
         self.limits[name] = max(value, self.limits.get(name, 0))
 
-    def sorted_capabilities(self) -> list[int]:
+    def sorted_capabilities(self) -> list[capabilities_pb2.Capability.ValueType]:
         return sorted(self.capabilities)
 
 
@@ -66,7 +66,7 @@ def requirements(request: request_pb2.Request, *, streaming: bool = False) -> Re
         ("frequency_penalty", C.CAPABILITY_PRESENCE_FREQUENCY_PENALTIES),
         ("repetition_penalty", C.CAPABILITY_REPETITION_PENALTY),
     ):
-        if s.HasField(name):
+        if s.HasField(name):  # type: ignore[arg-type]  # the names of the table above
             need(capability)
     if s.HasField("max_output_tokens"):
         req.use_limit("max_output_tokens", s.max_output_tokens)
@@ -174,7 +174,7 @@ def unsupported(
     ):
         dialect = request_pb2.GrammarDialect.Name(req.grammar_dialect)
         reasons.append(f"The grammar dialect {dialect} is not accepted.")
-    basis = request.logprobs.basis if request.HasField("logprobs") else 0
+    basis = request.logprobs.basis if request.HasField("logprobs") else logprobs_pb2.LOGPROB_BASIS_UNSPECIFIED
     if basis and basis not in manifest.logprob_bases:
         name = logprobs_pb2.LogprobBasis.Name(basis)
         reasons.append(f"This model cannot report logprobs with basis {name}.")

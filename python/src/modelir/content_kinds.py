@@ -38,7 +38,7 @@ class ContentKind:
 
     name: str
     # The capability a conversation holding this kind needs (0: none beyond CHAT).
-    capability: int
+    capability: capabilities_pb2.Capability.ValueType
     # Problems of one part of this kind in a message with `role`, whatever the model (paths relative to the part).
     problems: Callable[[content_pb2.Part, int], Problems]
     # Fold one stream delta of this kind into its buffer, and finish the buffer into the part (None: the kind
@@ -155,7 +155,7 @@ C = capabilities_pb2
 KINDS: Mapping[str, ContentKind] = {
     kind.name: kind
     for kind in (
-        ContentKind("text", 0, _no_problems, _fold_text, _finish_text, _unfold_text),
+        ContentKind("text", C.CAPABILITY_UNSPECIFIED, _no_problems, _fold_text, _finish_text, _unfold_text),
         ContentKind("blob", C.CAPABILITY_IMAGE_INPUT, _no_problems, _fold_blob, None, _unfold_blob),
         ContentKind(
             "tool_call",

@@ -23,7 +23,7 @@ R = errors_pb2.ErrorReason
 class ErrorMapping:
     """How one `ErrorReason` appears on each channel."""
 
-    reason: int
+    reason: errors_pb2.ErrorReason.ValueType
     grpc_code: grpc.StatusCode
     exception: type[ModelError]
 
@@ -36,7 +36,7 @@ class ErrorMapping:
 class ModelError(Exception):
     """Base of every modelir error. `reason` is an `ErrorReason` value."""
 
-    reason: int = R.ERROR_REASON_INTERNAL
+    reason: errors_pb2.ErrorReason.ValueType = R.ERROR_REASON_INTERNAL
 
     def __init__(
         self,
@@ -179,7 +179,7 @@ ERROR_TABLE: dict[int, ErrorMapping] = {
 _BY_INFO_REASON = {m.info_reason: m for m in ERROR_TABLE.values()}
 
 
-def mapping_for(reason: int) -> ErrorMapping:
+def mapping_for(reason: errors_pb2.ErrorReason.ValueType) -> ErrorMapping:
     return ERROR_TABLE.get(reason, ERROR_TABLE[R.ERROR_REASON_INTERNAL])
 
 
@@ -187,7 +187,7 @@ def mapping_for_info_reason(info_reason: str) -> ErrorMapping | None:
     return _BY_INFO_REASON.get(info_reason)
 
 
-def capability_name(capability: int) -> str:
+def capability_name(capability: capabilities_pb2.Capability.ValueType) -> str:
     """`CAPABILITY_INPUT_SCORING` -> `INPUT_SCORING`."""
     return capabilities_pb2.Capability.Name(capability).removeprefix("CAPABILITY_")
 

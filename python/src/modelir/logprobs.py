@@ -89,7 +89,7 @@ def joined(pieces: Sequence[bytes | list[int]]) -> tuple[bytes, list[int]]:
     try:
         blob = b"".join(pieces)  # type: ignore[arg-type]  # lists raise at once and take the next line
     except TypeError:
-        blob = bytes(reduce(iadd, pieces, []))  # type: ignore[arg-type]
+        blob = bytes(reduce(iadd, pieces, []))
     offsets = list(accumulate(map(len, pieces), initial=0))
     offsets.pop()  # the end of the last piece
     return blob, offsets

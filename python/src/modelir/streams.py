@@ -130,7 +130,8 @@ def accumulate(events: Iterable[stream_pb2.StreamEvent]) -> response_pb2.Respons
 
 def _part_deltas(choice_index: int, part_index: int, part: content_pb2.Part, size: int) -> list[stream_pb2.PartDelta]:
     kind = part.WhichOneof("content")
-    unfold = KINDS[kind].unfold if kind in KINDS else None
+    entry = KINDS.get(kind) if kind is not None else None
+    unfold = entry.unfold if entry is not None else None
     if unfold is None:
         raise errors.InternalError(f"a {kind or 'empty'} part cannot be sent as stream deltas")
     deltas = unfold(part, size)

@@ -35,5 +35,5 @@ def copy_sampling(
 ) -> None:
     """Copy the set optional sampling fields into a native body under their native names ((ir, native) pairs)."""
     for field, key in names:
-        if sampling.HasField(field):
+        if sampling.HasField(field):  # type: ignore[arg-type]  # the callers' tables name optional fields
             target[key] = getattr(sampling, field)

@@ -30,7 +30,7 @@ from modelir.v1 import (
 )
 
 
-def capability_set(*names: str) -> frozenset[int]:
+def capability_set(*names: str) -> frozenset[capabilities_pb2.Capability.ValueType]:
     """Capabilities by their catalog names without `CAPABILITY_` (a misspelt name fails at import)."""
     return frozenset(capabilities_pb2.Capability.Value(f"CAPABILITY_{name}") for name in names)
 
@@ -96,7 +96,7 @@ class Transport(ABC):
     version: ClassVar[str] = "1.0.0"
     # The manifest: capabilities (see `capability_set`), `ModelLimits` fields, grammar dialects and logprob bases
     # (enum names without their prefix) and the provider option keys the escape hatch accepts.
-    capabilities: ClassVar[frozenset[int]] = frozenset()
+    capabilities: ClassVar[frozenset[capabilities_pb2.Capability.ValueType]] = frozenset()
     limits: ClassVar[Mapping[str, int]] = MappingProxyType({})
     grammar_dialects: ClassVar[tuple[str, ...]] = ()
     logprob_bases: ClassVar[tuple[str, ...]] = ()

@@ -246,7 +246,9 @@ class LlamaCpp(HttpTransport):
 def _finish(choice: response_pb2.Choice, body: dict[str, Any]) -> None:
     stop_type = body.get("stop_type") or ""
     choice.raw_finish_reason = stop_type
-    choice.finish_reason = STOP_TYPES.get(stop_type, response_pb2.FINISH_REASON_OTHER if stop_type else 0)
+    choice.finish_reason = STOP_TYPES.get(
+        stop_type, response_pb2.FINISH_REASON_OTHER if stop_type else response_pb2.FINISH_REASON_UNSPECIFIED
+    )
     if stop_type == "word":
         choice.stop_sequence = body.get("stopping_word") or ""
 

@@ -272,7 +272,9 @@ def _settle(body: dict[str, Any], choice: response_pb2.Choice, out: response_pb2
     """The final object's finish reason, usage and provider timings."""
     reason = body.get("done_reason") or ""
     choice.raw_finish_reason = reason
-    choice.finish_reason = DONE_REASONS.get(reason, response_pb2.FINISH_REASON_OTHER if reason else 0)
+    choice.finish_reason = DONE_REASONS.get(
+        reason, response_pb2.FINISH_REASON_OTHER if reason else response_pb2.FINISH_REASON_UNSPECIFIED
+    )
     if choice.finish_reason == response_pb2.FINISH_REASON_STOP and any(
         p.WhichOneof("content") == "tool_call" for p in choice.message.parts
     ):

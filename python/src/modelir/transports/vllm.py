@@ -84,7 +84,7 @@ def _extras(request: request_pb2.Request, body: dict[str, Any]) -> None:
         body["return_token_ids"] = True
 
 
-def _finish(raw_reason: str | None, stop: Any) -> tuple[int, str, str]:
+def _finish(raw_reason: str | None, stop: Any) -> tuple[response_pb2.FinishReason.ValueType, str, str]:
     """`stop_reason` names the stop string or token id that ended a choice (null for EOS)."""
     if stop is not None and raw_reason == "stop":
         return response_pb2.FINISH_REASON_STOP_SEQUENCE, raw_reason, str(stop)
@@ -138,7 +138,9 @@ class _Chat(OpenAIChat):
             body["include_reasoning"] = request.reasoning.include_thoughts
         return body
 
-    def finish(self, raw_reason: str | None, stop_reason: Any = None) -> tuple[int, str, str]:
+    def finish(
+        self, raw_reason: str | None, stop_reason: Any = None
+    ) -> tuple[response_pb2.FinishReason.ValueType, str, str]:
         return _finish(raw_reason, stop_reason)
 
     def adjust_logprobs(self, logprobs: logprobs_pb2.TokenLogprobs) -> logprobs_pb2.TokenLogprobs:
@@ -166,11 +168,11 @@ class _Chat(OpenAIChat):
 
 def _chat_token_ids(logprobs: logprobs_pb2.TokenLogprobs) -> None:
     """With `return_tokens_as_token_ids`, chat tokens are spelled `token_id:N`: fill the id columns."""
-    ids = [_token_id(t) for t in logprobs.tokens]
-    if ids and all(i is not None for i in ids) and not logprobs.token_ids:
+    ids = [i for t in logprobs.tokens if (i := _token_id(t)) is not None]
+    if ids and len(ids) == len(logprobs.tokens) and not logprobs.token_ids:
         logprobs.token_ids.extend(ids)
-    top_ids = [_token_id(t) for t in logprobs.top_tokens]
-    if top_ids and all(i is not None for i in top_ids) and not logprobs.top_token_ids:
+    top_ids = [i for t in logprobs.top_tokens if (i := _token_id(t)) is not None]
+    if top_ids and len(top_ids) == len(logprobs.top_tokens) and not logprobs.top_token_ids:
         logprobs.top_token_ids.extend(top_ids)
 
 

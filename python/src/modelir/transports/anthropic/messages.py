@@ -130,7 +130,7 @@ class AnthropicMessages(HttpTransport):
         body["messages"] = _merge_roles(wire_messages)
         s = request.sampling
         for field, key in (("temperature", "temperature"), ("top_p", "top_p"), ("top_k", "top_k")):
-            if s.HasField(field):
+            if s.HasField(field):  # type: ignore[arg-type]  # the names of the tuple above
                 body[key] = getattr(s, field)
         if s.stop:
             body["stop_sequences"] = list(s.stop)

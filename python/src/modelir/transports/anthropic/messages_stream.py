@@ -71,13 +71,13 @@ class MessagesStreamLifter(StreamLifter):
             delta.part_index = self.parts.index(0, index)
             out.append(stream_pb2.StreamEvent(delta=delta))
         elif kind == "content_block_delta":
-            index, delta = data.get("index", 0), data.get("delta") or {}
+            index, native = data.get("index", 0), data.get("delta") or {}
             state = self.blocks.setdefault(index, {"type": None, "signature": [], "json": []})
-            kinds = delta.get("type")
+            kinds = native.get("type")
             if kinds == "text_delta":
                 out.append(
                     stream_pb2.StreamEvent(
-                        delta=stream_pb2.PartDelta(part_index=self.parts.index(0, index), text=delta.get("text") or "")
+                        delta=stream_pb2.PartDelta(part_index=self.parts.index(0, index), text=native.get("text") or "")
                     )
                 )
             elif kinds == "thinking_delta":
@@ -85,14 +85,14 @@ class MessagesStreamLifter(StreamLifter):
                     stream_pb2.StreamEvent(
                         delta=stream_pb2.PartDelta(
                             part_index=self.parts.index(0, index),
-                            reasoning=stream_pb2.ReasoningDelta(text=delta.get("thinking") or ""),
+                            reasoning=stream_pb2.ReasoningDelta(text=native.get("thinking") or ""),
                         )
                     )
                 )
             elif kinds == "signature_delta":
-                state["signature"].append(delta.get("signature") or "")
+                state["signature"].append(native.get("signature") or "")
             elif kinds == "input_json_delta":
-                state["json"].append(delta.get("partial_json") or "")
+                state["json"].append(native.get("partial_json") or "")
         elif kind == "content_block_stop":
             index = data.get("index", 0)
             state = self.blocks.get(index) or {}
@@ -122,8 +122,8 @@ class MessagesStreamLifter(StreamLifter):
                     )
                 )
         elif kind == "message_delta":
-            delta = data.get("delta") or {}
-            self.stop = (delta.get("stop_reason"), delta.get("stop_sequence"))
+            native = data.get("delta") or {}
+            self.stop = (native.get("stop_reason"), native.get("stop_sequence"))
             # output_tokens here is a running total, not an increment: the latest value wins.
             self.usage.update({k: v for k, v in (data.get("usage") or {}).items() if v is not None})
         elif kind == "message_stop":

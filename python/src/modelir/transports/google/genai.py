@@ -106,7 +106,7 @@ class GoogleGenAI(HttpTransport):
 
     def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
         messages = list(request.conversation.messages)
-        system = []
+        system: list[dict[str, Any]] = []
         while messages and messages[0].role in (content_pb2.ROLE_SYSTEM, content_pb2.ROLE_DEVELOPER):
             system.extend({"text": p.text} for p in messages.pop(0).parts)
         body: dict[str, Any] = {"contents": _contents(messages)}

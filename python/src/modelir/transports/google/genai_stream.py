@@ -142,6 +142,7 @@ class GenAIStreamLifter(StreamLifter):
             delta.reasoning.text = text
         elif kind == "call":
             part = parts.lift_part(raw, self.issuer)
+            assert part is not None  # a functionCall always lifts
             delta.tool_call.id = part.tool_call.id
             delta.tool_call.name = part.tool_call.name
             delta.tool_call.arguments_json = part.tool_call.arguments_json

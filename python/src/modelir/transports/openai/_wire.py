@@ -39,7 +39,7 @@ FINISH_REASONS = {
 JSON_HEADERS = (("content-type", "application/json"),)
 
 
-def finish_reason(raw: str | None) -> int:
+def finish_reason(raw: str | None) -> response_pb2.FinishReason.ValueType:
     if raw is None:
         return response_pb2.FINISH_REASON_UNSPECIFIED
     return FINISH_REASONS.get(raw, response_pb2.FINISH_REASON_OTHER)

@@ -244,7 +244,9 @@ class OpenAIChat(HttpTransport):
         soft_errors.settle(request, out, facts)
         return out
 
-    def finish(self, raw_reason: str | None, stop_reason: Any = None) -> tuple[int, str, str]:
+    def finish(
+        self, raw_reason: str | None, stop_reason: Any = None
+    ) -> tuple[response_pb2.FinishReason.ValueType, str, str]:
         """(normalised finish reason, raw finish reason, stop sequence) of a choice or final chunk."""
         return wire.finish_reason(raw_reason), raw_reason or "", ""
 

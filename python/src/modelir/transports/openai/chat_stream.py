@@ -41,7 +41,7 @@ class ChatStreamLifter(StreamLifter):
             self.done = True
             return []
         chunk = common.parse_json(event.data, "stream chunk")
-        out = []
+        out: list[stream_pb2.StreamEvent] = []
         if isinstance(chunk.get("error"), dict):
             error = chunk["error"]
             self.facts.provider_error = soft_errors.provider_error(
@@ -66,7 +66,7 @@ class ChatStreamLifter(StreamLifter):
         index = raw.get("index", 0)
         self.finishes.setdefault(index, {})
         parts = self.parts
-        out = []
+        out: list[stream_pb2.StreamEvent] = []
         delta = raw.get("delta") or {}
         logprobs = (raw.get("logprobs") or {}).get("content")
         chunk_logprobs = self.transport.adjust_logprobs(lp.from_openai_content(logprobs)) if logprobs else None

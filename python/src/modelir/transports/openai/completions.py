@@ -256,7 +256,7 @@ class _CompletionsStreamLifter(StreamLifter):
             self.done = True
             return []
         chunk = common.parse_json(event.data, "stream chunk")
-        out = []
+        out: list[stream_pb2.StreamEvent] = []
         if isinstance(chunk.get("error"), dict):
             self.facts.provider_error = soft_errors.provider_error(
                 str(chunk["error"].get("message") or "the provider reported an error mid-stream")

@@ -214,7 +214,9 @@ class OpenAIResponses(HttpTransport):
             }
         raise self.not_carried(kind)
 
-    def _flush(self, items: list[dict[str, Any]], role: int, pending: list[content_pb2.Part]) -> None:
+    def _flush(
+        self, items: list[dict[str, Any]], role: content_pb2.Role.ValueType, pending: list[content_pb2.Part]
+    ) -> None:
         """Emit the user/system parts gathered so far as one input message."""
         if pending:
             items.append({"role": _ROLES[role], "content": self._content(pending)})

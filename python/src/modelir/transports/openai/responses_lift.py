@@ -38,7 +38,9 @@ def decode(body: bytes) -> typed.ResponseObject:
         raise errors.MalformedResponseError(f"the provider's response body is not valid JSON: {exc}") from None
 
 
-def finish(body: typed.ResponseObject, has_calls: bool, refused: bool) -> tuple[int, str]:
+def finish(
+    body: typed.ResponseObject, has_calls: bool, refused: bool
+) -> tuple[response_pb2.FinishReason.ValueType, str]:
     status = body.status or ""
     if status == "incomplete":
         reason = (body.incomplete_details.reason if body.incomplete_details else None) or ""
