@@ -30,10 +30,9 @@ def json_object(text: str) -> Any:
     return orjson.loads(text) if text else {"type": "object", "properties": {}}
 
 
-def copy_sampling(
-    sampling: request_pb2.SamplingParams, names: tuple[tuple[str, str], ...], target: dict[str, Any]
-) -> None:
-    """Copy the set optional sampling fields into a native body under their native names ((ir, native) pairs)."""
-    for field, key in names:
-        if sampling.HasField(field):  # type: ignore[arg-type]  # the callers' tables name optional fields
+def copy_sampling(sampling: request_pb2.SamplingParams, target: dict[str, Any], same: str, **renamed: str) -> None:
+    """Copy the set optional sampling fields into a native body: `same` names (space-separated) keep their IR
+    name on the wire, `renamed` maps an IR field to its native name."""
+    for field, key in (*((name, name) for name in same.split()), *renamed.items()):
+        if sampling.HasField(field):  # type: ignore[arg-type]  # the callers name optional fields
             target[key] = getattr(sampling, field)

@@ -30,9 +30,26 @@ from modelir.v1 import (
 )
 
 
-def capability_set(*names: str) -> frozenset[capabilities_pb2.Capability.ValueType]:
-    """Capabilities by their catalog names without `CAPABILITY_` (a misspelt name fails at import)."""
-    return frozenset(capabilities_pb2.Capability.Value(f"CAPABILITY_{name}") for name in names)
+def capability_set(
+    *claims: str | frozenset[capabilities_pb2.Capability.ValueType],
+) -> frozenset[capabilities_pb2.Capability.ValueType]:
+    """Capability groups, and capabilities by their catalog names without `CAPABILITY_` (space-separated; a
+    misspelt name fails at import), as one set."""
+    out: set[capabilities_pb2.Capability.ValueType] = set()
+    for claim in claims:
+        if isinstance(claim, str):
+            out.update(capabilities_pb2.Capability.Value(f"CAPABILITY_{name}") for name in claim.split())
+        else:
+            out |= claim
+    return frozenset(out)
+
+
+# Capability groups that several wires claim together (a manifest is a union of groups and its own names).
+COMMON = capability_set("TEMPERATURE TOP_P MAX_OUTPUT_TOKENS STREAMING PROVIDER_OPTIONS")
+CHAT_WITH_TOOLS = capability_set("CHAT SYSTEM_MESSAGES IMAGE_INPUT TOOLS TOOL_CHOICE")
+LOGPROBS = capability_set("SAMPLED_LOGPROBS TOP_K_LOGPROBS")
+OPENAI_SAMPLING = capability_set("STOP_SEQUENCES SEED PRESENCE_FREQUENCY_PENALTIES")
+ENGINE_SAMPLING = capability_set("TOP_K_SAMPLING MIN_P REPETITION_PENALTY")
 
 
 def frozen(table: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -22,6 +22,10 @@ from modelir import logprobs as lp
 from modelir import soft_errors
 from modelir.transports import _common as common
 from modelir.transports.base import (
+    COMMON,
+    ENGINE_SAMPLING,
+    LOGPROBS,
+    OPENAI_SAMPLING,
     HttpRequest,
     HttpResponse,
     HttpTransport,
@@ -67,18 +71,10 @@ def _sampling(request: request_pb2.Request, body: dict[str, Any]) -> None:
     """The sampling and constraint fields both endpoints take, under llama.cpp's names."""
     s = request.sampling
     common.copy_sampling(
-        s,
-        (
-            ("temperature", "temperature"),
-            ("top_p", "top_p"),
-            ("top_k", "top_k"),
-            ("min_p", "min_p"),
-            ("seed", "seed"),
-            ("presence_penalty", "presence_penalty"),
-            ("frequency_penalty", "frequency_penalty"),
-            ("repetition_penalty", "repeat_penalty"),
-        ),
+        request.sampling,
         body,
+        "temperature top_p top_k min_p seed presence_penalty frequency_penalty",
+        repetition_penalty="repeat_penalty",
     )
     if s.stop:
         body["stop"] = list(s.stop)
@@ -111,28 +107,9 @@ class LlamaCpp(HttpTransport):
         self._chat = _Chat(provider_model=provider_model)
 
     capabilities = capability_set(
-        "COMPLETION",
-        "CHAT",
-        "TOKEN_INPUT",
-        "SYSTEM_MESSAGES",
-        "SAMPLED_LOGPROBS",
-        "SAMPLED_TOKEN_IDS",
-        "TOP_K_LOGPROBS",
-        "CONSTRAINT_CHOICE",
-        "CONSTRAINT_JSON_SCHEMA",
-        "CONSTRAINT_GRAMMAR",
-        "TOKENIZE",
-        "STREAMING",
-        "TEMPERATURE",
-        "TOP_P",
-        "TOP_K_SAMPLING",
-        "MIN_P",
-        "MAX_OUTPUT_TOKENS",
-        "STOP_SEQUENCES",
-        "SEED",
-        "PRESENCE_FREQUENCY_PENALTIES",
-        "REPETITION_PENALTY",
-        "PROVIDER_OPTIONS",
+        COMMON | LOGPROBS | OPENAI_SAMPLING | ENGINE_SAMPLING,
+        "COMPLETION CHAT TOKEN_INPUT SYSTEM_MESSAGES SAMPLED_TOKEN_IDS CONSTRAINT_CHOICE "
+        "CONSTRAINT_JSON_SCHEMA CONSTRAINT_GRAMMAR TOKENIZE",
     )
     # llama-server clamps larger n_probs silently; the manifest says where the honest limit is.
     limits = frozen({"max_top_logprobs": 20, "max_choices": 1})

@@ -23,6 +23,10 @@ from modelir import content_kinds, soft_errors
 from modelir import logprobs as lp
 from modelir.transports import _common as common
 from modelir.transports.base import (
+    COMMON,
+    ENGINE_SAMPLING,
+    LOGPROBS,
+    OPENAI_SAMPLING,
     HttpRequest,
     HttpResponse,
     HttpTransport,
@@ -57,29 +61,9 @@ class Ollama(HttpTransport):
     version = "1.0.0"
 
     capabilities = capability_set(
-        "COMPLETION",
-        "CHAT",
-        "SYSTEM_MESSAGES",
-        "IMAGE_INPUT",
-        "TOOLS",
-        "REASONING",
-        "REASONING_EFFORT",
-        "FIM",
-        "SAMPLED_LOGPROBS",
-        "TOP_K_LOGPROBS",
-        "CONSTRAINT_CHOICE",
+        COMMON | LOGPROBS | OPENAI_SAMPLING | ENGINE_SAMPLING,
+        "COMPLETION CHAT SYSTEM_MESSAGES IMAGE_INPUT TOOLS REASONING REASONING_EFFORT FIM CONSTRAINT_CHOICE "
         "CONSTRAINT_JSON_SCHEMA",
-        "STREAMING",
-        "TEMPERATURE",
-        "TOP_P",
-        "TOP_K_SAMPLING",
-        "MIN_P",
-        "MAX_OUTPUT_TOKENS",
-        "STOP_SEQUENCES",
-        "SEED",
-        "PRESENCE_FREQUENCY_PENALTIES",
-        "REPETITION_PENALTY",
-        "PROVIDER_OPTIONS",
     )
     limits = frozen({"max_top_logprobs": 20, "max_choices": 1})
     provider_option_keys = PROVIDER_OPTION_KEYS
@@ -130,19 +114,11 @@ class Ollama(HttpTransport):
         options: dict[str, Any] = {}
         s = request.sampling
         common.copy_sampling(
-            s,
-            (
-                ("temperature", "temperature"),
-                ("top_p", "top_p"),
-                ("top_k", "top_k"),
-                ("min_p", "min_p"),
-                ("max_output_tokens", "num_predict"),
-                ("seed", "seed"),
-                ("presence_penalty", "presence_penalty"),
-                ("frequency_penalty", "frequency_penalty"),
-                ("repetition_penalty", "repeat_penalty"),
-            ),
+            request.sampling,
             options,
+            "temperature top_p top_k min_p seed presence_penalty frequency_penalty",
+            max_output_tokens="num_predict",
+            repetition_penalty="repeat_penalty",
         )
         if s.stop:
             options["stop"] = list(s.stop)

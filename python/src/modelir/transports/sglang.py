@@ -26,6 +26,9 @@ from modelir import logprobs as lp
 from modelir import soft_errors
 from modelir.transports import _common as common
 from modelir.transports.base import (
+    COMMON,
+    ENGINE_SAMPLING,
+    LOGPROBS,
     HttpRequest,
     HttpResponse,
     HttpTransport,
@@ -52,28 +55,10 @@ class SGLang(HttpTransport):
     version = "1.0.0"
 
     capabilities = capability_set(
-        "COMPLETION",
-        "TOKEN_INPUT",
-        "INPUT_SCORING",
-        "SAMPLED_LOGPROBS",
-        "SAMPLED_TOKEN_IDS",
-        "TOP_K_LOGPROBS",
-        "CONSTRAINT_CHOICE",
-        "CONSTRAINT_REGEX",
-        "CONSTRAINT_JSON_SCHEMA",
-        "CONSTRAINT_GRAMMAR",
-        "STREAMING",
-        "MULTIPLE_CHOICES",
-        "TEMPERATURE",
-        "TOP_P",
-        "TOP_K_SAMPLING",
-        "MIN_P",
-        "MAX_OUTPUT_TOKENS",
-        "STOP_SEQUENCES",
-        "STOP_TOKEN_IDS",
+        COMMON | LOGPROBS | ENGINE_SAMPLING,
+        "COMPLETION TOKEN_INPUT INPUT_SCORING SAMPLED_TOKEN_IDS CONSTRAINT_CHOICE CONSTRAINT_REGEX "
+        "CONSTRAINT_JSON_SCHEMA CONSTRAINT_GRAMMAR MULTIPLE_CHOICES STOP_SEQUENCES STOP_TOKEN_IDS "
         "PRESENCE_FREQUENCY_PENALTIES",
-        "REPETITION_PENALTY",
-        "PROVIDER_OPTIONS",
     )
     limits = frozen({"max_top_logprobs": 20, "max_choices": 64})
     grammar_dialects = ("EBNF",)
@@ -100,18 +85,10 @@ class SGLang(HttpTransport):
         params: dict[str, Any] = {}
         s = request.sampling
         common.copy_sampling(
-            s,
-            (
-                ("temperature", "temperature"),
-                ("top_p", "top_p"),
-                ("top_k", "top_k"),
-                ("min_p", "min_p"),
-                ("max_output_tokens", "max_new_tokens"),
-                ("presence_penalty", "presence_penalty"),
-                ("frequency_penalty", "frequency_penalty"),
-                ("repetition_penalty", "repetition_penalty"),
-            ),
+            request.sampling,
             params,
+            "temperature top_p top_k min_p presence_penalty frequency_penalty repetition_penalty",
+            max_output_tokens="max_new_tokens",
         )
         if s.stop:
             params["stop"] = list(s.stop)

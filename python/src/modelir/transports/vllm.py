@@ -262,17 +262,8 @@ class VLLM(HttpTransport):
         _Completions.capabilities
         | _Chat.capabilities
         | capability_set(
-            "INPUT_SCORING",
-            "SAMPLED_TOKEN_IDS",
-            "TOP_K_SAMPLING",
-            "MIN_P",
-            "REPETITION_PENALTY",
-            "STOP_TOKEN_IDS",
-            "CONSTRAINT_CHOICE",
-            "CONSTRAINT_REGEX",
-            "CONSTRAINT_GRAMMAR",
-            "CONSTRAINT_JSON_SCHEMA",
-            "TOKENIZE",
+            "INPUT_SCORING SAMPLED_TOKEN_IDS TOP_K_SAMPLING MIN_P REPETITION_PENALTY STOP_TOKEN_IDS TOKENIZE "
+            "CONSTRAINT_CHOICE CONSTRAINT_REGEX CONSTRAINT_GRAMMAR CONSTRAINT_JSON_SCHEMA"
         )
     ) - capability_set("FIM")  # vLLM rejects `suffix`
     limits = frozen({"max_top_logprobs": MAX_LOGPROBS, "max_choices": 128})

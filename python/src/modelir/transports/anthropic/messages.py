@@ -23,6 +23,8 @@ from modelir.transports import _common as common
 from modelir.transports.anthropic import blocks
 from modelir.transports.anthropic.messages_stream import MessagesStreamLifter
 from modelir.transports.base import (
+    CHAT_WITH_TOOLS,
+    COMMON,
     HttpRequest,
     HttpResponse,
     HttpTransport,
@@ -61,21 +63,8 @@ class AnthropicMessages(HttpTransport):
         return headers
 
     capabilities = capability_set(
-        "CHAT",
-        "SYSTEM_MESSAGES",
-        "IMAGE_INPUT",
-        "TOOLS",
-        "TOOL_CHOICE",
-        "REASONING",
-        "REASONING_BUDGET",
-        "PREFILL",
-        "STREAMING",
-        "TEMPERATURE",
-        "TOP_P",
-        "TOP_K_SAMPLING",
-        "MAX_OUTPUT_TOKENS",
-        "STOP_SEQUENCES",
-        "PROVIDER_OPTIONS",
+        COMMON | CHAT_WITH_TOOLS,
+        "REASONING REASONING_BUDGET PREFILL TOP_K_SAMPLING STOP_SEQUENCES",
     )
     limits = frozen({"max_choices": 1})
     provider_option_keys = PROVIDER_OPTION_KEYS
@@ -129,9 +118,7 @@ class AnthropicMessages(HttpTransport):
             wire_messages.append({"role": "assistant", "content": [{"type": "text", "text": request.prefill}]})
         body["messages"] = _merge_roles(wire_messages)
         s = request.sampling
-        for field, key in (("temperature", "temperature"), ("top_p", "top_p"), ("top_k", "top_k")):
-            if s.HasField(field):  # type: ignore[arg-type]  # the names of the tuple above
-                body[key] = getattr(s, field)
+        common.copy_sampling(s, body, "temperature top_p top_k")
         if s.stop:
             body["stop_sequences"] = list(s.stop)
         if request.tools:

@@ -23,6 +23,10 @@ import orjson
 from modelir import content_kinds, errors, soft_errors
 from modelir.transports import _common as common
 from modelir.transports.base import (
+    CHAT_WITH_TOOLS,
+    COMMON,
+    LOGPROBS,
+    OPENAI_SAMPLING,
     HttpRequest,
     HttpResponse,
     HttpTransport,
@@ -53,27 +57,8 @@ class GoogleGenAI(HttpTransport):
         return {"x-goog-api-key": credential} if credential else {}
 
     capabilities = capability_set(
-        "CHAT",
-        "SYSTEM_MESSAGES",
-        "IMAGE_INPUT",
-        "TOOLS",
-        "TOOL_CHOICE",
-        "REASONING",
-        "REASONING_BUDGET",
-        "SAMPLED_LOGPROBS",
-        "SAMPLED_TOKEN_IDS",
-        "TOP_K_LOGPROBS",
-        "CONSTRAINT_JSON_SCHEMA",
-        "STREAMING",
-        "MULTIPLE_CHOICES",
-        "TEMPERATURE",
-        "TOP_P",
-        "TOP_K_SAMPLING",
-        "MAX_OUTPUT_TOKENS",
-        "STOP_SEQUENCES",
-        "SEED",
-        "PRESENCE_FREQUENCY_PENALTIES",
-        "PROVIDER_OPTIONS",
+        COMMON | CHAT_WITH_TOOLS | LOGPROBS | OPENAI_SAMPLING,
+        "REASONING REASONING_BUDGET SAMPLED_TOKEN_IDS CONSTRAINT_JSON_SCHEMA MULTIPLE_CHOICES TOP_K_SAMPLING",
     )
     limits = frozen({"max_top_logprobs": 20, "max_choices": 8, "max_stop_sequences": 5})
     provider_option_keys = PROVIDER_OPTION_KEYS
@@ -115,17 +100,14 @@ class GoogleGenAI(HttpTransport):
         config: dict[str, Any] = {}
         s = request.sampling
         common.copy_sampling(
-            s,
-            (
-                ("temperature", "temperature"),
-                ("top_p", "topP"),
-                ("top_k", "topK"),
-                ("max_output_tokens", "maxOutputTokens"),
-                ("seed", "seed"),
-                ("presence_penalty", "presencePenalty"),
-                ("frequency_penalty", "frequencyPenalty"),
-            ),
+            request.sampling,
             config,
+            "temperature seed",
+            top_p="topP",
+            top_k="topK",
+            max_output_tokens="maxOutputTokens",
+            presence_penalty="presencePenalty",
+            frequency_penalty="frequencyPenalty",
         )
         if s.stop:
             config["stopSequences"] = list(s.stop)

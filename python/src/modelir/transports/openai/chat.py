@@ -14,7 +14,18 @@ import msgspec
 
 from modelir import content_kinds, errors, soft_errors
 from modelir.transports import _common as common
-from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter, capability_set, frozen
+from modelir.transports.base import (
+    CHAT_WITH_TOOLS,
+    COMMON,
+    LOGPROBS,
+    OPENAI_SAMPLING,
+    HttpRequest,
+    HttpResponse,
+    HttpTransport,
+    StreamLifter,
+    capability_set,
+    frozen,
+)
 from modelir.transports.openai import _typed as typed
 from modelir.transports.openai import _wire as wire
 from modelir.transports.openai.chat_stream import ChatStreamLifter
@@ -39,39 +50,14 @@ PROVIDER_OPTION_KEYS = (
     "user",
     "verbosity",
 )
-_SAMPLING = (
-    ("temperature", "temperature"),
-    ("top_p", "top_p"),
-    ("max_output_tokens", "max_completion_tokens"),
-    ("seed", "seed"),
-    ("presence_penalty", "presence_penalty"),
-    ("frequency_penalty", "frequency_penalty"),
-)
 
 
 class OpenAIChat(HttpTransport):
     name = "openai_chat"
     path = "/chat/completions"
     capabilities = capability_set(
-        "CHAT",
-        "SYSTEM_MESSAGES",
-        "IMAGE_INPUT",
-        "TOOLS",
-        "TOOL_CHOICE",
-        "REASONING",
-        "REASONING_EFFORT",
-        "SAMPLED_LOGPROBS",
-        "TOP_K_LOGPROBS",
-        "CONSTRAINT_JSON_SCHEMA",
-        "STREAMING",
-        "MULTIPLE_CHOICES",
-        "TEMPERATURE",
-        "TOP_P",
-        "MAX_OUTPUT_TOKENS",
-        "STOP_SEQUENCES",
-        "SEED",
-        "PRESENCE_FREQUENCY_PENALTIES",
-        "PROVIDER_OPTIONS",
+        COMMON | CHAT_WITH_TOOLS | LOGPROBS | OPENAI_SAMPLING,
+        "REASONING REASONING_EFFORT CONSTRAINT_JSON_SCHEMA MULTIPLE_CHOICES",
     )
     limits = frozen({"max_top_logprobs": 20, "max_choices": 128, "max_stop_sequences": 4})
     provider_option_keys = PROVIDER_OPTION_KEYS
@@ -117,7 +103,12 @@ class OpenAIChat(HttpTransport):
         """The native body as a dict: the hook dialects extend before it is serialised once."""
         body: dict[str, Any] = {"model": self.model_for(request), "messages": self._messages(request)}
         s = request.sampling
-        common.copy_sampling(s, _SAMPLING, body)
+        common.copy_sampling(
+            s,
+            body,
+            "temperature top_p seed presence_penalty frequency_penalty",
+            max_output_tokens="max_completion_tokens",
+        )
         if s.stop:
             body["stop"] = list(s.stop)
         if s.choice_count > 1:

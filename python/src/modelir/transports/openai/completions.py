@@ -17,6 +17,9 @@ from modelir import logprobs as lp
 from modelir import soft_errors
 from modelir.transports import _common as common
 from modelir.transports.base import (
+    COMMON,
+    LOGPROBS,
+    OPENAI_SAMPLING,
     HttpRequest,
     HttpResponse,
     HttpTransport,
@@ -38,20 +41,8 @@ class OpenAICompletions(HttpTransport):
     version = "1.0.0"
     path = "/completions"
     capabilities = capability_set(
-        "COMPLETION",
-        "TOKEN_INPUT",
-        "FIM",
-        "SAMPLED_LOGPROBS",
-        "TOP_K_LOGPROBS",
-        "STREAMING",
-        "MULTIPLE_CHOICES",
-        "TEMPERATURE",
-        "TOP_P",
-        "MAX_OUTPUT_TOKENS",
-        "STOP_SEQUENCES",
-        "SEED",
-        "PRESENCE_FREQUENCY_PENALTIES",
-        "PROVIDER_OPTIONS",
+        COMMON | LOGPROBS | OPENAI_SAMPLING,
+        "COMPLETION TOKEN_INPUT FIM MULTIPLE_CHOICES",
     )
     limits = frozen({"max_top_logprobs": 5, "max_choices": 128, "max_stop_sequences": 4})  # OpenAI caps `logprobs` at 5
     provider_option_keys = PROVIDER_OPTION_KEYS
@@ -75,16 +66,10 @@ class OpenAICompletions(HttpTransport):
         body: dict[str, Any] = {"model": self.model_for(request), "prompt": prompt}
         s = request.sampling
         common.copy_sampling(
-            s,
-            (
-                ("temperature", "temperature"),
-                ("top_p", "top_p"),
-                ("max_output_tokens", "max_tokens"),
-                ("seed", "seed"),
-                ("presence_penalty", "presence_penalty"),
-                ("frequency_penalty", "frequency_penalty"),
-            ),
+            request.sampling,
             body,
+            "temperature top_p seed presence_penalty frequency_penalty",
+            max_output_tokens="max_tokens",
         )
         if s.stop:
             body["stop"] = list(s.stop)

@@ -13,7 +13,17 @@ from typing import Any
 
 from modelir import content_kinds, soft_errors
 from modelir.transports import _common as common
-from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter, capability_set, frozen
+from modelir.transports.base import (
+    CHAT_WITH_TOOLS,
+    COMMON,
+    LOGPROBS,
+    HttpRequest,
+    HttpResponse,
+    HttpTransport,
+    StreamLifter,
+    capability_set,
+    frozen,
+)
 from modelir.transports.openai import _wire as wire
 from modelir.transports.openai import responses_lift
 from modelir.transports.openai.responses_stream import ResponsesStreamLifter
@@ -49,21 +59,8 @@ class OpenAIResponses(HttpTransport):
     name = "openai_responses"
     path = "/responses"
     capabilities = capability_set(
-        "CHAT",
-        "SYSTEM_MESSAGES",
-        "IMAGE_INPUT",
-        "TOOLS",
-        "TOOL_CHOICE",
-        "REASONING",
-        "REASONING_EFFORT",
-        "SAMPLED_LOGPROBS",
-        "TOP_K_LOGPROBS",
-        "CONSTRAINT_JSON_SCHEMA",
-        "STREAMING",
-        "TEMPERATURE",
-        "TOP_P",
-        "MAX_OUTPUT_TOKENS",
-        "PROVIDER_OPTIONS",
+        COMMON | CHAT_WITH_TOOLS | LOGPROBS,
+        "REASONING REASONING_EFFORT CONSTRAINT_JSON_SCHEMA",
     )
     limits = frozen({"max_top_logprobs": 20, "max_choices": 1})
     provider_option_keys = PROVIDER_OPTION_KEYS
@@ -118,11 +115,7 @@ class OpenAIResponses(HttpTransport):
         body: dict[str, Any] = {"model": self.model_for(request), "input": self._items(messages)}
         if instructions:
             body["instructions"] = "\n\n".join(instructions)
-        common.copy_sampling(
-            request.sampling,
-            (("temperature", "temperature"), ("top_p", "top_p"), ("max_output_tokens", "max_output_tokens")),
-            body,
-        )
+        common.copy_sampling(request.sampling, body, "temperature top_p max_output_tokens")
         if request.tools:
             body["tools"] = [{"type": "function", **wire.function_tool(t)} for t in request.tools]
         choice = wire.tool_choice(request, lambda name: {"type": "function", "name": name})
