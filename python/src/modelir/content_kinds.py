@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from modelir import errors
 from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, stream_pb2
@@ -177,6 +178,16 @@ KINDS: Mapping[str, ContentKind] = {
     )
 }
 del C
+
+
+def decide(**decisions: str) -> Mapping[str, str]:
+    """A transport's decisions, one per kind by name: `CARRIED`, or the sentence that rejects the kind."""
+    return MappingProxyType(decisions)
+
+
+def none_carried(transport: str) -> Mapping[str, str]:
+    """The decisions of a transport that takes no conversations at all (its manifest lacks CHAT, which says so)."""
+    return MappingProxyType(dict.fromkeys(KINDS, f"{transport} takes no conversations"))
 
 
 def spec_kinds() -> list[str]:

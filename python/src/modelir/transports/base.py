@@ -14,57 +14,13 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import orjson
 
 from modelir import content_kinds, errors
-from modelir.v1 import (
-    capabilities_pb2,
-    content_pb2,
-    logprobs_pb2,
-    request_pb2,
-    response_pb2,
-    service_pb2,
-    stream_pb2,
-)
-
-
-def capability_set(
-    *claims: str | frozenset[capabilities_pb2.Capability.ValueType],
-) -> frozenset[capabilities_pb2.Capability.ValueType]:
-    """Capability groups, and capabilities by their catalog names without `CAPABILITY_` (space-separated; a
-    misspelt name fails at import), as one set."""
-    out: set[capabilities_pb2.Capability.ValueType] = set()
-    for claim in claims:
-        if isinstance(claim, str):
-            out.update(capabilities_pb2.Capability.Value(f"CAPABILITY_{name}") for name in claim.split())
-        else:
-            out |= claim
-    return frozenset(out)
-
-
-# Capability groups that several wires claim together (a manifest is a union of groups and its own names).
-COMMON = capability_set("TEMPERATURE TOP_P MAX_OUTPUT_TOKENS STREAMING PROVIDER_OPTIONS")
-CHAT_WITH_TOOLS = capability_set("CHAT SYSTEM_MESSAGES IMAGE_INPUT TOOLS TOOL_CHOICE")
-LOGPROBS = capability_set("SAMPLED_LOGPROBS TOP_K_LOGPROBS")
-OPENAI_SAMPLING = capability_set("STOP_SEQUENCES SEED PRESENCE_FREQUENCY_PENALTIES")
-ENGINE_SAMPLING = capability_set("TOP_K_SAMPLING MIN_P REPETITION_PENALTY")
-
-
-def frozen(table: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A read-only view of a class-level table (limits, part-kind decisions)."""
-    return MappingProxyType(dict(table))
-
-
-def carries_every_kind() -> Mapping[str, str]:
-    """The decisions of a transport that lowers every kind the registry knows (each has its lowering)."""
-    return MappingProxyType(dict.fromkeys(content_kinds.KINDS, content_kinds.CARRIED))
-
-
-def takes_no_conversations(transport: str) -> Mapping[str, str]:
-    """The decisions of a transport without CHAT: there are no parts to carry (the missing CHAT says so)."""
-    return MappingProxyType(dict.fromkeys(content_kinds.KINDS, f"{transport} takes no conversations"))
+from modelir.transports import manifests
+from modelir.v1 import capabilities_pb2, content_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,10 +67,10 @@ class Transport(ABC):
 
     name: ClassVar[str]
     version: ClassVar[str] = "1.0.0"
-    # The manifest: capabilities (see `capability_set`), `ModelLimits` fields, grammar dialects and logprob bases
-    # (enum names without their prefix) and the provider option keys the escape hatch accepts.
+    # The manifest: capabilities (see `manifests.capability_set`), limits, grammar dialects and logprob bases (enum
+    # names without their prefix) and the provider option keys the escape hatch accepts.
     capabilities: ClassVar[frozenset[capabilities_pb2.Capability.ValueType]] = frozenset()
-    limits: ClassVar[Mapping[str, int]] = MappingProxyType({})
+    limits: ClassVar[capabilities_pb2.ModelLimits] = capabilities_pb2.ModelLimits()
     grammar_dialects: ClassVar[tuple[str, ...]] = ()
     logprob_bases: ClassVar[tuple[str, ...]] = ()
     provider_option_keys: ClassVar[tuple[str, ...]] = ()
@@ -122,15 +78,7 @@ class Transport(ABC):
     part_kinds: ClassVar[Mapping[str, str]] = MappingProxyType({})
 
     def manifest(self) -> capabilities_pb2.CapabilityManifest:
-        return capabilities_pb2.CapabilityManifest(
-            transport=self.name,
-            transport_version=self.version,
-            capabilities=sorted(self.capabilities),
-            limits=capabilities_pb2.ModelLimits(**self.limits),
-            grammar_dialects=[request_pb2.GrammarDialect.Value(f"GRAMMAR_DIALECT_{d}") for d in self.grammar_dialects],
-            provider_option_keys=self.provider_option_keys,
-            logprob_bases=[logprobs_pb2.LogprobBasis.Value(f"LOGPROB_BASIS_{b}") for b in self.logprob_bases],
-        )
+        return manifests.build(self)
 
     @property
     def provider_model(self) -> str:

@@ -21,22 +21,11 @@ import orjson
 from modelir import logprobs as lp
 from modelir import soft_errors
 from modelir.transports import _common as common
-from modelir.transports.base import (
-    COMMON,
-    ENGINE_SAMPLING,
-    LOGPROBS,
-    OPENAI_SAMPLING,
-    HttpRequest,
-    HttpResponse,
-    HttpTransport,
-    RawEvent,
-    StreamLifter,
-    capability_set,
-    frozen,
-)
+from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
+from modelir.transports.manifests import COMMON, ENGINE_SAMPLING, LOGPROBS, OPENAI_SAMPLING, capability_set
 from modelir.transports.openai.chat import OpenAIChat
 from modelir.transports.stream_parts import StreamParts
-from modelir.v1 import content_pb2, logprobs_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
+from modelir.v1 import capabilities_pb2, content_pb2, logprobs_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
 
 STOP_TYPES = {
     "eos": response_pb2.FINISH_REASON_STOP,
@@ -112,7 +101,7 @@ class LlamaCpp(HttpTransport):
         "CONSTRAINT_JSON_SCHEMA CONSTRAINT_GRAMMAR TOKENIZE",
     )
     # llama-server clamps larger n_probs silently; the manifest says where the honest limit is.
-    limits = frozen({"max_top_logprobs": 20, "max_choices": 1})
+    limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=1)
     grammar_dialects = ("GBNF",)
     provider_option_keys = PROVIDER_OPTION_KEYS
     logprob_bases = ("PRE_SAMPLING", "POST_SAMPLING")

@@ -21,22 +21,12 @@ import orjson
 
 from modelir import content_kinds, soft_errors
 from modelir import logprobs as lp
+from modelir.content_kinds import CARRIED
 from modelir.transports import _common as common
-from modelir.transports.base import (
-    COMMON,
-    ENGINE_SAMPLING,
-    LOGPROBS,
-    OPENAI_SAMPLING,
-    HttpRequest,
-    HttpResponse,
-    HttpTransport,
-    RawEvent,
-    StreamLifter,
-    capability_set,
-    frozen,
-)
+from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
+from modelir.transports.manifests import COMMON, ENGINE_SAMPLING, LOGPROBS, OPENAI_SAMPLING, capability_set
 from modelir.transports.stream_parts import StreamParts
-from modelir.v1 import content_pb2, request_pb2, response_pb2, stream_pb2
+from modelir.v1 import capabilities_pb2, content_pb2, request_pb2, response_pb2, stream_pb2
 
 JSON_HEADERS = (("content-type", "application/json"),)
 DONE_REASONS = {"stop": response_pb2.FINISH_REASON_STOP, "length": response_pb2.FINISH_REASON_LENGTH}
@@ -65,16 +55,10 @@ class Ollama(HttpTransport):
         "COMPLETION CHAT SYSTEM_MESSAGES IMAGE_INPUT TOOLS REASONING REASONING_EFFORT FIM CONSTRAINT_CHOICE "
         "CONSTRAINT_JSON_SCHEMA",
     )
-    limits = frozen({"max_top_logprobs": 20, "max_choices": 1})
+    limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=1)
     provider_option_keys = PROVIDER_OPTION_KEYS
-    part_kinds = frozen(
-        {
-            "text": content_kinds.CARRIED,
-            "blob": content_kinds.CARRIED,
-            "tool_call": content_kinds.CARRIED,
-            "tool_result": content_kinds.CARRIED,
-            "reasoning": content_kinds.CARRIED,  # as `thinking` text; artifacts are refused below
-        }
+    part_kinds = content_kinds.decide(  # reasoning goes as `thinking` text; artifacts are refused below
+        text=CARRIED, blob=CARRIED, tool_call=CARRIED, tool_result=CARRIED, reasoning=CARRIED
     )
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:

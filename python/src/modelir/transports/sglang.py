@@ -22,24 +22,13 @@ from typing import Any
 
 import orjson
 
+from modelir import content_kinds, soft_errors
 from modelir import logprobs as lp
-from modelir import soft_errors
 from modelir.transports import _common as common
-from modelir.transports.base import (
-    COMMON,
-    ENGINE_SAMPLING,
-    LOGPROBS,
-    HttpRequest,
-    HttpResponse,
-    HttpTransport,
-    RawEvent,
-    StreamLifter,
-    capability_set,
-    frozen,
-    takes_no_conversations,
-)
+from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
+from modelir.transports.manifests import COMMON, ENGINE_SAMPLING, LOGPROBS, capability_set
 from modelir.transports.stream_parts import StreamParts
-from modelir.v1 import content_pb2, logprobs_pb2, request_pb2, response_pb2, stream_pb2
+from modelir.v1 import capabilities_pb2, content_pb2, logprobs_pb2, request_pb2, response_pb2, stream_pb2
 
 JSON_HEADERS = (("content-type", "application/json"),)
 PROVIDER_OPTION_KEYS = ("ignore_eos", "min_new_tokens", "no_stop_trim", "skip_special_tokens", "lora_path")
@@ -60,10 +49,10 @@ class SGLang(HttpTransport):
         "CONSTRAINT_JSON_SCHEMA CONSTRAINT_GRAMMAR MULTIPLE_CHOICES STOP_SEQUENCES STOP_TOKEN_IDS "
         "PRESENCE_FREQUENCY_PENALTIES",
     )
-    limits = frozen({"max_top_logprobs": 20, "max_choices": 64})
+    limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=64)
     grammar_dialects = ("EBNF",)
     provider_option_keys = PROVIDER_OPTION_KEYS
-    part_kinds = takes_no_conversations("sglang /generate")
+    part_kinds = content_kinds.none_carried("sglang /generate")
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []

@@ -19,12 +19,13 @@ import orjson
 from modelir import logprobs as lp
 from modelir import soft_errors
 from modelir.transports import _common as common
-from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter, capability_set, frozen
+from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter
+from modelir.transports.manifests import capability_set
 from modelir.transports.openai import _typed as typed
 from modelir.transports.openai import _wire as wire
 from modelir.transports.openai.chat import OpenAIChat
 from modelir.transports.openai.completions import OpenAICompletions
-from modelir.v1 import logprobs_pb2, request_pb2, response_pb2, service_pb2
+from modelir.v1 import capabilities_pb2, logprobs_pb2, request_pb2, response_pb2, service_pb2
 
 MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
 PROVIDER_OPTION_KEYS = (
@@ -266,7 +267,7 @@ class VLLM(HttpTransport):
             "CONSTRAINT_CHOICE CONSTRAINT_REGEX CONSTRAINT_GRAMMAR CONSTRAINT_JSON_SCHEMA"
         )
     ) - capability_set("FIM")  # vLLM rejects `suffix`
-    limits = frozen({"max_top_logprobs": MAX_LOGPROBS, "max_choices": 128})
+    limits = capabilities_pb2.ModelLimits(max_top_logprobs=MAX_LOGPROBS, max_choices=128)
     grammar_dialects = ("EBNF",)
     provider_option_keys = PROVIDER_OPTION_KEYS
     part_kinds = _Chat.part_kinds

@@ -19,21 +19,13 @@ from typing import Any
 import orjson
 
 from modelir import content_kinds
+from modelir.content_kinds import CARRIED
 from modelir.transports import _common as common
 from modelir.transports.anthropic import blocks
 from modelir.transports.anthropic.messages_stream import MessagesStreamLifter
-from modelir.transports.base import (
-    CHAT_WITH_TOOLS,
-    COMMON,
-    HttpRequest,
-    HttpResponse,
-    HttpTransport,
-    StreamLifter,
-    capability_set,
-    carries_every_kind,
-    frozen,
-)
-from modelir.v1 import content_pb2, request_pb2, response_pb2
+from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter
+from modelir.transports.manifests import CHAT_WITH_TOOLS, COMMON, capability_set
+from modelir.v1 import capabilities_pb2, content_pb2, request_pb2, response_pb2
 
 SIGNATURE = blocks.SIGNATURE
 REDACTED = blocks.REDACTED
@@ -66,9 +58,11 @@ class AnthropicMessages(HttpTransport):
         COMMON | CHAT_WITH_TOOLS,
         "REASONING REASONING_BUDGET PREFILL TOP_K_SAMPLING STOP_SEQUENCES",
     )
-    limits = frozen({"max_choices": 1})
+    limits = capabilities_pb2.ModelLimits(max_choices=1)
     provider_option_keys = PROVIDER_OPTION_KEYS
-    part_kinds = carries_every_kind()
+    part_kinds = content_kinds.decide(
+        text=CARRIED, blob=CARRIED, tool_call=CARRIED, tool_result=CARRIED, reasoning=CARRIED
+    )
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []

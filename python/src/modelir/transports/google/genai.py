@@ -21,24 +21,13 @@ from typing import Any
 import orjson
 
 from modelir import content_kinds, errors, soft_errors
+from modelir.content_kinds import CARRIED
 from modelir.transports import _common as common
-from modelir.transports.base import (
-    CHAT_WITH_TOOLS,
-    COMMON,
-    LOGPROBS,
-    OPENAI_SAMPLING,
-    HttpRequest,
-    HttpResponse,
-    HttpTransport,
-    StreamLifter,
-    capability_set,
-    carries_every_kind,
-    error_for_status,
-    frozen,
-)
+from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter, error_for_status
 from modelir.transports.google import parts
 from modelir.transports.google.genai_stream import GenAIStreamLifter
-from modelir.v1 import content_pb2, request_pb2, response_pb2
+from modelir.transports.manifests import CHAT_WITH_TOOLS, COMMON, LOGPROBS, OPENAI_SAMPLING, capability_set
+from modelir.v1 import capabilities_pb2, content_pb2, request_pb2, response_pb2
 
 THOUGHT_SIGNATURE = parts.THOUGHT_SIGNATURE
 _MODES = {
@@ -60,9 +49,11 @@ class GoogleGenAI(HttpTransport):
         COMMON | CHAT_WITH_TOOLS | LOGPROBS | OPENAI_SAMPLING,
         "REASONING REASONING_BUDGET SAMPLED_TOKEN_IDS CONSTRAINT_JSON_SCHEMA MULTIPLE_CHOICES TOP_K_SAMPLING",
     )
-    limits = frozen({"max_top_logprobs": 20, "max_choices": 8, "max_stop_sequences": 5})
+    limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=8, max_stop_sequences=5)
     provider_option_keys = PROVIDER_OPTION_KEYS
-    part_kinds = carries_every_kind()
+    part_kinds = content_kinds.decide(
+        text=CARRIED, blob=CARRIED, tool_call=CARRIED, tool_result=CARRIED, reasoning=CARRIED
+    )
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []

@@ -13,25 +13,15 @@ from typing import Any, ClassVar
 import msgspec
 
 from modelir import content_kinds, errors, soft_errors
+from modelir.content_kinds import CARRIED
 from modelir.transports import _common as common
-from modelir.transports.base import (
-    CHAT_WITH_TOOLS,
-    COMMON,
-    LOGPROBS,
-    OPENAI_SAMPLING,
-    HttpRequest,
-    HttpResponse,
-    HttpTransport,
-    StreamLifter,
-    capability_set,
-    frozen,
-)
+from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter
+from modelir.transports.manifests import CHAT_WITH_TOOLS, COMMON, LOGPROBS, OPENAI_SAMPLING, capability_set
 from modelir.transports.openai import _typed as typed
 from modelir.transports.openai import _wire as wire
 from modelir.transports.openai.chat_stream import ChatStreamLifter
-from modelir.v1 import content_pb2, logprobs_pb2, request_pb2, response_pb2
+from modelir.v1 import capabilities_pb2, content_pb2, logprobs_pb2, request_pb2, response_pb2
 
-CARRIED = content_kinds.CARRIED
 _ROLE_NAMES = {
     content_pb2.ROLE_SYSTEM: "system",
     content_pb2.ROLE_DEVELOPER: "developer",
@@ -59,16 +49,14 @@ class OpenAIChat(HttpTransport):
         COMMON | CHAT_WITH_TOOLS | LOGPROBS | OPENAI_SAMPLING,
         "REASONING REASONING_EFFORT CONSTRAINT_JSON_SCHEMA MULTIPLE_CHOICES",
     )
-    limits = frozen({"max_top_logprobs": 20, "max_choices": 128, "max_stop_sequences": 4})
+    limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=128, max_stop_sequences=4)
     provider_option_keys = PROVIDER_OPTION_KEYS
-    part_kinds = frozen(
-        {
-            "text": CARRIED,
-            "blob": CARRIED,
-            "tool_call": CARRIED,
-            "tool_result": CARRIED,
-            "reasoning": "OpenAI chat completions cannot replay reasoning",
-        }
+    part_kinds = content_kinds.decide(
+        text=CARRIED,
+        blob=CARRIED,
+        tool_call=CARRIED,
+        tool_result=CARRIED,
+        reasoning="OpenAI chat completions cannot replay reasoning",
     )
     # What a dialect's server adds to this wire (structured, so that dialects need no filtering of reasons).
     returns_reasoning_text: ClassVar[bool] = False

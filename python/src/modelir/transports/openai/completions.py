@@ -13,25 +13,14 @@ from __future__ import annotations
 from itertools import chain
 from typing import Any
 
+from modelir import content_kinds, soft_errors
 from modelir import logprobs as lp
-from modelir import soft_errors
 from modelir.transports import _common as common
-from modelir.transports.base import (
-    COMMON,
-    LOGPROBS,
-    OPENAI_SAMPLING,
-    HttpRequest,
-    HttpResponse,
-    HttpTransport,
-    RawEvent,
-    StreamLifter,
-    capability_set,
-    frozen,
-    takes_no_conversations,
-)
+from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
+from modelir.transports.manifests import COMMON, LOGPROBS, OPENAI_SAMPLING, capability_set
 from modelir.transports.openai import _wire as wire
 from modelir.transports.stream_parts import StreamParts
-from modelir.v1 import content_pb2, logprobs_pb2, request_pb2, response_pb2, stream_pb2
+from modelir.v1 import capabilities_pb2, content_pb2, logprobs_pb2, request_pb2, response_pb2, stream_pb2
 
 PROVIDER_OPTION_KEYS = ("best_of", "logit_bias", "user")
 
@@ -44,9 +33,11 @@ class OpenAICompletions(HttpTransport):
         COMMON | LOGPROBS | OPENAI_SAMPLING,
         "COMPLETION TOKEN_INPUT FIM MULTIPLE_CHOICES",
     )
-    limits = frozen({"max_top_logprobs": 5, "max_choices": 128, "max_stop_sequences": 4})  # OpenAI caps `logprobs` at 5
+    limits = capabilities_pb2.ModelLimits(
+        max_top_logprobs=5, max_choices=128, max_stop_sequences=4
+    )  # OpenAI caps `logprobs` at 5
     provider_option_keys = PROVIDER_OPTION_KEYS
-    part_kinds = takes_no_conversations("OpenAI completions")
+    part_kinds = content_kinds.none_carried("OpenAI completions")
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []

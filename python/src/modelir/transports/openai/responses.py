@@ -12,22 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 from modelir import content_kinds, soft_errors
+from modelir.content_kinds import CARRIED
 from modelir.transports import _common as common
-from modelir.transports.base import (
-    CHAT_WITH_TOOLS,
-    COMMON,
-    LOGPROBS,
-    HttpRequest,
-    HttpResponse,
-    HttpTransport,
-    StreamLifter,
-    capability_set,
-    frozen,
-)
+from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter
+from modelir.transports.manifests import CHAT_WITH_TOOLS, COMMON, LOGPROBS, capability_set
 from modelir.transports.openai import _wire as wire
 from modelir.transports.openai import responses_lift
 from modelir.transports.openai.responses_stream import ResponsesStreamLifter
-from modelir.v1 import content_pb2, request_pb2, response_pb2
+from modelir.v1 import capabilities_pb2, content_pb2, request_pb2, response_pb2
 
 ENCRYPTED = responses_lift.ENCRYPTED
 _SUMMARIES = {
@@ -62,9 +54,11 @@ class OpenAIResponses(HttpTransport):
         COMMON | CHAT_WITH_TOOLS | LOGPROBS,
         "REASONING REASONING_EFFORT CONSTRAINT_JSON_SCHEMA",
     )
-    limits = frozen({"max_top_logprobs": 20, "max_choices": 1})
+    limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=1)
     provider_option_keys = PROVIDER_OPTION_KEYS
-    part_kinds = frozen(dict.fromkeys(("text", "blob", "tool_call", "tool_result", "reasoning"), content_kinds.CARRIED))
+    part_kinds = content_kinds.decide(
+        text=CARRIED, blob=CARRIED, tool_call=CARRIED, tool_result=CARRIED, reasoning=CARRIED
+    )
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []
