@@ -30,9 +30,18 @@ def json_object(text: str) -> Any:
     return orjson.loads(text) if text else {"type": "object", "properties": {}}
 
 
-def copy_sampling(sampling: request_pb2.SamplingParams, target: dict[str, Any], same: str, **renamed: str) -> None:
-    """Copy the set optional sampling fields into a native body: `same` names (space-separated) keep their IR
-    name on the wire, `renamed` maps an IR field to its native name."""
-    for field, key in (*((name, name) for name in same.split()), *renamed.items()):
-        if sampling.HasField(field):  # type: ignore[arg-type]  # the callers name optional fields
+def copy_sampling(sampling: request_pb2.SamplingParams, target: dict[str, Any], fields: str) -> None:
+    """Copy the sampling fields a request sets into a native body. `fields` names them, space-separated, as
+    `ir_name` when the wire uses the IR's name and `ir_name:native_name` when it renames it. `stop` and
+    `stop_token_ids` are copied when not empty, `choice_count` when above one, the rest when set."""
+    for spec in fields.split():
+        field, _, key = spec.partition(":")
+        key = key or field
+        if field in ("stop", "stop_token_ids"):
+            if values := list(getattr(sampling, field)):
+                target[key] = values
+        elif field == "choice_count":
+            if sampling.choice_count > 1:
+                target[key] = sampling.choice_count
+        elif sampling.HasField(field):  # type: ignore[arg-type]  # the callers name optional fields
             target[key] = getattr(sampling, field)

@@ -58,15 +58,7 @@ def choice_grammar(labels: list[str]) -> str:
 
 def _sampling(request: request_pb2.Request, body: dict[str, Any]) -> None:
     """The sampling and constraint fields both endpoints take, under llama.cpp's names."""
-    s = request.sampling
-    common.copy_sampling(
-        request.sampling,
-        body,
-        "temperature top_p top_k min_p seed presence_penalty frequency_penalty",
-        repetition_penalty="repeat_penalty",
-    )
-    if s.stop:
-        body["stop"] = list(s.stop)
+    common.copy_sampling(request.sampling, body, _SAMPLING)
     kind = request.constraint.WhichOneof("kind")
     if kind == "choice":
         body["grammar"] = choice_grammar(list(request.constraint.choice.labels))
@@ -74,6 +66,12 @@ def _sampling(request: request_pb2.Request, body: dict[str, Any]) -> None:
         body["grammar"] = request.constraint.grammar.text
     elif kind == "json_schema":
         body["json_schema"] = orjson.loads(request.constraint.json_schema.schema_json)
+
+
+# IR sampling fields, as `ir_name:native_name` where this wire renames them.
+_SAMPLING = (
+    "temperature top_p top_k min_p seed presence_penalty frequency_penalty repetition_penalty:repeat_penalty stop"
+)
 
 
 class _Chat(OpenAIChat):

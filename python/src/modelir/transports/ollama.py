@@ -46,6 +46,13 @@ PROVIDER_OPTION_KEYS = ("keep_alive", "num_ctx", "num_keep", "mirostat", "typica
 _OPTION_KEYS = {"keep_alive"}  # top-level request fields; the rest go inside `options`
 
 
+# IR sampling fields, as `ir_name:native_name` where this wire renames them.
+_SAMPLING = (
+    "temperature top_p top_k min_p seed presence_penalty frequency_penalty max_output_tokens:num_predict "
+    "repetition_penalty:repeat_penalty stop"
+)
+
+
 class Ollama(HttpTransport):
     name = "ollama"
     version = "1.0.0"
@@ -96,16 +103,7 @@ class Ollama(HttpTransport):
             if request.HasField("fim"):
                 body["suffix"] = request.fim.suffix
         options: dict[str, Any] = {}
-        s = request.sampling
-        common.copy_sampling(
-            request.sampling,
-            options,
-            "temperature top_p top_k min_p seed presence_penalty frequency_penalty",
-            max_output_tokens="num_predict",
-            repetition_penalty="repeat_penalty",
-        )
-        if s.stop:
-            options["stop"] = list(s.stop)
+        common.copy_sampling(request.sampling, options, _SAMPLING)
         kind = request.constraint.WhichOneof("kind")
         if kind == "json_schema":
             body["format"] = orjson.loads(request.constraint.json_schema.schema_json)

@@ -39,6 +39,13 @@ def choice_regex(labels: list[str]) -> str:
     return "(" + "|".join(re.escape(label) for label in labels) + ")"
 
 
+# IR sampling fields, as `ir_name:native_name` where this wire renames them.
+_SAMPLING = (
+    "temperature top_p top_k min_p presence_penalty frequency_penalty repetition_penalty "
+    "max_output_tokens:max_new_tokens stop stop_token_ids choice_count:n"
+)
+
+
 class SGLang(HttpTransport):
     name = "sglang"
     version = "1.0.0"
@@ -72,19 +79,7 @@ class SGLang(HttpTransport):
         else:
             body["text"] = request.prompt + continuation
         params: dict[str, Any] = {}
-        s = request.sampling
-        common.copy_sampling(
-            request.sampling,
-            params,
-            "temperature top_p top_k min_p presence_penalty frequency_penalty repetition_penalty",
-            max_output_tokens="max_new_tokens",
-        )
-        if s.stop:
-            params["stop"] = list(s.stop)
-        if s.stop_token_ids:
-            params["stop_token_ids"] = list(s.stop_token_ids)
-        if s.choice_count > 1:
-            params["n"] = s.choice_count
+        common.copy_sampling(request.sampling, params, _SAMPLING)
         kind = request.constraint.WhichOneof("kind")
         if kind == "choice":
             params["regex"] = choice_regex(list(request.constraint.choice.labels))

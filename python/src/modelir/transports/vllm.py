@@ -60,15 +60,7 @@ def _unclamp(value: float | None) -> float:
 
 def _extras(request: request_pb2.Request, body: dict[str, Any]) -> None:
     """The vLLM sampling and structured-output fields, shared by both endpoints."""
-    s = request.sampling
-    if s.HasField("top_k"):
-        body["top_k"] = s.top_k
-    if s.HasField("min_p"):
-        body["min_p"] = s.min_p
-    if s.HasField("repetition_penalty"):
-        body["repetition_penalty"] = s.repetition_penalty
-    if s.stop_token_ids:
-        body["stop_token_ids"] = list(s.stop_token_ids)
+    common.copy_sampling(request.sampling, body, "top_k min_p repetition_penalty stop_token_ids")
     kind = request.constraint.WhichOneof("kind")
     if kind == "choice":
         body["structured_outputs"] = {"choice": list(request.constraint.choice.labels)}

@@ -39,6 +39,10 @@ _TOOL_CHOICE = {
 PROVIDER_OPTION_KEYS = ("metadata", "service_tier")
 
 
+# IR sampling fields, as `ir_name:native_name` where this wire renames them.
+_SAMPLING = "temperature top_p top_k stop:stop_sequences"
+
+
 class AnthropicMessages(HttpTransport):
     name = "anthropic_messages"
     version = "1.0.0"
@@ -112,9 +116,7 @@ class AnthropicMessages(HttpTransport):
             wire_messages.append({"role": "assistant", "content": [{"type": "text", "text": request.prefill}]})
         body["messages"] = _merge_roles(wire_messages)
         s = request.sampling
-        common.copy_sampling(s, body, "temperature top_p top_k")
-        if s.stop:
-            body["stop_sequences"] = list(s.stop)
+        common.copy_sampling(s, body, _SAMPLING)
         if request.tools:
             body["tools"] = [_tool(t) for t in request.tools]
         choice = request.tool_choice.WhichOneof("choice")

@@ -38,6 +38,13 @@ _MODES = {
 PROVIDER_OPTION_KEYS = ("cachedContent", "labels", "safetySettings")
 
 
+# IR sampling fields, as `ir_name:native_name` where this wire renames them.
+_SAMPLING = (
+    "temperature seed top_p:topP top_k:topK max_output_tokens:maxOutputTokens presence_penalty:presencePenalty "
+    "frequency_penalty:frequencyPenalty stop:stopSequences choice_count:candidateCount"
+)
+
+
 class GoogleGenAI(HttpTransport):
     name = "google_genai"
     version = "1.0.0"
@@ -89,21 +96,7 @@ class GoogleGenAI(HttpTransport):
         if system:
             body["systemInstruction"] = {"parts": system}
         config: dict[str, Any] = {}
-        s = request.sampling
-        common.copy_sampling(
-            request.sampling,
-            config,
-            "temperature seed",
-            top_p="topP",
-            top_k="topK",
-            max_output_tokens="maxOutputTokens",
-            presence_penalty="presencePenalty",
-            frequency_penalty="frequencyPenalty",
-        )
-        if s.stop:
-            config["stopSequences"] = list(s.stop)
-        if s.choice_count > 1:
-            config["candidateCount"] = s.choice_count
+        common.copy_sampling(request.sampling, config, _SAMPLING)
         if request.constraint.WhichOneof("kind") == "json_schema":
             config["responseMimeType"] = "application/json"
             config["responseJsonSchema"] = orjson.loads(request.constraint.json_schema.schema_json)

@@ -42,6 +42,13 @@ PROVIDER_OPTION_KEYS = (
 )
 
 
+# IR sampling fields, as `ir_name:native_name` where this wire renames them.
+_SAMPLING = (
+    "temperature top_p seed presence_penalty frequency_penalty max_output_tokens:max_completion_tokens stop "
+    "choice_count:n"
+)
+
+
 class OpenAIChat(HttpTransport):
     name = "openai_chat"
     path = "/chat/completions"
@@ -91,16 +98,7 @@ class OpenAIChat(HttpTransport):
         """The native body as a dict: the hook dialects extend before it is serialised once."""
         body: dict[str, Any] = {"model": self.model_for(request), "messages": self._messages(request)}
         s = request.sampling
-        common.copy_sampling(
-            s,
-            body,
-            "temperature top_p seed presence_penalty frequency_penalty",
-            max_output_tokens="max_completion_tokens",
-        )
-        if s.stop:
-            body["stop"] = list(s.stop)
-        if s.choice_count > 1:
-            body["n"] = s.choice_count
+        common.copy_sampling(s, body, _SAMPLING)
         if request.tools:
             body["tools"] = [{"type": "function", "function": wire.function_tool(t)} for t in request.tools]
         choice = wire.tool_choice(request, lambda name: {"type": "function", "function": {"name": name}})

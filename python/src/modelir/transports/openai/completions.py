@@ -25,6 +25,10 @@ from modelir.v1 import capabilities_pb2, content_pb2, logprobs_pb2, request_pb2,
 PROVIDER_OPTION_KEYS = ("best_of", "logit_bias", "user")
 
 
+# IR sampling fields, as `ir_name:native_name` where this wire renames them.
+_SAMPLING = "temperature top_p seed presence_penalty frequency_penalty max_output_tokens:max_tokens stop choice_count:n"
+
+
 class OpenAICompletions(HttpTransport):
     name = "openai_completions"
     version = "1.0.0"
@@ -55,17 +59,7 @@ class OpenAICompletions(HttpTransport):
         else:
             prompt = request.prompt + _continuation(request)
         body: dict[str, Any] = {"model": self.model_for(request), "prompt": prompt}
-        s = request.sampling
-        common.copy_sampling(
-            request.sampling,
-            body,
-            "temperature top_p seed presence_penalty frequency_penalty",
-            max_output_tokens="max_tokens",
-        )
-        if s.stop:
-            body["stop"] = list(s.stop)
-        if s.choice_count > 1:
-            body["n"] = s.choice_count
+        common.copy_sampling(request.sampling, body, _SAMPLING)
         if request.HasField("fim"):
             body["suffix"] = request.fim.suffix
         top_k = max(request.logprobs.top_k, request.input_scoring.top_k)

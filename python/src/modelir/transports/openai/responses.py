@@ -47,6 +47,11 @@ _ROLES = {
 }
 
 
+_SAMPLING = (
+    "temperature top_p max_output_tokens"  # IR sampling fields, as `ir_name:native_name` where this wire renames them
+)
+
+
 class OpenAIResponses(HttpTransport):
     name = "openai_responses"
     path = "/responses"
@@ -109,7 +114,7 @@ class OpenAIResponses(HttpTransport):
         body: dict[str, Any] = {"model": self.model_for(request), "input": self._items(messages)}
         if instructions:
             body["instructions"] = "\n\n".join(instructions)
-        common.copy_sampling(request.sampling, body, "temperature top_p max_output_tokens")
+        common.copy_sampling(request.sampling, body, _SAMPLING)
         if request.tools:
             body["tools"] = [{"type": "function", **wire.function_tool(t)} for t in request.tools]
         choice = wire.tool_choice(request, lambda name: {"type": "function", "name": name})
