@@ -128,20 +128,19 @@ def columns(
         out.basis = basis  # type: ignore[assignment]
     out.tokens.extend(tokens)
     _floats(out.logprobs, logprobs)
-    if token_ids is not None:
-        out.token_ids.extend(token_ids)
+    out.token_ids.extend(token_ids or ())
     if token_bytes is not None:
         out.token_bytes, offsets = token_bytes
         out.token_byte_offsets.extend(offsets)
-    if top_counts is not None:
-        out.top_counts.extend(top_counts)
-        out.top_tokens.extend(top_tokens)
-        _floats(out.top_logprobs, top_logprobs)
-        if top_token_ids is not None:
-            out.top_token_ids.extend(top_token_ids)
-        if top_token_bytes is not None:
-            out.top_token_bytes, top_offsets = top_token_bytes
-            out.top_token_byte_offsets.extend(top_offsets)
+    if top_counts is None:
+        return out
+    out.top_counts.extend(top_counts)
+    out.top_token_ids.extend(top_token_ids or ())
+    out.top_tokens.extend(top_tokens)
+    _floats(out.top_logprobs, top_logprobs)
+    if top_token_bytes is not None:
+        out.top_token_bytes, top_offsets = top_token_bytes
+        out.top_token_byte_offsets.extend(top_offsets)
     return out
 
 

@@ -8,14 +8,18 @@ counts sit inside the totals, as in the IR.
 from __future__ import annotations
 
 import base64
+from abc import abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
 import orjson
 
+from modelir import errors, soft_errors
 from modelir.transports import _common as common
-from modelir.transports.base import HttpRequest
-from modelir.v1 import content_pb2, request_pb2, response_pb2
+from modelir.transports.base import HttpRequest, HttpTransport, RawEvent, StreamLifter
+from modelir.transports.stream_parts import StreamParts
+from modelir.v1 import content_pb2, request_pb2, response_pb2, stream_pb2
 
 EFFORTS = {
     request_pb2.REASONING_EFFORT_NONE: "none",
@@ -37,6 +41,16 @@ FINISH_REASONS = {
     "content_filter": response_pb2.FINISH_REASON_CONTENT_FILTER,
 }
 JSON_HEADERS = (("content-type", "application/json"),)
+# The provider options that chat completions and Responses both take (each adds its own).
+OPTION_KEYS = (
+    "metadata",
+    "parallel_tool_calls",
+    "prompt_cache_key",
+    "safety_identifier",
+    "service_tier",
+    "store",
+    "user",
+)
 
 
 def finish_reason(raw: str | None) -> response_pb2.FinishReason.ValueType:
@@ -101,3 +115,80 @@ def usage_from(raw: Mapping[str, Any] | None, usage: response_pb2.Usage, *, inpu
         usage.cache_write_token_count = value
     if (value := output_details.get("reasoning_tokens")) is not None:
         usage.reasoning_token_count = value
+
+
+def decode(decoder: msgspec.json.Decoder[Any], body: bytes, transport: str) -> Any:
+    """A typed decode whose failures are the error table's `MalformedResponseError`, naming the field."""
+    try:
+        return decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        raise errors.MalformedResponseError(
+            f"{transport} could not lift the provider's answer, which does not have the documented shape: {exc}"
+        ) from None
+    except msgspec.DecodeError as exc:
+        raise errors.MalformedResponseError(f"the provider's response body is not valid JSON: {exc}") from None
+
+
+class BodyTransport(HttpTransport):
+    """An OpenAI-wire transport whose native body is built as a dict (`body`, the hook dialects extend) and
+    serialised once by `lower`."""
+
+    path: str
+
+    @abstractmethod
+    def body(self, request: request_pb2.Request, *, stream: bool) -> dict[str, Any]: ...
+
+    def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
+        return json_request(self.path, self.body(request, stream=stream), stream=stream)
+
+
+def finish_body(request: request_pb2.Request, body: dict[str, Any], *, stream: bool) -> dict[str, Any]:
+    """The fields every chat and completions body ends with: streaming with usage, then the provider options."""
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    body.update(common.provider_options(request))
+    return body
+
+
+class ChunkStream(StreamLifter):
+    """What the chat and completions stream lifts share: chunks until `data: [DONE]`, error chunks, the start
+    event (from the first chunk with an id: Azure's first chunk has an empty one), usage, and the end's errors."""
+
+    def __init__(self, request: request_pb2.Request) -> None:
+        self.request = request
+        self.started = False
+        self.done = False
+        self.usage = response_pb2.Usage()
+        self.finishes: dict[int, dict[str, Any]] = {}
+        self.has_logprobs: set[int] = set()
+        self.parts = StreamParts()
+        self.facts = soft_errors.Facts()
+
+    def chunk(self, event: RawEvent) -> tuple[dict[str, Any] | None, list[stream_pb2.StreamEvent]]:
+        """The chunk an event carries (None for `[DONE]` and error chunks) and the start event it may open."""
+        if event.data.strip() == b"[DONE]":
+            self.done = True
+            return None, []
+        chunk = common.parse_json(event.data, "stream chunk")
+        if isinstance(error := chunk.get("error"), dict):
+            message = str(error.get("message") or "the provider reported an error mid-stream")
+            self.facts.provider_error = soft_errors.provider_error(message, error.get("code") or error.get("type"))
+            return None, []
+        if chunk.get("usage"):
+            usage_from(chunk["usage"], self.usage, input_key="prompt_tokens", output_key="completion_tokens")
+        if self.started or not chunk.get("id"):
+            return chunk, []
+        self.started = True
+        start = stream_pb2.StreamStart(id=chunk["id"], model=chunk.get("model") or "")
+        return chunk, [stream_pb2.StreamEvent(start=start)]
+
+    def end(self, end: stream_pb2.StreamEnd, *, interrupted: bool) -> list[stream_pb2.StreamEvent]:
+        """The final event, with the usage and the soft error the stream deserves."""
+        if self.usage.ListFields():
+            end.usage.CopyFrom(self.usage)
+        if interrupted or not self.done:
+            self.facts.cut_short = "the stream ended before [DONE]; the output is partial"
+        self.facts.missing_logprobs = [i for i in self.finishes if i not in self.has_logprobs]
+        soft_errors.settle_stream(self.request, end, self.facts, self.parts.texts())
+        return [stream_pb2.StreamEvent(end=end)]

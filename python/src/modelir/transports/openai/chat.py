@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import msgspec
-
-from modelir import content_kinds, errors, soft_errors
+from modelir import content_kinds, soft_errors
 from modelir.content_kinds import CARRIED
 from modelir.transports import _common as common
-from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter
+from modelir.transports.base import HttpResponse, StreamLifter
 from modelir.transports.manifests import CHAT_WITH_TOOLS, COMMON, LOGPROBS, OPENAI_SAMPLING, capability_set
 from modelir.transports.openai import _typed as typed
 from modelir.transports.openai import _wire as wire
@@ -29,17 +27,7 @@ _ROLE_NAMES = {
     content_pb2.ROLE_ASSISTANT: "assistant",
     content_pb2.ROLE_TOOL: "tool",
 }
-PROVIDER_OPTION_KEYS = (
-    "logit_bias",
-    "metadata",
-    "parallel_tool_calls",
-    "prompt_cache_key",
-    "safety_identifier",
-    "service_tier",
-    "store",
-    "user",
-    "verbosity",
-)
+PROVIDER_OPTION_KEYS = tuple(sorted((*wire.OPTION_KEYS, "logit_bias", "verbosity")))
 
 
 # IR sampling fields, as `ir_name:native_name` where this wire renames them.
@@ -49,7 +37,7 @@ _SAMPLING = (
 )
 
 
-class OpenAIChat(HttpTransport):
+class OpenAIChat(wire.BodyTransport):
     name = "openai_chat"
     path = "/chat/completions"
     capabilities = capability_set(
@@ -115,14 +103,7 @@ class OpenAIChat(HttpTransport):
             body["logprobs"] = True
             if request.logprobs.top_k:
                 body["top_logprobs"] = request.logprobs.top_k
-        if stream:
-            body["stream"] = True
-            body["stream_options"] = {"include_usage": True}
-        body.update(common.provider_options(request))
-        return body
-
-    def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
-        return wire.json_request(self.path, self.body(request, stream=stream), stream=stream)
+        return wire.finish_body(request, body, stream=stream)
 
     def _content(self, parts: Any) -> str | list[dict[str, Any]]:
         """A plain string when the parts are one text; the array form otherwise."""
@@ -177,14 +158,7 @@ class OpenAIChat(HttpTransport):
     # ---- lift --------------------------------------------------------------------------------------
 
     def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
-        try:
-            body = typed.CHAT_DECODER.decode(response.body)
-        except msgspec.ValidationError as exc:
-            raise errors.MalformedResponseError(
-                f"{self.name} could not lift the provider's answer, which does not have the documented shape: {exc}"
-            ) from None
-        except msgspec.DecodeError as exc:
-            raise errors.MalformedResponseError(f"the provider's response body is not valid JSON: {exc}") from None
+        body: typed.ChatCompletion = wire.decode(typed.CHAT_DECODER, response.body, self.name)
         out = response_pb2.Response(id=body.id or "", model=body.model or "")
         facts = soft_errors.Facts()
         for raw in body.choices or ():

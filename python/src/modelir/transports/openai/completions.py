@@ -16,10 +16,9 @@ from typing import Any
 from modelir import content_kinds, soft_errors
 from modelir import logprobs as lp
 from modelir.transports import _common as common
-from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
+from modelir.transports.base import HttpResponse, RawEvent, StreamLifter
 from modelir.transports.manifests import COMMON, LOGPROBS, OPENAI_SAMPLING, capability_set
 from modelir.transports.openai import _wire as wire
-from modelir.transports.stream_parts import StreamParts
 from modelir.v1 import capabilities_pb2, content_pb2, logprobs_pb2, request_pb2, response_pb2, stream_pb2
 
 PROVIDER_OPTION_KEYS = ("best_of", "logit_bias", "user")
@@ -29,7 +28,7 @@ PROVIDER_OPTION_KEYS = ("best_of", "logit_bias", "user")
 _SAMPLING = "temperature top_p seed presence_penalty frequency_penalty max_output_tokens:max_tokens stop choice_count:n"
 
 
-class OpenAICompletions(HttpTransport):
+class OpenAICompletions(wire.BodyTransport):
     name = "openai_completions"
     version = "1.0.0"
     path = "/completions"
@@ -67,14 +66,7 @@ class OpenAICompletions(HttpTransport):
             body["logprobs"] = top_k
         if request.HasField("input_scoring"):
             body["echo"] = True
-        if stream:
-            body["stream"] = True
-            body["stream_options"] = {"include_usage": True}
-        body.update(common.provider_options(request))
-        return body
-
-    def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
-        return wire.json_request(self.path, self.body(request, stream=stream), stream=stream)
+        return wire.finish_body(request, body, stream=stream)
 
     # ---- lift --------------------------------------------------------------------------------------
 
@@ -209,35 +201,14 @@ def _continuation(request: request_pb2.Request) -> str:
     return ""
 
 
-class _CompletionsStreamLifter(StreamLifter):
+class _CompletionsStreamLifter(wire.ChunkStream):
     def __init__(self, transport: OpenAICompletions, request: request_pb2.Request) -> None:
+        super().__init__(request)
         self.transport = transport
-        self.request = request
-        self.started = False
-        self.done = False
-        self.finishes: dict[int, dict[str, Any]] = {}
-        self.has_logprobs: set[int] = set()
-        self.usage = response_pb2.Usage()
-        self.parts = StreamParts()
-        self.facts = soft_errors.Facts()
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
-        if event.data.strip() == b"[DONE]":
-            self.done = True
-            return []
-        chunk = common.parse_json(event.data, "stream chunk")
-        out: list[stream_pb2.StreamEvent] = []
-        if isinstance(chunk.get("error"), dict):
-            self.facts.provider_error = soft_errors.provider_error(
-                str(chunk["error"].get("message") or "the provider reported an error mid-stream")
-            )
-            return out
-        if not self.started and chunk.get("id"):
-            self.started = True
-            out.append(
-                stream_pb2.StreamEvent(start=stream_pb2.StreamStart(id=chunk["id"], model=chunk.get("model") or ""))
-            )
-        for raw in chunk.get("choices") or ():
+        chunk, out = self.chunk(event)
+        for raw in chunk.get("choices") or () if chunk is not None else ():
             index = raw.get("index", 0)
             self.finishes.setdefault(index, {})
             event_out = self.parts.delta(index, "text", text=raw.get("text") or "")
@@ -249,14 +220,10 @@ class _CompletionsStreamLifter(StreamLifter):
             out.append(event_out)
             if raw.get("finish_reason") is not None:
                 self.finishes[index] = raw
-        if chunk.get("usage"):
-            wire.usage_from(chunk["usage"], self.usage, input_key="prompt_tokens", output_key="completion_tokens")
         return out
 
     def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
         end = stream_pb2.StreamEnd()
-        if self.usage.ListFields():
-            end.usage.CopyFrom(self.usage)
         for index in sorted(self.finishes):
             choice = response_pb2.Choice()
             if self.finishes[index]:
@@ -267,8 +234,4 @@ class _CompletionsStreamLifter(StreamLifter):
                 raw_finish_reason=choice.raw_finish_reason,
                 stop_sequence=choice.stop_sequence,
             )
-        if interrupted or not self.done:
-            self.facts.cut_short = "the stream ended before [DONE]; the output is partial"
-        self.facts.missing_logprobs = [i for i in self.finishes if i not in self.has_logprobs]
-        soft_errors.settle_stream(self.request, end, self.facts, self.parts.texts())
-        return [stream_pb2.StreamEvent(end=end)]
+        return self.end(end, interrupted=interrupted)

@@ -14,7 +14,7 @@ from typing import Any
 from modelir import content_kinds, soft_errors
 from modelir.content_kinds import CARRIED
 from modelir.transports import _common as common
-from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter
+from modelir.transports.base import HttpResponse, StreamLifter
 from modelir.transports.manifests import CHAT_WITH_TOOLS, COMMON, LOGPROBS, capability_set
 from modelir.transports.openai import _wire as wire
 from modelir.transports.openai import responses_lift
@@ -27,18 +27,7 @@ _SUMMARIES = {
     request_pb2.REASONING_SUMMARY_CONCISE: "concise",
     request_pb2.REASONING_SUMMARY_DETAILED: "detailed",
 }
-PROVIDER_OPTION_KEYS = (
-    "background",
-    "max_tool_calls",
-    "metadata",
-    "parallel_tool_calls",
-    "prompt_cache_key",
-    "safety_identifier",
-    "service_tier",
-    "store",
-    "truncation",
-    "user",
-)
+PROVIDER_OPTION_KEYS = tuple(sorted((*wire.OPTION_KEYS, "background", "max_tool_calls", "truncation")))
 _ROLES = {
     content_pb2.ROLE_SYSTEM: "system",
     content_pb2.ROLE_DEVELOPER: "developer",
@@ -52,7 +41,7 @@ _SAMPLING = (
 )
 
 
-class OpenAIResponses(HttpTransport):
+class OpenAIResponses(wire.BodyTransport):
     name = "openai_responses"
     path = "/responses"
     capabilities = capability_set(
@@ -102,7 +91,7 @@ class OpenAIResponses(HttpTransport):
 
     # ---- lower -------------------------------------------------------------------------------------
 
-    def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
+    def body(self, request: request_pb2.Request, *, stream: bool) -> dict[str, Any]:
         messages = list(request.conversation.messages)
         instructions = []
         while (
@@ -143,7 +132,7 @@ class OpenAIResponses(HttpTransport):
         if stream:
             body["stream"] = True
         body.update(common.provider_options(request))
-        return wire.json_request(self.path, body, stream=stream)
+        return body
 
     def _content(self, parts: list[content_pb2.Part]) -> list[dict[str, Any]] | str:
         if len(parts) == 1 and parts[0].WhichOneof("content") == "text":

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import msgspec
-
-from modelir import errors, soft_errors
 from modelir import logprobs as lp
+from modelir import soft_errors
 from modelir.transports.openai import _typed as typed
 from modelir.transports.openai import _wire as wire
 from modelir.v1 import content_pb2, request_pb2, response_pb2
@@ -28,14 +26,7 @@ _INCOMPLETE = {
 
 
 def decode(body: bytes) -> typed.ResponseObject:
-    try:
-        return typed.RESPONSE_DECODER.decode(body)
-    except msgspec.ValidationError as exc:
-        raise errors.MalformedResponseError(
-            f"openai_responses could not lift the provider's answer, which does not have the documented shape: {exc}"
-        ) from None
-    except msgspec.DecodeError as exc:
-        raise errors.MalformedResponseError(f"the provider's response body is not valid JSON: {exc}") from None
+    return wire.decode(typed.RESPONSE_DECODER, body, "openai_responses")
 
 
 def finish(
