@@ -26,30 +26,25 @@ def offsets_of(pieces: Sequence[bytes]) -> list[int]:
     return [0, *accumulate(map(len, pieces[:-1]))] if pieces else []
 
 
+_COLUMNS = ("token_ids", "logprobs", "tokens", "top_counts", "top_token_ids", "top_logprobs", "top_tokens")
+_BYTE_COLUMNS = (("token_bytes", "token_byte_offsets"), ("top_token_bytes", "top_token_byte_offsets"))
+
+
 def concat(chunks: Iterable[TokenLogprobs]) -> TokenLogprobs:
     """Join consecutive chunks (stream deltas) into one `TokenLogprobs`, shifting the byte offsets."""
+    pieces = list(chunks)
     out = TokenLogprobs()
-    token_bytes: list[bytes] = []
-    top_bytes: list[bytes] = []
-    base = top_base = 0
-    for chunk in chunks:
-        if not out.basis:
-            out.basis = chunk.basis
-        out.token_ids.extend(chunk.token_ids)
-        out.logprobs.extend(chunk.logprobs)
-        out.tokens.extend(chunk.tokens)
-        out.token_byte_offsets.extend([o + base for o in chunk.token_byte_offsets])
-        token_bytes.append(chunk.token_bytes)
-        base += len(chunk.token_bytes)
-        out.top_counts.extend(chunk.top_counts)
-        out.top_token_ids.extend(chunk.top_token_ids)
-        out.top_logprobs.extend(chunk.top_logprobs)
-        out.top_tokens.extend(chunk.top_tokens)
-        out.top_token_byte_offsets.extend([o + top_base for o in chunk.top_token_byte_offsets])
-        top_bytes.append(chunk.top_token_bytes)
-        top_base += len(chunk.top_token_bytes)
-    out.token_bytes = b"".join(token_bytes)
-    out.top_token_bytes = b"".join(top_bytes)
+    out.basis = next((c.basis for c in pieces if c.basis), out.basis)
+    for column in _COLUMNS:
+        getattr(out, column).extend(chain.from_iterable(getattr(c, column) for c in pieces))
+    for blob, offsets in _BYTE_COLUMNS:
+        shifted: list[int] = []
+        base = 0
+        for chunk in pieces:
+            shifted.extend([o + base for o in getattr(chunk, offsets)])
+            base += len(getattr(chunk, blob))
+        getattr(out, offsets).extend(shifted)
+        setattr(out, blob, b"".join(getattr(c, blob) for c in pieces))
     return out
 
 

@@ -8,9 +8,22 @@ import orjson
 
 from modelir import errors
 from modelir.logprobs import VLLM_MINUS_INFINITY
-from modelir.v1 import request_pb2
+from modelir.v1 import content_pb2, request_pb2
 
 __all__ = ["VLLM_MINUS_INFINITY"]
+
+
+SYSTEM_ROLES = (content_pb2.ROLE_SYSTEM, content_pb2.ROLE_DEVELOPER)
+
+
+def late_system_messages(request: request_pb2.Request) -> list[int]:
+    """The system or developer messages that come after the conversation began, for wires with one system prompt."""
+    late, began = [], False
+    for i, message in enumerate(request.conversation.messages):
+        began = began or message.role not in SYSTEM_ROLES
+        if began and message.role in SYSTEM_ROLES:
+            late.append(i)
+    return late
 
 
 def parse_json(body: bytes, what: str) -> Any:

@@ -21,7 +21,6 @@ import orjson
 
 from modelir import content_kinds, soft_errors
 from modelir import logprobs as lp
-from modelir.content_kinds import CARRIED
 from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
 from modelir.transports.manifests import COMMON, ENGINE_SAMPLING, LOGPROBS, OPENAI_SAMPLING, capability_set
@@ -64,9 +63,7 @@ class Ollama(HttpTransport):
     )
     limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=1)
     provider_option_keys = PROVIDER_OPTION_KEYS
-    part_kinds = content_kinds.decide(  # reasoning goes as `thinking` text; artifacts are refused below
-        text=CARRIED, blob=CARRIED, tool_call=CARRIED, tool_result=CARRIED, reasoning=CARRIED
-    )
+    part_kinds = content_kinds.EVERY_KIND_CARRIED  # reasoning goes as `thinking` text; artifacts are refused below
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from modelir import logprobs as lp
-from modelir import soft_errors
+from modelir.soft_errors import Facts
 from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter
 from modelir.transports.manifests import capability_set
@@ -106,10 +106,10 @@ class _Completions(OpenAICompletions):
     def spells_token_ids(self, tokens: list[str]) -> bool:
         return bool(tokens) and tokens[0].startswith(_TOKEN_ID_PREFIX) and all(_token_id(t) is not None for t in tokens)
 
-    def lift_finish(self, raw: dict[str, Any], choice: response_pb2.Choice) -> None:
-        choice.finish_reason, choice.raw_finish_reason, choice.stop_sequence = _finish(
-            raw.get("finish_reason"), raw.get("stop_reason")
-        )
+    def finish(
+        self, raw_reason: str | None, stop_reason: Any = None
+    ) -> tuple[response_pb2.FinishReason.ValueType, str, str]:
+        return _finish(raw_reason, stop_reason)
 
     def lift_extras(self, request, body, out) -> None:
         for raw in body.get("choices") or ():
@@ -143,11 +143,7 @@ class _Chat(OpenAIChat):
         return logprobs
 
     def lift_extras(
-        self,
-        request: request_pb2.Request,
-        body: typed.ChatCompletion,
-        out: response_pb2.Response,
-        facts: soft_errors.Facts,
+        self, request: request_pb2.Request, body: typed.ChatCompletion, out: response_pb2.Response, facts: Facts
     ) -> None:
         if body.prompt_token_ids:
             out.prompt_token_ids.extend(body.prompt_token_ids)

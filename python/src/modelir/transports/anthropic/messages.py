@@ -19,7 +19,6 @@ from typing import Any
 import orjson
 
 from modelir import content_kinds
-from modelir.content_kinds import CARRIED
 from modelir.transports import _common as common
 from modelir.transports.anthropic import blocks
 from modelir.transports.anthropic.messages_stream import MessagesStreamLifter
@@ -64,32 +63,26 @@ class AnthropicMessages(HttpTransport):
     )
     limits = capabilities_pb2.ModelLimits(max_choices=1)
     provider_option_keys = PROVIDER_OPTION_KEYS
-    part_kinds = content_kinds.decide(
-        text=CARRIED, blob=CARRIED, tool_call=CARRIED, tool_result=CARRIED, reasoning=CARRIED
-    )
+    part_kinds = content_kinds.EVERY_KIND_CARRIED
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []
         if request.HasField("reasoning") and request.reasoning.summary:
             reasons.append("Anthropic returns thinking blocks, not summaries on request (reasoning.summary).")
-        seen_other = False
+        for i in common.late_system_messages(request):
+            reasons.append(f"Anthropic takes system text only before the conversation (conversation.messages[{i}]).")
         for i, message in enumerate(request.conversation.messages):
             where = f"conversation.messages[{i}]"
-            if message.role in (content_pb2.ROLE_SYSTEM, content_pb2.ROLE_DEVELOPER):
-                if seen_other:
-                    reasons.append(f"Anthropic takes system text only before the conversation ({where}).")
+            if message.role in common.SYSTEM_ROLES:
                 if any(p.WhichOneof("content") != "text" for p in message.parts):
                     reasons.append(f"Anthropic's system prompt is text only ({where}).")
                 continue
-            seen_other = True
             for j, part in enumerate(message.parts):
                 kind = part.WhichOneof("content")
-                if kind == "reasoning":
-                    kinds = [a.kind for a in part.artifacts]
-                    if not any(k in (SIGNATURE, REDACTED) for k in kinds):
-                        reasons.append(
-                            f"Anthropic requires each thinking block back with its signature ({where}.parts[{j}])."
-                        )
+                if kind == "reasoning" and not any(a.kind in (SIGNATURE, REDACTED) for a in part.artifacts):
+                    reasons.append(
+                        f"Anthropic requires each thinking block back with its signature ({where}.parts[{j}])."
+                    )
                 elif kind == "blob" and not part.blob.mime_type.startswith("image/"):
                     reasons.append(f"Only image blobs are supported here, not {part.blob.mime_type!r}.")
         return reasons

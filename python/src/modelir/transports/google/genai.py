@@ -21,7 +21,6 @@ from typing import Any
 import orjson
 
 from modelir import content_kinds, errors, soft_errors
-from modelir.content_kinds import CARRIED
 from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter, error_for_status
 from modelir.transports.google import parts
@@ -58,31 +57,24 @@ class GoogleGenAI(HttpTransport):
     )
     limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=8, max_stop_sequences=5)
     provider_option_keys = PROVIDER_OPTION_KEYS
-    part_kinds = content_kinds.decide(
-        text=CARRIED, blob=CARRIED, tool_call=CARRIED, tool_result=CARRIED, reasoning=CARRIED
-    )
+    part_kinds = content_kinds.EVERY_KIND_CARRIED
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
-        reasons = []
+        reasons = [
+            f"Gemini takes system text only before the conversation (conversation.messages[{i}])."
+            for i in common.late_system_messages(request)
+        ]
         if request.HasField("reasoning") and request.reasoning.summary:
             reasons.append("Gemini returns thought summaries with reasoning.include_thoughts, not reasoning.summary.")
-        seen_other = False
         for i, message in enumerate(request.conversation.messages):
-            if message.role in (content_pb2.ROLE_SYSTEM, content_pb2.ROLE_DEVELOPER):
-                if seen_other:
-                    reasons.append(
-                        f"Gemini takes system text only before the conversation (conversation.messages[{i}])."
-                    )
+            if message.role in common.SYSTEM_ROLES:
                 continue
-            seen_other = True
             for j, part in enumerate(message.parts):
-                for artifact in part.artifacts:
-                    if artifact.kind != THOUGHT_SIGNATURE:
-                        reasons.append(f"Gemini takes only thought signatures (conversation.messages[{i}].parts[{j}]).")
+                where = f"conversation.messages[{i}].parts[{j}]"
+                if any(a.kind != THOUGHT_SIGNATURE for a in part.artifacts):
+                    reasons.append(f"Gemini takes only thought signatures ({where}).")
                 if part.WhichOneof("content") == "tool_result" and part.tool_result.failed:
-                    reasons.append(
-                        f"Gemini cannot mark a function response as failed (conversation.messages[{i}].parts[{j}])."
-                    )
+                    reasons.append(f"Gemini cannot mark a function response as failed ({where}).")
         return reasons
 
     # ---- lower -------------------------------------------------------------------------------------

@@ -141,6 +141,12 @@ class BodyTransport(HttpTransport):
     def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
         return json_request(self.path, self.body(request, stream=stream), stream=stream)
 
+    def finish(
+        self, raw_reason: str | None, stop_reason: Any = None
+    ) -> tuple[response_pb2.FinishReason.ValueType, str, str]:
+        """(normalised finish reason, raw finish reason, stop sequence) of a choice or final chunk."""
+        return finish_reason(raw_reason), raw_reason or "", ""
+
 
 def finish_body(request: request_pb2.Request, body: dict[str, Any], *, stream: bool) -> dict[str, Any]:
     """The fields every chat and completions body ends with: streaming with usage, then the provider options."""
@@ -153,38 +159,53 @@ def finish_body(request: request_pb2.Request, body: dict[str, Any], *, stream: b
 
 class ChunkStream(StreamLifter):
     """What the chat and completions stream lifts share: chunks until `data: [DONE]`, error chunks, the start
-    event (from the first chunk with an id: Azure's first chunk has an empty one), usage, and the end's errors."""
+    event (from the first chunk with an id: Azure's first chunk has an empty one), usage, finishes and the end."""
 
-    def __init__(self, request: request_pb2.Request) -> None:
+    def __init__(self, transport: BodyTransport, request: request_pb2.Request) -> None:
+        self.transport = transport
         self.request = request
         self.started = False
         self.done = False
         self.usage = response_pb2.Usage()
         self.finishes: dict[int, dict[str, Any]] = {}
         self.has_logprobs: set[int] = set()
+        self.refused: set[int] = set()
         self.parts = StreamParts()
         self.facts = soft_errors.Facts()
 
-    def chunk(self, event: RawEvent) -> tuple[dict[str, Any] | None, list[stream_pb2.StreamEvent]]:
-        """The chunk an event carries (None for `[DONE]` and error chunks) and the start event it may open."""
+    def chunk(self, event: RawEvent) -> tuple[list[tuple[int, dict[str, Any]]], list[stream_pb2.StreamEvent]]:
+        """The (index, choice) pairs an event carries (none for `[DONE]` and error chunks), and the start event
+        it may open. Each choice's finish is recorded here."""
         if event.data.strip() == b"[DONE]":
             self.done = True
-            return None, []
+            return [], []
         chunk = common.parse_json(event.data, "stream chunk")
         if isinstance(error := chunk.get("error"), dict):
             message = str(error.get("message") or "the provider reported an error mid-stream")
             self.facts.provider_error = soft_errors.provider_error(message, error.get("code") or error.get("type"))
-            return None, []
+            return [], []
         if chunk.get("usage"):
             usage_from(chunk["usage"], self.usage, input_key="prompt_tokens", output_key="completion_tokens")
+        choices = [(raw.get("index", 0), raw) for raw in chunk.get("choices") or ()]
+        for index, raw in choices:
+            if raw.get("finish_reason") is not None or index not in self.finishes:
+                self.finishes[index] = raw if raw.get("finish_reason") is not None else {}
         if self.started or not chunk.get("id"):
-            return chunk, []
+            return choices, []
         self.started = True
         start = stream_pb2.StreamStart(id=chunk["id"], model=chunk.get("model") or "")
-        return chunk, [stream_pb2.StreamEvent(start=start)]
+        return choices, [stream_pb2.StreamEvent(start=start)]
 
-    def end(self, end: stream_pb2.StreamEnd, *, interrupted: bool) -> list[stream_pb2.StreamEvent]:
-        """The final event, with the usage and the soft error the stream deserves."""
+    def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
+        end = stream_pb2.StreamEnd()
+        for index in sorted(self.finishes):
+            raw = self.finishes[index]
+            finish, raw_reason, stop_sequence = self.transport.finish(raw.get("finish_reason"), raw.get("stop_reason"))
+            if index in self.refused:
+                finish = response_pb2.FINISH_REASON_REFUSAL
+            end.finishes.add(
+                choice_index=index, finish_reason=finish, raw_finish_reason=raw_reason, stop_sequence=stop_sequence
+            )
         if self.usage.ListFields():
             end.usage.CopyFrom(self.usage)
         if interrupted or not self.done:

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 from modelir import content_kinds, soft_errors
 from modelir.content_kinds import CARRIED
+from modelir.soft_errors import Facts
 from modelir.transports import _common as common
 from modelir.transports.base import HttpResponse, StreamLifter
 from modelir.transports.manifests import CHAT_WITH_TOOLS, COMMON, LOGPROBS, OPENAI_SAMPLING, capability_set
@@ -195,22 +196,12 @@ class OpenAIChat(wire.BodyTransport):
         soft_errors.settle(request, out, facts)
         return out
 
-    def finish(
-        self, raw_reason: str | None, stop_reason: Any = None
-    ) -> tuple[response_pb2.FinishReason.ValueType, str, str]:
-        """(normalised finish reason, raw finish reason, stop sequence) of a choice or final chunk."""
-        return wire.finish_reason(raw_reason), raw_reason or "", ""
-
     def adjust_logprobs(self, logprobs: logprobs_pb2.TokenLogprobs) -> logprobs_pb2.TokenLogprobs:
         """A hook for servers whose logprobs need more than the OpenAI shape (vLLM: ids, -inf clamp), in place."""
         return logprobs
 
     def lift_extras(
-        self,
-        request: request_pb2.Request,
-        body: typed.ChatCompletion,
-        out: response_pb2.Response,
-        facts: soft_errors.Facts,
+        self, request: request_pb2.Request, body: typed.ChatCompletion, out: response_pb2.Response, facts: Facts
     ) -> None:
         """A hook for a dialect's extensions of the body (vLLM: prompt token ids and prompt logprobs)."""
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from modelir import logprobs as lp
 from modelir.transports.base import RawEvent
 from modelir.transports.openai import _wire as wire
-from modelir.v1 import request_pb2, response_pb2, stream_pb2
+from modelir.v1 import stream_pb2
 
 if TYPE_CHECKING:
     from modelir.transports.openai.chat import OpenAIChat
@@ -21,20 +21,15 @@ if TYPE_CHECKING:
 class ChatStreamLifter(wire.ChunkStream):
     """Chat completion chunks -> IR events. Tool-call fragments are routed by their `index`."""
 
-    def __init__(self, transport: OpenAIChat, request: request_pb2.Request) -> None:
-        super().__init__(request)
-        self.transport = transport
-        self.refused: set[int] = set()
+    transport: OpenAIChat
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
-        chunk, out = self.chunk(event)
-        for raw in chunk.get("choices") or () if chunk is not None else ():
-            out.extend(self._choice_events(raw))
+        choices, out = self.chunk(event)
+        for index, raw in choices:
+            out.extend(self._choice_events(index, raw))
         return out
 
-    def _choice_events(self, raw: dict[str, Any]) -> list[stream_pb2.StreamEvent]:
-        index = raw.get("index", 0)
-        self.finishes.setdefault(index, {})
+    def _choice_events(self, index: int, raw: dict[str, Any]) -> list[stream_pb2.StreamEvent]:
         parts = self.parts
         out: list[stream_pb2.StreamEvent] = []
         delta = raw.get("delta") or {}
@@ -62,18 +57,4 @@ class ChatStreamLifter(wire.ChunkStream):
             out.append(parts.delta(index, ("tool", call.get("index", 0)), tool_call=fragment))
         if chunk_logprobs is not None:
             out.append(stream_pb2.StreamEvent(delta=stream_pb2.PartDelta(choice_index=index, logprobs=chunk_logprobs)))
-        if raw.get("finish_reason") is not None:
-            self.finishes[index] = raw
         return out
-
-    def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
-        end = stream_pb2.StreamEnd()
-        for index in sorted(self.finishes):
-            raw = self.finishes[index]
-            finish, raw_reason, stop_sequence = self.transport.finish(raw.get("finish_reason"), raw.get("stop_reason"))
-            if index in self.refused:
-                finish = response_pb2.FINISH_REASON_REFUSAL
-            end.finishes.add(
-                choice_index=index, finish_reason=finish, raw_finish_reason=raw_reason, stop_sequence=stop_sequence
-            )
-        return self.end(end, interrupted=interrupted)

@@ -99,9 +99,9 @@ class OpenAICompletions(wire.BodyTransport):
         return out
 
     def lift_finish(self, raw: dict[str, Any], choice: response_pb2.Choice) -> None:
-        raw_reason = raw.get("finish_reason")
-        choice.raw_finish_reason = raw_reason or ""
-        choice.finish_reason = wire.finish_reason(raw_reason)
+        choice.finish_reason, choice.raw_finish_reason, choice.stop_sequence = self.finish(
+            raw.get("finish_reason"), raw.get("stop_reason")
+        )
 
     def lift_extras(self, request: request_pb2.Request, body: dict[str, Any], out: response_pb2.Response) -> None:
         """Provider extensions beyond OpenAI's shape (none for OpenAI itself)."""
@@ -202,15 +202,11 @@ def _continuation(request: request_pb2.Request) -> str:
 
 
 class _CompletionsStreamLifter(wire.ChunkStream):
-    def __init__(self, transport: OpenAICompletions, request: request_pb2.Request) -> None:
-        super().__init__(request)
-        self.transport = transport
+    transport: OpenAICompletions
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
-        chunk, out = self.chunk(event)
-        for raw in chunk.get("choices") or () if chunk is not None else ():
-            index = raw.get("index", 0)
-            self.finishes.setdefault(index, {})
+        choices, out = self.chunk(event)
+        for index, raw in choices:
             event_out = self.parts.delta(index, "text", text=raw.get("text") or "")
             logprobs = raw.get("logprobs")
             if logprobs is not None:
@@ -218,20 +214,4 @@ class _CompletionsStreamLifter(wire.ChunkStream):
                 if logprobs.get("tokens"):
                     self.transport.columns(logprobs, out=event_out.delta.logprobs)
             out.append(event_out)
-            if raw.get("finish_reason") is not None:
-                self.finishes[index] = raw
         return out
-
-    def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
-        end = stream_pb2.StreamEnd()
-        for index in sorted(self.finishes):
-            choice = response_pb2.Choice()
-            if self.finishes[index]:
-                self.transport.lift_finish(self.finishes[index], choice)
-            end.finishes.add(
-                choice_index=index,
-                finish_reason=choice.finish_reason,
-                raw_finish_reason=choice.raw_finish_reason,
-                stop_sequence=choice.stop_sequence,
-            )
-        return self.end(end, interrupted=interrupted)

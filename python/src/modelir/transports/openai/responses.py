@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from modelir import content_kinds, soft_errors
-from modelir.content_kinds import CARRIED
 from modelir.transports import _common as common
 from modelir.transports.base import HttpResponse, StreamLifter
 from modelir.transports.manifests import CHAT_WITH_TOOLS, COMMON, LOGPROBS, capability_set
@@ -50,9 +49,7 @@ class OpenAIResponses(wire.BodyTransport):
     )
     limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=1)
     provider_option_keys = PROVIDER_OPTION_KEYS
-    part_kinds = content_kinds.decide(
-        text=CARRIED, blob=CARRIED, tool_call=CARRIED, tool_result=CARRIED, reasoning=CARRIED
-    )
+    part_kinds = content_kinds.EVERY_KIND_CARRIED
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []
