@@ -152,24 +152,25 @@ def _unfold_blob(part: content_pb2.Part, size: int) -> list[stream_pb2.PartDelta
     return [stream_pb2.PartDelta(blob=part.blob)]
 
 
-C = capabilities_pb2
 KINDS: Mapping[str, ContentKind] = {
     kind.name: kind
     for kind in (
-        ContentKind("text", C.CAPABILITY_UNSPECIFIED, _no_problems, _fold_text, _finish_text, _unfold_text),
-        ContentKind("blob", C.CAPABILITY_IMAGE_INPUT, _no_problems, _fold_blob, None, _unfold_blob),
+        ContentKind(
+            "text", capabilities_pb2.CAPABILITY_UNSPECIFIED, _no_problems, _fold_text, _finish_text, _unfold_text
+        ),
+        ContentKind("blob", capabilities_pb2.CAPABILITY_IMAGE_INPUT, _no_problems, _fold_blob, None, _unfold_blob),
         ContentKind(
             "tool_call",
-            C.CAPABILITY_TOOLS,
+            capabilities_pb2.CAPABILITY_TOOLS,
             _assistant_only("tool_call", "Only assistant messages hold tool calls."),
             _fold_tool_call,
             _finish_tool_call,
             _unfold_tool_call,
         ),
-        ContentKind("tool_result", C.CAPABILITY_TOOLS, _tool_result_problems, None, None, None),
+        ContentKind("tool_result", capabilities_pb2.CAPABILITY_TOOLS, _tool_result_problems, None, None, None),
         ContentKind(
             "reasoning",
-            C.CAPABILITY_REASONING,
+            capabilities_pb2.CAPABILITY_REASONING,
             _assistant_only("reasoning", "Only assistant messages hold reasoning."),
             _fold_reasoning,
             _finish_reasoning,
@@ -177,7 +178,6 @@ KINDS: Mapping[str, ContentKind] = {
         ),
     )
 }
-del C
 
 
 def decide(**decisions: str) -> Mapping[str, str]:

@@ -1,4 +1,4 @@
-"""The transports, by name. `make_transport(name, options)` is how configuration builds one."""
+"""The transports, by name: `TRANSPORTS[name](options)` is how configuration builds one."""
 
 from __future__ import annotations
 
