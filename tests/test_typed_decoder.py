@@ -109,3 +109,31 @@ def test_every_responses_body_lifts_each_output_item(name, request_, body):
     assert len(lifted.warnings) >= len(items) - len(known), name
     output_ids = [i.get("id") or "" for i in known if i["type"] != "message"]
     assert [p.item_id for p in lifted.choices[0].message.parts if p.WhichOneof("content") != "text"] == output_ids
+
+
+def test_a_responses_item_of_an_unknown_type_is_warned_about_and_the_rest_lifted():
+    from modelir.transports.openai_responses import OpenAIResponses
+
+    body = {
+        "id": "r",
+        "status": "completed",
+        "output": [
+            {"type": "web_search_call", "id": "ws_1", "status": "completed"},
+            {"type": "message", "id": "msg_1", "content": [{"type": "output_text", "text": "hi"}]},
+        ],
+    }
+    lifted = OpenAIResponses(provider_model="o").lift(
+        request_pb2.Request(model="m"), HttpResponse(200, {}, json.dumps(body).encode())
+    )
+    assert [p.text for p in lifted.choices[0].message.parts] == ["hi"]
+    assert [w.code for w in lifted.warnings] == ["unknown_output_item"]
+
+
+def test_a_responses_item_of_a_known_type_but_the_wrong_shape_is_a_typed_error():
+    from modelir.transports.openai_responses import OpenAIResponses
+
+    body = {"id": "r", "output": [{"type": "web_search_call"}, {"type": "message", "content": "not a list"}]}
+    with pytest.raises(errors.MalformedResponseError, match="documented shape"):
+        OpenAIResponses(provider_model="o").lift(
+            request_pb2.Request(model="m"), HttpResponse(200, {}, json.dumps(body).encode())
+        )

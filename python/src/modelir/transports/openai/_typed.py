@@ -69,7 +69,8 @@ class ChatCompletion(msgspec.Struct):
     prompt_token_ids: list[int] | None = None  # vLLM
 
 
-# The Responses API: output items are tagged by `type`; each is decoded on its own (see `output_items`).
+# The Responses API: output items are tagged by `type`. A body with an item of another type is decoded again with
+# its items left raw, and each is decoded on its own (`output_item`), so the unknown one is only warned about.
 class SummaryText(msgspec.Struct):
     text: str = ""
 
@@ -109,10 +110,16 @@ class ResponseObject(msgspec.Struct):
     id: str | None = None
     model: str | None = None
     status: str | None = None
-    output: list[msgspec.Raw] | None = None
+    output: list[ReasoningItem | MessageItem | FunctionCallItem] | None = None
     usage: dict | None = None
     error: dict | None = None
     incomplete_details: IncompleteDetails | None = None
+
+
+class _ItemByItem(ResponseObject):
+    """The same object with its output items left raw, for a body with an item type the structs do not know."""
+
+    output: list[msgspec.Raw] | None = None  # type: ignore[assignment]
 
 
 class _ItemType(msgspec.Struct):
@@ -120,14 +127,17 @@ class _ItemType(msgspec.Struct):
 
 
 CHAT_DECODER = msgspec.json.Decoder(ChatCompletion)
-RESPONSE_DECODER = msgspec.json.Decoder(ResponseObject)
 _ITEM_TYPE = msgspec.json.Decoder(_ItemType)
 _ITEM = msgspec.json.Decoder(ReasoningItem | MessageItem | FunctionCallItem)
 KNOWN_ITEM_TYPES = frozenset({"reasoning", "message", "function_call"})
 
 
-def output_item(raw: msgspec.Raw) -> ReasoningItem | MessageItem | FunctionCallItem | str:
+def output_item(
+    raw: ReasoningItem | MessageItem | FunctionCallItem | msgspec.Raw,
+) -> ReasoningItem | MessageItem | FunctionCallItem | str:
     """One output item, typed; or the type name of an item these structs do not know."""
+    if not isinstance(raw, msgspec.Raw):
+        return raw
     kind = _ITEM_TYPE.decode(raw).type
     if kind not in KNOWN_ITEM_TYPES:
         return str(kind)
@@ -160,4 +170,25 @@ class ResponseEvent(msgspec.Struct):
     response: ResponseObject | None = None
 
 
-RESPONSE_EVENT_DECODER = msgspec.json.Decoder(ResponseEvent)
+class _ItemByItemEvent(msgspec.Struct):
+    response: _ItemByItem | None = None
+
+
+_OBJECT = msgspec.json.Decoder(ResponseObject)
+_OBJECT_ITEM_BY_ITEM = msgspec.json.Decoder(_ItemByItem)
+_EVENT = msgspec.json.Decoder(ResponseEvent)
+_EVENT_ITEM_BY_ITEM = msgspec.json.Decoder(_ItemByItemEvent)
+
+
+def response_object(body: bytes, *, event: bool = False) -> ResponseObject:
+    """A Responses object (or the one in a final stream event): fully typed when every item type is known."""
+    if not event:
+        try:
+            return _OBJECT.decode(body)
+        except msgspec.ValidationError:
+            return _OBJECT_ITEM_BY_ITEM.decode(body)
+    try:
+        envelope: ResponseEvent | _ItemByItemEvent = _EVENT.decode(body)
+    except msgspec.ValidationError:
+        envelope = _EVENT_ITEM_BY_ITEM.decode(body)
+    return envelope.response or ResponseObject()

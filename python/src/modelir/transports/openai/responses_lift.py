@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import msgspec
+
+from modelir import errors, soft_errors
 from modelir import logprobs as lp
-from modelir import soft_errors
 from modelir.transports.openai import _typed as typed
 from modelir.transports.openai import _wire as wire
 from modelir.v1 import content_pb2, request_pb2, response_pb2
@@ -25,8 +27,25 @@ _INCOMPLETE = {
 }
 
 
-def decode(body: bytes) -> typed.ResponseObject:
-    return wire.decode(typed.RESPONSE_DECODER, body, "openai_responses")
+def decode(body: bytes, *, event: bool = False) -> typed.ResponseObject:
+    """The typed object of a unary body or of a final stream event; shape errors are typed errors."""
+    try:
+        return typed.response_object(body, event=event)
+    except msgspec.ValidationError as exc:
+        raise errors.MalformedResponseError(
+            f"openai_responses could not lift the provider's answer, which does not have the documented shape: {exc}"
+        ) from None
+    except msgspec.DecodeError as exc:
+        raise errors.MalformedResponseError(f"the provider's response body is not valid JSON: {exc}") from None
+
+
+def output_items(
+    body: typed.ResponseObject,
+) -> list[typed.ReasoningItem | typed.MessageItem | typed.FunctionCallItem | str]:
+    try:
+        return [typed.output_item(raw) for raw in body.output or ()]
+    except msgspec.ValidationError as exc:
+        raise errors.MalformedResponseError(f"an output item does not have the documented shape: {exc}") from None
 
 
 def finish(
@@ -58,8 +77,7 @@ def lift_object(
     issuer = transport.issuer(request)
     chunks = []
     has_calls = refused = saw_logprobs = False
-    for raw in body.output or ():
-        item = typed.output_item(raw)
+    for item in output_items(body):
         if isinstance(item, str):
             out.warnings.add(code="unknown_output_item", message=f"an output item of type {item!r} was not lifted")
         elif isinstance(item, typed.ReasoningItem):

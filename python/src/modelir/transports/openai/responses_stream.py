@@ -69,7 +69,7 @@ class ResponsesStreamLifter(StreamLifter):
                 # stream folds to exactly what the unary lift of that object gives.
                 self.reasoning_done[data.get("output_index", 0)] = item
         elif kind in _FINAL_EVENTS:
-            self.final = typed.RESPONSE_EVENT_DECODER.decode(event.data).response or typed.ResponseObject()
+            self.final = responses_lift.decode(event.data, event=True)
         elif kind == "error":
             payload = data["error"] if isinstance(data.get("error"), dict) else data
             self.error = soft_errors.provider_error(
@@ -89,7 +89,7 @@ class ResponsesStreamLifter(StreamLifter):
         return [stream_pb2.StreamEvent(delta=delta)]
 
     def _artifacts(self) -> list[stream_pb2.StreamEvent]:
-        final = [typed.output_item(raw) for raw in (self.final.output or ())] if self.final else []
+        final = responses_lift.output_items(self.final) if self.final else []
         out = []
         for output_index, done in sorted(self.reasoning_done.items()):
             settled = final[output_index] if output_index < len(final) else None
