@@ -79,3 +79,13 @@ def test_unfolding_a_kind_that_never_streams_is_a_typed_error():
     response.choices.add().message.parts.add(tool_result=content_pb2.ToolResult(tool_call_id="c"))
     with pytest.raises(errors.InternalError, match="cannot be sent as stream deltas"):
         list(events_from_response(response))
+
+
+@pytest.mark.parametrize("name", ["ollama", "openai_responses", "google_genai"])
+def test_an_image_in_a_tool_result_is_refused_where_tool_results_are_text_only(name):
+    request = request_pb2.Request(model="m")
+    message = request.conversation.messages.add(role=content_pb2.ROLE_TOOL)
+    result = message.parts.add(tool_result=content_pb2.ToolResult(tool_call_id="c")).tool_result
+    result.content.add(blob=content_pb2.Blob(mime_type="image/png", data=b"x"))
+    reasons = TRANSPORTS[name]({}).extra_unsupported(request)
+    assert any("only text in tool results" in r and "content[0] is blob" in r for r in reasons)

@@ -112,7 +112,9 @@ def text_of(choice: response_pb2.Choice) -> str:
 
 def settle(request: request_pb2.Request, response: response_pb2.Response, facts: Facts) -> None:
     """Set the soft error of a complete unary response from the lift's facts."""
-    found = soft_errors(request, facts, [(c.index, c.finish_reason, text_of(c)) for c in response.choices])
+    constrained = request.constraint.WhichOneof("kind") is not None
+    outcomes = [(c.index, c.finish_reason, text_of(c)) for c in response.choices] if constrained else []
+    found = soft_errors(request, facts, outcomes)
     if found:
         response.error.CopyFrom(found[0])
 

@@ -26,6 +26,19 @@ def late_system_messages(request: request_pb2.Request) -> list[int]:
     return late
 
 
+def non_text_tool_results(request: request_pb2.Request, transport: str) -> list[str]:
+    """Reasons to refuse tool results holding more than text, for wires whose tool results are text only."""
+    return [
+        f"{transport} takes only text in tool results "
+        f"(conversation.messages[{i}].parts[{j}].tool_result.content[{k}] is {inner.WhichOneof('content')})."
+        for i, message in enumerate(request.conversation.messages)
+        for j, part in enumerate(message.parts)
+        if part.WhichOneof("content") == "tool_result"
+        for k, inner in enumerate(part.tool_result.content)
+        if inner.WhichOneof("content") != "text"
+    ]
+
+
 def parse_json(body: bytes, what: str) -> Any:
     try:
         return orjson.loads(body)

@@ -82,6 +82,7 @@ class Ollama(HttpTransport):
                     )
                 if part.WhichOneof("content") == "blob" and part.blob.WhichOneof("source") == "uri":
                     reasons.append(f"Ollama takes images inline, not by URI (conversation.messages[{i}].parts[{j}]).")
+        reasons += common.non_text_tool_results(request, "Ollama")
         return reasons
 
     # ---- lower -------------------------------------------------------------------------------------
@@ -192,6 +193,8 @@ def _messages(request: request_pb2.Request) -> list[dict[str, Any]]:
                 if result.tool_call_id:
                     entry["tool_call_id"] = result.tool_call_id
                 out.append(entry)
+            else:
+                raise content_kinds.NotCarriedError(Ollama.name, kind)
         if message.role == content_pb2.ROLE_TOOL and not (texts or images or calls):
             continue
         entry = {"role": _ROLES[message.role], "content": "".join(texts)}

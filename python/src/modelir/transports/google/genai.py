@@ -75,6 +75,7 @@ class GoogleGenAI(HttpTransport):
                     reasons.append(f"Gemini takes only thought signatures ({where}).")
                 if part.WhichOneof("content") == "tool_result" and part.tool_result.failed:
                     reasons.append(f"Gemini cannot mark a function response as failed ({where}).")
+        reasons += common.non_text_tool_results(request, "Gemini")
         return reasons
 
     # ---- lower -------------------------------------------------------------------------------------

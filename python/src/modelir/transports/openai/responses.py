@@ -84,6 +84,7 @@ class OpenAIResponses(wire.BodyTransport):
                     )
                 elif kind == "blob" and not part.blob.mime_type.startswith("image/"):
                     reasons.append(f"Only image blobs are supported here, not {part.blob.mime_type!r} ({where}).")
+        reasons += common.non_text_tool_results(request, "OpenAI Responses")
         return reasons
 
     # ---- lower -------------------------------------------------------------------------------------
