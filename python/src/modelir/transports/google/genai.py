@@ -68,6 +68,8 @@ class GoogleGenAI(HttpTransport):
             reasons.append("Gemini returns thought summaries with reasoning.include_thoughts, not reasoning.summary.")
         for i, message in enumerate(request.conversation.messages):
             if message.role in common.SYSTEM_ROLES:
+                if any(p.WhichOneof("content") != "text" for p in message.parts):
+                    reasons.append(f"Gemini's system instruction is text only here (conversation.messages[{i}]).")
                 continue
             for j, part in enumerate(message.parts):
                 where = f"conversation.messages[{i}].parts[{j}]"
