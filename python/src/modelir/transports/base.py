@@ -65,7 +65,6 @@ class StreamLifter(ABC):
 class Transport(ABC):
     """What every transport has: a name, a version and a manifest, declared as class-level data."""
 
-    name: ClassVar[str]
     version: ClassVar[str] = "1.0.0"
     # The manifest: capabilities (see `manifests.capability_set`), limits, grammar dialects and logprob bases (enum
     # names without their prefix) and the provider option keys the escape hatch accepts.
@@ -76,6 +75,11 @@ class Transport(ABC):
     provider_option_keys: ClassVar[tuple[str, ...]] = ()
     # For every kind of `content_kinds.KINDS`: `CARRIED`, or the sentence that rejects a part of that kind.
     part_kinds: ClassVar[Mapping[str, str]] = MappingProxyType({})
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """The transport's name in configuration and manifests; concrete transports set it as class data."""
 
     def manifest(self) -> capabilities_pb2.CapabilityManifest:
         return manifests.build(self)
