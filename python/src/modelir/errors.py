@@ -187,9 +187,11 @@ def mapping_for_info_reason(info_reason: str) -> ErrorMapping | None:
     return _BY_INFO_REASON.get(info_reason)
 
 
-def capability_name(capability: capabilities_pb2.Capability.ValueType) -> str:
+def capability_name(capability: int) -> str:
     """`CAPABILITY_INPUT_SCORING` -> `INPUT_SCORING`."""
-    return capabilities_pb2.Capability.Name(capability).removeprefix("CAPABILITY_")
+    return capabilities_pb2.Capability.Name(capabilities_pb2.Capability.ValueType(capability)).removeprefix(
+        "CAPABILITY_"
+    )
 
 
 def describe_unsupported(unsupported: errors_pb2.UnsupportedCapabilities) -> str:

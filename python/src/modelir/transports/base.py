@@ -65,6 +65,7 @@ class StreamLifter(ABC):
 class Transport(ABC):
     """What every transport has: a name, a version and a manifest, declared as class-level data."""
 
+    name: ClassVar[str]
     version: ClassVar[str] = "1.0.0"
     # The manifest: capabilities (see `manifests.capability_set`), limits, grammar dialects and logprob bases (enum
     # names without their prefix) and the provider option keys the escape hatch accepts.
@@ -76,13 +77,9 @@ class Transport(ABC):
     # For every kind of `content_kinds.KINDS`: `CARRIED`, or the sentence that rejects a part of that kind.
     part_kinds: ClassVar[Mapping[str, str]] = MappingProxyType({})
 
-    @property
     @abstractmethod
-    def name(self) -> str:
-        """The transport's name in configuration and manifests; concrete transports set it as class data."""
-
     def manifest(self) -> capabilities_pb2.CapabilityManifest:
-        return manifests.build(self)
+        """The manifest: `manifests.build(self)` from the class data above (an HTTP transport's is just that)."""
 
     @property
     def provider_model(self) -> str:
@@ -116,6 +113,9 @@ class HttpTransport(Transport):
 
     def __init__(self, *, provider_model: str = "") -> None:
         self._provider_model = provider_model
+
+    def manifest(self) -> capabilities_pb2.CapabilityManifest:
+        return manifests.build(self)
 
     @property
     def provider_model(self) -> str:
