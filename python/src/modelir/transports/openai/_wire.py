@@ -117,16 +117,20 @@ def usage_from(raw: Mapping[str, Any] | None, usage: response_pb2.Usage, *, inpu
         usage.reasoning_token_count = value
 
 
+def malformed(transport: str, exc: msgspec.DecodeError) -> errors.MalformedResponseError:
+    """The error table's error for a typed decoder's failure: a body of the wrong shape, or no JSON at all."""
+    if isinstance(exc, msgspec.ValidationError):
+        return errors.MalformedResponseError(
+            f"{transport} could not lift the provider's answer, which does not have the documented shape: {exc}"
+        )
+    return errors.MalformedResponseError(f"the provider's response body is not valid JSON: {exc}")
+
+
 def decode(decoder: msgspec.json.Decoder[Any], body: bytes, transport: str) -> Any:
-    """A typed decode whose failures are the error table's `MalformedResponseError`, naming the field."""
     try:
         return decoder.decode(body)
-    except msgspec.ValidationError as exc:
-        raise errors.MalformedResponseError(
-            f"{transport} could not lift the provider's answer, which does not have the documented shape: {exc}"
-        ) from None
-    except msgspec.DecodeError as exc:
-        raise errors.MalformedResponseError(f"the provider's response body is not valid JSON: {exc}") from None
+    except msgspec.DecodeError as exc:  # ValidationError included
+        raise malformed(transport, exc) from None
 
 
 class BodyTransport(HttpTransport):

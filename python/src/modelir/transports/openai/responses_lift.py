@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from modelir import errors, soft_errors
 from modelir import logprobs as lp
+from modelir import soft_errors
 from modelir.transports.openai import _typed as typed
 from modelir.transports.openai import _wire as wire
 from modelir.v1 import content_pb2, request_pb2, response_pb2
@@ -31,21 +31,18 @@ def decode(body: bytes, *, event: bool = False) -> typed.ResponseObject:
     """The typed object of a unary body or of a final stream event; shape errors are typed errors."""
     try:
         return typed.response_object(body, event=event)
-    except msgspec.ValidationError as exc:
-        raise errors.MalformedResponseError(
-            f"openai_responses could not lift the provider's answer, which does not have the documented shape: {exc}"
-        ) from None
     except msgspec.DecodeError as exc:
-        raise errors.MalformedResponseError(f"the provider's response body is not valid JSON: {exc}") from None
+        raise wire.malformed("openai_responses", exc) from None
 
 
 def output_items(
     body: typed.ResponseObject,
 ) -> list[typed.ReasoningItem | typed.MessageItem | typed.FunctionCallItem | str]:
+    """Each output item, typed, or the type name of an item of a type the structs do not know."""
     try:
         return [typed.output_item(raw) for raw in body.output or ()]
     except msgspec.ValidationError as exc:
-        raise errors.MalformedResponseError(f"an output item does not have the documented shape: {exc}") from None
+        raise wire.malformed("openai_responses", exc) from None
 
 
 def finish(
