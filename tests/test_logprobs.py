@@ -8,7 +8,7 @@ import pytest
 from modelir import logprobs as lp
 from modelir.transports.openai_completions import OpenAICompletions
 from modelir.transports.vllm import VLLM
-from modelir.v1 import logprobs_pb2, response_pb2
+from modelir.v1 import response_pb2
 
 
 def _entry(token: str, logprob: float, *, raw: list[int] | str | None = "utf8", tops=None, **extra) -> dict:
@@ -105,8 +105,7 @@ def test_a_wrong_type_is_an_error_not_a_silent_value():
 )
 def test_logprob_columns_map_none_to_nan_and_vllm_clamps_to_minus_infinity(transport, values, expected):
     transport = getattr(transport, "_completions", transport)
-    column = logprobs_pb2.TokenLogprobs().logprobs
-    transport.fill_logprobs(column, values)
+    column = transport.columns({"tokens": ["t"] * len(values), "token_logprobs": values}).logprobs
     assert len(column) == len(expected)
     for got, want in zip(column, expected, strict=True):
         assert (math.isnan(got) and math.isnan(want)) or got == want

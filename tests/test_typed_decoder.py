@@ -1,4 +1,4 @@
-"""The typed (msgspec) unary lift of OpenAI chat gives exactly what the generic (dict) lift gives."""
+"""The one (typed, msgspec) unary lift of OpenAI chat and Responses lifts every recorded body, field for field."""
 
 from __future__ import annotations
 
@@ -36,12 +36,20 @@ def _bodies():
 
 
 @pytest.mark.parametrize(("name", "request_", "body"), list(_bodies()), ids=lambda v: v if isinstance(v, str) else "")
-def test_typed_and_generic_lifts_agree(name, request_, body):
+def test_every_chat_body_lifts_its_texts_and_calls(name, request_, body):
     chat = OpenAIChat(provider_model="m")
-    response = HttpResponse(200, {"content-type": "application/json"}, body)
-    typed = chat.lift(request_, response)
-    generic = chat.lift_parsed(request_, json.loads(body), response)
-    assert typed == generic, name
+    lifted = chat.lift(request_, HttpResponse(200, {"content-type": "application/json"}, body))
+    raw = json.loads(body)
+    assert [c.index for c in lifted.choices] == [c.get("index", 0) for c in raw["choices"]], name
+    for choice, native in zip(lifted.choices, raw["choices"], strict=True):
+        message = native.get("message") or {}
+        texts = [p.text for p in choice.message.parts if p.WhichOneof("content") == "text"]
+        expected = [t for t in (message.get("content"), message.get("refusal")) if t is not None]
+        assert texts == expected, name
+        calls = [p.tool_call.arguments_json for p in choice.message.parts if p.WhichOneof("content") == "tool_call"]
+        assert calls == [c["function"]["arguments"] for c in message.get("tool_calls") or ()], name
+        entries = (native.get("logprobs") or {}).get("content") or []
+        assert list(choice.logprobs.tokens) == [e["token"] for e in entries], name
 
 
 async def test_a_body_of_the_wrong_shape_is_a_typed_error_through_the_model():
@@ -90,33 +98,42 @@ def _responses_bodies():
 @pytest.mark.parametrize(
     ("name", "request_", "body"), list(_responses_bodies()), ids=lambda v: v if isinstance(v, str) else ""
 )
-def test_responses_typed_and_generic_lifts_agree(name, request_, body):
-    from modelir.transports.openai_responses import OpenAIResponses, lift_response_object
-    from modelir.v1 import response_pb2
+def test_every_responses_body_lifts_each_output_item(name, request_, body):
+    from modelir.transports.openai_responses import OpenAIResponses
 
-    transport = OpenAIResponses(provider_model="gpt-5")
-    typed = transport.lift(request_, HttpResponse(200, {}, body))
-    generic = response_pb2.Response()
-    lift_response_object(transport, request_, json.loads(body), generic)
-    assert typed == generic, name
+    lifted = OpenAIResponses(provider_model="gpt-5").lift(request_, HttpResponse(200, {}, body))
+    items = json.loads(body).get("output") or []
+    known = [i for i in items if i.get("type") in ("reasoning", "message", "function_call")]
+    expected_parts = sum(len(i.get("content") or ()) if i["type"] == "message" else 1 for i in known)
+    assert len(lifted.choices[0].message.parts) == expected_parts, name
+    assert len(lifted.warnings) >= len(items) - len(known), name
+    output_ids = [i.get("id") or "" for i in known if i["type"] != "message"]
+    assert [p.item_id for p in lifted.choices[0].message.parts if p.WhichOneof("content") != "text"] == output_ids
 
 
-@pytest.mark.parametrize(
-    "path", sorted((conformance.DEFAULT_FIXTURES / "vllm").glob("chat_*.json")), ids=lambda p: p.stem
-)
-def test_vllm_chat_typed_and_generic_lifts_agree(path):
-    from modelir.transports.vllm import VLLM
+def test_a_responses_item_of_an_unknown_type_is_warned_about_and_the_rest_lifted():
+    from modelir.transports.openai_responses import OpenAIResponses
 
-    fixture = json.loads(path.read_text())
-    request = json_format.ParseDict(fixture["request"], request_pb2.Request())
-    body = json.dumps(fixture["http_response"]["body"]).encode()
-    chat = VLLM(provider_model="q")._chat
-    typed = chat.lift(request, HttpResponse(200, {}, body))
-    generic_body = json.loads(body)
-    generic = chat._prompt_extras(
-        request,
-        chat.lift_parsed(request, generic_body, HttpResponse(200, {}, body)),
-        generic_body.get("prompt_logprobs"),
-        generic_body.get("prompt_token_ids"),
+    body = {
+        "id": "r",
+        "status": "completed",
+        "output": [
+            {"type": "web_search_call", "id": "ws_1", "status": "completed"},
+            {"type": "message", "id": "msg_1", "content": [{"type": "output_text", "text": "hi"}]},
+        ],
+    }
+    lifted = OpenAIResponses(provider_model="o").lift(
+        request_pb2.Request(model="m"), HttpResponse(200, {}, json.dumps(body).encode())
     )
-    assert typed == generic
+    assert [p.text for p in lifted.choices[0].message.parts] == ["hi"]
+    assert [w.code for w in lifted.warnings] == ["unknown_output_item"]
+
+
+def test_a_responses_item_of_a_known_type_but_the_wrong_shape_is_a_typed_error():
+    from modelir.transports.openai_responses import OpenAIResponses
+
+    body = {"id": "r", "output": [{"type": "web_search_call"}, {"type": "message", "content": "not a list"}]}
+    with pytest.raises(errors.MalformedResponseError, match="documented shape"):
+        OpenAIResponses(provider_model="o").lift(
+            request_pb2.Request(model="m"), HttpResponse(200, {}, json.dumps(body).encode())
+        )

@@ -7,33 +7,32 @@ manifest does not claim, so no field can be silently ignored.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import orjson
 
-from modelir.errors import UnsupportedCapabilityError
+from modelir import content_kinds
 from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, logprobs_pb2, request_pb2
-
-C = capabilities_pb2  # Capability values as the module's plain ints: a lookup on the enum wrapper costs ~0.4 us
-_Role = content_pb2  # Role values as plain ints, like C above
 
 
 @dataclass(slots=True)
 class Requirements:
     """The capabilities, limits, dialects and provider option keys a request uses."""
 
-    capabilities: set[int] = field(default_factory=set)
+    capabilities: set[capabilities_pb2.Capability.ValueType] = field(default_factory=set)
     # Limit name (as in ModelLimits) -> the largest value the request asks for.
     limits: dict[str, int] = field(default_factory=dict)
-    grammar_dialect: int | None = None
+    grammar_dialect: request_pb2.GrammarDialect.ValueType | None = None
     provider_transport: str | None = None
     provider_option_keys: tuple[str, ...] = ()
+    # What the request holds that no capability names and no model can run (unknown content kinds).
+    reasons: list[str] = field(default_factory=list)
 
     def use_limit(self, name: str, value: int) -> None:
         self.limits[name] = max(value, self.limits.get(name, 0))
 
-    def sorted_capabilities(self) -> list[int]:
+    def sorted_capabilities(self) -> list[capabilities_pb2.Capability.ValueType]:
         return sorted(self.capabilities)
 
 
@@ -42,57 +41,57 @@ def requirements(request: request_pb2.Request, *, streaming: bool = False) -> Re
     req = Requirements()
     need = req.capabilities.add
     if streaming:
-        need(C.CAPABILITY_STREAMING)
+        need(capabilities_pb2.CAPABILITY_STREAMING)
 
     input_kind = request.WhichOneof("input")
     if input_kind == "prompt":
-        need(C.CAPABILITY_COMPLETION)
+        need(capabilities_pb2.CAPABILITY_COMPLETION)
     elif input_kind == "conversation":
-        need(C.CAPABILITY_CHAT)
-        _conversation_needs(request.conversation, need)
+        need(capabilities_pb2.CAPABILITY_CHAT)
+        _conversation_needs(request.conversation, req)
     elif input_kind == "token_ids":
-        need(C.CAPABILITY_TOKEN_INPUT)
+        need(capabilities_pb2.CAPABILITY_TOKEN_INPUT)
 
     s = request.sampling
     for name, capability in (
-        ("temperature", C.CAPABILITY_TEMPERATURE),
-        ("top_p", C.CAPABILITY_TOP_P),
-        ("top_k", C.CAPABILITY_TOP_K_SAMPLING),
-        ("min_p", C.CAPABILITY_MIN_P),
-        ("max_output_tokens", C.CAPABILITY_MAX_OUTPUT_TOKENS),
-        ("seed", C.CAPABILITY_SEED),
-        ("presence_penalty", C.CAPABILITY_PRESENCE_FREQUENCY_PENALTIES),
-        ("frequency_penalty", C.CAPABILITY_PRESENCE_FREQUENCY_PENALTIES),
-        ("repetition_penalty", C.CAPABILITY_REPETITION_PENALTY),
+        ("temperature", capabilities_pb2.CAPABILITY_TEMPERATURE),
+        ("top_p", capabilities_pb2.CAPABILITY_TOP_P),
+        ("top_k", capabilities_pb2.CAPABILITY_TOP_K_SAMPLING),
+        ("min_p", capabilities_pb2.CAPABILITY_MIN_P),
+        ("max_output_tokens", capabilities_pb2.CAPABILITY_MAX_OUTPUT_TOKENS),
+        ("seed", capabilities_pb2.CAPABILITY_SEED),
+        ("presence_penalty", capabilities_pb2.CAPABILITY_PRESENCE_FREQUENCY_PENALTIES),
+        ("frequency_penalty", capabilities_pb2.CAPABILITY_PRESENCE_FREQUENCY_PENALTIES),
+        ("repetition_penalty", capabilities_pb2.CAPABILITY_REPETITION_PENALTY),
     ):
-        if s.HasField(name):
+        if s.HasField(name):  # type: ignore[arg-type]  # the names of the table above
             need(capability)
     if s.HasField("max_output_tokens"):
         req.use_limit("max_output_tokens", s.max_output_tokens)
     if s.stop:
-        need(C.CAPABILITY_STOP_SEQUENCES)
+        need(capabilities_pb2.CAPABILITY_STOP_SEQUENCES)
         req.use_limit("max_stop_sequences", len(s.stop))
     if s.stop_token_ids:
-        need(C.CAPABILITY_STOP_TOKEN_IDS)
+        need(capabilities_pb2.CAPABILITY_STOP_TOKEN_IDS)
     if s.choice_count > 1:
-        need(C.CAPABILITY_MULTIPLE_CHOICES)
+        need(capabilities_pb2.CAPABILITY_MULTIPLE_CHOICES)
         req.use_limit("max_choices", s.choice_count)
 
     if request.tools:
-        need(C.CAPABILITY_TOOLS)
+        need(capabilities_pb2.CAPABILITY_TOOLS)
     choice = request.tool_choice.WhichOneof("choice")
     if choice == "tool_name" or (
         choice == "mode" and request.tool_choice.mode == request_pb2.TOOL_CHOICE_MODE_REQUIRED
     ):
-        need(C.CAPABILITY_TOOL_CHOICE)
+        need(capabilities_pb2.CAPABILITY_TOOL_CHOICE)
 
     if request.HasField("reasoning"):
-        need(C.CAPABILITY_REASONING)
+        need(capabilities_pb2.CAPABILITY_REASONING)
         amount = request.reasoning.WhichOneof("amount")
         if amount == "effort":
-            need(C.CAPABILITY_REASONING_EFFORT)
+            need(capabilities_pb2.CAPABILITY_REASONING_EFFORT)
         elif amount == "budget_tokens":
-            need(C.CAPABILITY_REASONING_BUDGET)
+            need(capabilities_pb2.CAPABILITY_REASONING_BUDGET)
 
     kind = request.constraint.WhichOneof("kind")
     if kind is not None:
@@ -101,23 +100,23 @@ def requirements(request: request_pb2.Request, *, streaming: bool = False) -> Re
             req.grammar_dialect = request.constraint.grammar.dialect
 
     if request.prefill:
-        need(C.CAPABILITY_PREFILL)
+        need(capabilities_pb2.CAPABILITY_PREFILL)
     if request.HasField("fim"):
-        need(C.CAPABILITY_FIM)
+        need(capabilities_pb2.CAPABILITY_FIM)
     if request.HasField("logprobs"):
-        need(C.CAPABILITY_SAMPLED_LOGPROBS)
+        need(capabilities_pb2.CAPABILITY_SAMPLED_LOGPROBS)
         if request.logprobs.require_token_ids:
-            need(C.CAPABILITY_SAMPLED_TOKEN_IDS)
+            need(capabilities_pb2.CAPABILITY_SAMPLED_TOKEN_IDS)
         if request.logprobs.top_k > 0:
-            need(C.CAPABILITY_TOP_K_LOGPROBS)
+            need(capabilities_pb2.CAPABILITY_TOP_K_LOGPROBS)
             req.use_limit("max_top_logprobs", request.logprobs.top_k)
     if request.HasField("input_scoring"):
-        need(C.CAPABILITY_INPUT_SCORING)
+        need(capabilities_pb2.CAPABILITY_INPUT_SCORING)
         if request.input_scoring.top_k > 0:
-            need(C.CAPABILITY_TOP_K_LOGPROBS)
+            need(capabilities_pb2.CAPABILITY_TOP_K_LOGPROBS)
             req.use_limit("max_top_logprobs", request.input_scoring.top_k)
     if request.HasField("provider_options"):
-        need(C.CAPABILITY_PROVIDER_OPTIONS)
+        need(capabilities_pb2.CAPABILITY_PROVIDER_OPTIONS)
         req.provider_transport = request.provider_options.transport
         options = orjson.loads(request.provider_options.options_json or b"{}")
         req.provider_option_keys = tuple(sorted(options)) if isinstance(options, dict) else ()
@@ -125,29 +124,27 @@ def requirements(request: request_pb2.Request, *, streaming: bool = False) -> Re
 
 
 _CONSTRAINT_CAPABILITY = {
-    "choice": C.CAPABILITY_CONSTRAINT_CHOICE,
-    "regex": C.CAPABILITY_CONSTRAINT_REGEX,
-    "json_schema": C.CAPABILITY_CONSTRAINT_JSON_SCHEMA,
-    "grammar": C.CAPABILITY_CONSTRAINT_GRAMMAR,
+    "choice": capabilities_pb2.CAPABILITY_CONSTRAINT_CHOICE,
+    "regex": capabilities_pb2.CAPABILITY_CONSTRAINT_REGEX,
+    "json_schema": capabilities_pb2.CAPABILITY_CONSTRAINT_JSON_SCHEMA,
+    "grammar": capabilities_pb2.CAPABILITY_CONSTRAINT_GRAMMAR,
 }
 
 
-def _conversation_needs(conversation: request_pb2.Conversation, need: Callable[[int], None]) -> None:
-    for message in conversation.messages:
-        if message.role in (_Role.ROLE_SYSTEM, _Role.ROLE_DEVELOPER):
-            need(C.CAPABILITY_SYSTEM_MESSAGES)
-        for part in message.parts:
-            kind = part.WhichOneof("content")
-            if kind == "blob":
-                need(C.CAPABILITY_IMAGE_INPUT)
-            elif kind in ("tool_call", "tool_result"):
-                need(C.CAPABILITY_TOOLS)
-            elif kind == "reasoning" or part.artifacts:
-                need(C.CAPABILITY_REASONING)
-            if kind == "tool_result":
-                for inner in part.tool_result.content:
-                    if inner.WhichOneof("content") == "blob":
-                        need(C.CAPABILITY_IMAGE_INPUT)
+def _conversation_needs(conversation: request_pb2.Conversation, req: Requirements) -> None:
+    for i, message in enumerate(conversation.messages):
+        if message.role in (content_pb2.ROLE_SYSTEM, content_pb2.ROLE_DEVELOPER):
+            req.capabilities.add(capabilities_pb2.CAPABILITY_SYSTEM_MESSAGES)
+        for where, part in content_kinds.parts_of(message):
+            name = part.WhichOneof("content")
+            kind = content_kinds.KINDS.get(name) if name is not None else None
+            if kind is None and name is not None:
+                # Fail closed: a kind this SDK does not know cannot be checked, so it cannot be sent.
+                req.reasons.append(f"The content kind {name!r} is not known (conversation.messages[{i}].{where}).")
+            elif kind is not None and kind.capability:
+                req.capabilities.add(kind.capability)
+            if part.artifacts:
+                req.capabilities.add(capabilities_pb2.CAPABILITY_REASONING)
 
 
 def unsupported(
@@ -167,19 +164,19 @@ def unsupported(
         allowed = getattr(manifest.limits, name)
         if allowed and value > allowed:
             violations.append(errors_pb2.LimitViolation(limit=name, allowed=allowed, requested=value))
-    reasons = []
+    reasons = list(req.reasons)
     if (
         req.grammar_dialect is not None
-        and C.CAPABILITY_CONSTRAINT_GRAMMAR in have
+        and capabilities_pb2.CAPABILITY_CONSTRAINT_GRAMMAR in have
         and req.grammar_dialect not in manifest.grammar_dialects
     ):
         dialect = request_pb2.GrammarDialect.Name(req.grammar_dialect)
         reasons.append(f"The grammar dialect {dialect} is not accepted.")
-    basis = request.logprobs.basis if request.HasField("logprobs") else 0
+    basis = request.logprobs.basis if request.HasField("logprobs") else logprobs_pb2.LOGPROB_BASIS_UNSPECIFIED
     if basis and basis not in manifest.logprob_bases:
         name = logprobs_pb2.LogprobBasis.Name(basis)
         reasons.append(f"This model cannot report logprobs with basis {name}.")
-    if req.provider_transport is not None and C.CAPABILITY_PROVIDER_OPTIONS in have:
+    if req.provider_transport is not None and capabilities_pb2.CAPABILITY_PROVIDER_OPTIONS in have:
         if req.provider_transport != manifest.transport:
             reasons.append(
                 f"The provider options are for {req.provider_transport!r}, "
@@ -195,20 +192,6 @@ def unsupported(
     return errors_pb2.UnsupportedCapabilities(
         model=model or request.model, missing=missing, limit_violations=violations, reasons=reasons
     )
-
-
-def check(
-    request: request_pb2.Request,
-    manifest: capabilities_pb2.CapabilityManifest,
-    *,
-    model: str = "",
-    streaming: bool = False,
-    extra_reasons: Iterable[str] = (),
-) -> None:
-    """Raise `UnsupportedCapabilityError` naming every gap between `request` and `manifest`."""
-    gaps = unsupported(request, manifest, model=model, streaming=streaming, extra_reasons=extra_reasons)
-    if gaps is not None:
-        raise UnsupportedCapabilityError(gaps)
 
 
 def narrow(manifest: capabilities_pb2.CapabilityManifest, remove: Iterable[int]) -> capabilities_pb2.CapabilityManifest:

@@ -24,8 +24,6 @@ from modelir import errors
 from modelir.interface import MessageLike, ModelInterface, build_request
 from modelir.v1 import capabilities_pb2, errors_pb2, logprobs_pb2
 
-C = capabilities_pb2  # Capability values as the module's plain ints: a lookup on the enum wrapper costs ~0.4 us
-
 
 @dataclass(frozen=True, slots=True)
 class Classification:
@@ -73,11 +71,11 @@ async def _by_choice(
     have = set(manifest.capabilities)
     # The model's own distribution: no temperature, no nucleus cut (greedy decoding would collapse a
     # post-sampling distribution onto one token). The label reported is the most probable one, not the sample.
-    options = {"temperature": 1.0} if C.CAPABILITY_TEMPERATURE in have else {}
+    options = {"temperature": 1.0} if capabilities_pb2.CAPABILITY_TEMPERATURE in have else {}
     request = _request(model, messages, choices=labels, top_logprobs=top_k, **options)
-    if C.CAPABILITY_TOP_P in have:
+    if capabilities_pb2.CAPABILITY_TOP_P in have:
         request.sampling.top_p = 1.0
-    if C.CAPABILITY_MIN_P in have:
+    if capabilities_pb2.CAPABILITY_MIN_P in have:
         request.sampling.min_p = 0.0
     bases = [0]
     if logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING in manifest.logprob_bases:
@@ -115,16 +113,20 @@ async def aclassify(
     messages = messages if isinstance(messages, str) else list(messages)
     manifest = await model.acapabilities()
     have = set(manifest.capabilities)
-    if {C.CAPABILITY_CONSTRAINT_CHOICE, C.CAPABILITY_TOP_K_LOGPROBS} <= have:
+    if {capabilities_pb2.CAPABILITY_CONSTRAINT_CHOICE, capabilities_pb2.CAPABILITY_TOP_K_LOGPROBS} <= have:
         top_k = min(20, manifest.limits.max_top_logprobs or 20)
         result = await _by_choice(model, messages, labels, top_k)
         if result is not None:
             return result
-    if C.CAPABILITY_INPUT_SCORING in have:
+    if capabilities_pb2.CAPABILITY_INPUT_SCORING in have:
         return await _by_scoring(model, messages, labels)
     missing = [
         c
-        for c in (C.CAPABILITY_CONSTRAINT_CHOICE, C.CAPABILITY_TOP_K_LOGPROBS, C.CAPABILITY_INPUT_SCORING)
+        for c in (
+            capabilities_pb2.CAPABILITY_CONSTRAINT_CHOICE,
+            capabilities_pb2.CAPABILITY_TOP_K_LOGPROBS,
+            capabilities_pb2.CAPABILITY_INPUT_SCORING,
+        )
         if c not in have
     ]
     gaps = errors_pb2.UnsupportedCapabilities(model=model.name, missing=missing)

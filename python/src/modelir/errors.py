@@ -24,10 +24,9 @@ R = errors_pb2.ErrorReason
 class ErrorMapping:
     """How one `ErrorReason` appears on each channel."""
 
-    reason: int
+    reason: errors_pb2.ErrorReason.ValueType
     grpc_code: grpc.StatusCode
     exception: type[ModelError]
-    soft: bool  # True: the response is returned with `error` set instead of raising.
 
     @property
     def info_reason(self) -> str:
@@ -38,7 +37,7 @@ class ErrorMapping:
 class ModelError(Exception):
     """Base of every modelir error. `reason` is an `ErrorReason` value."""
 
-    reason: int = R.ERROR_REASON_INTERNAL
+    reason: errors_pb2.ErrorReason.ValueType = R.ERROR_REASON_INTERNAL
 
     def __init__(
         self,
@@ -161,28 +160,28 @@ _C = grpc.StatusCode
 ERROR_TABLE: dict[int, ErrorMapping] = {
     m.reason: m
     for m in (
-        ErrorMapping(R.ERROR_REASON_INVALID_REQUEST, _C.INVALID_ARGUMENT, InvalidRequestError, False),
-        ErrorMapping(R.ERROR_REASON_UNSUPPORTED_CAPABILITY, _C.FAILED_PRECONDITION, UnsupportedCapabilityError, False),
-        ErrorMapping(R.ERROR_REASON_UNKNOWN_MODEL, _C.NOT_FOUND, UnknownModelError, False),
-        ErrorMapping(R.ERROR_REASON_UNAUTHENTICATED, _C.UNAUTHENTICATED, UnauthenticatedError, False),
-        ErrorMapping(R.ERROR_REASON_PROVIDER_AUTH, _C.PERMISSION_DENIED, ProviderAuthError, False),
-        ErrorMapping(R.ERROR_REASON_RATE_LIMITED, _C.RESOURCE_EXHAUSTED, RateLimitedError, False),
-        ErrorMapping(R.ERROR_REASON_PROVIDER_UNAVAILABLE, _C.UNAVAILABLE, ProviderUnavailableError, False),
-        ErrorMapping(R.ERROR_REASON_DEADLINE_EXCEEDED, _C.DEADLINE_EXCEEDED, DeadlineExceededError, False),
-        ErrorMapping(R.ERROR_REASON_CANCELLED, _C.CANCELLED, CancelledError, False),
-        ErrorMapping(R.ERROR_REASON_PROVIDER_REJECTED, _C.FAILED_PRECONDITION, ProviderRejectedError, False),
-        ErrorMapping(R.ERROR_REASON_MALFORMED_RESPONSE, _C.DATA_LOSS, MalformedResponseError, False),
-        ErrorMapping(R.ERROR_REASON_TRUNCATED_STREAM, _C.DATA_LOSS, TruncatedStreamError, True),
-        ErrorMapping(R.ERROR_REASON_MISSING_LOGPROBS, _C.DATA_LOSS, MissingLogprobsError, True),
-        ErrorMapping(R.ERROR_REASON_CONSTRAINT_VIOLATED, _C.DATA_LOSS, ConstraintViolatedError, True),
-        ErrorMapping(R.ERROR_REASON_FOREIGN_ARTIFACT, _C.FAILED_PRECONDITION, ForeignArtifactError, False),
-        ErrorMapping(R.ERROR_REASON_INTERNAL, _C.INTERNAL, InternalError, False),
+        ErrorMapping(R.ERROR_REASON_INVALID_REQUEST, _C.INVALID_ARGUMENT, InvalidRequestError),
+        ErrorMapping(R.ERROR_REASON_UNSUPPORTED_CAPABILITY, _C.FAILED_PRECONDITION, UnsupportedCapabilityError),
+        ErrorMapping(R.ERROR_REASON_UNKNOWN_MODEL, _C.NOT_FOUND, UnknownModelError),
+        ErrorMapping(R.ERROR_REASON_UNAUTHENTICATED, _C.UNAUTHENTICATED, UnauthenticatedError),
+        ErrorMapping(R.ERROR_REASON_PROVIDER_AUTH, _C.PERMISSION_DENIED, ProviderAuthError),
+        ErrorMapping(R.ERROR_REASON_RATE_LIMITED, _C.RESOURCE_EXHAUSTED, RateLimitedError),
+        ErrorMapping(R.ERROR_REASON_PROVIDER_UNAVAILABLE, _C.UNAVAILABLE, ProviderUnavailableError),
+        ErrorMapping(R.ERROR_REASON_DEADLINE_EXCEEDED, _C.DEADLINE_EXCEEDED, DeadlineExceededError),
+        ErrorMapping(R.ERROR_REASON_CANCELLED, _C.CANCELLED, CancelledError),
+        ErrorMapping(R.ERROR_REASON_PROVIDER_REJECTED, _C.FAILED_PRECONDITION, ProviderRejectedError),
+        ErrorMapping(R.ERROR_REASON_MALFORMED_RESPONSE, _C.DATA_LOSS, MalformedResponseError),
+        ErrorMapping(R.ERROR_REASON_TRUNCATED_STREAM, _C.DATA_LOSS, TruncatedStreamError),
+        ErrorMapping(R.ERROR_REASON_MISSING_LOGPROBS, _C.DATA_LOSS, MissingLogprobsError),
+        ErrorMapping(R.ERROR_REASON_CONSTRAINT_VIOLATED, _C.DATA_LOSS, ConstraintViolatedError),
+        ErrorMapping(R.ERROR_REASON_FOREIGN_ARTIFACT, _C.FAILED_PRECONDITION, ForeignArtifactError),
+        ErrorMapping(R.ERROR_REASON_INTERNAL, _C.INTERNAL, InternalError),
     )
 }
 _BY_INFO_REASON = {m.info_reason: m for m in ERROR_TABLE.values()}
 
 
-def mapping_for(reason: int) -> ErrorMapping:
+def mapping_for(reason: errors_pb2.ErrorReason.ValueType) -> ErrorMapping:
     return ERROR_TABLE.get(reason, ERROR_TABLE[R.ERROR_REASON_INTERNAL])
 
 
@@ -190,20 +189,11 @@ def mapping_for_info_reason(info_reason: str) -> ErrorMapping | None:
     return _BY_INFO_REASON.get(info_reason)
 
 
-def error_from_response_error(error: errors_pb2.ResponseError) -> ModelError:
-    """Rebuild the exception a `ResponseError` (from a record or the wire) stands for."""
-    exc_type = mapping_for(error.reason).exception
-    kwargs = {"http_status": error.http_status, "provider_code": error.provider_code}
-    if exc_type is InvalidRequestError:
-        return InvalidRequestError([], error.message, **kwargs)
-    if exc_type is UnsupportedCapabilityError:
-        return UnsupportedCapabilityError(errors_pb2.UnsupportedCapabilities(), error.message, **kwargs)
-    return exc_type(error.message, **kwargs)
-
-
 def capability_name(capability: int) -> str:
     """`CAPABILITY_INPUT_SCORING` -> `INPUT_SCORING`."""
-    return capabilities_pb2.Capability.Name(capability).removeprefix("CAPABILITY_")
+    return capabilities_pb2.Capability.Name(capabilities_pb2.Capability.ValueType(capability)).removeprefix(
+        "CAPABILITY_"
+    )
 
 
 def describe_unsupported(unsupported: errors_pb2.UnsupportedCapabilities) -> str:

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from functools import reduce
 from itertools import accumulate, chain
 from operator import iadd, itemgetter
+from typing import Any
 
 from modelir.v1 import logprobs_pb2
 
@@ -25,30 +26,25 @@ def offsets_of(pieces: Sequence[bytes]) -> list[int]:
     return [0, *accumulate(map(len, pieces[:-1]))] if pieces else []
 
 
+_COLUMNS = ("token_ids", "logprobs", "tokens", "top_counts", "top_token_ids", "top_logprobs", "top_tokens")
+_BYTE_COLUMNS = (("token_bytes", "token_byte_offsets"), ("top_token_bytes", "top_token_byte_offsets"))
+
+
 def concat(chunks: Iterable[TokenLogprobs]) -> TokenLogprobs:
     """Join consecutive chunks (stream deltas) into one `TokenLogprobs`, shifting the byte offsets."""
+    pieces = list(chunks)
     out = TokenLogprobs()
-    token_bytes: list[bytes] = []
-    top_bytes: list[bytes] = []
-    base = top_base = 0
-    for chunk in chunks:
-        if not out.basis:
-            out.basis = chunk.basis
-        out.token_ids.extend(chunk.token_ids)
-        out.logprobs.extend(chunk.logprobs)
-        out.tokens.extend(chunk.tokens)
-        out.token_byte_offsets.extend([o + base for o in chunk.token_byte_offsets])
-        token_bytes.append(chunk.token_bytes)
-        base += len(chunk.token_bytes)
-        out.top_counts.extend(chunk.top_counts)
-        out.top_token_ids.extend(chunk.top_token_ids)
-        out.top_logprobs.extend(chunk.top_logprobs)
-        out.top_tokens.extend(chunk.top_tokens)
-        out.top_token_byte_offsets.extend([o + top_base for o in chunk.top_token_byte_offsets])
-        top_bytes.append(chunk.top_token_bytes)
-        top_base += len(chunk.top_token_bytes)
-    out.token_bytes = b"".join(token_bytes)
-    out.top_token_bytes = b"".join(top_bytes)
+    out.basis = next((c.basis for c in pieces if c.basis), out.basis)
+    for column in _COLUMNS:
+        getattr(out, column).extend(chain.from_iterable(getattr(c, column) for c in pieces))
+    for blob, offsets in _BYTE_COLUMNS:
+        shifted: list[int] = []
+        base = 0
+        for chunk in pieces:
+            shifted.extend([o + base for o in getattr(chunk, offsets)])
+            base += len(getattr(chunk, blob))
+        getattr(out, offsets).extend(shifted)
+        setattr(out, blob, b"".join(getattr(c, blob) for c in pieces))
     return out
 
 
@@ -79,37 +75,93 @@ _TOPS = itemgetter("top_logprobs")
 _BYTES = itemgetter("bytes")
 
 
+def joined(pieces: Sequence[bytes | list[int]]) -> tuple[bytes, list[int]]:
+    """Pieces of bytes (bytes, or lists of byte values as JSON gives them) concatenated, with their start offsets.
+
+    Byte lists are packed with `reduce(iadd)`, which extends one list by each piece in C before one `bytes()`:
+    much faster than a `bytes()` call per token or iterating a chain.
+    """
+    try:
+        blob = b"".join(pieces)  # type: ignore[arg-type]  # lists raise at once and take the next line
+    except TypeError:
+        blob = bytes(reduce(iadd, pieces, []))
+    offsets = list(accumulate(map(len, pieces), initial=0))
+    offsets.pop()  # the end of the last piece
+    return blob, offsets
+
+
+def _floats(column: Any, values: Sequence[float | None]) -> None:
+    """Extend a logprob column; a None (a position without a logprob) becomes NaN, never zero."""
+    try:
+        column.extend(values)  # all or nothing: a None raises before anything is appended
+    except TypeError:
+        column.extend([math.nan if v is None else v for v in values])
+
+
+def columns(
+    out: TokenLogprobs | None = None,
+    *,
+    tokens: Sequence[str],
+    logprobs: Sequence[float | None],
+    token_ids: Sequence[int] | None = None,
+    token_bytes: tuple[bytes, list[int]] | None = None,
+    top_counts: Sequence[int] | None = None,
+    top_tokens: Sequence[str] = (),
+    top_logprobs: Sequence[float | None] = (),
+    top_token_ids: Sequence[int] | None = None,
+    top_token_bytes: tuple[bytes, list[int]] | None = None,
+    basis: int = 0,
+) -> TokenLogprobs:
+    """The one builder of columnar logprobs: every wire extracts its columns and hands them here, whole.
+
+    `token_ids`, `token_bytes` (the joined bytes and offsets, from `joined`) and the top-k columns are written only
+    when given (`top_counts` is given whenever alternatives were asked for, even if none came back). Filled into
+    `out` when given (a field of the response being built), which saves copying a multi-megabyte message.
+    """
+    out = TokenLogprobs() if out is None else out
+    if basis:
+        out.basis = basis  # type: ignore[assignment]
+    out.tokens.extend(tokens)
+    _floats(out.logprobs, logprobs)
+    out.token_ids.extend(token_ids or ())
+    if token_bytes is not None:
+        out.token_bytes, offsets = token_bytes
+        out.token_byte_offsets.extend(offsets)
+    if top_counts is None:
+        return out
+    out.top_counts.extend(top_counts)
+    out.top_token_ids.extend(top_token_ids or ())
+    out.top_tokens.extend(top_tokens)
+    _floats(out.top_logprobs, top_logprobs)
+    if top_token_bytes is not None:
+        out.top_token_bytes, top_offsets = top_token_bytes
+        out.top_token_byte_offsets.extend(top_offsets)
+    return out
+
+
 def from_openai_content(
     entries: Sequence[dict], *, with_bytes: bool = True, into: TokenLogprobs | None = None
 ) -> TokenLogprobs:
     """Columnar logprobs from the OpenAI-style list `[{token, logprob, bytes, top_logprobs: [...]}, ...]`.
 
-    This shape is shared by OpenAI chat, the Responses API's output_text.logprobs, llama.cpp and Ollama, so
-    every such lift uses this one builder. Filled into `into` when given (a field of the response being built),
-    which saves copying a multi-megabyte message.
-
-    The columns are built with `map(itemgetter(...))` and C-level joins: the common, complete shape never runs a
-    Python-level step per token. Entries with a missing or null `top_logprobs` or `bytes` take a slower path.
+    This shape is shared by OpenAI chat, the Responses API's output_text.logprobs, llama.cpp and Ollama. The
+    columns are taken with `map(itemgetter(...))`: the common, complete shape never runs a Python-level step per
+    token. Entries with a missing or null `top_logprobs` or `bytes` take a slower path.
     """
-    out = TokenLogprobs() if into is None else into
-    out.tokens.extend(list(map(_TOKEN, entries)))
-    out.logprobs.extend(list(map(_LOGPROB, entries)))
-    if entries and "id" in entries[0]:  # llama.cpp adds token ids to this shape
-        out.token_ids.extend(list(map(_ID, entries)))
     tops, flat = _alternatives(entries)
-    if flat or (entries and "top_logprobs" in entries[0]):
-        out.top_counts.extend(list(map(len, tops)))
-        out.top_tokens.extend(list(map(_TOKEN, flat)))
-        out.top_logprobs.extend(list(map(_LOGPROB, flat)))
-        if flat and "id" in flat[0]:
-            out.top_token_ids.extend(list(map(_ID, flat)))
-    if with_bytes:
-        out.token_bytes, offsets = _joined_bytes(entries)
-        out.token_byte_offsets.extend(offsets)
-        if flat:
-            out.top_token_bytes, top_offsets = _joined_bytes(flat)
-            out.top_token_byte_offsets.extend(top_offsets)
-    return out
+    has_tops = bool(flat) or bool(entries and "top_logprobs" in entries[0])
+    return columns(
+        into,
+        tokens=list(map(_TOKEN, entries)),
+        logprobs=list(map(_LOGPROB, entries)),
+        token_ids=list(map(_ID, entries)) if entries and "id" in entries[0] else None,  # llama.cpp adds ids
+        token_bytes=_joined_bytes(entries) if with_bytes else None,
+        top_counts=list(map(len, tops)) if has_tops else None,
+        top_tokens=list(map(_TOKEN, flat)),
+        top_logprobs=list(map(_LOGPROB, flat)),
+        top_token_ids=list(map(_ID, flat)) if flat and "id" in flat[0] else None,
+        top_token_bytes=_joined_bytes(flat) if with_bytes and flat else None,
+    )
 
 
 def _alternatives(entries: Sequence[dict]) -> tuple[list, list[dict]]:
@@ -123,17 +175,42 @@ def _alternatives(entries: Sequence[dict]) -> tuple[list, list[dict]]:
 
 
 def _joined_bytes(items: Sequence[dict]) -> tuple[bytes, list[int]]:
-    """All items' bytes concatenated, with each item's start offset.
-
-    `reduce(iadd)` extends one list by each item's byte list in C, then `bytes()` packs it: much faster than
-    a `bytes()` call per token or iterating a chain. An item without `bytes` (or with null) uses its token's UTF-8.
-    """
+    """All items' `bytes` joined, with offsets; an item without them (or with null) uses its token's UTF-8."""
     try:
-        pieces = list(map(_BYTES, items))
-        flat = reduce(iadd, pieces, [])
+        return joined(list(map(_BYTES, items)))
     except (KeyError, TypeError):
-        pieces = [b if (b := item.get("bytes")) is not None else item["token"].encode() for item in items]
-        flat = reduce(iadd, pieces, [])
-    offsets = list(accumulate(map(len, pieces), initial=0))
-    offsets.pop()  # the end of the last piece
-    return bytes(flat), offsets
+        return joined([b if (b := item.get("bytes")) is not None else item["token"].encode() for item in items])
+
+
+def chunks(logprobs: TokenLogprobs, size: int) -> list[TokenLogprobs]:
+    """Cut `logprobs` into consecutive pieces of at most `size` tokens (the inverse of `concat`)."""
+    n = len(logprobs.logprobs)
+    has_bytes = bool(logprobs.token_byte_offsets)
+    ends = [*logprobs.token_byte_offsets[1:], len(logprobs.token_bytes)] if has_bytes else []
+    top_starts = [0, *accumulate(logprobs.top_counts)]
+    top_ends = [*logprobs.top_token_byte_offsets[1:], len(logprobs.top_token_bytes)]
+    out = []
+    for start in range(0, n, size):
+        stop = min(n, start + size)
+        chunk = TokenLogprobs(basis=logprobs.basis)
+        if logprobs.token_ids:
+            chunk.token_ids.extend(logprobs.token_ids[start:stop])
+        chunk.logprobs.extend(logprobs.logprobs[start:stop])
+        chunk.tokens.extend(logprobs.tokens[start:stop])
+        if has_bytes:
+            b0 = logprobs.token_byte_offsets[start]
+            chunk.token_bytes = logprobs.token_bytes[b0 : ends[stop - 1]]
+            chunk.token_byte_offsets.extend([o - b0 for o in logprobs.token_byte_offsets[start:stop]])
+        if logprobs.top_counts:
+            t0, t1 = top_starts[start], top_starts[stop]
+            chunk.top_counts.extend(logprobs.top_counts[start:stop])
+            if logprobs.top_token_ids:
+                chunk.top_token_ids.extend(logprobs.top_token_ids[t0:t1])
+            chunk.top_logprobs.extend(logprobs.top_logprobs[t0:t1])
+            chunk.top_tokens.extend(logprobs.top_tokens[t0:t1])
+            if logprobs.top_token_byte_offsets and t1 > t0:
+                tb0 = logprobs.top_token_byte_offsets[t0]
+                chunk.top_token_bytes = logprobs.top_token_bytes[tb0 : top_ends[t1 - 1]]
+                chunk.top_token_byte_offsets.extend([o - tb0 for o in logprobs.top_token_byte_offsets[t0:t1]])
+        out.append(chunk)
+    return out

@@ -95,13 +95,16 @@ class RemoteModel(ModelInterface):
         self.failovers = 0  # calls sent again after their replica went away
         self.name = model
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
-        self._stubs: dict[asyncio.AbstractEventLoop, tuple[grpc.aio.Channel, service_pb2_grpc.ModelServiceStub]] = {}
+        # mypy-protobuf types a stub made on an aio channel as `ModelServiceAsyncStub` (a stub-only name).
+        self._stubs: dict[
+            asyncio.AbstractEventLoop, tuple[grpc.aio.Channel, service_pb2_grpc.ModelServiceAsyncStub]
+        ] = {}
         self._manifest: capabilities_pb2.CapabilityManifest | None = None
 
     def __repr__(self) -> str:
         return f"RemoteModel({self.target!r}, {self.name!r})"  # never the token
 
-    def _stub(self) -> service_pb2_grpc.ModelServiceStub:
+    def _stub(self) -> service_pb2_grpc.ModelServiceAsyncStub:
         loop = asyncio.get_running_loop()
         entry = self._stubs.get(loop)
         if entry is None:

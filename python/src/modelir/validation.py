@@ -6,10 +6,9 @@ from collections.abc import Iterator
 
 import orjson
 
+from modelir import content_kinds
 from modelir.errors import InvalidRequestError
 from modelir.v1 import content_pb2, errors_pb2, request_pb2
-
-_Role = content_pb2  # Role values as plain ints (see C in capabilities.py)
 
 
 def field_violations(request: request_pb2.Request) -> list[errors_pb2.FieldViolation]:
@@ -140,18 +139,11 @@ def _conversation_problems(conversation: request_pb2.Conversation) -> Iterator[t
         yield "conversation.messages", "A conversation has at least one message."
     for i, message in enumerate(conversation.messages):
         where = f"conversation.messages[{i}]"
-        if message.role == _Role.ROLE_UNSPECIFIED:
+        if message.role == content_pb2.ROLE_UNSPECIFIED:
             yield f"{where}.role", "Every message has a role."
         for j, part in enumerate(message.parts):
-            kind = part.WhichOneof("content")
-            if kind is None:
-                yield f"{where}.parts[{j}]", "Every part has content."
-            elif kind == "tool_call" and message.role != _Role.ROLE_ASSISTANT:
-                yield f"{where}.parts[{j}].tool_call", "Only assistant messages hold tool calls."
-            elif kind == "tool_result" and not part.tool_result.tool_call_id and not part.tool_result.name:
-                yield f"{where}.parts[{j}].tool_result", "A tool result names its call id or its tool."
-            elif kind == "reasoning" and message.role != _Role.ROLE_ASSISTANT:
-                yield f"{where}.parts[{j}].reasoning", "Only assistant messages hold reasoning."
+            for path, description in content_kinds.part_problems(part, message.role):
+                yield f"{where}.parts[{j}]" + (f".{path}" if path else ""), description
             for k, artifact in enumerate(part.artifacts):
                 if artifact.kind == content_pb2.REASONING_ARTIFACT_KIND_UNSPECIFIED:
                     yield f"{where}.parts[{j}].artifacts[{k}].kind", "Every artifact has a kind."

@@ -1,18 +1,16 @@
-"""The transports, by name. `make_transport(name, options)` is how configuration builds one."""
+"""The transports, by name: `TRANSPORTS[name](options)` is how configuration builds one."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from modelir.transports.anthropic_messages import AnthropicMessages
+from modelir.transports.anthropic import AnthropicMessages
 from modelir.transports.base import HttpTransport, LocalTransport, Transport
-from modelir.transports.google_genai import GoogleGenAI
+from modelir.transports.google import GoogleGenAI
 from modelir.transports.llamacpp import LlamaCpp
 from modelir.transports.ollama import Ollama
-from modelir.transports.openai_chat import OpenAIChat
-from modelir.transports.openai_completions import OpenAICompletions
-from modelir.transports.openai_responses import OpenAIResponses
+from modelir.transports.openai import OpenAIChat, OpenAICompletions, OpenAIResponses
 from modelir.transports.reference import ReferenceModel
 from modelir.transports.sglang import SGLang
 from modelir.transports.vllm import VLLM

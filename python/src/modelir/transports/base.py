@@ -14,8 +14,13 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import ClassVar
 
-from modelir import errors
+import orjson
+
+from modelir import content_kinds, errors
+from modelir.transports import manifests
 from modelir.v1 import capabilities_pb2, content_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
 
 
@@ -59,13 +64,23 @@ class StreamLifter(ABC):
 
 
 class Transport(ABC):
-    """What every transport has: a name, a version and a manifest."""
+    """What every transport has: a name, a version and a manifest, declared as class-level data."""
 
-    name: str
-    version: str
+    name: ClassVar[str]
+    version: ClassVar[str] = "1.0.0"
+    # The manifest: capabilities (see `manifests.capability_set`), limits, grammar dialects and logprob bases (enum
+    # names without their prefix) and the provider option keys the escape hatch accepts.
+    capabilities: ClassVar[frozenset[capabilities_pb2.Capability.ValueType]] = frozenset()
+    limits: ClassVar[capabilities_pb2.ModelLimits] = capabilities_pb2.ModelLimits()
+    grammar_dialects: ClassVar[tuple[str, ...]] = ()
+    logprob_bases: ClassVar[tuple[str, ...]] = ()
+    provider_option_keys: ClassVar[tuple[str, ...]] = ()
+    # For every kind of `content_kinds.KINDS`: `CARRIED`, or the sentence that rejects a part of that kind.
+    part_kinds: ClassVar[Mapping[str, str]] = MappingProxyType({})
 
     @abstractmethod
-    def manifest(self) -> capabilities_pb2.CapabilityManifest: ...
+    def manifest(self) -> capabilities_pb2.CapabilityManifest:
+        """The manifest: `manifests.build(self)` from the class data above (an HTTP transport's is just that)."""
 
     @property
     def provider_model(self) -> str:
@@ -77,8 +92,20 @@ class Transport(ABC):
         return self.provider_model
 
     def extra_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
-        """Reasons this transport cannot run `request` that the capability catalog cannot express."""
+        """Reasons this transport cannot run `request` that the capability catalog cannot express: the parts of
+        kinds it does not carry (fail closed: a kind it has not decided on is refused too), then its wire's own."""
+        reasons = []
+        if request.WhichOneof("input") == "conversation" and capabilities_pb2.CAPABILITY_CHAT in self.capabilities:
+            reasons = content_kinds.rejections(self.name, self.part_kinds, request.conversation.messages)
+        return reasons + self.wire_unsupported(request, streaming=streaming)
+
+    def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
+        """What this wire cannot carry beyond the catalog and the content kinds (transports override it)."""
         return []
+
+    def not_carried(self, kind: str | None) -> content_kinds.NotCarriedError:
+        """The typed error a lowering raises for a kind it has no lowering for (`extra_unsupported` says first)."""
+        return content_kinds.NotCarriedError(self.name, kind)
 
 
 class HttpTransport(Transport):
@@ -87,6 +114,9 @@ class HttpTransport(Transport):
 
     def __init__(self, *, provider_model: str = "") -> None:
         self._provider_model = provider_model
+
+    def manifest(self) -> capabilities_pb2.CapabilityManifest:
+        return manifests.build(self)
 
     @property
     def provider_model(self) -> str:
@@ -135,8 +165,10 @@ class HttpTransport(Transport):
         raise NotImplementedError(f"{self.name} has no detokenize endpoint")
 
     def error(self, response: HttpResponse) -> errors.ModelError:
-        """The typed error for a non-2xx answer. Transports override it to read their error bodies."""
-        return error_for_status(response, response.body.decode("utf-8", "replace")[:2000])
+        """The typed error for a non-2xx answer. The default reads the de facto standard error body that OpenAI,
+        Anthropic, Ollama and the OpenAI-compatible engines send: `{"error": {"message", "type", "param",
+        "code"}}` or `{"error": "message"}`; transports with other bodies override it."""
+        return json_error(response)
 
 
 class LocalTransport(Transport):
@@ -203,6 +235,24 @@ def error_for_status(
         provider_code=provider_code,
         retry_after=retry_after,
     )
+
+
+def json_error(response: HttpResponse) -> errors.ModelError:
+    """`{"error": {"message", "type", "param", "code"}}` or `{"error": "..."}` -> the error table's exception."""
+    try:
+        body = orjson.loads(response.body)
+    except orjson.JSONDecodeError:
+        body = None
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict):
+        message = str(error.get("message") or "")
+        if error.get("param"):
+            message += f" (param: {error['param']})"
+        code = error.get("code") or error.get("type") or ""
+        return error_for_status(response, message, provider_code=str(code))
+    if isinstance(error, str):
+        return error_for_status(response, error)
+    return error_for_status(response, response.body.decode("utf-8", "replace")[:2000])
 
 
 # What a lift raises when a body parses as JSON but does not have the shape the transport expects.

@@ -1,7 +1,7 @@
 """llama.cpp `llama-server`: native `/completion` for raw prompts and token ids, `/v1/chat/completions` for
 conversations, `/tokenize` (with pieces) and `/detokenize`.
 
-Facts this follows (shared/wire/NOTES.md section 8 and the real recordings in shared/wire/llama_cpp): native
+Facts this follows (llama-server's README, https://github.com/ggml-org/llama.cpp/tree/master/tools/server): native
 `n_probs` logprobs are taken *before* sampling (softmax of raw logits; they ignore temperature and grammar, and the
 sampled token is often absent from the list), so they are reported with basis PRE_SAMPLING; `post_sampling_probs`
 (a provider option) renames them `prob`/`top_probs` (probabilities, possibly fewer than asked) and they are
@@ -19,20 +19,14 @@ from typing import Any
 import orjson
 
 from modelir import logprobs as lp
+from modelir import soft_errors
 from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
-from modelir.transports.openai_chat import OpenAIChat
-from modelir.v1 import (
-    capabilities_pb2,
-    content_pb2,
-    logprobs_pb2,
-    request_pb2,
-    response_pb2,
-    service_pb2,
-    stream_pb2,
-)
+from modelir.transports.manifests import COMMON, ENGINE_SAMPLING, LOGPROBS, OPENAI_SAMPLING, capability_set
+from modelir.transports.openai.chat import OpenAIChat
+from modelir.transports.stream_parts import StreamParts
+from modelir.v1 import capabilities_pb2, content_pb2, logprobs_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
 
-C = capabilities_pb2  # Capability values as the module's plain ints: a lookup on the enum wrapper costs ~0.4 us
 STOP_TYPES = {
     "eos": response_pb2.FINISH_REASON_STOP,
     "limit": response_pb2.FINISH_REASON_LENGTH,
@@ -64,23 +58,7 @@ def choice_grammar(labels: list[str]) -> str:
 
 def _sampling(request: request_pb2.Request, body: dict[str, Any]) -> None:
     """The sampling and constraint fields both endpoints take, under llama.cpp's names."""
-    s = request.sampling
-    common.copy_sampling(
-        s,
-        (
-            ("temperature", "temperature"),
-            ("top_p", "top_p"),
-            ("top_k", "top_k"),
-            ("min_p", "min_p"),
-            ("seed", "seed"),
-            ("presence_penalty", "presence_penalty"),
-            ("frequency_penalty", "frequency_penalty"),
-            ("repetition_penalty", "repeat_penalty"),
-        ),
-        body,
-    )
-    if s.stop:
-        body["stop"] = list(s.stop)
+    common.copy_sampling(request.sampling, body, _SAMPLING)
     kind = request.constraint.WhichOneof("kind")
     if kind == "choice":
         body["grammar"] = choice_grammar(list(request.constraint.choice.labels))
@@ -90,16 +68,21 @@ def _sampling(request: request_pb2.Request, body: dict[str, Any]) -> None:
         body["json_schema"] = orjson.loads(request.constraint.json_schema.schema_json)
 
 
+# IR sampling fields, as `ir_name:native_name` where this wire renames them.
+_SAMPLING = (
+    "temperature top_p top_k min_p seed presence_penalty frequency_penalty repetition_penalty:repeat_penalty stop"
+)
+
+
 class _Chat(OpenAIChat):
     name = "llamacpp"
     path = "/v1/chat/completions"
 
-    def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
-        base = super().lower(request, stream=stream)
-        body = orjson.loads(base.body)
+    def body(self, request: request_pb2.Request, *, stream: bool) -> dict[str, Any]:
+        body = super().body(request, stream=stream)
         body.pop("response_format", None)  # llama.cpp takes the schema itself, like the native endpoint
         _sampling(request, body)
-        return HttpRequest(base.method, base.path, orjson.dumps(body), base.headers, base.stream_format)
+        return body
 
 
 class LlamaCpp(HttpTransport):
@@ -110,44 +93,19 @@ class LlamaCpp(HttpTransport):
         super().__init__(provider_model=provider_model)
         self._chat = _Chat(provider_model=provider_model)
 
-    def manifest(self) -> capabilities_pb2.CapabilityManifest:
-        return capabilities_pb2.CapabilityManifest(
-            transport=self.name,
-            transport_version=self.version,
-            capabilities=sorted(
-                [
-                    C.CAPABILITY_COMPLETION,
-                    C.CAPABILITY_CHAT,
-                    C.CAPABILITY_TOKEN_INPUT,
-                    C.CAPABILITY_SYSTEM_MESSAGES,
-                    C.CAPABILITY_SAMPLED_LOGPROBS,
-                    C.CAPABILITY_SAMPLED_TOKEN_IDS,
-                    C.CAPABILITY_TOP_K_LOGPROBS,
-                    C.CAPABILITY_CONSTRAINT_CHOICE,
-                    C.CAPABILITY_CONSTRAINT_JSON_SCHEMA,
-                    C.CAPABILITY_CONSTRAINT_GRAMMAR,
-                    C.CAPABILITY_TOKENIZE,
-                    C.CAPABILITY_STREAMING,
-                    C.CAPABILITY_TEMPERATURE,
-                    C.CAPABILITY_TOP_P,
-                    C.CAPABILITY_TOP_K_SAMPLING,
-                    C.CAPABILITY_MIN_P,
-                    C.CAPABILITY_MAX_OUTPUT_TOKENS,
-                    C.CAPABILITY_STOP_SEQUENCES,
-                    C.CAPABILITY_SEED,
-                    C.CAPABILITY_PRESENCE_FREQUENCY_PENALTIES,
-                    C.CAPABILITY_REPETITION_PENALTY,
-                    C.CAPABILITY_PROVIDER_OPTIONS,
-                ]
-            ),
-            # llama-server clamps larger n_probs silently; the manifest says where the honest limit is.
-            limits=capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=1),
-            grammar_dialects=[request_pb2.GRAMMAR_DIALECT_GBNF],
-            provider_option_keys=PROVIDER_OPTION_KEYS,
-            logprob_bases=[logprobs_pb2.LOGPROB_BASIS_PRE_SAMPLING, logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING],
-        )
+    capabilities = capability_set(
+        COMMON | LOGPROBS | OPENAI_SAMPLING | ENGINE_SAMPLING,
+        "COMPLETION CHAT TOKEN_INPUT SYSTEM_MESSAGES SAMPLED_TOKEN_IDS CONSTRAINT_CHOICE "
+        "CONSTRAINT_JSON_SCHEMA CONSTRAINT_GRAMMAR TOKENIZE",
+    )
+    # llama-server clamps larger n_probs silently; the manifest says where the honest limit is.
+    limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=1)
+    grammar_dialects = ("GBNF",)
+    provider_option_keys = PROVIDER_OPTION_KEYS
+    logprob_bases = ("PRE_SAMPLING", "POST_SAMPLING")
+    part_kinds = OpenAIChat.part_kinds  # conversations go to the chat endpoint
 
-    def extra_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
+    def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []
         if request.WhichOneof("input") == "conversation":
             if request.logprobs.basis == logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING:
@@ -179,9 +137,6 @@ class LlamaCpp(HttpTransport):
 
     # ---- lift --------------------------------------------------------------------------------------
 
-    def error(self, response: HttpResponse):
-        return common.openai_error(response)
-
     def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
         if request.WhichOneof("input") == "conversation":
             return self._chat.lift(request, response)
@@ -192,12 +147,14 @@ class LlamaCpp(HttpTransport):
         choice.message.parts.add(text=body.get("content") or "")
         _finish(choice, body)
         probabilities = body.get("completion_probabilities")
+        facts = soft_errors.Facts()
         if request.HasField("logprobs"):
             if probabilities is None:
-                out.error.CopyFrom(common.missing_logprobs_error(0))
+                facts.lack_logprobs(0)
             else:
                 _columns(probabilities, request.logprobs.top_k, choice.logprobs)
         _usage_and_timing(body, out)
+        soft_errors.settle(request, out, facts)
         return out
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
@@ -240,7 +197,7 @@ class LlamaCpp(HttpTransport):
             token_bytes=b"".join(raw),
             straddles_context=straddles,
         )
-        out.token_byte_offsets.extend(lp.offsets_of(raw))
+        out.token_byte_offsets.extend(lp.joined(raw)[1])
         return out
 
     def lower_detokenize(self, token_ids: list[int]) -> HttpRequest:
@@ -253,7 +210,9 @@ class LlamaCpp(HttpTransport):
 def _finish(choice: response_pb2.Choice, body: dict[str, Any]) -> None:
     stop_type = body.get("stop_type") or ""
     choice.raw_finish_reason = stop_type
-    choice.finish_reason = STOP_TYPES.get(stop_type, response_pb2.FINISH_REASON_OTHER if stop_type else 0)
+    choice.finish_reason = STOP_TYPES.get(
+        stop_type, response_pb2.FINISH_REASON_OTHER if stop_type else response_pb2.FINISH_REASON_UNSPECIFIED
+    )
     if stop_type == "word":
         choice.stop_sequence = body.get("stopping_word") or ""
 
@@ -267,24 +226,21 @@ def _columns(entries: list[dict[str, Any]], top_k: int, out: logprobs_pb2.TokenL
     if not entries:
         return
     post = "prob" in entries[0]
-    top_key = "top_probs" if post else "top_logprobs"
-    out.basis = logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING if post else logprobs_pb2.LOGPROB_BASIS_PRE_SAMPLING
-    out.token_ids.extend([e["id"] for e in entries])
-    out.logprobs.extend([_probability_log(e["prob"]) for e in entries] if post else [e["logprob"] for e in entries])
-    out.tokens.extend([e["token"] for e in entries])
-    pieces = [bytes(e.get("bytes") or []) for e in entries]
-    out.token_bytes = b"".join(pieces)
-    out.token_byte_offsets.extend(lp.offsets_of(pieces))
-    if top_k:
-        tops = [e.get(top_key) or [] for e in entries]
-        flat = [t for top in tops for t in top]
-        out.top_counts.extend(list(map(len, tops)))
-        out.top_token_ids.extend([t["id"] for t in flat])
-        out.top_logprobs.extend([_probability_log(t["prob"]) for t in flat] if post else [t["logprob"] for t in flat])
-        out.top_tokens.extend([t["token"] for t in flat])
-        top_pieces = [bytes(t.get("bytes") or []) for t in flat]
-        out.top_token_bytes = b"".join(top_pieces)
-        out.top_token_byte_offsets.extend(lp.offsets_of(top_pieces))
+    tops = [e.get("top_probs" if post else "top_logprobs") or [] for e in entries] if top_k else None
+    flat = [t for top in tops for t in top] if tops is not None else []
+    lp.columns(
+        out,
+        tokens=[e["token"] for e in entries],
+        logprobs=[_probability_log(e["prob"]) for e in entries] if post else [e["logprob"] for e in entries],
+        token_ids=[e["id"] for e in entries],
+        token_bytes=lp.joined([bytes(e.get("bytes") or []) for e in entries]),
+        top_counts=list(map(len, tops)) if tops is not None else None,
+        top_tokens=[t["token"] for t in flat],
+        top_logprobs=[_probability_log(t["prob"]) for t in flat] if post else [t["logprob"] for t in flat],
+        top_token_ids=[t["id"] for t in flat],
+        top_token_bytes=lp.joined([bytes(t.get("bytes") or []) for t in flat]) if tops is not None else None,
+        basis=logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING if post else logprobs_pb2.LOGPROB_BASIS_PRE_SAMPLING,
+    )
 
 
 def _usage_and_timing(body: dict[str, Any], out: response_pb2.Response) -> None:
@@ -308,6 +264,7 @@ class _CompletionStreamLifter(StreamLifter):
         self.started = False
         self.final: dict[str, Any] | None = None
         self.saw_probabilities = False
+        self.parts = StreamParts()
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
         data = common.parse_json(event.data, "stream event")
@@ -315,19 +272,20 @@ class _CompletionStreamLifter(StreamLifter):
         if not self.started:
             self.started = True
             out.append(stream_pb2.StreamEvent(start=stream_pb2.StreamStart(model=data.get("model") or "")))
-        delta = stream_pb2.PartDelta(text=data.get("content") or "")
+        delta = self.parts.delta(0, "text", text=data.get("content") or "")
         probabilities = data.get("completion_probabilities")
         if probabilities is not None:
             self.saw_probabilities = True
             if self.request.HasField("logprobs") and probabilities:
-                _columns(probabilities, self.request.logprobs.top_k, delta.logprobs)
-        out.append(stream_pb2.StreamEvent(delta=delta))
+                _columns(probabilities, self.request.logprobs.top_k, delta.delta.logprobs)
+        out.append(delta)
         if data.get("stop"):
             self.final = data
         return out
 
     def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
         end = stream_pb2.StreamEnd()
+        facts = soft_errors.Facts()
         if self.final is not None:
             settled = response_pb2.Response()
             choice = settled.choices.add()
@@ -343,11 +301,10 @@ class _CompletionStreamLifter(StreamLifter):
             end.model = self.final.get("model") or ""  # only the last event names the model
             if settled.HasField("timing"):
                 end.timing.CopyFrom(settled.timing)
-            if self.request.HasField("logprobs") and not self.saw_probabilities:
-                end.error.CopyFrom(common.missing_logprobs_error(0))
+            if not self.saw_probabilities:
+                facts.lack_logprobs(0)
         else:
             end.finishes.add(choice_index=0)
-            end.error.CopyFrom(
-                common.truncated_error("the stream ended before its final (stop) event; the output is partial")
-            )
+            facts.cut_short = "the stream ended before its final (stop) event; the output is partial"
+        soft_errors.settle_stream(self.request, end, facts, self.parts.texts())
         return [stream_pb2.StreamEvent(end=end)]

@@ -1,6 +1,7 @@
 """Ollama's native API: `/api/chat` for conversations, `/api/generate` (raw mode) for prompts and FIM.
 
-Facts this follows (shared/wire/NOTES.md section 9): `options` holds the sampling controls (`num_predict` is the
+Facts this follows (Ollama's API reference, https://github.com/ollama/ollama/blob/main/docs/api.md):
+`options` holds the sampling controls (`num_predict` is the
 output limit); `format` takes a JSON schema; `think` turns thinking on (a level string where the model has
 levels) and the thinking comes back in `message.thinking` (chat) or `thinking` (generate); tool-call arguments
 are a JSON *object*; streams are NDJSON (one object a line, no `[DONE]`, the last line has `done: true`, and a
@@ -18,13 +19,14 @@ from typing import Any
 
 import orjson
 
-from modelir import errors
+from modelir import content_kinds, soft_errors
 from modelir import logprobs as lp
 from modelir.transports import _common as common
-from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter, error_for_status
-from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, request_pb2, response_pb2, stream_pb2
+from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
+from modelir.transports.manifests import COMMON, ENGINE_SAMPLING, LOGPROBS, OPENAI_SAMPLING, capability_set
+from modelir.transports.stream_parts import StreamParts
+from modelir.v1 import capabilities_pb2, content_pb2, request_pb2, response_pb2, stream_pb2
 
-C = capabilities_pb2  # Capability values as the module's plain ints: a lookup on the enum wrapper costs ~0.4 us
 JSON_HEADERS = (("content-type", "application/json"),)
 DONE_REASONS = {"stop": response_pb2.FINISH_REASON_STOP, "length": response_pb2.FINISH_REASON_LENGTH}
 _EFFORT = {
@@ -43,46 +45,27 @@ PROVIDER_OPTION_KEYS = ("keep_alive", "num_ctx", "num_keep", "mirostat", "typica
 _OPTION_KEYS = {"keep_alive"}  # top-level request fields; the rest go inside `options`
 
 
+# IR sampling fields, as `ir_name:native_name` where this wire renames them.
+_SAMPLING = (
+    "temperature top_p top_k min_p seed presence_penalty frequency_penalty max_output_tokens:num_predict "
+    "repetition_penalty:repeat_penalty stop"
+)
+
+
 class Ollama(HttpTransport):
     name = "ollama"
     version = "1.0.0"
 
-    def manifest(self) -> capabilities_pb2.CapabilityManifest:
-        return capabilities_pb2.CapabilityManifest(
-            transport=self.name,
-            transport_version=self.version,
-            capabilities=sorted(
-                [
-                    C.CAPABILITY_COMPLETION,
-                    C.CAPABILITY_CHAT,
-                    C.CAPABILITY_SYSTEM_MESSAGES,
-                    C.CAPABILITY_IMAGE_INPUT,
-                    C.CAPABILITY_TOOLS,
-                    C.CAPABILITY_REASONING,
-                    C.CAPABILITY_REASONING_EFFORT,
-                    C.CAPABILITY_FIM,
-                    C.CAPABILITY_SAMPLED_LOGPROBS,
-                    C.CAPABILITY_TOP_K_LOGPROBS,
-                    C.CAPABILITY_CONSTRAINT_CHOICE,
-                    C.CAPABILITY_CONSTRAINT_JSON_SCHEMA,
-                    C.CAPABILITY_STREAMING,
-                    C.CAPABILITY_TEMPERATURE,
-                    C.CAPABILITY_TOP_P,
-                    C.CAPABILITY_TOP_K_SAMPLING,
-                    C.CAPABILITY_MIN_P,
-                    C.CAPABILITY_MAX_OUTPUT_TOKENS,
-                    C.CAPABILITY_STOP_SEQUENCES,
-                    C.CAPABILITY_SEED,
-                    C.CAPABILITY_PRESENCE_FREQUENCY_PENALTIES,
-                    C.CAPABILITY_REPETITION_PENALTY,
-                    C.CAPABILITY_PROVIDER_OPTIONS,
-                ]
-            ),
-            limits=capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=1),
-            provider_option_keys=PROVIDER_OPTION_KEYS,
-        )
+    capabilities = capability_set(
+        COMMON | LOGPROBS | OPENAI_SAMPLING | ENGINE_SAMPLING,
+        "COMPLETION CHAT SYSTEM_MESSAGES IMAGE_INPUT TOOLS REASONING REASONING_EFFORT FIM CONSTRAINT_CHOICE "
+        "CONSTRAINT_JSON_SCHEMA",
+    )
+    limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=1)
+    provider_option_keys = PROVIDER_OPTION_KEYS
+    part_kinds = content_kinds.EVERY_KIND_CARRIED  # reasoning goes as `thinking` text; artifacts are refused below
 
-    def extra_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
+    def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []
         if request.HasField("reasoning"):
             if request.reasoning.summary:
@@ -99,6 +82,7 @@ class Ollama(HttpTransport):
                     )
                 if part.WhichOneof("content") == "blob" and part.blob.WhichOneof("source") == "uri":
                     reasons.append(f"Ollama takes images inline, not by URI (conversation.messages[{i}].parts[{j}]).")
+        reasons += common.non_text_tool_results(request, "Ollama")
         return reasons
 
     # ---- lower -------------------------------------------------------------------------------------
@@ -117,24 +101,7 @@ class Ollama(HttpTransport):
             if request.HasField("fim"):
                 body["suffix"] = request.fim.suffix
         options: dict[str, Any] = {}
-        s = request.sampling
-        common.copy_sampling(
-            s,
-            (
-                ("temperature", "temperature"),
-                ("top_p", "top_p"),
-                ("top_k", "top_k"),
-                ("min_p", "min_p"),
-                ("max_output_tokens", "num_predict"),
-                ("seed", "seed"),
-                ("presence_penalty", "presence_penalty"),
-                ("frequency_penalty", "frequency_penalty"),
-                ("repetition_penalty", "repeat_penalty"),
-            ),
-            options,
-        )
-        if s.stop:
-            options["stop"] = list(s.stop)
+        common.copy_sampling(request.sampling, options, _SAMPLING)
         kind = request.constraint.WhichOneof("kind")
         if kind == "json_schema":
             body["format"] = orjson.loads(request.constraint.json_schema.schema_json)
@@ -161,16 +128,6 @@ class Ollama(HttpTransport):
 
     # ---- lift --------------------------------------------------------------------------------------
 
-    def error(self, response: HttpResponse) -> errors.ModelError:
-        """`{"error": "message"}`."""
-        try:
-            body = orjson.loads(response.body)
-        except orjson.JSONDecodeError:
-            body = None
-        if isinstance(body, dict) and isinstance(body.get("error"), str):
-            return error_for_status(response, body["error"])
-        return error_for_status(response, response.body.decode("utf-8", "replace")[:2000])
-
     def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
         body = common.parse_json(response.body, "response body")
         out = response_pb2.Response(model=body.get("model") or "")
@@ -184,11 +141,13 @@ class Ollama(HttpTransport):
         choice.message.parts.add(text=_unwrap(request, text or ""))
         for call in message.get("tool_calls") or body.get("tool_calls") or ():
             choice.message.parts.append(_call_part(call))
+        facts = soft_errors.Facts()
         if body.get("logprobs"):
             lp.from_openai_content(body["logprobs"], into=choice.logprobs)
-        elif request.HasField("logprobs"):
-            out.error.CopyFrom(common.missing_logprobs_error(0))
-        _settle(request, body, choice, out)
+        else:
+            facts.lack_logprobs(0)
+        _settle(body, choice, out)
+        soft_errors.settle(request, out, facts)
         return out
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
@@ -234,6 +193,8 @@ def _messages(request: request_pb2.Request) -> list[dict[str, Any]]:
                 if result.tool_call_id:
                     entry["tool_call_id"] = result.tool_call_id
                 out.append(entry)
+            else:
+                raise content_kinds.NotCarriedError(Ollama.name, kind)
         if message.role == content_pb2.ROLE_TOOL and not (texts or images or calls):
             continue
         entry = {"role": _ROLES[message.role], "content": "".join(texts)}
@@ -265,13 +226,13 @@ def _call_part(call: dict[str, Any]) -> content_pb2.Part:
     )
 
 
-def _settle(
-    request: request_pb2.Request, body: dict[str, Any], choice: response_pb2.Choice, out: response_pb2.Response
-) -> None:
+def _settle(body: dict[str, Any], choice: response_pb2.Choice, out: response_pb2.Response) -> None:
     """The final object's finish reason, usage and provider timings."""
     reason = body.get("done_reason") or ""
     choice.raw_finish_reason = reason
-    choice.finish_reason = DONE_REASONS.get(reason, response_pb2.FINISH_REASON_OTHER if reason else 0)
+    choice.finish_reason = DONE_REASONS.get(
+        reason, response_pb2.FINISH_REASON_OTHER if reason else response_pb2.FINISH_REASON_UNSPECIFIED
+    )
     if choice.finish_reason == response_pb2.FINISH_REASON_STOP and any(
         p.WhichOneof("content") == "tool_call" for p in choice.message.parts
     ):
@@ -284,16 +245,6 @@ def _settle(
         out.timing.provider_input_duration.FromNanoseconds(body["prompt_eval_duration"])
     if body.get("eval_duration") is not None:
         out.timing.provider_output_duration.FromNanoseconds(body["eval_duration"])
-    if not out.HasField("error"):
-        text = "".join(p.text for p in choice.message.parts if p.WhichOneof("content") == "text")
-        if request.constraint.WhichOneof("kind") == "choice" and text not in request.constraint.choice.labels:
-            out.error.CopyFrom(
-                errors_pb2.ResponseError(
-                    reason=errors_pb2.ERROR_REASON_CONSTRAINT_VIOLATED, message="the reply is not one of the labels"
-                )
-            )
-        elif error := common.constraint_error(request, text):
-            out.error.CopyFrom(error)
 
 
 class _NdjsonStreamLifter(StreamLifter):
@@ -304,27 +255,18 @@ class _NdjsonStreamLifter(StreamLifter):
         self.request = request
         self.started = False
         self.final: dict[str, Any] | None = None
-        self.error: errors_pb2.ResponseError | None = None
-        self.thinking_part: int | None = None
-        self.text_part: int | None = None
+        self.error: Any = None
+        self.parts = StreamParts()  # one choice: "thinking", "text", then ("call", n)
+        self.thinking = False
         self.texts: list[str] = []
         self.calls: list[dict[str, Any]] = []
         self.saw_logprobs = False
-
-    def _index(self, which: str) -> int:
-        current = getattr(self, which)
-        if current is None:
-            current = (self.thinking_part is not None) + (self.text_part is not None)
-            setattr(self, which, current)
-        return current
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
         data = common.parse_json(event.data, "stream line")
         out: list[stream_pb2.StreamEvent] = []
         if isinstance(data.get("error"), str):
-            self.error = errors_pb2.ResponseError(
-                reason=errors_pb2.ERROR_REASON_PROVIDER_UNAVAILABLE, message=data["error"]
-            )
+            self.error = soft_errors.provider_error(data["error"])
             return out
         if not self.started:
             self.started = True
@@ -333,18 +275,13 @@ class _NdjsonStreamLifter(StreamLifter):
         thinking = message.get("thinking") if "message" in data else data.get("thinking")
         text = message.get("content") if "message" in data else data.get("response")
         if thinking:
-            out.append(
-                stream_pb2.StreamEvent(
-                    delta=stream_pb2.PartDelta(
-                        part_index=self._index("thinking_part"), reasoning=stream_pb2.ReasoningDelta(text=thinking)
-                    )
-                )
-            )
+            self.thinking = True
+            out.append(self.parts.delta(0, "thinking", reasoning=stream_pb2.ReasoningDelta(text=thinking)))
         delta = None
         if text:
             self.texts.append(text)
             if self.request.constraint.WhichOneof("kind") != "choice":
-                delta = stream_pb2.PartDelta(part_index=self._index("text_part"), text=text)
+                delta = stream_pb2.PartDelta(part_index=self.parts.index(0, "text"), text=text)
         if data.get("logprobs"):
             self.saw_logprobs = True
             delta = delta or stream_pb2.PartDelta()
@@ -358,7 +295,7 @@ class _NdjsonStreamLifter(StreamLifter):
 
     def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
         out: list[stream_pb2.StreamEvent] = []
-        text_index = self._index("text_part")
+        text_index = self.parts.index(0, "text")
         full = _unwrap(self.request, "".join(self.texts))
         # The text part exists in the unary answer even when empty; under a choice constraint it was held back
         # until now, to be unwrapped from its JSON string.
@@ -369,7 +306,7 @@ class _NdjsonStreamLifter(StreamLifter):
             out.append(
                 stream_pb2.StreamEvent(
                     delta=stream_pb2.PartDelta(
-                        part_index=text_index + 1 + offset,
+                        part_index=self.parts.index(0, ("call", offset)),
                         tool_call=stream_pb2.ToolCallDelta(
                             id=part.tool_call.id, name=part.tool_call.name, arguments_json=part.tool_call.arguments_json
                         ),
@@ -377,29 +314,29 @@ class _NdjsonStreamLifter(StreamLifter):
                 )
             )
         end = stream_pb2.StreamEnd()
+        facts = soft_errors.Facts()
+        settled = response_pb2.Response()
         if self.final is not None:
-            settled = response_pb2.Response()
             choice = settled.choices.add()
-            if self.thinking_part is not None:
+            if self.thinking:
                 choice.message.parts.add().reasoning.SetInParent()
             choice.message.parts.add(text=full)
             choice.message.parts.extend(_call_part(c) for c in self.calls)
-            if self.request.HasField("logprobs") and not self.saw_logprobs:
-                settled.error.CopyFrom(common.missing_logprobs_error(0))
-            _settle(self.request, self.final, choice, settled)
+            if not self.saw_logprobs:
+                facts.lack_logprobs(0)
+            _settle(self.final, choice, settled)
             end.finishes.add(
                 choice_index=0, finish_reason=choice.finish_reason, raw_finish_reason=choice.raw_finish_reason
             )
             end.usage.CopyFrom(settled.usage)
             if settled.HasField("timing"):
                 end.timing.CopyFrom(settled.timing)
-            if settled.HasField("error"):
-                end.error.CopyFrom(settled.error)
         else:
             end.finishes.add(choice_index=0)
-        if self.error is not None:
-            end.error.CopyFrom(self.error)
-        elif self.final is None:
-            end.error.CopyFrom(common.truncated_error("the stream ended before its done line; the output is partial"))
+            facts.cut_short = "the stream ended before its done line; the output is partial"
+        facts.provider_error = self.error
+        soft_errors.settle(self.request, settled, facts)
+        if settled.HasField("error"):
+            end.error.CopyFrom(settled.error)
         out.append(stream_pb2.StreamEvent(end=end))
         return out

@@ -1,7 +1,8 @@
 """sglang's native `POST /generate`: text or token ids in, sampled tokens with ids and logprobs out, prompt
 scoring, and regex / JSON-schema / EBNF constraints.
 
-Facts this follows (shared/wire/NOTES.md section 6): sampling and constraints go in `sampling_params`;
+Facts this follows (sglang's native API documentation, https://docs.sglang.ai/basic_usage/native_api.html):
+sampling and constraints go in `sampling_params`;
 `return_logprob` with `logprob_start_len` 0 scores the prompt from its first token (whose logprob is null);
 logprobs are `[logprob, token_id, text|null]` triples (text only with `return_text_in_logprobs`), top
 alternatives a list of such triples per position; `meta_info.finish_reason` is an object (`{"type": "stop",
@@ -21,11 +22,14 @@ from typing import Any
 
 import orjson
 
+from modelir import content_kinds, soft_errors
+from modelir import logprobs as lp
 from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
-from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, logprobs_pb2, request_pb2, response_pb2, stream_pb2
+from modelir.transports.manifests import COMMON, ENGINE_SAMPLING, LOGPROBS, capability_set
+from modelir.transports.stream_parts import StreamParts
+from modelir.v1 import capabilities_pb2, content_pb2, logprobs_pb2, request_pb2, response_pb2, stream_pb2
 
-C = capabilities_pb2  # Capability values as the module's plain ints: a lookup on the enum wrapper costs ~0.4 us
 JSON_HEADERS = (("content-type", "application/json"),)
 PROVIDER_OPTION_KEYS = ("ignore_eos", "min_new_tokens", "no_stop_trim", "skip_special_tokens", "lora_path")
 _SAMPLING_OPTION_KEYS = {"ignore_eos", "min_new_tokens", "no_stop_trim", "skip_special_tokens"}
@@ -35,46 +39,29 @@ def choice_regex(labels: list[str]) -> str:
     return "(" + "|".join(re.escape(label) for label in labels) + ")"
 
 
+# IR sampling fields, as `ir_name:native_name` where this wire renames them.
+_SAMPLING = (
+    "temperature top_p top_k min_p presence_penalty frequency_penalty repetition_penalty "
+    "max_output_tokens:max_new_tokens stop stop_token_ids choice_count:n"
+)
+
+
 class SGLang(HttpTransport):
     name = "sglang"
     version = "1.0.0"
 
-    def manifest(self) -> capabilities_pb2.CapabilityManifest:
-        return capabilities_pb2.CapabilityManifest(
-            transport=self.name,
-            transport_version=self.version,
-            capabilities=sorted(
-                [
-                    C.CAPABILITY_COMPLETION,
-                    C.CAPABILITY_TOKEN_INPUT,
-                    C.CAPABILITY_INPUT_SCORING,
-                    C.CAPABILITY_SAMPLED_LOGPROBS,
-                    C.CAPABILITY_SAMPLED_TOKEN_IDS,
-                    C.CAPABILITY_TOP_K_LOGPROBS,
-                    C.CAPABILITY_CONSTRAINT_CHOICE,
-                    C.CAPABILITY_CONSTRAINT_REGEX,
-                    C.CAPABILITY_CONSTRAINT_JSON_SCHEMA,
-                    C.CAPABILITY_CONSTRAINT_GRAMMAR,
-                    C.CAPABILITY_STREAMING,
-                    C.CAPABILITY_MULTIPLE_CHOICES,
-                    C.CAPABILITY_TEMPERATURE,
-                    C.CAPABILITY_TOP_P,
-                    C.CAPABILITY_TOP_K_SAMPLING,
-                    C.CAPABILITY_MIN_P,
-                    C.CAPABILITY_MAX_OUTPUT_TOKENS,
-                    C.CAPABILITY_STOP_SEQUENCES,
-                    C.CAPABILITY_STOP_TOKEN_IDS,
-                    C.CAPABILITY_PRESENCE_FREQUENCY_PENALTIES,
-                    C.CAPABILITY_REPETITION_PENALTY,
-                    C.CAPABILITY_PROVIDER_OPTIONS,
-                ]
-            ),
-            limits=capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=64),
-            grammar_dialects=[request_pb2.GRAMMAR_DIALECT_EBNF],
-            provider_option_keys=PROVIDER_OPTION_KEYS,
-        )
+    capabilities = capability_set(
+        COMMON | LOGPROBS | ENGINE_SAMPLING,
+        "COMPLETION TOKEN_INPUT INPUT_SCORING SAMPLED_TOKEN_IDS CONSTRAINT_CHOICE CONSTRAINT_REGEX "
+        "CONSTRAINT_JSON_SCHEMA CONSTRAINT_GRAMMAR MULTIPLE_CHOICES STOP_SEQUENCES STOP_TOKEN_IDS "
+        "PRESENCE_FREQUENCY_PENALTIES",
+    )
+    limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=64)
+    grammar_dialects = ("EBNF",)
+    provider_option_keys = PROVIDER_OPTION_KEYS
+    part_kinds = content_kinds.none_carried("sglang /generate")
 
-    def extra_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
+    def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []
         if request.HasField("input_scoring") and streaming:
             reasons.append("sglang input scores are taken from the unary answer; score without streaming.")
@@ -92,27 +79,7 @@ class SGLang(HttpTransport):
         else:
             body["text"] = request.prompt + continuation
         params: dict[str, Any] = {}
-        s = request.sampling
-        common.copy_sampling(
-            s,
-            (
-                ("temperature", "temperature"),
-                ("top_p", "top_p"),
-                ("top_k", "top_k"),
-                ("min_p", "min_p"),
-                ("max_output_tokens", "max_new_tokens"),
-                ("presence_penalty", "presence_penalty"),
-                ("frequency_penalty", "frequency_penalty"),
-                ("repetition_penalty", "repetition_penalty"),
-            ),
-            params,
-        )
-        if s.stop:
-            params["stop"] = list(s.stop)
-        if s.stop_token_ids:
-            params["stop_token_ids"] = list(s.stop_token_ids)
-        if s.choice_count > 1:
-            params["n"] = s.choice_count
+        common.copy_sampling(request.sampling, params, _SAMPLING)
         kind = request.constraint.WhichOneof("kind")
         if kind == "choice":
             params["regex"] = choice_regex(list(request.constraint.choice.labels))
@@ -143,13 +110,11 @@ class SGLang(HttpTransport):
 
     # ---- lift --------------------------------------------------------------------------------------
 
-    def error(self, response: HttpResponse):
-        return common.openai_error(response)
-
     def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
         body = common.parse_json(response.body, "response body")
         answers = body if isinstance(body, list) else [body]
         out = response_pb2.Response(model=self.provider_model)  # /generate does not name the model
+        facts = soft_errors.Facts()
         for index, answer in enumerate(answers):
             meta = answer.get("meta_info") or {}
             if index == 0:
@@ -160,7 +125,7 @@ class SGLang(HttpTransport):
             _finish(choice, meta.get("finish_reason"), request.sampling.stop_token_ids)
             if request.HasField("logprobs"):
                 if meta.get("output_token_logprobs") is None:
-                    out.error.CopyFrom(common.missing_logprobs_error(index))
+                    facts.lack_logprobs(index)
                 else:
                     _columns(
                         meta["output_token_logprobs"],
@@ -168,9 +133,10 @@ class SGLang(HttpTransport):
                         request.logprobs.top_k,
                         choice.logprobs,
                     )
-            if index == 0 and request.HasField("input_scoring"):
-                _input_scores(request, meta, out)
+            if index == 0 and request.HasField("input_scoring") and not _input_scores(request, meta, out):
+                facts.missing_input_scores = "sglang returned no input_token_logprobs"
         _usage(answers, out)
+        soft_errors.settle(request, out, facts)
         return out
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
@@ -213,28 +179,25 @@ def _finish(choice: response_pb2.Choice, reason: Any, stop_token_ids) -> None:
 
 def _columns(triples: list, tops: list | None, top_k: int, out: logprobs_pb2.TokenLogprobs) -> None:
     """`[logprob, token_id, text]` triples -> columnar logprobs (no bytes: this wire has none)."""
-    out.token_ids.extend([t[1] for t in triples])
-    out.logprobs.extend([float("nan") if t[0] is None else t[0] for t in triples])
-    out.tokens.extend([t[2] or "" for t in triples])
-    if top_k and tops is not None:
-        rows = [row or [] for row in tops]
-        flat = [t for row in rows for t in row]
-        out.top_counts.extend(list(map(len, rows)))
-        out.top_token_ids.extend([t[1] for t in flat])
-        out.top_logprobs.extend([t[0] for t in flat])
-        out.top_tokens.extend([t[2] or "" for t in flat])
+    rows = [row or [] for row in tops] if top_k and tops is not None else None
+    flat = [t for row in rows for t in row] if rows is not None else []
+    lp.columns(
+        out,
+        tokens=[t[2] or "" for t in triples],
+        logprobs=[t[0] for t in triples],
+        token_ids=[t[1] for t in triples],
+        top_counts=list(map(len, rows)) if rows is not None else None,
+        top_tokens=[t[2] or "" for t in flat],
+        top_logprobs=[t[0] for t in flat],
+        top_token_ids=[t[1] for t in flat],
+    )
 
 
-def _input_scores(request: request_pb2.Request, meta: dict[str, Any], out: response_pb2.Response) -> None:
+def _input_scores(request: request_pb2.Request, meta: dict[str, Any], out: response_pb2.Response) -> bool:
+    """Fill `out.input_scores` from the prompt's logprobs; False when sglang returned none."""
     triples = meta.get("input_token_logprobs")
     if not triples:
-        out.error.CopyFrom(
-            errors_pb2.ResponseError(
-                reason=errors_pb2.ERROR_REASON_MISSING_LOGPROBS,
-                message="input scores were requested but sglang returned no input_token_logprobs",
-            )
-        )
-        return
+        return False
     tops = meta.get("input_top_logprobs")
     continuation = _continuation(request)
     first = 0
@@ -262,6 +225,7 @@ def _input_scores(request: request_pb2.Request, meta: dict[str, Any], out: respo
     scores.byte_count = len(text.encode())
     scores.char_count = len(text)
     scores.unscored_token_count = unscored
+    return True
 
 
 def _usage(answers: list[dict[str, Any]], out: response_pb2.Response) -> None:
@@ -287,6 +251,7 @@ class _GenerateStreamLifter(StreamLifter):
         self.metas: dict[int, dict[str, Any]] = {}
         self.cumulative: bool | None = None
         self.done = False
+        self.parts = StreamParts()
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
         if event.data.strip() == b"[DONE]":
@@ -310,7 +275,8 @@ class _GenerateStreamLifter(StreamLifter):
             self.cumulative = text.startswith(so_far) and len(text) > len(so_far)
         piece = text[len(so_far) :] if self.cumulative else text
         self.texts[index] = so_far + piece
-        delta = stream_pb2.PartDelta(choice_index=index, text=piece)
+        event_out = self.parts.delta(index, "text", text=piece)
+        delta = event_out.delta
         if self.request.HasField("logprobs") and meta.get("output_token_logprobs") is not None:
             triples = meta["output_token_logprobs"]
             tops = meta.get("output_top_logprobs")
@@ -321,7 +287,7 @@ class _GenerateStreamLifter(StreamLifter):
                 self.logprob_counts[index] = len(triples)
                 if new:
                     _columns(new, new_tops, self.request.logprobs.top_k, delta.logprobs)
-        out.append(stream_pb2.StreamEvent(delta=delta))
+        out.append(event_out)
         self.metas[index] = meta
         return out
 
@@ -340,6 +306,8 @@ class _GenerateStreamLifter(StreamLifter):
         _usage([{"meta_info": m} for _, m in sorted(self.metas.items())], settled)
         if settled.HasField("usage"):
             end.usage.CopyFrom(settled.usage)
+        facts = soft_errors.Facts()
         if interrupted or not self.done:
-            end.error.CopyFrom(common.truncated_error("the stream ended before [DONE]; the output is partial"))
+            facts.cut_short = "the stream ended before [DONE]; the output is partial"
+        soft_errors.settle_stream(self.request, end, facts, self.parts.texts())
         return [stream_pb2.StreamEvent(end=end)]

@@ -1,7 +1,8 @@
 """vLLM's OpenAI-compatible server: the completions and chat wires plus vLLM's extensions.
 
 Raw prompts and token ids go to `/completions`, conversations to `/chat/completions`; the extensions
-(shared/wire/NOTES.md section 7) are: `top_k`, `min_p`, `repetition_penalty`, `stop_token_ids`; structured outputs
+(vLLM's OpenAI-compatible server documentation, https://docs.vllm.ai/en/latest/serving/openai_compatible_server.html)
+are: `top_k`, `min_p`, `repetition_penalty`, `stop_token_ids`; structured outputs
 (`structured_outputs`: choice, regex, json, grammar); `echo` scoring on completions and `prompt_logprobs` on chat
 (top-level there; element 0 is null; keys are token ids as strings); `return_tokens_as_token_ids` (tokens spelled
 `token_id:N`) and `return_token_ids` (`prompt_token_ids`) for RL; `stop_reason` beside `finish_reason`; -9999.0
@@ -13,18 +14,19 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import msgspec
 import orjson
 
-from modelir import errors
+from modelir import logprobs as lp
+from modelir.soft_errors import Facts
 from modelir.transports import _common as common
-from modelir.transports import _openai_typed as typed
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter
-from modelir.transports.openai_chat import OpenAIChat
-from modelir.transports.openai_completions import OpenAICompletions
-from modelir.v1 import capabilities_pb2, errors_pb2, logprobs_pb2, request_pb2, response_pb2, service_pb2
+from modelir.transports.manifests import capability_set
+from modelir.transports.openai import _typed as typed
+from modelir.transports.openai import _wire as wire
+from modelir.transports.openai.chat import OpenAIChat
+from modelir.transports.openai.completions import OpenAICompletions
+from modelir.v1 import capabilities_pb2, logprobs_pb2, request_pb2, response_pb2, service_pb2
 
-C = capabilities_pb2  # Capability values as the module's plain ints: a lookup on the enum wrapper costs ~0.4 us
 MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
 PROVIDER_OPTION_KEYS = (
     "bad_words",
@@ -58,15 +60,7 @@ def _unclamp(value: float | None) -> float:
 
 def _extras(request: request_pb2.Request, body: dict[str, Any]) -> None:
     """The vLLM sampling and structured-output fields, shared by both endpoints."""
-    s = request.sampling
-    if s.HasField("top_k"):
-        body["top_k"] = s.top_k
-    if s.HasField("min_p"):
-        body["min_p"] = s.min_p
-    if s.HasField("repetition_penalty"):
-        body["repetition_penalty"] = s.repetition_penalty
-    if s.stop_token_ids:
-        body["stop_token_ids"] = list(s.stop_token_ids)
+    common.copy_sampling(request.sampling, body, "top_k min_p repetition_penalty stop_token_ids")
     kind = request.constraint.WhichOneof("kind")
     if kind == "choice":
         body["structured_outputs"] = {"choice": list(request.constraint.choice.labels)}
@@ -83,43 +77,39 @@ def _extras(request: request_pb2.Request, body: dict[str, Any]) -> None:
         body["return_token_ids"] = True
 
 
-def _finish(raw: dict[str, Any]) -> tuple[int, str, str]:
+def _finish(raw_reason: str | None, stop: Any) -> tuple[response_pb2.FinishReason.ValueType, str, str]:
     """`stop_reason` names the stop string or token id that ended a choice (null for EOS)."""
-    raw_reason = raw.get("finish_reason")
-    stop = raw.get("stop_reason")
     if stop is not None and raw_reason == "stop":
         return response_pb2.FINISH_REASON_STOP_SEQUENCE, raw_reason, str(stop)
-    return common.finish_reason(raw_reason), raw_reason or "", ""
+    return wire.finish_reason(raw_reason), raw_reason or "", ""
 
 
 class _Completions(OpenAICompletions):
     name = "vllm"
     path = "/v1/completions"
-    max_top_logprobs = MAX_LOGPROBS
 
     def body(self, request: request_pb2.Request, *, stream: bool) -> dict[str, Any]:
         body = super().body(request, stream=stream)
         _extras(request, body)
         return body
 
-    def logprob_value(self, value: float | None) -> float:
-        return _unclamp(value)
-
     def token_id(self, token: str) -> int | None:
         return _token_id(token)
 
-    def fill_logprobs(self, column, values: list[float | None]) -> None:
+    def logprob_values(self, values: list[float | None]) -> list[float | None]:
         try:  # min() runs in C; the per-value rewrite happens only when a clamp or a None is present
-            rewrite = bool(values) and min(values) <= common.VLLM_MINUS_INFINITY
+            rewrite = bool(values) and min(values) <= common.VLLM_MINUS_INFINITY  # type: ignore[type-var,operator]
         except TypeError:  # a None: a position without a logprob
             rewrite = True
-        column.extend([_unclamp(v) for v in values] if rewrite else values)
+        return [_unclamp(v) for v in values] if rewrite else values
 
     def spells_token_ids(self, tokens: list[str]) -> bool:
         return bool(tokens) and tokens[0].startswith(_TOKEN_ID_PREFIX) and all(_token_id(t) is not None for t in tokens)
 
-    def lift_finish(self, raw: dict[str, Any], choice: response_pb2.Choice) -> None:
-        choice.finish_reason, choice.raw_finish_reason, choice.stop_sequence = _finish(raw)
+    def finish(
+        self, raw_reason: str | None, stop_reason: Any = None
+    ) -> tuple[response_pb2.FinishReason.ValueType, str, str]:
+        return _finish(raw_reason, stop_reason)
 
     def lift_extras(self, request, body, out) -> None:
         for raw in body.get("choices") or ():
@@ -130,19 +120,21 @@ class _Completions(OpenAICompletions):
 class _Chat(OpenAIChat):
     name = "vllm"
     path = "/v1/chat/completions"
+    returns_reasoning_text = True  # `include_reasoning`
 
-    def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
-        base = super().lower(request, stream=stream)
-        body = orjson.loads(base.body)
+    def body(self, request: request_pb2.Request, *, stream: bool) -> dict[str, Any]:
+        body = super().body(request, stream=stream)
         _extras(request, body)
         if request.HasField("input_scoring"):
             body["prompt_logprobs"] = request.input_scoring.top_k
         if request.HasField("reasoning"):
             body["include_reasoning"] = request.reasoning.include_thoughts
-        return HttpRequest(base.method, base.path, orjson.dumps(body), base.headers, base.stream_format)
+        return body
 
-    def finish(self, raw: dict[str, Any]) -> tuple[int, str, str]:
-        return _finish(raw)
+    def finish(
+        self, raw_reason: str | None, stop_reason: Any = None
+    ) -> tuple[response_pb2.FinishReason.ValueType, str, str]:
+        return _finish(raw_reason, stop_reason)
 
     def adjust_logprobs(self, logprobs: logprobs_pb2.TokenLogprobs) -> logprobs_pb2.TokenLogprobs:
         if logprobs.tokens and logprobs.tokens[0].startswith(_TOKEN_ID_PREFIX):
@@ -150,42 +142,26 @@ class _Chat(OpenAIChat):
         _unclamp_columns(logprobs)
         return logprobs
 
-    def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
-        try:
-            body = typed.CHAT_DECODER.decode(response.body)
-        except msgspec.ValidationError:
-            generic = common.parse_json(response.body, "response body")
-            out = self.lift_parsed(request, generic, response)
-            return self._prompt_extras(request, out, generic.get("prompt_logprobs"), generic.get("prompt_token_ids"))
-        except msgspec.DecodeError as exc:
-            raise errors.MalformedResponseError(f"the provider's response body is not valid JSON: {exc}") from None
-        out = self._lift_typed(request, body, response)
-        return self._prompt_extras(request, out, body.prompt_logprobs, body.prompt_token_ids)
-
-    def _prompt_extras(self, request, out: response_pb2.Response, prompt_logprobs, prompt_ids) -> response_pb2.Response:
-        if prompt_ids:
-            out.prompt_token_ids.extend(prompt_ids)
+    def lift_extras(
+        self, request: request_pb2.Request, body: typed.ChatCompletion, out: response_pb2.Response, facts: Facts
+    ) -> None:
+        if body.prompt_token_ids:
+            out.prompt_token_ids.extend(body.prompt_token_ids)
         if request.HasField("input_scoring"):
-            scores = _prompt_logprob_scores(prompt_logprobs, prompt_ids, request.input_scoring.top_k)
+            scores = _prompt_logprob_scores(body.prompt_logprobs, body.prompt_token_ids, request.input_scoring.top_k)
             if scores is None:
-                out.error.CopyFrom(
-                    errors_pb2.ResponseError(
-                        reason=errors_pb2.ERROR_REASON_MISSING_LOGPROBS,
-                        message="input scores were requested but vLLM returned no usable prompt_logprobs",
-                    )
-                )
+                facts.missing_input_scores = "vLLM returned no usable prompt_logprobs"
             else:
                 out.input_scores.CopyFrom(scores)
-        return out
 
 
 def _chat_token_ids(logprobs: logprobs_pb2.TokenLogprobs) -> None:
     """With `return_tokens_as_token_ids`, chat tokens are spelled `token_id:N`: fill the id columns."""
-    ids = [_token_id(t) for t in logprobs.tokens]
-    if ids and all(i is not None for i in ids) and not logprobs.token_ids:
+    ids = [i for t in logprobs.tokens if (i := _token_id(t)) is not None]
+    if ids and len(ids) == len(logprobs.tokens) and not logprobs.token_ids:
         logprobs.token_ids.extend(ids)
-    top_ids = [_token_id(t) for t in logprobs.top_tokens]
-    if top_ids and all(i is not None for i in top_ids) and not logprobs.top_token_ids:
+    top_ids = [i for t in logprobs.top_tokens if (i := _token_id(t)) is not None]
+    if top_ids and len(top_ids) == len(logprobs.top_tokens) and not logprobs.top_token_ids:
         logprobs.top_token_ids.extend(top_ids)
 
 
@@ -210,8 +186,13 @@ def _prompt_logprob_scores(entries, prompt_ids, top_k: int) -> logprobs_pb2.Inpu
         return None
     scored = logprobs_pb2.TokenLogprobs()
     unscored = 0
-    tops_count, top_ids, top_lps, top_tokens = [], [], [], []
-    ids, values, tokens = [], [], []
+    tops_count: list[int] = []
+    top_ids: list[int] = []
+    top_lps: list[float] = []
+    top_tokens: list[str] = []
+    ids: list[int] = []
+    values: list[float] = []
+    tokens: list[str] = []
     for token_id, entry in zip(prompt_ids, entries, strict=True):
         if entry is None:
             unscored += 1
@@ -231,14 +212,16 @@ def _prompt_logprob_scores(entries, prompt_ids, top_k: int) -> logprobs_pb2.Inpu
         top_ids.extend(k for k, _ in alternatives)
         top_lps.extend(_unclamp(v["logprob"]) for _, v in alternatives)
         top_tokens.extend(v.get("decoded_token") or "" for _, v in alternatives)
-    scored.token_ids.extend(ids)
-    scored.logprobs.extend(values)
-    scored.tokens.extend(tokens)
-    if any(tops_count):
-        scored.top_counts.extend(tops_count)
-        scored.top_token_ids.extend(top_ids)
-        scored.top_logprobs.extend(top_lps)
-        scored.top_tokens.extend(top_tokens)
+    lp.columns(
+        scored,
+        tokens=tokens,
+        logprobs=values,
+        token_ids=ids,
+        top_counts=tops_count if any(tops_count) else None,
+        top_tokens=top_tokens,
+        top_logprobs=top_lps,
+        top_token_ids=top_ids,
+    )
     text = "".join(tokens)
     return logprobs_pb2.InputScores(
         tokens=scored,
@@ -264,40 +247,24 @@ class VLLM(HttpTransport):
     def _route(self, request: request_pb2.Request) -> HttpTransport:
         return self._chat if request.WhichOneof("input") == "conversation" else self._completions
 
-    def manifest(self) -> capabilities_pb2.CapabilityManifest:
-        capabilities = set(self._completions.capabilities()) | set(self._chat.manifest().capabilities)
-        capabilities |= {
-            C.CAPABILITY_INPUT_SCORING,
-            C.CAPABILITY_SAMPLED_TOKEN_IDS,
-            C.CAPABILITY_TOP_K_SAMPLING,
-            C.CAPABILITY_MIN_P,
-            C.CAPABILITY_REPETITION_PENALTY,
-            C.CAPABILITY_STOP_TOKEN_IDS,
-            C.CAPABILITY_CONSTRAINT_CHOICE,
-            C.CAPABILITY_CONSTRAINT_REGEX,
-            C.CAPABILITY_CONSTRAINT_GRAMMAR,
-            C.CAPABILITY_CONSTRAINT_JSON_SCHEMA,
-            C.CAPABILITY_TOKENIZE,
-        }
-        capabilities -= {C.CAPABILITY_FIM}  # vLLM rejects `suffix`
-        return capabilities_pb2.CapabilityManifest(
-            transport=self.name,
-            transport_version=self.version,
-            capabilities=sorted(capabilities),
-            limits=capabilities_pb2.ModelLimits(max_top_logprobs=MAX_LOGPROBS, max_choices=128),
-            grammar_dialects=[request_pb2.GRAMMAR_DIALECT_EBNF],
-            provider_option_keys=PROVIDER_OPTION_KEYS,
+    capabilities = (
+        _Completions.capabilities
+        | _Chat.capabilities
+        | capability_set(
+            "INPUT_SCORING SAMPLED_TOKEN_IDS TOP_K_SAMPLING MIN_P REPETITION_PENALTY STOP_TOKEN_IDS TOKENIZE "
+            "CONSTRAINT_CHOICE CONSTRAINT_REGEX CONSTRAINT_GRAMMAR CONSTRAINT_JSON_SCHEMA"
         )
+    ) - capability_set("FIM")  # vLLM rejects `suffix`
+    limits = capabilities_pb2.ModelLimits(max_top_logprobs=MAX_LOGPROBS, max_choices=128)
+    grammar_dialects = ("EBNF",)
+    provider_option_keys = PROVIDER_OPTION_KEYS
+    part_kinds = _Chat.part_kinds
 
-    def extra_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
+    def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         route = self._route(request)
         reasons = []
         if route is self._chat:
-            reasons += [
-                r
-                for r in self._chat.extra_unsupported(request, streaming=streaming)
-                if "reasoning.include_thoughts" not in r  # vLLM returns reasoning text (include_reasoning)
-            ]
+            reasons += self._chat.wire_unsupported(request, streaming=streaming)
             if request.HasField("input_scoring"):
                 if request.input_scoring.WhichOneof("continuation"):
                     reasons.append(
@@ -307,7 +274,7 @@ class VLLM(HttpTransport):
                 if streaming:
                     reasons.append("vLLM returns prompt_logprobs on unary calls only, not on streams.")
         else:
-            reasons += self._completions.extra_unsupported(request, streaming=streaming)
+            reasons += self._completions.wire_unsupported(request, streaming=streaming)
             if request.HasField("reasoning"):
                 reasons.append("vLLM's completions endpoint takes no reasoning controls; send a conversation.")
         return reasons
@@ -320,9 +287,6 @@ class VLLM(HttpTransport):
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
         return self._route(request).stream_lifter(request)
-
-    def error(self, response: HttpResponse):
-        return common.openai_error(response)
 
     def lower_tokenize(self, request: service_pb2.TokenizeRequest) -> list[HttpRequest]:
         """`/tokenize` of context + text, and of the context alone when there is one (to find the boundary)."""

@@ -1,0 +1,239 @@
+"""The one registry of `Part` content kinds: each kind's capability, validation, stream fold and stream unfold.
+
+A kind is a field of `Part.content` in `content.proto`. Everything that depends on the kind of a part asks this
+registry instead of matching on `WhichOneof("content")` itself, so a new kind is one entry here plus one decision
+per transport (`HttpTransport.part_kinds`; `tests/test_content_kinds.py` fails until every transport has decided).
+Whatever is not in the registry is refused: the capability check fails closed for it, validation names it, and
+a transport's lowering raises `NotCarriedError` rather than dropping or mis-lowering it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from modelir import errors
+from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, stream_pb2
+
+# A transport's decision for one kind: `CARRIED`, or the sentence that rejects it (the parts' place is appended).
+CARRIED = ""
+ASSISTANT = content_pb2.ROLE_ASSISTANT
+
+
+@dataclass(slots=True)
+class PartBuffer:
+    """One part being folded from stream deltas: fragments are kept in lists and joined once, at the end."""
+
+    part: content_pb2.Part
+    pieces: list[str] = field(default_factory=list)
+    summaries: list[list[str]] = field(default_factory=list)
+
+
+Problems = Iterator[tuple[str, str]]  # (field path, description)
+
+
+@dataclass(frozen=True, slots=True)
+class ContentKind:
+    """What the core knows about one kind of part."""
+
+    name: str
+    # The capability a conversation holding this kind needs (0: none beyond CHAT).
+    capability: capabilities_pb2.Capability.ValueType
+    # Problems of one part of this kind in a message with `role`, whatever the model (paths relative to the part).
+    problems: Callable[[content_pb2.Part, int], Problems]
+    # Fold one stream delta of this kind into its buffer, and finish the buffer into the part (None: the kind
+    # never streams, since models do not produce it).
+    fold: Callable[[PartBuffer, stream_pb2.PartDelta], None] | None
+    finish: Callable[[PartBuffer], None] | None
+    # The stream deltas that carry a complete part of this kind, in chunks of at most `size` characters.
+    unfold: Callable[[content_pb2.Part, int], list[stream_pb2.PartDelta]] | None
+
+
+class NotCarriedError(errors.UnsupportedCapabilityError):
+    """A transport was asked to lower a kind of part it does not carry (the capability check should have said)."""
+
+    def __init__(self, transport: str, kind: str | None, where: str = "") -> None:
+        reason = f"{transport} cannot carry {kind or 'empty'} parts" + (f" ({where})" if where else "")
+        super().__init__(errors_pb2.UnsupportedCapabilities(reasons=[reason]), reason)
+
+
+def _chunks(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _no_problems(part: content_pb2.Part, role: int) -> Problems:
+    return iter(())
+
+
+def _assistant_only(path: str, description: str) -> Callable[[content_pb2.Part, int], Problems]:
+    def problems(part: content_pb2.Part, role: int) -> Problems:
+        if role != ASSISTANT:
+            yield path, description
+
+    return problems
+
+
+def _tool_result_problems(part: content_pb2.Part, role: int) -> Problems:
+    if not part.tool_result.tool_call_id and not part.tool_result.name:
+        yield "tool_result", "A tool result names its call id or its tool."
+
+
+def _fold_text(buffer: PartBuffer, delta: stream_pb2.PartDelta) -> None:
+    buffer.pieces.append(delta.text)
+    if not buffer.part.HasField("text"):
+        buffer.part.text = ""
+
+
+def _finish_text(buffer: PartBuffer) -> None:
+    buffer.part.text = "".join(buffer.pieces)
+
+
+def _unfold_text(part: content_pb2.Part, size: int) -> list[stream_pb2.PartDelta]:
+    return [stream_pb2.PartDelta(text=piece) for piece in _chunks(part.text, size)]
+
+
+def _fold_reasoning(buffer: PartBuffer, delta: stream_pb2.PartDelta) -> None:
+    r = delta.reasoning
+    if not buffer.part.HasField("reasoning"):
+        buffer.part.reasoning.SetInParent()
+    if r.text:
+        buffer.pieces.append(r.text)
+    if r.HasField("summary_text"):
+        while len(buffer.summaries) <= r.summary_index:
+            buffer.summaries.append([])
+        buffer.summaries[r.summary_index].append(r.summary_text)
+
+
+def _finish_reasoning(buffer: PartBuffer) -> None:
+    buffer.part.reasoning.text = "".join(buffer.pieces)
+    buffer.part.reasoning.summary.extend("".join(s) for s in buffer.summaries)
+
+
+def _unfold_reasoning(part: content_pb2.Part, size: int) -> list[stream_pb2.PartDelta]:
+    r = part.reasoning
+    deltas = [stream_pb2.PartDelta(reasoning=stream_pb2.ReasoningDelta(text=p)) for p in _chunks(r.text, size)]
+    for k, summary in enumerate(r.summary):
+        deltas.append(stream_pb2.PartDelta(reasoning=stream_pb2.ReasoningDelta(summary_index=k, summary_text=summary)))
+    return deltas
+
+
+def _fold_tool_call(buffer: PartBuffer, delta: stream_pb2.PartDelta) -> None:
+    call, part = delta.tool_call, buffer.part
+    if call.id:
+        part.tool_call.id = call.id
+    if call.name:
+        part.tool_call.name = call.name
+    if not part.HasField("tool_call"):
+        part.tool_call.SetInParent()
+    buffer.pieces.append(call.arguments_json)
+
+
+def _finish_tool_call(buffer: PartBuffer) -> None:
+    buffer.part.tool_call.arguments_json = "".join(buffer.pieces)
+
+
+def _unfold_tool_call(part: content_pb2.Part, size: int) -> list[stream_pb2.PartDelta]:
+    call = part.tool_call
+    deltas = [
+        stream_pb2.PartDelta(tool_call=stream_pb2.ToolCallDelta(arguments_json=p))
+        for p in _chunks(call.arguments_json, size)
+    ]
+    deltas[0].tool_call.id = call.id
+    deltas[0].tool_call.name = call.name
+    return deltas
+
+
+def _fold_blob(buffer: PartBuffer, delta: stream_pb2.PartDelta) -> None:
+    buffer.part.blob.CopyFrom(delta.blob)
+
+
+def _unfold_blob(part: content_pb2.Part, size: int) -> list[stream_pb2.PartDelta]:
+    return [stream_pb2.PartDelta(blob=part.blob)]
+
+
+KINDS: Mapping[str, ContentKind] = {
+    kind.name: kind
+    for kind in (
+        ContentKind(
+            "text", capabilities_pb2.CAPABILITY_UNSPECIFIED, _no_problems, _fold_text, _finish_text, _unfold_text
+        ),
+        ContentKind("blob", capabilities_pb2.CAPABILITY_IMAGE_INPUT, _no_problems, _fold_blob, None, _unfold_blob),
+        ContentKind(
+            "tool_call",
+            capabilities_pb2.CAPABILITY_TOOLS,
+            _assistant_only("tool_call", "Only assistant messages hold tool calls."),
+            _fold_tool_call,
+            _finish_tool_call,
+            _unfold_tool_call,
+        ),
+        ContentKind("tool_result", capabilities_pb2.CAPABILITY_TOOLS, _tool_result_problems, None, None, None),
+        ContentKind(
+            "reasoning",
+            capabilities_pb2.CAPABILITY_REASONING,
+            _assistant_only("reasoning", "Only assistant messages hold reasoning."),
+            _fold_reasoning,
+            _finish_reasoning,
+            _unfold_reasoning,
+        ),
+    )
+}
+
+
+def decide(**decisions: str) -> Mapping[str, str]:
+    """A transport's decisions, one per kind by name: `CARRIED`, or the sentence that rejects the kind."""
+    return MappingProxyType(decisions)
+
+
+# The decisions of a transport that has a lowering for every kind: named one by one, so that a kind added to the
+# spec is decided here, consciously, for all of them (the test of the registry fails until it is).
+EVERY_KIND_CARRIED = decide(text=CARRIED, blob=CARRIED, tool_call=CARRIED, tool_result=CARRIED, reasoning=CARRIED)
+
+
+def none_carried(transport: str) -> Mapping[str, str]:
+    """The decisions of a transport that takes no conversations at all (its manifest lacks CHAT, which says so)."""
+    return MappingProxyType(dict.fromkeys(KINDS, f"{transport} takes no conversations"))
+
+
+def spec_kinds() -> list[str]:
+    """The kinds `content.proto` defines, read from the generated descriptor."""
+    return [f.name for f in content_pb2.Part.DESCRIPTOR.oneofs_by_name["content"].fields]
+
+
+def part_problems(part: content_pb2.Part, role: int) -> Problems:
+    """Every problem of one part, whatever the model; an unknown or missing kind is one."""
+    name = part.WhichOneof("content")
+    if name is None:
+        yield "", "Every part has content."
+        return
+    kind = KINDS.get(name)
+    if kind is None:
+        yield "", f"The content kind {name!r} is not known to this SDK."
+        return
+    yield from kind.problems(part, role)
+
+
+def parts_of(message: content_pb2.Message) -> Iterator[tuple[str, content_pb2.Part]]:
+    """Every part of a message with its place, tool results' own content included."""
+    for j, part in enumerate(message.parts):
+        yield f"parts[{j}]", part
+        if part.WhichOneof("content") == "tool_result":
+            for k, inner in enumerate(part.tool_result.content):
+                yield f"parts[{j}].tool_result.content[{k}]", inner
+
+
+def rejections(transport: str, decisions: Mapping[str, str], messages: Iterable[content_pb2.Message]) -> list[str]:
+    """The reasons a transport with these per-kind `decisions` refuses the parts of `messages` (fail closed)."""
+    reasons = []
+    for i, message in enumerate(messages):
+        for where, part in parts_of(message):
+            kind = part.WhichOneof("content")
+            if kind is None:
+                continue  # validation names it
+            decision = decisions.get(kind)
+            place = f"conversation.messages[{i}].{where}"
+            if decision is None:
+                reasons.append(f"{transport} has not decided how to carry {kind} parts ({place}).")
+            elif decision != CARRIED:
+                reasons.append(f"{decision} ({place}).")
+    return reasons

@@ -1,0 +1,129 @@
+"""The one soft-error policy: the facts a lift reports about a response become its `error`, in one precedence.
+
+A soft error keeps the partial output and says what is wrong with it. Lifts only report facts (`Facts`); this
+module decides. The precedence, first to last (the first applicable one is `Response.error`):
+
+1. `provider_error`: the provider said the response failed (in the body, or as a mid-stream error event);
+2. `malformed`: part of the output arrived broken (a streamed tool input that is not JSON);
+3. `cut_short`: the stream ended before the provider's end marker, so the output is partial;
+4. `missing_input_scores`: input scores were requested and none usable came back;
+5. `missing_logprobs`: logprobs were requested and a choice came without them (lowest choice index first);
+6. constraint violated: a choice that was not refused breaks the request's constraint (lowest index first): under
+   a JSON-schema constraint its text is not JSON, under a choice constraint it is not exactly one of the labels.
+   Regex and grammar constraints are enforced by the engines and not re-checked. A choice cut short by its length
+   limit is checked too: broken JSON is broken JSON, whatever the reason.
+
+`soft_errors` returns all of them in that order, so several soft errors per response can be reported as they are;
+`settle` and `settle_stream` set the first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import orjson
+
+from modelir.v1 import errors_pb2, request_pb2, response_pb2, stream_pb2
+
+_REFUSAL = response_pb2.FINISH_REASON_REFUSAL
+
+
+@dataclass(slots=True)
+class Facts:
+    """What a lift observed that may make the response partial or wrong. Empty: nothing to report."""
+
+    provider_error: errors_pb2.ResponseError | None = None
+    malformed: str = ""  # what arrived broken
+    cut_short: str = ""  # how the stream ended early
+    missing_input_scores: str = ""  # what came back instead of usable input scores
+    missing_logprobs: list[int] = field(default_factory=list)  # choices without the requested logprobs
+
+    def lack_logprobs(self, choice_index: int) -> None:
+        self.missing_logprobs.append(choice_index)
+
+
+def provider_error(message: str, provider_code: object = "", *, retryable: bool = False) -> errors_pb2.ResponseError:
+    """The error a provider reported inside a 200 answer or a stream."""
+    return errors_pb2.ResponseError(
+        reason=errors_pb2.ERROR_REASON_PROVIDER_UNAVAILABLE,
+        message=message,
+        provider_code=str(provider_code or ""),
+        retryable=retryable,
+    )
+
+
+def _constraint_violation(request: request_pb2.Request, index: int, text: str) -> errors_pb2.ResponseError | None:
+    kind = request.constraint.WhichOneof("kind")
+    if kind == "json_schema":
+        try:
+            orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            message = f"the output is not valid JSON under the requested schema: {exc}"
+            return errors_pb2.ResponseError(reason=errors_pb2.ERROR_REASON_CONSTRAINT_VIOLATED, message=message)
+    elif kind == "choice" and text not in request.constraint.choice.labels:
+        return errors_pb2.ResponseError(
+            reason=errors_pb2.ERROR_REASON_CONSTRAINT_VIOLATED,
+            message="the reply is not one of the labels",
+        )
+    return None
+
+
+def soft_errors(
+    request: request_pb2.Request, facts: Facts, outcomes: Iterable[tuple[int, int, str]]
+) -> list[errors_pb2.ResponseError]:
+    """Every soft error of a response, in precedence order. `outcomes` are (choice index, finish reason, text)."""
+    out = []
+    if facts.provider_error is not None:
+        out.append(facts.provider_error)
+    if facts.malformed:
+        out.append(errors_pb2.ResponseError(reason=errors_pb2.ERROR_REASON_MALFORMED_RESPONSE, message=facts.malformed))
+    if facts.cut_short:
+        out.append(
+            errors_pb2.ResponseError(
+                reason=errors_pb2.ERROR_REASON_TRUNCATED_STREAM, message=facts.cut_short, retryable=True
+            )
+        )
+    if facts.missing_input_scores and request.HasField("input_scoring"):
+        out.append(
+            errors_pb2.ResponseError(
+                reason=errors_pb2.ERROR_REASON_MISSING_LOGPROBS,
+                message=f"input scores were requested but {facts.missing_input_scores}",
+            )
+        )
+    if request.HasField("logprobs"):
+        for index in sorted(set(facts.missing_logprobs)):
+            out.append(
+                errors_pb2.ResponseError(
+                    reason=errors_pb2.ERROR_REASON_MISSING_LOGPROBS,
+                    message=f"logprobs were requested but the provider returned none for choice {index}",
+                )
+            )
+    if request.constraint.WhichOneof("kind") is not None:
+        for index, finish, text in sorted(outcomes):
+            if finish != _REFUSAL and (violation := _constraint_violation(request, index, text)):
+                out.append(violation)
+    return out
+
+
+def text_of(choice: response_pb2.Choice) -> str:
+    return "".join(p.text for p in choice.message.parts if p.WhichOneof("content") == "text")
+
+
+def settle(request: request_pb2.Request, response: response_pb2.Response, facts: Facts) -> None:
+    """Set the soft error of a complete unary response from the lift's facts."""
+    constrained = request.constraint.WhichOneof("kind") is not None
+    outcomes = [(c.index, c.finish_reason, text_of(c)) for c in response.choices] if constrained else []
+    found = soft_errors(request, facts, outcomes)
+    if found:
+        response.error.CopyFrom(found[0])
+
+
+def settle_stream(
+    request: request_pb2.Request, end: stream_pb2.StreamEnd, facts: Facts, texts: Mapping[int, str]
+) -> None:
+    """Set the soft error of a stream's end from the lifter's facts and each choice's streamed text."""
+    outcomes = [(f.choice_index, f.finish_reason, texts.get(f.choice_index, "")) for f in end.finishes]
+    found = soft_errors(request, facts, outcomes)
+    if found:
+        end.error.CopyFrom(found[0])

@@ -1,0 +1,182 @@
+"""Streams and responses, both ways: the one accumulator that folds `StreamEvent`s into a `Response`, and its inverse.
+
+`StreamAccumulator` folds the events of every transport's stream, of the server's `StreamGenerate` and of the
+tests, so "streamed equals unary" is one property checked in one place; `events_from_response` unfolds a complete
+`Response` into events (for in-process transports) so that folding them gives the response back exactly. The
+per-kind halves of both live in `content_kinds`, next to each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from modelir import errors
+from modelir import logprobs as lp
+from modelir.content_kinds import KINDS, PartBuffer
+from modelir.v1 import content_pb2, logprobs_pb2, response_pb2, stream_pb2
+
+
+@dataclass(slots=True)
+class _ChoiceBuffer:
+    parts: list[PartBuffer] = field(default_factory=list)
+    logprobs: list[logprobs_pb2.TokenLogprobs] = field(default_factory=list)
+    finish: stream_pb2.ChoiceFinish | None = None
+
+
+class StreamAccumulator:
+    """Folds stream events into the `Response` the same exchange gives unstreamed. Fragments are buffered as lists
+    and joined once at the end, so long streams stay linear."""
+
+    def __init__(self) -> None:
+        self._response = response_pb2.Response()
+        self._choices: dict[int, _ChoiceBuffer] = {}
+        self.ended = False
+
+    def add(self, event: stream_pb2.StreamEvent) -> None:
+        kind = event.WhichOneof("event")
+        if kind == "delta":
+            self._add_delta(event.delta)
+        elif kind == "start":
+            self._response.id = event.start.id
+            self._response.model = event.start.model
+        elif kind == "end":
+            self._add_end(event.end)
+
+    def add_all(self, events: Iterable[stream_pb2.StreamEvent]) -> StreamAccumulator:
+        for event in events:
+            self.add(event)
+        return self
+
+    def _choice(self, index: int) -> _ChoiceBuffer:
+        buffer = self._choices.get(index)
+        if buffer is None:
+            buffer = self._choices[index] = _ChoiceBuffer()
+        return buffer
+
+    def _add_delta(self, delta: stream_pb2.PartDelta) -> None:
+        choice = self._choice(delta.choice_index)
+        if delta.HasField("logprobs"):
+            choice.logprobs.append(delta.logprobs)
+        content = delta.WhichOneof("content")
+        if content is None and not delta.artifacts and not delta.item_id:
+            return
+        if delta.part_index == len(choice.parts):
+            choice.parts.append(PartBuffer(content_pb2.Part()))
+        elif delta.part_index > len(choice.parts):
+            raise ValueError(f"stream delta skips to part {delta.part_index} of {len(choice.parts)}")
+        buffer = choice.parts[delta.part_index]
+        if content is not None:
+            fold = KINDS[content].fold
+            if fold is None:
+                raise errors.MalformedResponseError(f"a stream delta carries a {content} part, which never streams")
+            fold(buffer, delta)
+        buffer.part.artifacts.extend(delta.artifacts)
+        if delta.item_id:
+            buffer.part.item_id = delta.item_id
+
+    def _add_end(self, end: stream_pb2.StreamEnd) -> None:
+        self.ended = True
+        r = self._response
+        if end.id:
+            r.id = end.id
+        if end.model:
+            r.model = end.model
+        for finish in end.finishes:
+            self._choice(finish.choice_index).finish = finish
+        if end.HasField("usage"):
+            r.usage.CopyFrom(end.usage)
+        if end.HasField("input_scores"):
+            r.input_scores.CopyFrom(end.input_scores)
+        r.prompt_token_ids.extend(end.prompt_token_ids)
+        if end.HasField("timing"):
+            r.timing.CopyFrom(end.timing)
+        if end.HasField("error"):
+            r.error.CopyFrom(end.error)
+        r.warnings.extend(end.warnings)
+        if end.HasField("raw"):
+            r.raw.CopyFrom(end.raw)
+
+    def response(self) -> response_pb2.Response:
+        """The accumulated response. Callable at any time: before the end it holds the partial output."""
+        out = response_pb2.Response()
+        out.CopyFrom(self._response)
+        for index in sorted(self._choices):
+            buffer = self._choices[index]
+            choice = out.choices.add(index=index)
+            choice.message.role = content_pb2.ROLE_ASSISTANT
+            for pb in buffer.parts:
+                part = choice.message.parts.add()
+                part.CopyFrom(pb.part)
+                kind = part.WhichOneof("content")
+                finish = KINDS[kind].finish if kind is not None else None
+                if finish is not None:
+                    finish(PartBuffer(part, pb.pieces, pb.summaries))
+            if buffer.logprobs:
+                choice.logprobs.CopyFrom(lp.concat(buffer.logprobs))
+            if buffer.finish is not None:
+                choice.finish_reason = buffer.finish.finish_reason
+                choice.raw_finish_reason = buffer.finish.raw_finish_reason
+                choice.stop_sequence = buffer.finish.stop_sequence
+        return out
+
+
+def accumulate(events: Iterable[stream_pb2.StreamEvent]) -> response_pb2.Response:
+    return StreamAccumulator().add_all(events).response()
+
+
+# ---- unfold: a complete response -> events ---------------------------------------------------------------------
+
+
+def _part_deltas(choice_index: int, part_index: int, part: content_pb2.Part, size: int) -> list[stream_pb2.PartDelta]:
+    kind = part.WhichOneof("content")
+    entry = KINDS.get(kind) if kind is not None else None
+    unfold = entry.unfold if entry is not None else None
+    if unfold is None:
+        raise errors.InternalError(f"a {kind or 'empty'} part cannot be sent as stream deltas")
+    deltas = unfold(part, size)
+    for delta in deltas:
+        delta.choice_index = choice_index
+        delta.part_index = part_index
+    deltas[-1].artifacts.extend(part.artifacts)
+    if part.item_id:
+        deltas[0].item_id = part.item_id
+    return deltas
+
+
+def events_from_response(response: response_pb2.Response, *, chunk_size: int = 16) -> Iterator[stream_pb2.StreamEvent]:
+    """Text is cut into chunks of characters (never bytes, so no character is split) and logprobs into chunks of
+    tokens; the i-th chunks travel in the same delta. Folding the events gives back the response exactly."""
+    yield stream_pb2.StreamEvent(start=stream_pb2.StreamStart(id=response.id, model=response.model))
+    for choice in response.choices:
+        deltas = [
+            d for j, part in enumerate(choice.message.parts) for d in _part_deltas(choice.index, j, part, chunk_size)
+        ]
+        chunks = lp.chunks(choice.logprobs, chunk_size) if choice.HasField("logprobs") else []
+        # Logprobs ride on the text deltas they belong with, in order; leftovers follow on their own.
+        text_deltas = [d for d in deltas if d.WhichOneof("content") == "text"]
+        for delta, chunk in zip(text_deltas, chunks, strict=False):
+            delta.logprobs.CopyFrom(chunk)
+        for delta in deltas:
+            yield stream_pb2.StreamEvent(delta=delta)
+        for chunk in chunks[len(text_deltas) :]:
+            yield stream_pb2.StreamEvent(
+                delta=stream_pb2.PartDelta(choice_index=choice.index, part_index=0, logprobs=chunk)
+            )
+    end = stream_pb2.StreamEnd(
+        usage=response.usage if response.HasField("usage") else None,
+        input_scores=response.input_scores if response.HasField("input_scores") else None,
+        timing=response.timing if response.HasField("timing") else None,
+        error=response.error if response.HasField("error") else None,
+        raw=response.raw if response.HasField("raw") else None,
+    )
+    end.prompt_token_ids.extend(response.prompt_token_ids)
+    end.warnings.extend(response.warnings)
+    for choice in response.choices:
+        end.finishes.add(
+            choice_index=choice.index,
+            finish_reason=choice.finish_reason,
+            raw_finish_reason=choice.raw_finish_reason,
+            stop_sequence=choice.stop_sequence,
+        )
+    yield stream_pb2.StreamEvent(end=end)

@@ -1,0 +1,210 @@
+"""Anthropic Messages (`POST /v1/messages`): content blocks, tools, extended thinking with signatures, prefill.
+
+Facts this follows (Anthropic's Messages reference, https://docs.anthropic.com/en/api/messages, and its streaming
+and extended-thinking guides): thinking blocks carry a `signature` and `redacted_thinking`
+blocks an opaque `data`, and both go back verbatim and in order; `input_tokens` excludes cache reads and writes
+(the IR's input count adds them back); in the stream, `ping` can come anywhere, a `signature_delta` ends a
+thinking block, `input_json_delta` partials are joined then parsed, `message_delta.usage.output_tokens` is
+cumulative, and a `redacted_thinking` block arrives whole in `content_block_start`.
+
+`max_tokens` is required by the API. When the IR leaves it unset, this transport sends `DEFAULT_MAX_TOKENS`
+(4,096), or the thinking budget plus 4,096 when a budget is set (the API requires max_tokens above the budget).
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import orjson
+
+from modelir import content_kinds
+from modelir.transports import _common as common
+from modelir.transports.anthropic import blocks
+from modelir.transports.anthropic.messages_stream import MessagesStreamLifter
+from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter
+from modelir.transports.manifests import CHAT_WITH_TOOLS, COMMON, capability_set
+from modelir.v1 import capabilities_pb2, content_pb2, request_pb2, response_pb2
+
+SIGNATURE = blocks.SIGNATURE
+REDACTED = blocks.REDACTED
+API_VERSION = "2023-06-01"
+DEFAULT_MAX_TOKENS = 4096
+_TOOL_CHOICE = {
+    request_pb2.TOOL_CHOICE_MODE_AUTO: {"type": "auto"},
+    request_pb2.TOOL_CHOICE_MODE_NONE: {"type": "none"},
+    request_pb2.TOOL_CHOICE_MODE_REQUIRED: {"type": "any"},
+}
+PROVIDER_OPTION_KEYS = ("metadata", "service_tier")
+
+
+# IR sampling fields, as `ir_name:native_name` where this wire renames them.
+_SAMPLING = "temperature top_p top_k stop:stop_sequences"
+
+
+class AnthropicMessages(HttpTransport):
+    name = "anthropic_messages"
+    version = "1.0.0"
+    path = "/v1/messages"
+
+    def __init__(self, *, provider_model: str = "", default_max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
+        super().__init__(provider_model=provider_model)
+        self.default_max_tokens = default_max_tokens
+
+    def auth_headers(self, credential: str) -> dict[str, str]:
+        headers = {"anthropic-version": API_VERSION}
+        if credential:
+            headers["x-api-key"] = credential
+        return headers
+
+    capabilities = capability_set(
+        COMMON | CHAT_WITH_TOOLS,
+        "REASONING REASONING_BUDGET PREFILL TOP_K_SAMPLING STOP_SEQUENCES",
+    )
+    limits = capabilities_pb2.ModelLimits(max_choices=1)
+    provider_option_keys = PROVIDER_OPTION_KEYS
+    part_kinds = content_kinds.EVERY_KIND_CARRIED
+
+    def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
+        reasons = []
+        if request.HasField("reasoning") and request.reasoning.summary:
+            reasons.append("Anthropic returns thinking blocks, not summaries on request (reasoning.summary).")
+        for i in common.late_system_messages(request):
+            reasons.append(f"Anthropic takes system text only before the conversation (conversation.messages[{i}]).")
+        for i, message in enumerate(request.conversation.messages):
+            where = f"conversation.messages[{i}]"
+            if message.role in common.SYSTEM_ROLES:
+                if any(p.WhichOneof("content") != "text" for p in message.parts):
+                    reasons.append(f"Anthropic's system prompt is text only ({where}).")
+                continue
+            for j, part in enumerate(message.parts):
+                kind = part.WhichOneof("content")
+                if kind == "reasoning" and not any(a.kind in (SIGNATURE, REDACTED) for a in part.artifacts):
+                    reasons.append(
+                        f"Anthropic requires each thinking block back with its signature ({where}.parts[{j}])."
+                    )
+                elif kind == "blob" and not part.blob.mime_type.startswith("image/"):
+                    reasons.append(f"Only image blobs are supported here, not {part.blob.mime_type!r}.")
+        return reasons
+
+    # ---- lower -------------------------------------------------------------------------------------
+
+    def _max_tokens(self, request: request_pb2.Request) -> int:
+        if request.sampling.HasField("max_output_tokens"):
+            return request.sampling.max_output_tokens
+        if request.reasoning.WhichOneof("amount") == "budget_tokens":
+            return request.reasoning.budget_tokens + self.default_max_tokens
+        return self.default_max_tokens
+
+    def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
+        messages = list(request.conversation.messages)
+        system = []
+        while messages and messages[0].role in (content_pb2.ROLE_SYSTEM, content_pb2.ROLE_DEVELOPER):
+            system.append("".join(p.text for p in messages.pop(0).parts))
+        body: dict[str, Any] = {"model": self.model_for(request), "max_tokens": self._max_tokens(request)}
+        if system:
+            body["system"] = "\n\n".join(system)
+        wire_messages = [{"role": _role(m), "content": [_block(p) for p in m.parts]} for m in messages]
+        if request.prefill:
+            wire_messages.append({"role": "assistant", "content": [{"type": "text", "text": request.prefill}]})
+        body["messages"] = _merge_roles(wire_messages)
+        s = request.sampling
+        common.copy_sampling(s, body, _SAMPLING)
+        if request.tools:
+            body["tools"] = [_tool(t) for t in request.tools]
+        choice = request.tool_choice.WhichOneof("choice")
+        if choice == "mode":
+            body["tool_choice"] = _TOOL_CHOICE[request.tool_choice.mode]
+        elif choice == "tool_name":
+            body["tool_choice"] = {"type": "tool", "name": request.tool_choice.tool_name}
+        if request.reasoning.WhichOneof("amount") == "budget_tokens":
+            body["thinking"] = {"type": "enabled", "budget_tokens": request.reasoning.budget_tokens}
+        if stream:
+            body["stream"] = True
+        body.update(common.provider_options(request))
+        return HttpRequest(
+            "POST", self.path, orjson.dumps(body), (("content-type", "application/json"),), "sse" if stream else None
+        )
+
+    # ---- lift --------------------------------------------------------------------------------------
+
+    def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
+        body = common.parse_json(response.body, "response body")
+        out = response_pb2.Response(id=body.get("id") or "", model=body.get("model") or "")
+        choice = out.choices.add(index=0)
+        choice.message.role = content_pb2.ROLE_ASSISTANT
+        issuer = self.issuer(request)
+        for block in body.get("content") or ():
+            part = blocks.lift_block(block, issuer)
+            if part is None:
+                out.warnings.add(
+                    code="unknown_content_block", message=f"a block of type {block.get('type')!r} was not lifted"
+                )
+            else:
+                choice.message.parts.append(part)
+        blocks.finish(choice, body.get("stop_reason"), body.get("stop_sequence"))
+        blocks.usage(body.get("usage"), out.usage)
+        return out
+
+    def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
+        return MessagesStreamLifter(self, request)
+
+
+def _role(message: content_pb2.Message) -> str:
+    return "assistant" if message.role == content_pb2.ROLE_ASSISTANT else "user"
+
+
+def _merge_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Consecutive turns of one role (e.g. a tool message after a user message) become one turn."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if out and out[-1]["role"] == message["role"]:
+            out[-1]["content"].extend(message["content"])
+        else:
+            out.append(message)
+    return out
+
+
+def _block(part: content_pb2.Part) -> dict[str, Any]:
+    kind = part.WhichOneof("content")
+    if kind == "text":
+        return {"type": "text", "text": part.text}
+    if kind == "blob":
+        blob = part.blob
+        if blob.WhichOneof("source") == "uri":
+            return {"type": "image", "source": {"type": "url", "url": blob.uri}}
+        data = base64.b64encode(blob.data).decode()
+        return {"type": "image", "source": {"type": "base64", "media_type": blob.mime_type, "data": data}}
+    if kind == "tool_call":
+        call = part.tool_call
+        return {
+            "type": "tool_use",
+            "id": call.id,
+            "name": call.name,
+            "input": orjson.loads(call.arguments_json or "{}"),
+        }
+    if kind == "tool_result":
+        result = part.tool_result
+        content: Any = [_block(p) for p in result.content]
+        if len(result.content) == 1 and result.content[0].WhichOneof("content") == "text":
+            content = result.content[0].text
+        return {
+            "type": "tool_result",
+            "tool_use_id": result.tool_call_id,
+            "content": content,
+            "is_error": result.failed,
+        }
+    if kind == "reasoning":  # the artifact says which block it was, and its bytes go back exactly as received
+        for artifact in part.artifacts:
+            if artifact.kind == REDACTED:
+                return {"type": "redacted_thinking", "data": artifact.data.decode()}
+            if artifact.kind == SIGNATURE:
+                return {"type": "thinking", "thinking": part.reasoning.text, "signature": artifact.data.decode()}
+    raise content_kinds.NotCarriedError(AnthropicMessages.name, kind if kind != "reasoning" else "unsigned reasoning")
+
+
+def _tool(tool: request_pb2.Tool) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": tool.name, "input_schema": common.json_object(tool.parameters_json_schema)}
+    if tool.description:
+        out["description"] = tool.description
+    return out

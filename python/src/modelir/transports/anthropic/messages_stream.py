@@ -1,0 +1,157 @@
+"""The SSE stream lift of Anthropic Messages: content-block events -> IR events.
+
+From Anthropic's streaming reference (https://docs.anthropic.com/en/docs/build-with-claude/streaming): `ping` can
+come anywhere; a `signature_delta` ends a thinking block; `input_json_delta` partials are joined, then parsed;
+`message_delta.usage.output_tokens` is cumulative; a `redacted_thinking` block arrives whole in
+`content_block_start`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from modelir import soft_errors
+from modelir.transports import _common as common
+from modelir.transports.anthropic import blocks
+from modelir.transports.base import RawEvent, StreamLifter
+from modelir.transports.stream_parts import StreamParts
+from modelir.v1 import content_pb2, request_pb2, response_pb2, stream_pb2
+
+if TYPE_CHECKING:
+    from modelir.transports.anthropic.messages import AnthropicMessages
+
+SIGNATURE = blocks.SIGNATURE
+REDACTED = blocks.REDACTED
+
+
+class MessagesStreamLifter(StreamLifter):
+    def __init__(self, transport: AnthropicMessages, request: request_pb2.Request) -> None:
+        self.transport = transport
+        self.request = request
+        self.issuer = transport.issuer(request)
+        self.usage: dict[str, Any] = {}
+        self.blocks: dict[int, dict[str, Any]] = {}  # index -> {"type", "signature" | "json" buffers}
+        self.stop: tuple[str | None, str | None] | None = None
+        self.done = False
+        self.parts = StreamParts()  # keys are the native block indices
+        self.facts = soft_errors.Facts()
+
+    def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
+        data = common.parse_json(event.data, "stream event")
+        kind = data.get("type") or event.event
+        out: list[stream_pb2.StreamEvent] = []
+        if kind == "message_start":
+            message = data.get("message") or {}
+            self.usage.update(message.get("usage") or {})
+            out.append(
+                stream_pb2.StreamEvent(
+                    start=stream_pb2.StreamStart(id=message.get("id") or "", model=message.get("model") or "")
+                )
+            )
+        elif kind == "content_block_start":
+            index, block = data.get("index", 0), data.get("content_block") or {}
+            self.blocks[index] = {"type": block.get("type"), "signature": [], "json": []}
+            delta = stream_pb2.PartDelta()
+            if block.get("type") == "text":
+                delta.text = block.get("text") or ""
+            elif block.get("type") == "thinking":
+                delta.reasoning.text = block.get("thinking") or ""
+                if block.get("signature"):
+                    self.blocks[index]["signature"].append(block["signature"])
+            elif block.get("type") == "redacted_thinking":
+                delta.reasoning.SetInParent()
+                delta.artifacts.add(kind=REDACTED, data=(block.get("data") or "").encode(), issuer=self.issuer)
+            elif block.get("type") == "tool_use":
+                delta.tool_call.id = block.get("id") or ""
+                delta.tool_call.name = block.get("name") or ""
+            else:
+                return out
+            delta.part_index = self.parts.index(0, index)
+            out.append(stream_pb2.StreamEvent(delta=delta))
+        elif kind == "content_block_delta":
+            index, native = data.get("index", 0), data.get("delta") or {}
+            state = self.blocks.setdefault(index, {"type": None, "signature": [], "json": []})
+            kinds = native.get("type")
+            if kinds == "text_delta":
+                out.append(
+                    stream_pb2.StreamEvent(
+                        delta=stream_pb2.PartDelta(part_index=self.parts.index(0, index), text=native.get("text") or "")
+                    )
+                )
+            elif kinds == "thinking_delta":
+                out.append(
+                    stream_pb2.StreamEvent(
+                        delta=stream_pb2.PartDelta(
+                            part_index=self.parts.index(0, index),
+                            reasoning=stream_pb2.ReasoningDelta(text=native.get("thinking") or ""),
+                        )
+                    )
+                )
+            elif kinds == "signature_delta":
+                state["signature"].append(native.get("signature") or "")
+            elif kinds == "input_json_delta":
+                state["json"].append(native.get("partial_json") or "")
+        elif kind == "content_block_stop":
+            index = data.get("index", 0)
+            state = self.blocks.get(index) or {}
+            if state.get("type") == "thinking":
+                artifact = content_pb2.ReasoningArtifact(
+                    kind=SIGNATURE, data="".join(state["signature"]).encode(), issuer=self.issuer
+                )
+                out.append(
+                    stream_pb2.StreamEvent(
+                        delta=stream_pb2.PartDelta(part_index=self.parts.index(0, index), artifacts=[artifact])
+                    )
+                )
+            elif state.get("type") == "tool_use":
+                # Partials are joined, then parsed, then written compactly: the same JSON text the unary lift gives.
+                text = "".join(state["json"]) or "{}"
+                try:
+                    arguments = orjson.dumps(orjson.loads(text)).decode()
+                except orjson.JSONDecodeError:
+                    arguments = text
+                    self.facts.malformed = f"the streamed tool input for block {index} is not valid JSON"
+                out.append(
+                    stream_pb2.StreamEvent(
+                        delta=stream_pb2.PartDelta(
+                            part_index=self.parts.index(0, index),
+                            tool_call=stream_pb2.ToolCallDelta(arguments_json=arguments),
+                        )
+                    )
+                )
+        elif kind == "message_delta":
+            native = data.get("delta") or {}
+            self.stop = (native.get("stop_reason"), native.get("stop_sequence"))
+            # output_tokens here is a running total, not an increment: the latest value wins.
+            self.usage.update({k: v for k, v in (data.get("usage") or {}).items() if v is not None})
+        elif kind == "message_stop":
+            self.done = True
+        elif kind == "error":
+            error = data.get("error") or {}
+            self.facts.provider_error = soft_errors.provider_error(
+                str(error.get("message") or "the provider reported an error mid-stream"),
+                error.get("type"),
+                retryable=error.get("type") in ("overloaded_error", "api_error", "rate_limit_error"),
+            )
+        return out
+
+    def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
+        end = stream_pb2.StreamEnd()
+        choice = response_pb2.Choice()
+        if self.stop is not None:
+            blocks.finish(choice, *self.stop)
+        end.finishes.add(
+            choice_index=0,
+            finish_reason=choice.finish_reason,
+            raw_finish_reason=choice.raw_finish_reason,
+            stop_sequence=choice.stop_sequence,
+        )
+        blocks.usage(self.usage, end.usage)
+        if not end.usage.ListFields():
+            end.ClearField("usage")
+        if interrupted or not self.done:
+            self.facts.cut_short = "the stream ended before message_stop; the output is partial"
+        soft_errors.settle_stream(self.request, end, self.facts, self.parts.texts())
+        return [stream_pb2.StreamEvent(end=end)]

@@ -1,0 +1,219 @@
+"""What the OpenAI wires (chat, Responses, completions) and their compatible engines share: tables, blobs, usage.
+
+From OpenAI's API reference (https://platform.openai.com/docs/api-reference): reasoning effort and tool-choice
+mode names, data URLs for inline images, function tools, finish reasons, and usage whose cached and reasoning
+counts sit inside the totals, as in the IR.
+"""
+
+from __future__ import annotations
+
+import base64
+from abc import abstractmethod
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+import orjson
+
+from modelir import errors, soft_errors
+from modelir.transports import _common as common
+from modelir.transports.base import HttpRequest, HttpTransport, RawEvent, StreamLifter
+from modelir.transports.stream_parts import StreamParts
+from modelir.v1 import content_pb2, request_pb2, response_pb2, stream_pb2
+
+EFFORTS = {
+    request_pb2.REASONING_EFFORT_NONE: "none",
+    request_pb2.REASONING_EFFORT_MINIMAL: "minimal",
+    request_pb2.REASONING_EFFORT_LOW: "low",
+    request_pb2.REASONING_EFFORT_MEDIUM: "medium",
+    request_pb2.REASONING_EFFORT_HIGH: "high",
+}
+TOOL_CHOICE_MODES = {
+    request_pb2.TOOL_CHOICE_MODE_AUTO: "auto",
+    request_pb2.TOOL_CHOICE_MODE_NONE: "none",
+    request_pb2.TOOL_CHOICE_MODE_REQUIRED: "required",
+}
+FINISH_REASONS = {
+    "stop": response_pb2.FINISH_REASON_STOP,
+    "length": response_pb2.FINISH_REASON_LENGTH,
+    "tool_calls": response_pb2.FINISH_REASON_TOOL_CALLS,
+    "function_call": response_pb2.FINISH_REASON_TOOL_CALLS,
+    "content_filter": response_pb2.FINISH_REASON_CONTENT_FILTER,
+}
+JSON_HEADERS = (("content-type", "application/json"),)
+# The provider options that chat completions and Responses both take (each adds its own).
+OPTION_KEYS = (
+    "metadata",
+    "parallel_tool_calls",
+    "prompt_cache_key",
+    "safety_identifier",
+    "service_tier",
+    "store",
+    "user",
+)
+
+
+def finish_reason(raw: str | None) -> response_pb2.FinishReason.ValueType:
+    if raw is None:
+        return response_pb2.FINISH_REASON_UNSPECIFIED
+    return FINISH_REASONS.get(raw, response_pb2.FINISH_REASON_OTHER)
+
+
+def json_request(path: str, body: dict[str, Any], *, stream: bool) -> HttpRequest:
+    """A POST of a JSON body; streamed answers are SSE on every OpenAI wire."""
+    return HttpRequest("POST", path, orjson.dumps(body), JSON_HEADERS, "sse" if stream else None)
+
+
+def tool_choice(request: request_pb2.Request, named: Any) -> Any:
+    """The native `tool_choice`: a mode name, or `named(tool_name)` for a named tool; None when unset."""
+    choice = request.tool_choice.WhichOneof("choice")
+    if choice == "mode":
+        return TOOL_CHOICE_MODES[request.tool_choice.mode]
+    if choice == "tool_name":
+        return named(request.tool_choice.tool_name)
+    return None
+
+
+def function_tool(tool: request_pb2.Tool) -> dict[str, Any]:
+    """A function tool's fields (chat nests them under `function`, Responses puts them beside `type`)."""
+    function: dict[str, Any] = {"name": tool.name, "parameters": common.json_object(tool.parameters_json_schema)}
+    if tool.description:
+        function["description"] = tool.description
+    if tool.strict:
+        function["strict"] = True
+    return function
+
+
+def json_schema_format(schema: request_pb2.JsonSchema) -> dict[str, Any]:
+    """The `json_schema` format's fields: name, schema and strictness."""
+    spec: dict[str, Any] = {"name": schema.name or "output", "schema": orjson.loads(schema.schema_json)}
+    if schema.strict:
+        spec["strict"] = True
+    return spec
+
+
+def blob_url(blob: content_pb2.Blob) -> str:
+    """The blob's URI, or the data as a `data:` URL."""
+    if blob.WhichOneof("source") == "uri":
+        return blob.uri
+    return f"data:{blob.mime_type};base64,{base64.b64encode(blob.data).decode()}"
+
+
+def usage_from(raw: Mapping[str, Any] | None, usage: response_pb2.Usage, *, input_key: str, output_key: str) -> None:
+    """OpenAI's counts already follow the IR's meaning: cached and reasoning tokens sit inside the totals."""
+    if not raw:
+        return
+    if (value := raw.get(input_key)) is not None:
+        usage.input_token_count = value
+    if (value := raw.get(output_key)) is not None:
+        usage.output_token_count = value
+    input_details = raw.get("prompt_tokens_details") or raw.get("input_tokens_details") or {}
+    output_details = raw.get("completion_tokens_details") or raw.get("output_tokens_details") or {}
+    if (value := input_details.get("cached_tokens")) is not None:
+        usage.cache_read_token_count = value
+    if (value := input_details.get("cache_write_tokens")) is not None:
+        usage.cache_write_token_count = value
+    if (value := output_details.get("reasoning_tokens")) is not None:
+        usage.reasoning_token_count = value
+
+
+def malformed(transport: str, exc: msgspec.DecodeError) -> errors.MalformedResponseError:
+    """The error table's error for a typed decoder's failure: a body of the wrong shape, or no JSON at all."""
+    if isinstance(exc, msgspec.ValidationError):
+        return errors.MalformedResponseError(
+            f"{transport} could not lift the provider's answer, which does not have the documented shape: {exc}"
+        )
+    return errors.MalformedResponseError(f"the provider's response body is not valid JSON: {exc}")
+
+
+def decode(decoder: msgspec.json.Decoder[Any], body: bytes, transport: str) -> Any:
+    try:
+        return decoder.decode(body)
+    except msgspec.DecodeError as exc:  # ValidationError included
+        raise malformed(transport, exc) from None
+
+
+class BodyTransport(HttpTransport):
+    """An OpenAI-wire transport whose native body is built as a dict (`body`, the hook dialects extend) and
+    serialised once by `lower`."""
+
+    path: str
+
+    @abstractmethod
+    def body(self, request: request_pb2.Request, *, stream: bool) -> dict[str, Any]: ...
+
+    def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
+        return json_request(self.path, self.body(request, stream=stream), stream=stream)
+
+    def finish(
+        self, raw_reason: str | None, stop_reason: Any = None
+    ) -> tuple[response_pb2.FinishReason.ValueType, str, str]:
+        """(normalised finish reason, raw finish reason, stop sequence) of a choice or final chunk."""
+        return finish_reason(raw_reason), raw_reason or "", ""
+
+
+def finish_body(request: request_pb2.Request, body: dict[str, Any], *, stream: bool) -> dict[str, Any]:
+    """The fields every chat and completions body ends with: streaming with usage, then the provider options."""
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    body.update(common.provider_options(request))
+    return body
+
+
+class ChunkStream(StreamLifter):
+    """What the chat and completions stream lifts share: chunks until `data: [DONE]`, error chunks, the start
+    event (from the first chunk with an id: Azure's first chunk has an empty one), usage, finishes and the end."""
+
+    def __init__(self, transport: BodyTransport, request: request_pb2.Request) -> None:
+        self.transport = transport
+        self.request = request
+        self.started = False
+        self.done = False
+        self.usage = response_pb2.Usage()
+        self.finishes: dict[int, dict[str, Any]] = {}
+        self.has_logprobs: set[int] = set()
+        self.refused: set[int] = set()
+        self.parts = StreamParts()
+        self.facts = soft_errors.Facts()
+
+    def chunk(self, event: RawEvent) -> tuple[list[tuple[int, dict[str, Any]]], list[stream_pb2.StreamEvent]]:
+        """The (index, choice) pairs an event carries (none for `[DONE]` and error chunks), and the start event
+        it may open. Each choice's finish is recorded here."""
+        if event.data.strip() == b"[DONE]":
+            self.done = True
+            return [], []
+        chunk = common.parse_json(event.data, "stream chunk")
+        if isinstance(error := chunk.get("error"), dict):
+            message = str(error.get("message") or "the provider reported an error mid-stream")
+            self.facts.provider_error = soft_errors.provider_error(message, error.get("code") or error.get("type"))
+            return [], []
+        if chunk.get("usage"):
+            usage_from(chunk["usage"], self.usage, input_key="prompt_tokens", output_key="completion_tokens")
+        choices = [(raw.get("index", 0), raw) for raw in chunk.get("choices") or ()]
+        for index, raw in choices:
+            if raw.get("finish_reason") is not None or index not in self.finishes:
+                self.finishes[index] = raw if raw.get("finish_reason") is not None else {}
+        if self.started or not chunk.get("id"):
+            return choices, []
+        self.started = True
+        start = stream_pb2.StreamStart(id=chunk["id"], model=chunk.get("model") or "")
+        return choices, [stream_pb2.StreamEvent(start=start)]
+
+    def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
+        end = stream_pb2.StreamEnd()
+        for index in sorted(self.finishes):
+            raw = self.finishes[index]
+            finish, raw_reason, stop_sequence = self.transport.finish(raw.get("finish_reason"), raw.get("stop_reason"))
+            if index in self.refused:
+                finish = response_pb2.FINISH_REASON_REFUSAL
+            end.finishes.add(
+                choice_index=index, finish_reason=finish, raw_finish_reason=raw_reason, stop_sequence=stop_sequence
+            )
+        if self.usage.ListFields():
+            end.usage.CopyFrom(self.usage)
+        if interrupted or not self.done:
+            self.facts.cut_short = "the stream ended before [DONE]; the output is partial"
+        self.facts.missing_logprobs = [i for i in self.finishes if i not in self.has_logprobs]
+        soft_errors.settle_stream(self.request, end, self.facts, self.parts.texts())
+        return [stream_pb2.StreamEvent(end=end)]

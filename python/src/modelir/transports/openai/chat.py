@@ -1,0 +1,209 @@
+"""OpenAI Chat Completions (`POST /chat/completions`): the manifest, the lowering and the unary lift.
+
+From OpenAI's API reference (https://platform.openai.com/docs/api-reference/chat): tool-call arguments are a JSON
+*string*; `content` is null when only tool calls come back; logprob entries carry `bytes` (text is rebuilt from
+them); cached and reasoning tokens are counted inside the totals, as in the IR. Engines that speak a dialect of
+this wire (vLLM, llama.cpp) subclass it and extend `body`, `finish`, `adjust_logprobs` and `lift_extras`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from modelir import content_kinds, soft_errors
+from modelir.content_kinds import CARRIED
+from modelir.soft_errors import Facts
+from modelir.transports import _common as common
+from modelir.transports.base import HttpResponse, StreamLifter
+from modelir.transports.manifests import CHAT_WITH_TOOLS, COMMON, LOGPROBS, OPENAI_SAMPLING, capability_set
+from modelir.transports.openai import _typed as typed
+from modelir.transports.openai import _wire as wire
+from modelir.transports.openai.chat_stream import ChatStreamLifter
+from modelir.v1 import capabilities_pb2, content_pb2, logprobs_pb2, request_pb2, response_pb2
+
+_ROLE_NAMES = {
+    content_pb2.ROLE_SYSTEM: "system",
+    content_pb2.ROLE_DEVELOPER: "developer",
+    content_pb2.ROLE_USER: "user",
+    content_pb2.ROLE_ASSISTANT: "assistant",
+    content_pb2.ROLE_TOOL: "tool",
+}
+PROVIDER_OPTION_KEYS = tuple(sorted((*wire.OPTION_KEYS, "logit_bias", "verbosity")))
+
+
+# IR sampling fields, as `ir_name:native_name` where this wire renames them.
+_SAMPLING = (
+    "temperature top_p seed presence_penalty frequency_penalty max_output_tokens:max_completion_tokens stop "
+    "choice_count:n"
+)
+
+
+class OpenAIChat(wire.BodyTransport):
+    name = "openai_chat"
+    path = "/chat/completions"
+    capabilities = capability_set(
+        COMMON | CHAT_WITH_TOOLS | LOGPROBS | OPENAI_SAMPLING,
+        "REASONING REASONING_EFFORT CONSTRAINT_JSON_SCHEMA MULTIPLE_CHOICES",
+    )
+    limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=128, max_stop_sequences=4)
+    provider_option_keys = PROVIDER_OPTION_KEYS
+    part_kinds = content_kinds.decide(
+        text=CARRIED,
+        blob=CARRIED,
+        tool_call=CARRIED,
+        tool_result=CARRIED,
+        reasoning="OpenAI chat completions cannot replay reasoning",
+    )
+    # What a dialect's server adds to this wire (structured, so that dialects need no filtering of reasons).
+    returns_reasoning_text: ClassVar[bool] = False
+
+    def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
+        """What chat completions cannot carry, beyond the catalog and the content kinds."""
+        reasons = []
+        if request.HasField("reasoning"):
+            if request.reasoning.include_thoughts and not self.returns_reasoning_text:
+                reasons.append("OpenAI chat completions return no reasoning text (reasoning.include_thoughts).")
+            if request.reasoning.summary:
+                reasons.append("OpenAI chat completions return no reasoning summaries (reasoning.summary).")
+        for i, message in enumerate(request.conversation.messages):
+            for j, part in enumerate(message.parts):
+                kind = part.WhichOneof("content")
+                if part.artifacts and kind != "reasoning":
+                    reasons.append(
+                        f"OpenAI chat completions cannot replay reasoning (conversation.messages[{i}].parts[{j}])."
+                    )
+                elif kind == "tool_result" and part.tool_result.failed:
+                    reasons.append(
+                        "OpenAI chat completions cannot mark a tool result as failed "
+                        f"(conversation.messages[{i}].parts[{j}].tool_result.failed); say so in its content."
+                    )
+                elif kind == "blob" and not part.blob.mime_type.startswith("image/"):
+                    reasons.append(f"OpenAI chat completions take only image blobs, not {part.blob.mime_type!r}.")
+        return reasons
+
+    # ---- lower -------------------------------------------------------------------------------------
+
+    def body(self, request: request_pb2.Request, *, stream: bool) -> dict[str, Any]:
+        """The native body as a dict: the hook dialects extend before it is serialised once."""
+        body: dict[str, Any] = {"model": self.model_for(request), "messages": self._messages(request)}
+        s = request.sampling
+        common.copy_sampling(s, body, _SAMPLING)
+        if request.tools:
+            body["tools"] = [{"type": "function", "function": wire.function_tool(t)} for t in request.tools]
+        choice = wire.tool_choice(request, lambda name: {"type": "function", "function": {"name": name}})
+        if choice is not None:
+            body["tool_choice"] = choice
+        if request.reasoning.WhichOneof("amount") == "effort":
+            body["reasoning_effort"] = wire.EFFORTS[request.reasoning.effort]
+        if request.constraint.WhichOneof("kind") == "json_schema":
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": wire.json_schema_format(request.constraint.json_schema),
+            }
+        if request.HasField("logprobs"):
+            body["logprobs"] = True
+            if request.logprobs.top_k:
+                body["top_logprobs"] = request.logprobs.top_k
+        return wire.finish_body(request, body, stream=stream)
+
+    def _content(self, parts: Any) -> str | list[dict[str, Any]]:
+        """A plain string when the parts are one text; the array form otherwise."""
+        if len(parts) == 1 and parts[0].WhichOneof("content") == "text":
+            return parts[0].text
+        out = []
+        for part in parts:
+            kind = part.WhichOneof("content")
+            if kind == "text":
+                out.append({"type": "text", "text": part.text})
+            elif kind == "blob":
+                out.append({"type": "image_url", "image_url": {"url": wire.blob_url(part.blob)}})
+            else:
+                raise self.not_carried(kind)
+        return out
+
+    def _messages(self, request: request_pb2.Request) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for message in request.conversation.messages:
+            results, calls, others = [], [], []
+            for part in message.parts:
+                kind = part.WhichOneof("content")
+                if kind == "tool_result":
+                    results.append(part.tool_result)
+                elif kind == "tool_call":
+                    calls.append(part.tool_call)
+                elif kind in ("text", "blob"):
+                    others.append(part)
+                else:
+                    raise self.not_carried(kind)
+            for result in results:  # each tool result is a message of its own on this wire
+                out.append(
+                    {"role": "tool", "tool_call_id": result.tool_call_id, "content": self._content(result.content)}
+                )
+            if message.role == content_pb2.ROLE_TOOL and not others:
+                continue
+            entry: dict[str, Any] = {"role": _ROLE_NAMES[message.role]}
+            if others:
+                entry["content"] = self._content(others)
+            elif not calls:
+                entry["content"] = ""
+            if calls:
+                entry["tool_calls"] = [
+                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json}}
+                    for c in calls
+                ]
+            if message.name:
+                entry["name"] = message.name
+            out.append(entry)
+        return out
+
+    # ---- lift --------------------------------------------------------------------------------------
+
+    def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
+        body: typed.ChatCompletion = wire.decode(typed.CHAT_DECODER, response.body, self.name)
+        out = response_pb2.Response(id=body.id or "", model=body.model or "")
+        facts = soft_errors.Facts()
+        for raw in body.choices or ():
+            choice = out.choices.add(index=raw.index)
+            message = raw.message or typed.Message()
+            choice.message.role = content_pb2.ROLE_ASSISTANT
+            # OpenAI-compatible reasoning servers (vLLM, DeepSeek) put reasoning text beside the content.
+            reasoning = message.reasoning_content or message.reasoning
+            if reasoning:
+                choice.message.parts.add().reasoning.text = reasoning
+            if message.content is not None:
+                choice.message.parts.add(text=message.content)
+            if message.refusal is not None:
+                choice.message.parts.add(text=message.refusal)
+            for call in message.tool_calls or ():
+                function = call.function or typed.FunctionCall()
+                choice.message.parts.add(
+                    tool_call=content_pb2.ToolCall(
+                        id=call.id or "", name=function.name or "", arguments_json=function.arguments or ""
+                    )
+                )
+            choice.finish_reason, choice.raw_finish_reason, choice.stop_sequence = self.finish(
+                raw.finish_reason, raw.stop_reason
+            )
+            if message.refusal is not None:
+                choice.finish_reason = response_pb2.FINISH_REASON_REFUSAL
+            content = raw.logprobs.content if raw.logprobs is not None else None
+            if content:
+                self.adjust_logprobs(typed.columns(content, choice.logprobs))
+            elif content is None:
+                facts.lack_logprobs(choice.index)
+        wire.usage_from(body.usage, out.usage, input_key="prompt_tokens", output_key="completion_tokens")
+        self.lift_extras(request, body, out, facts)
+        soft_errors.settle(request, out, facts)
+        return out
+
+    def adjust_logprobs(self, logprobs: logprobs_pb2.TokenLogprobs) -> logprobs_pb2.TokenLogprobs:
+        """A hook for servers whose logprobs need more than the OpenAI shape (vLLM: ids, -inf clamp), in place."""
+        return logprobs
+
+    def lift_extras(
+        self, request: request_pb2.Request, body: typed.ChatCompletion, out: response_pb2.Response, facts: Facts
+    ) -> None:
+        """A hook for a dialect's extensions of the body (vLLM: prompt token ids and prompt logprobs)."""
+
+    def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
+        return ChatStreamLifter(self, request)

@@ -1,0 +1,60 @@
+"""The SSE stream lift of OpenAI Chat Completions (and of the engines that speak its dialect).
+
+From OpenAI's streaming reference (https://platform.openai.com/docs/api-reference/chat-streaming): with
+`stream_options.include_usage` the usage arrives in an extra chunk with `choices: []`; tool-call fragments after
+the first carry only their `index`; the stream ends with `data: [DONE]`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from modelir import logprobs as lp
+from modelir.transports.base import RawEvent
+from modelir.transports.openai import _wire as wire
+from modelir.v1 import stream_pb2
+
+if TYPE_CHECKING:
+    from modelir.transports.openai.chat import OpenAIChat
+
+
+class ChatStreamLifter(wire.ChunkStream):
+    """Chat completion chunks -> IR events. Tool-call fragments are routed by their `index`."""
+
+    transport: OpenAIChat
+
+    def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
+        choices, out = self.chunk(event)
+        for index, raw in choices:
+            out.extend(self._choice_events(index, raw))
+        return out
+
+    def _choice_events(self, index: int, raw: dict[str, Any]) -> list[stream_pb2.StreamEvent]:
+        parts = self.parts
+        out: list[stream_pb2.StreamEvent] = []
+        delta = raw.get("delta") or {}
+        logprobs = (raw.get("logprobs") or {}).get("content")
+        chunk_logprobs = self.transport.adjust_logprobs(lp.from_openai_content(logprobs)) if logprobs else None
+        if logprobs is not None:
+            self.has_logprobs.add(index)
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if reasoning:
+            out.append(parts.delta(index, "reasoning", reasoning=stream_pb2.ReasoningDelta(text=reasoning)))
+        if delta.get("content"):
+            event = parts.delta(index, "text", text=delta["content"])
+            if chunk_logprobs is not None:
+                event.delta.logprobs.CopyFrom(chunk_logprobs)
+                chunk_logprobs = None
+            out.append(event)
+        if delta.get("refusal"):
+            self.refused.add(index)
+            out.append(parts.delta(index, "refusal", text=delta["refusal"]))
+        for call in delta.get("tool_calls") or ():
+            function = call.get("function") or {}
+            fragment = stream_pb2.ToolCallDelta(
+                id=call.get("id") or "", name=function.get("name") or "", arguments_json=function.get("arguments") or ""
+            )
+            out.append(parts.delta(index, ("tool", call.get("index", 0)), tool_call=fragment))
+        if chunk_logprobs is not None:
+            out.append(stream_pb2.StreamEvent(delta=stream_pb2.PartDelta(choice_index=index, logprobs=chunk_logprobs)))
+        return out

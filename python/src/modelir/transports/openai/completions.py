@@ -1,0 +1,223 @@
+"""OpenAI legacy Completions (`POST /completions`): raw prompts, `logprobs: int`, `suffix` for FIM.
+
+From OpenAI's reference (https://platform.openai.com/docs/api-reference/completions): the
+logprob object is four parallel arrays (`tokens`,
+`token_logprobs`, `top_logprobs` as dicts keyed by token string, which collapse duplicates, and `text_offset` in
+characters from the start of the prompt); the last stream chunk carries empty arrays; there are no token bytes.
+Input scoring by `echo` is a manifest choice: OpenAI rejects echo with logprobs on current models, so this
+manifest does not claim it; the vLLM transport (which shares this code) does.
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+from typing import Any
+
+from modelir import content_kinds, soft_errors
+from modelir import logprobs as lp
+from modelir.transports import _common as common
+from modelir.transports.base import HttpResponse, RawEvent, StreamLifter
+from modelir.transports.manifests import COMMON, LOGPROBS, OPENAI_SAMPLING, capability_set
+from modelir.transports.openai import _wire as wire
+from modelir.v1 import capabilities_pb2, content_pb2, logprobs_pb2, request_pb2, response_pb2, stream_pb2
+
+PROVIDER_OPTION_KEYS = ("best_of", "logit_bias", "user")
+
+
+# IR sampling fields, as `ir_name:native_name` where this wire renames them.
+_SAMPLING = "temperature top_p seed presence_penalty frequency_penalty max_output_tokens:max_tokens stop choice_count:n"
+
+
+class OpenAICompletions(wire.BodyTransport):
+    name = "openai_completions"
+    version = "1.0.0"
+    path = "/completions"
+    capabilities = capability_set(
+        COMMON | LOGPROBS | OPENAI_SAMPLING,
+        "COMPLETION TOKEN_INPUT FIM MULTIPLE_CHOICES",
+    )
+    limits = capabilities_pb2.ModelLimits(
+        max_top_logprobs=5, max_choices=128, max_stop_sequences=4
+    )  # OpenAI caps `logprobs` at 5
+    provider_option_keys = PROVIDER_OPTION_KEYS
+    part_kinds = content_kinds.none_carried("OpenAI completions")
+
+    def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
+        reasons = []
+        if request.HasField("input_scoring") and request.WhichOneof("input") == "token_ids":
+            reasons.append("Input scoring by echo locates the scored span by text offsets, so it needs text input.")
+        if request.HasField("input_scoring") and streaming:
+            reasons.append("Input scoring by echo is available on unary calls only, not on streams.")
+        return reasons
+
+    # ---- lower -------------------------------------------------------------------------------------
+
+    def body(self, request: request_pb2.Request, *, stream: bool) -> dict[str, Any]:
+        if request.WhichOneof("input") == "token_ids":
+            prompt: Any = list(request.token_ids.ids)
+        else:
+            prompt = request.prompt + _continuation(request)
+        body: dict[str, Any] = {"model": self.model_for(request), "prompt": prompt}
+        common.copy_sampling(request.sampling, body, _SAMPLING)
+        if request.HasField("fim"):
+            body["suffix"] = request.fim.suffix
+        top_k = max(request.logprobs.top_k, request.input_scoring.top_k)
+        if request.HasField("logprobs") or request.HasField("input_scoring"):
+            body["logprobs"] = top_k
+        if request.HasField("input_scoring"):
+            body["echo"] = True
+        return wire.finish_body(request, body, stream=stream)
+
+    # ---- lift --------------------------------------------------------------------------------------
+
+    def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
+        body = common.parse_json(response.body, "response body")
+        out = response_pb2.Response(id=body.get("id") or "", model=body.get("model") or "")
+        prompt_count = (body.get("usage") or {}).get("prompt_tokens")
+        facts = soft_errors.Facts()
+        for raw in body.get("choices") or ():
+            choice = out.choices.add(index=raw.get("index", 0))
+            choice.message.role = content_pb2.ROLE_ASSISTANT
+            text = raw.get("text") or ""
+            logprobs = raw.get("logprobs")
+            if request.HasField("input_scoring") and choice.index == 0:
+                text, logprobs = self._split_echo(request, out, text, logprobs, prompt_count)
+            elif request.HasField("input_scoring"):  # every choice echoes the same prompt
+                text, logprobs = self._strip_echo(request, text, logprobs, prompt_count)
+            choice.message.parts.add(text=text)
+            self.lift_finish(raw, choice)
+            if logprobs and logprobs.get("tokens"):
+                if request.HasField("logprobs"):
+                    self.columns(logprobs, out=choice.logprobs)
+            elif logprobs is None:
+                facts.lack_logprobs(choice.index)
+        wire.usage_from(body.get("usage"), out.usage, input_key="prompt_tokens", output_key="completion_tokens")
+        self.lift_extras(request, body, out)
+        if not out.HasField("input_scores"):
+            facts.missing_input_scores = "the provider returned no prompt logprobs"
+        soft_errors.settle(request, out, facts)
+        return out
+
+    def lift_finish(self, raw: dict[str, Any], choice: response_pb2.Choice) -> None:
+        choice.finish_reason, choice.raw_finish_reason, choice.stop_sequence = self.finish(
+            raw.get("finish_reason"), raw.get("stop_reason")
+        )
+
+    def lift_extras(self, request: request_pb2.Request, body: dict[str, Any], out: response_pb2.Response) -> None:
+        """Provider extensions beyond OpenAI's shape (none for OpenAI itself)."""
+
+    def token_id(self, token: str) -> int | None:
+        """The token id a token string carries, for servers that can spell tokens as ids (vLLM)."""
+        return None
+
+    def spells_token_ids(self, tokens: list[str]) -> bool:
+        """Whether every token is spelled as an id (only servers that can do so override this)."""
+        return False
+
+    def logprob_values(self, values: list[float | None]) -> list[float | None]:
+        """Logprobs as sent (a None, a position without one, becomes NaN in the builder); engines that clamp
+        minus infinity rewrite them here."""
+        return values
+
+    def columns(
+        self, logprobs: dict[str, Any], start: int = 0, out: logprobs_pb2.TokenLogprobs | None = None
+    ) -> logprobs_pb2.TokenLogprobs:
+        """The parallel arrays -> columnar logprobs. No bytes: this wire has none.
+
+        Columns go to the builder whole; chain/map iterate in C, so there is no Python-level loop over the tens of
+        thousands of alternatives.
+        """
+        tokens = logprobs["tokens"][start:]
+        tops = [t or {} for t in (logprobs.get("top_logprobs") or [None] * len(tokens))[start:]]
+        keys = list(chain.from_iterable(tops)) if any(tops) else []
+        return lp.columns(
+            out,
+            tokens=tokens,
+            logprobs=self.logprob_values(logprobs["token_logprobs"][start:]),
+            token_ids=[self.token_id(t) for t in tokens] if self.spells_token_ids(tokens) else None,  # type: ignore[misc]
+            top_counts=list(map(len, tops)) if keys else None,
+            top_tokens=keys,
+            top_logprobs=self.logprob_values(list(chain.from_iterable(map(dict.values, tops)))) if keys else (),
+            top_token_ids=[self.token_id(k) for k in keys] if self.spells_token_ids(keys) else None,  # type: ignore[misc]
+        )
+
+    def _split_echo(self, request, out, text, logprobs, prompt_count):
+        """With echo, the text and arrays start with the prompt: score the requested span, keep the rest.
+
+        The scored span is located by `text_offset` (characters from the start of the prompt), never by
+        re-tokenizing. A token that straddles the context/continuation boundary belongs to the continuation.
+        """
+        prompt = request.prompt + _continuation(request)
+        if not text.startswith(prompt):
+            out.warnings.add(code="echo_mismatch", message="the echoed text does not start with the prompt")
+        generated = text[len(prompt) :]
+        if not logprobs or not logprobs.get("tokens"):
+            return generated, None
+        offsets = logprobs.get("text_offset") or []
+        tokens = logprobs["tokens"]
+        # Echoed tokens start inside the prompt; servers that count a BOS they do not echo (llama-cpp-python)
+        # report one prompt token more than the arrays hold.
+        in_prompt = sum(1 for o in offsets if o < len(prompt))
+        n_prompt = min(prompt_count, in_prompt) if prompt_count is not None else in_prompt
+        boundary = len(request.prompt) if _continuation(request) else 0
+        # A token spelled "" (part of a multi-byte character) has no length: its offset alone places it.
+        first = next(
+            (i for i in range(n_prompt) if offsets[i] >= boundary or offsets[i] + len(tokens[i]) > boundary), n_prompt
+        )
+        unscored = 0
+        if not _continuation(request) or first == 0:
+            while first < n_prompt and logprobs["token_logprobs"][first] is None:
+                first += 1
+                unscored += 1
+        scored = self.columns(
+            {k: v[:n_prompt] for k, v in logprobs.items() if isinstance(v, list)},
+            start=first,
+        )
+        # The span's text comes from the prompt, not from the token strings (lossy for split characters).
+        span_text = prompt[offsets[first] :] if first < n_prompt else ""
+        if first < n_prompt and offsets[first] < boundary:
+            out.warnings.add(
+                code="scoring_token_straddles_boundary",
+                message="the first scored token also covers the end of the context",
+            )
+        scores = out.input_scores
+        scores.tokens.CopyFrom(scored)
+        scores.logprob_sum = float(sum(scored.logprobs))
+        scores.token_count = len(scored.logprobs)
+        scores.byte_count = len(span_text.encode())
+        scores.char_count = len(span_text)
+        scores.unscored_token_count = unscored
+        scores.span_start_byte = len(prompt[: offsets[first]].encode()) if first < n_prompt else len(prompt.encode())
+        rest = {k: v[n_prompt:] for k, v in logprobs.items() if isinstance(v, list)}
+        return generated, rest
+
+    def _strip_echo(self, request, text, logprobs, prompt_count):
+        prompt = request.prompt + _continuation(request)
+        n_prompt = prompt_count or 0
+        rest = {k: v[n_prompt:] for k, v in logprobs.items() if isinstance(v, list)} if logprobs else None
+        return text[len(prompt) :], rest
+
+    def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
+        return _CompletionsStreamLifter(self, request)
+
+
+def _continuation(request: request_pb2.Request) -> str:
+    if request.HasField("input_scoring") and request.input_scoring.WhichOneof("continuation") == "continuation_text":
+        return request.input_scoring.continuation_text
+    return ""
+
+
+class _CompletionsStreamLifter(wire.ChunkStream):
+    transport: OpenAICompletions
+
+    def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
+        choices, out = self.chunk(event)
+        for index, raw in choices:
+            event_out = self.parts.delta(index, "text", text=raw.get("text") or "")
+            logprobs = raw.get("logprobs")
+            if logprobs is not None:
+                self.has_logprobs.add(index)
+                if logprobs.get("tokens"):
+                    self.transport.columns(logprobs, out=event_out.delta.logprobs)
+            out.append(event_out)
+        return out

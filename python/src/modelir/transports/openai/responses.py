@@ -1,0 +1,213 @@
+"""OpenAI Responses (`POST /responses`): the manifest and the lowering into input items and instructions.
+
+From OpenAI's reference (https://platform.openai.com/docs/api-reference/responses/create) and its reasoning guide
+(https://platform.openai.com/docs/guides/reasoning): a reasoning item is replayed with its `id`, `summary` and
+`encrypted_content`, together with the item that followed it (with that item's id), or the API answers 400;
+`include: ["reasoning.encrypted_content"]` makes stateless replay possible. The lift is in `responses_lift`, the
+stream lift in `responses_stream`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from modelir import content_kinds, soft_errors
+from modelir.transports import _common as common
+from modelir.transports.base import HttpResponse, StreamLifter
+from modelir.transports.manifests import CHAT_WITH_TOOLS, COMMON, LOGPROBS, capability_set
+from modelir.transports.openai import _wire as wire
+from modelir.transports.openai import responses_lift
+from modelir.transports.openai.responses_stream import ResponsesStreamLifter
+from modelir.v1 import capabilities_pb2, content_pb2, request_pb2, response_pb2
+
+ENCRYPTED = responses_lift.ENCRYPTED
+_SUMMARIES = {
+    request_pb2.REASONING_SUMMARY_AUTO: "auto",
+    request_pb2.REASONING_SUMMARY_CONCISE: "concise",
+    request_pb2.REASONING_SUMMARY_DETAILED: "detailed",
+}
+PROVIDER_OPTION_KEYS = tuple(sorted((*wire.OPTION_KEYS, "background", "max_tool_calls", "truncation")))
+_ROLES = {
+    content_pb2.ROLE_SYSTEM: "system",
+    content_pb2.ROLE_DEVELOPER: "developer",
+    content_pb2.ROLE_USER: "user",
+    content_pb2.ROLE_ASSISTANT: "assistant",
+}
+
+
+_SAMPLING = (
+    "temperature top_p max_output_tokens"  # IR sampling fields, as `ir_name:native_name` where this wire renames them
+)
+
+
+class OpenAIResponses(wire.BodyTransport):
+    name = "openai_responses"
+    path = "/responses"
+    capabilities = capability_set(
+        COMMON | CHAT_WITH_TOOLS | LOGPROBS,
+        "REASONING REASONING_EFFORT CONSTRAINT_JSON_SCHEMA",
+    )
+    limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=1)
+    provider_option_keys = PROVIDER_OPTION_KEYS
+    part_kinds = content_kinds.EVERY_KIND_CARRIED
+
+    def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
+        reasons = []
+        if request.reasoning.include_thoughts:
+            reasons.append(
+                "OpenAI Responses return reasoning summaries, not reasoning text: use reasoning.summary "
+                "instead of reasoning.include_thoughts."
+            )
+        for i, message in enumerate(request.conversation.messages):
+            parts = list(message.parts)
+            for j, part in enumerate(parts):
+                kind = part.WhichOneof("content")
+                where = f"conversation.messages[{i}].parts[{j}]"
+                if kind == "reasoning":
+                    if part.reasoning.text:
+                        reasons.append(f"OpenAI Responses cannot take reasoning text back ({where}.reasoning.text).")
+                    if not part.item_id:
+                        reasons.append(f"A replayed reasoning item needs its item id ({where}.item_id).")
+                    following = parts[j + 1] if j + 1 < len(parts) else None
+                    if following is None or not following.item_id:
+                        # The API answers 400 "provided without its required following item" otherwise.
+                        reasons.append(
+                            f"A replayed reasoning item must be followed by the item that followed it, with its "
+                            f"item id ({where})."
+                        )
+                    for artifact in part.artifacts:
+                        if artifact.kind != ENCRYPTED:
+                            reasons.append(f"OpenAI Responses take only encrypted reasoning content ({where}).")
+                elif kind == "tool_result" and part.tool_result.failed:
+                    reasons.append(
+                        f"OpenAI Responses cannot mark a tool result as failed ({where}.tool_result.failed)."
+                    )
+                elif kind == "blob" and not part.blob.mime_type.startswith("image/"):
+                    reasons.append(f"Only image blobs are supported here, not {part.blob.mime_type!r} ({where}).")
+        reasons += common.non_text_tool_results(request, "OpenAI Responses")
+        return reasons
+
+    # ---- lower -------------------------------------------------------------------------------------
+
+    def body(self, request: request_pb2.Request, *, stream: bool) -> dict[str, Any]:
+        messages = list(request.conversation.messages)
+        instructions = []
+        while (
+            messages
+            and messages[0].role in (content_pb2.ROLE_SYSTEM, content_pb2.ROLE_DEVELOPER)
+            and all(p.WhichOneof("content") == "text" for p in messages[0].parts)
+        ):
+            instructions.append("".join(p.text for p in messages.pop(0).parts))
+        body: dict[str, Any] = {"model": self.model_for(request), "input": self._items(messages)}
+        if instructions:
+            body["instructions"] = "\n\n".join(instructions)
+        common.copy_sampling(request.sampling, body, _SAMPLING)
+        if request.tools:
+            body["tools"] = [{"type": "function", **wire.function_tool(t)} for t in request.tools]
+        choice = wire.tool_choice(request, lambda name: {"type": "function", "name": name})
+        if choice is not None:
+            body["tool_choice"] = choice
+        include = []
+        if request.HasField("reasoning"):
+            reasoning: dict[str, Any] = {}
+            if request.reasoning.WhichOneof("amount") == "effort":
+                reasoning["effort"] = wire.EFFORTS[request.reasoning.effort]
+            if request.reasoning.summary:
+                reasoning["summary"] = _SUMMARIES[request.reasoning.summary]
+            body["reasoning"] = reasoning
+            # Without the encrypted content, the reasoning could not be replayed statelessly next turn.
+            include.append("reasoning.encrypted_content")
+        if request.constraint.WhichOneof("kind") == "json_schema":
+            body["text"] = {
+                "format": {"type": "json_schema", **wire.json_schema_format(request.constraint.json_schema)}
+            }
+        if request.HasField("logprobs"):
+            include.append("message.output_text.logprobs")
+            if request.logprobs.top_k:
+                body["top_logprobs"] = request.logprobs.top_k
+        if include:
+            body["include"] = include
+        if stream:
+            body["stream"] = True
+        body.update(common.provider_options(request))
+        return body
+
+    def _content(self, parts: list[content_pb2.Part]) -> list[dict[str, Any]] | str:
+        if len(parts) == 1 and parts[0].WhichOneof("content") == "text":
+            return parts[0].text
+        out: list[dict[str, Any]] = []
+        for part in parts:
+            kind = part.WhichOneof("content")
+            if kind == "text":
+                out.append({"type": "input_text", "text": part.text})
+            elif kind == "blob":  # the API requires a detail level
+                out.append({"type": "input_image", "image_url": wire.blob_url(part.blob), "detail": "auto"})
+            else:
+                raise self.not_carried(kind)
+        return out
+
+    def _items(self, messages: list[content_pb2.Message]) -> list[dict[str, Any]]:
+        """IR messages -> input items. Assistant parts become output items in order, with their ids."""
+        items: list[dict[str, Any]] = []
+        for message in messages:
+            pending: list[content_pb2.Part] = []
+            for part in message.parts:
+                kind = part.WhichOneof("content")
+                if kind == "tool_result":
+                    self._flush(items, message.role, pending)
+                    result = part.tool_result
+                    output = "".join(p.text for p in result.content if p.WhichOneof("content") == "text")
+                    items.append({"type": "function_call_output", "call_id": result.tool_call_id, "output": output})
+                elif message.role != content_pb2.ROLE_ASSISTANT:
+                    pending.append(part)
+                else:
+                    items.append(self._output_item(part, kind))
+            self._flush(items, message.role, pending)
+        return items
+
+    def _output_item(self, part: content_pb2.Part, kind: str | None) -> dict[str, Any]:
+        if kind == "reasoning":
+            item: dict[str, Any] = {
+                "type": "reasoning",
+                "id": part.item_id,
+                "summary": [{"type": "summary_text", "text": s} for s in part.reasoning.summary],
+            }
+            for artifact in part.artifacts:
+                item["encrypted_content"] = artifact.data.decode()
+            return item
+        if kind == "tool_call":
+            call = part.tool_call
+            item = {"type": "function_call", "call_id": call.id, "name": call.name, "arguments": call.arguments_json}
+            if part.item_id:
+                item["id"] = part.item_id
+            return item
+        if kind == "text":
+            if not part.item_id:
+                return {"role": "assistant", "content": part.text}
+            return {
+                "type": "message",
+                "role": "assistant",
+                "id": part.item_id,
+                "status": "completed",
+                "content": [{"type": "output_text", "text": part.text, "annotations": []}],
+            }
+        raise self.not_carried(kind)
+
+    def _flush(
+        self, items: list[dict[str, Any]], role: content_pb2.Role.ValueType, pending: list[content_pb2.Part]
+    ) -> None:
+        """Emit the user/system parts gathered so far as one input message."""
+        if pending:
+            items.append({"role": _ROLES[role], "content": self._content(pending)})
+            pending.clear()
+
+    # ---- lift --------------------------------------------------------------------------------------
+
+    def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
+        out = response_pb2.Response()
+        facts = responses_lift.lift_object(self, request, responses_lift.decode(response.body), out)
+        soft_errors.settle(request, out, facts)
+        return out
+
+    def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
+        return ResponsesStreamLifter(self, request)

@@ -1,0 +1,132 @@
+"""The stream lift of OpenAI Responses: named SSE events -> IR events, settled by the final response object.
+
+From OpenAI's streaming reference (https://platform.openai.com/docs/api-reference/responses-streaming):
+`encrypted_content` is taken from `response.completed` (or `output_item.done` when the stream ends early), never
+from `output_item.added` (the service re-encrypts it in each of these events, so all three differ); an `error`
+event is documented flat (`{type, code, message}`) and has also been seen nested under `error`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from modelir import logprobs as lp
+from modelir import soft_errors
+from modelir.transports import _common as common
+from modelir.transports.base import RawEvent, StreamLifter
+from modelir.transports.openai import _typed as typed
+from modelir.transports.openai import responses_lift
+from modelir.transports.stream_parts import StreamParts
+from modelir.v1 import content_pb2, request_pb2, response_pb2, stream_pb2
+
+if TYPE_CHECKING:
+    from modelir.transports.openai.responses import OpenAIResponses
+
+_TEXT_EVENTS = ("response.content_part.added", "response.output_text.delta", "response.refusal.delta")
+_FINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
+
+
+class ResponsesStreamLifter(StreamLifter):
+    def __init__(self, transport: OpenAIResponses, request: request_pb2.Request) -> None:
+        self.transport = transport
+        self.request = request
+        self.parts = StreamParts()  # one choice; keys are (output_index, content_index)
+        self.final: typed.ResponseObject | None = None
+        self.error: Any = None
+        self.reasoning_done: dict[int, dict[str, Any]] = {}  # output_index -> the reasoning item from `done`
+
+    def _delta(self, data: dict[str, Any], **fields: Any) -> stream_pb2.StreamEvent:
+        return self.parts.delta(0, (data.get("output_index", 0), 0), **fields)
+
+    def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
+        data = common.parse_json(event.data, "stream event")
+        kind = data.get("type") or event.event
+        if kind == "response.created":
+            response = data.get("response") or {}
+            start = stream_pb2.StreamStart(id=response.get("id") or "", model=response.get("model") or "")
+            return [stream_pb2.StreamEvent(start=start)]
+        if kind == "response.output_item.added":
+            item = data.get("item") or {}
+            if item.get("type") == "reasoning":
+                return [self._delta(data, item_id=item.get("id") or "", reasoning=stream_pb2.ReasoningDelta())]
+            if item.get("type") == "function_call":
+                call = stream_pb2.ToolCallDelta(id=item.get("call_id") or "", name=item.get("name") or "")
+                return [self._delta(data, item_id=item.get("id") or "", tool_call=call)]
+            return []  # a message: its parts start with their content parts
+        if kind in ("response.reasoning_summary_part.added", "response.reasoning_summary_text.delta"):
+            summary = stream_pb2.ReasoningDelta(summary_index=data.get("summary_index", 0), summary_text="")
+            if kind.endswith(".delta"):
+                summary.summary_text = data.get("delta") or ""
+            return [self._delta(data, reasoning=summary)]
+        if kind in _TEXT_EVENTS:
+            return self._text(kind, data)
+        if kind == "response.function_call_arguments.delta":
+            return [self._delta(data, tool_call=stream_pb2.ToolCallDelta(arguments_json=data.get("delta") or ""))]
+        if kind == "response.output_item.done":
+            item = data.get("item") or {}
+            if item.get("type") == "reasoning":
+                # The artifact is emitted at the end, from `response.completed` when it arrives, so that the
+                # stream folds to exactly what the unary lift of that object gives.
+                self.reasoning_done[data.get("output_index", 0)] = item
+        elif kind in _FINAL_EVENTS:
+            self.final = responses_lift.decode(event.data, event=True)
+        elif kind == "error":
+            payload = data["error"] if isinstance(data.get("error"), dict) else data
+            self.error = soft_errors.provider_error(
+                str(payload.get("message") or "the provider reported an error mid-stream"), payload.get("code")
+            )
+        return []
+
+    def _text(self, kind: str, data: dict[str, Any]) -> list[stream_pb2.StreamEvent]:
+        index, new = self.parts.open(0, (data.get("output_index", 0), data.get("content_index", 0)))
+        if kind == "response.content_part.added" and not new:
+            return []
+        delta = stream_pb2.PartDelta(part_index=index, text=data.get("delta") or "")
+        if new:
+            delta.item_id = data.get("item_id") or ""
+        if kind == "response.output_text.delta" and data.get("logprobs"):
+            lp.from_openai_content(data["logprobs"], into=delta.logprobs)
+        return [stream_pb2.StreamEvent(delta=delta)]
+
+    def _artifacts(self) -> list[stream_pb2.StreamEvent]:
+        final = responses_lift.output_items(self.final) if self.final else []
+        out = []
+        for output_index, done in sorted(self.reasoning_done.items()):
+            settled = final[output_index] if output_index < len(final) else None
+            if isinstance(settled, typed.ReasoningItem):
+                data, item_id = settled.encrypted_content, settled.id
+            else:
+                data, item_id = done.get("encrypted_content"), done.get("id")
+            if not data:
+                continue
+            artifact = content_pb2.ReasoningArtifact(
+                kind=responses_lift.ENCRYPTED,
+                data=data.encode(),
+                issuer=self.transport.issuer(self.request),
+                item_id=item_id or "",
+            )
+            out.append(self._delta({"output_index": output_index}, artifacts=[artifact]))
+        return out
+
+    def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
+        events = self._artifacts()
+        end = stream_pb2.StreamEnd()
+        settled = response_pb2.Response()
+        facts = soft_errors.Facts()
+        if self.final is not None:
+            facts = responses_lift.lift_object(self.transport, self.request, self.final, settled)
+            choice = settled.choices[0]
+            end.finishes.add(
+                choice_index=0, finish_reason=choice.finish_reason, raw_finish_reason=choice.raw_finish_reason
+            )
+            if settled.HasField("usage"):
+                end.usage.CopyFrom(settled.usage)
+            end.warnings.extend(settled.warnings)
+        else:
+            facts.cut_short = "the stream ended before response.completed; the output is partial"
+        if self.error is not None:
+            facts.provider_error = self.error
+        soft_errors.settle(self.request, settled, facts)
+        if settled.HasField("error"):
+            end.error.CopyFrom(settled.error)
+        return [*events, stream_pb2.StreamEvent(end=end)]
