@@ -8,9 +8,9 @@ A fleet is several targets (`"10.0.0.1:50051,10.0.0.2:50051"` or a list) or a DN
 addresses (`"dns:///modelir.internal:50051"`). The channel balances calls with gRPC's client-side `round_robin`
 and health-checks every replica (`grpc.health.v1`, service `modelir.v1.ModelService`), so a replica that stops
 serving, drains or dies leaves the rotation. A unary call that fails because its replica went away (UNAVAILABLE
-or CANCELLED with no modelir error attached: no server answered it) is sent again to another replica, up to
-`failover_attempts` times in all; a modelir error the server did answer (its provider was unavailable, say)
-is never resent from here, since the server has already retried it upstream.
+or CANCELLED with no modelir error attached: no server answered it), or a stream that broke so before its first
+event, is sent again to another replica, up to `failover_attempts` times in all. A modelir error the server did
+answer (its provider was unavailable, say) is never resent from here: the server has already retried it upstream.
 """
 
 from __future__ import annotations
@@ -169,19 +169,28 @@ class RemoteModel(ModelInterface):
     async def astream(
         self, request: request_pb2.Request, *, deadline: float | None = None
     ) -> AsyncIterator[stream_pb2.StreamEvent]:
+        """Stream the events of one request; sent again to another replica only if its replica went away before
+        the first event (once output has arrived, a broken stream raises like any other)."""
         request = self._named(request)
-        call = self._stub().StreamGenerate(
-            service_pb2.StreamGenerateRequest(request=request),
-            timeout=self._timeout(request, deadline),
-            metadata=self._metadata,
-        )
-        try:
-            async for message in call:
-                yield message.event
-        except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(exc) from None
-        finally:
-            call.cancel()  # a consumer that stops early cancels the server-side call, and with it the upstream
+        message = service_pb2.StreamGenerateRequest(request=request)
+        attempt = 0
+        while True:
+            attempt += 1
+            delivered = False
+            call = self._stub().StreamGenerate(
+                message, timeout=self._timeout(request, deadline), metadata=self._metadata
+            )
+            try:
+                async for answer in call:
+                    delivered = True
+                    yield answer.event
+                return
+            except grpc.aio.AioRpcError as exc:
+                if delivered or attempt >= self.failover_attempts or not _replica_went_away(exc):
+                    raise error_from_rpc(exc) from None
+                self.failovers += 1
+            finally:
+                call.cancel()  # a consumer that stops early cancels the server-side call, and with it the upstream
 
     async def avalidate(self, request: request_pb2.Request) -> service_pb2.ValidateResponse:
         message = service_pb2.ValidateRequest(request=self._named(request))
