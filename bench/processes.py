@@ -128,6 +128,50 @@ def floor(upstream_url: str) -> None:
     _run(main())
 
 
+def otlp_sink() -> None:
+    """An OTLP/gRPC receiver that accepts every span and metric export and keeps nothing: the local collector
+    the telemetry-on gateway exports to."""
+    import grpc
+    from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+    class Traces(trace_service_pb2_grpc.TraceServiceServicer):
+        async def Export(self, request, context):
+            return trace_service_pb2.ExportTraceServiceResponse()
+
+    class Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):
+        async def Export(self, request, context):
+            return metrics_service_pb2.ExportMetricsServiceResponse()
+
+    from aiohttp import web
+
+    traces_answer = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+    metrics_answer = metrics_service_pb2.ExportMetricsServiceResponse().SerializeToString()
+
+    async def http_export(request: web.Request) -> web.Response:
+        await request.read()
+        answer = traces_answer if request.path == "/v1/traces" else metrics_answer
+        return web.Response(body=answer, content_type="application/x-protobuf")
+
+    async def main() -> None:
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), server)
+        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Metrics(), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/traces", http_export)
+        app.router.add_post("/v1/metrics", http_export)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        print("READY", port, site._server.sockets[0].getsockname()[1], flush=True)  # OTLP/gRPC, OTLP/HTTP
+        await server.wait_for_termination()
+
+    _run(main())
+
+
 def _run(coro) -> None:
     try:
         import uvloop
@@ -139,4 +183,4 @@ def _run(coro) -> None:
 
 
 if __name__ == "__main__":
-    {"upstream": upstream, "echo": echo, "floor": floor}[sys.argv[1]](*sys.argv[2:])
+    {"upstream": upstream, "echo": echo, "floor": floor, "otlp_sink": otlp_sink}[sys.argv[1]](*sys.argv[2:])

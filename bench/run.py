@@ -130,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         import gateway
 
         rows += gateway.run(seconds=max(args.seconds, 3.0))
+        rows += gateway.run_telemetry(seconds=max(args.seconds, 3.0))
     width = max(len(r[0]) for r in rows)
     print(f"{'case'.ljust(width)}  measurement  |  ratio")
     for case, measured, ratio in rows:

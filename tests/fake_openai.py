@@ -70,12 +70,14 @@ class FakeOpenAI:
             return web.json_response(
                 {"error": {"message": "slow down", "type": "requests", "param": None, "code": "rate_limit_exceeded"}},
                 status=status,
-                headers={"retry-after": "0.2"},
+                headers={"retry-after": "0.2", "x-request-id": self._request_id()},
             )
         model = body["model"]
         if not body.get("stream"):
-            return web.json_response(self.body_override or completion_body(model))
-        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+            return web.json_response(
+                self.body_override or completion_body(model), headers={"x-request-id": self._request_id()}
+            )
+        response = web.StreamResponse(headers={"content-type": "text/event-stream", "x-request-id": self._request_id()})
         await response.prepare(request)
         await response.write(_chunk(model, {"role": "assistant", "content": ""}))
         for piece in ANSWER:
@@ -89,6 +91,10 @@ class FakeOpenAI:
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+    def _request_id(self) -> str:
+        """The provider's id for the request being answered, as OpenAI sends it (`x-request-id`)."""
+        return f"req-fake-{len(self.requests)}"
 
     async def __aenter__(self) -> FakeOpenAI:
         app = web.Application()

@@ -6,8 +6,8 @@ import base64
 import json
 
 import pytest
-from modelir import ForeignArtifactError, Model, accumulate, errors, records
-from modelir.executor import Executor
+from modelir import ForeignArtifactError, accumulate, errors, records
+from modelir.pipeline import Pipeline
 from modelir.transports.anthropic_messages import AnthropicMessages
 from modelir.transports.base import HttpResponse, RawEvent
 from modelir.transports.google_genai import GoogleGenAI
@@ -302,19 +302,18 @@ def _turn_with(artifact_kind: int, transport: str, model: str) -> request_pb2.Re
     ids=["anthropic", "gemini"],
 )
 async def test_cross_issuer_policy_both_ways(transport, own_kind, foreign):
-    model = Model(transport, executor=Executor("http://127.0.0.1:9"))
+    pipeline = Pipeline(transport)
     request = _turn_with(own_kind, *foreign)
     with pytest.raises(ForeignArtifactError, match="another issuer"):
-        model._prepare(request, streaming=False)
+        pipeline.check(request)
     request.foreign_artifact_policy = request_pb2.FOREIGN_ARTIFACT_POLICY_DROP
-    cleaned, warnings = model._prepare(request, streaming=False)
+    cleaned, warnings = pipeline.check(request)
     assert [w.code for w in warnings] == ["foreign_reasoning_dropped"]
     body = json.loads(transport.lower(cleaned, stream=False).body)
     assert "thoughts" not in json.dumps(body)  # reasoning never goes out without its issuer's signature
     own = _turn_with(own_kind, transport.name, transport.provider_model)
-    same, none = model._prepare(own, streaming=False)
+    same, none = pipeline.check(own)
     assert not none and "thoughts" in json.dumps(json.loads(transport.lower(same, stream=False).body))
-    await model.executor.aclose()
 
 
 async def test_artifacts_name_the_model_they_were_sent_to_so_replay_is_not_foreign():
@@ -331,7 +330,5 @@ async def test_artifacts_name_the_model_they_were_sent_to_so_replay_is_not_forei
     follow.CopyFrom(request)
     follow.conversation.messages.append(lifted.choices[0].message)
     follow.conversation.messages.add(role=content_pb2.ROLE_USER).parts.add(text="again")
-    model = Model(transport, executor=Executor("http://127.0.0.1:9"))
-    _, warnings = model._prepare(follow, streaming=False)
+    _, warnings = Pipeline(transport).check(follow)
     assert warnings == []
-    await model.executor.aclose()

@@ -202,7 +202,7 @@ async def test_tampered_reasoning_is_rejected(reference):
 async def test_foreign_artifacts_rejected_by_default_and_dropped_on_request(reference):
     request = _reasoning_request(include_thoughts=True)
     first = await reference.arun(request)
-    other = Model(ReferenceModel(model_id="another-model"))
+    other = Model(ReferenceModel(provider_model="another-model"))
     with pytest.raises(ForeignArtifactError, match="another issuer"):
         await _second_turn(other, first, request)
     request.foreign_artifact_policy = request_pb2.FOREIGN_ARTIFACT_POLICY_DROP

@@ -22,6 +22,7 @@ from modelir.remote import RemoteModel
 from modelir.server import build_server
 from modelir.transports.base import LocalTransport
 from modelir.v1 import capabilities_pb2, request_pb2, stream_pb2
+from modelir.version import IR_VERSION
 
 C = capabilities_pb2.Capability
 
@@ -185,3 +186,17 @@ def test_request_timeout_field_is_honoured_without_a_grpc_deadline():
     request = request_pb2.Request()
     request.timeout.FromMilliseconds(250)
     assert RemoteModel("x:1", "m")._timeout(request, None) == 0.25
+
+
+async def test_remote_offers_detokenize_round_trip_and_server_info(served):
+    remote, _, _ = served
+    local = Model(ReferenceModel(), name="reference")
+    for model in (local, remote):
+        assert await model.adetokenize([256, 104, 0xC3, 0xA9, 257]) == "hé"
+        assert await model.around_trip("naïve café")
+    info = await remote.aserver_info()
+    assert info.ir_version == IR_VERSION
+    assert [(t.name, t.version, list(t.model_names)) for t in info.transports] == [
+        ("reference", ReferenceModel.version, ["reference"]),
+        ("slow", ReferenceModel.version, ["slow"]),  # SlowUpstream reuses the reference manifest
+    ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import grpc
 import pytest
 from google.rpc import error_details_pb2
@@ -10,6 +12,7 @@ from grpc_status import rpc_status
 from modelir import Model, ReferenceModel, accumulate, build_request
 from modelir.server import build_server
 from modelir.server.servicer import serialize_generate_response
+from modelir.telemetry import access_log
 from modelir.v1 import capabilities_pb2, errors_pb2, response_pb2, service_pb2, service_pb2_grpc
 
 C = capabilities_pb2.Capability
@@ -106,3 +109,61 @@ def test_generate_answers_are_wrapped_on_the_wire_exactly_as_the_message_would_b
     expected = service_pb2.GenerateResponse(response=response).SerializeToString()
     assert serialize_generate_response(response) == expected
     assert service_pb2.GenerateResponse.FromString(expected).response == response
+
+
+async def test_each_call_logs_the_status_its_caller_sees():
+    class Broken(ReferenceModel):
+        async def run(self, request):
+            raise RuntimeError("a bug, not a ModelError")
+
+    lines = io.BytesIO()
+    access_log.configure("text", lines)
+
+    def logged() -> str:
+        access_log.access_log().flush()
+        return lines.getvalue().decode()
+
+    models = {"reference": Model(ReferenceModel(), name="reference"), "broken": Model(Broken(), name="broken")}
+    server, port = await build_server(models, "127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = service_pb2_grpc.ModelServiceStub(channel)
+            for name, code in (("reference", grpc.StatusCode.OK), ("nope", grpc.StatusCode.NOT_FOUND)):
+                request = service_pb2.GenerateRequest(request=build_request(name, prompt="x", max_output_tokens=2))
+                try:
+                    await stub.Generate(request)
+                except grpc.aio.AioRpcError as exc:
+                    assert exc.code() == code
+                assert f"Generate model={name} " in logged() and f"status={code.name}" in logged()
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await stub.Generate(
+                    service_pb2.GenerateRequest(request=build_request("broken", prompt="x", max_output_tokens=2))
+                )
+            assert caught.value.code() == grpc.StatusCode.UNKNOWN
+            assert "Generate model=broken transport=reference status=UNKNOWN" in logged()
+    finally:
+        await server.stop(None)
+        access_log.configure("text")
+
+
+async def test_get_server_info_names_the_ir_version_and_the_transports(stub):
+    stub, _ = stub
+    from modelir.version import IR_VERSION, SDK_VERSION
+
+    info = await stub.GetServerInfo(service_pb2.GetServerInfoRequest())
+    assert info.ir_version == IR_VERSION and info.server_version == SDK_VERSION
+    assert [(t.name, list(t.model_names)) for t in info.transports] == [("reference", ["reference"])]
+    assert info.transports[0].version == ReferenceModel.version
+
+
+async def test_detokenize_inverts_tokenize_and_names_negative_ids(stub):
+    stub, _ = stub
+    tokens = await stub.Tokenize(service_pb2.TokenizeRequest(model="reference", text="hé!", add_special_tokens=True))
+    text = await stub.Detokenize(service_pb2.DetokenizeRequest(model="reference", token_ids=tokens.token_ids))
+    assert text.text == "hé!"
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.Detokenize(service_pb2.DetokenizeRequest(model="reference", token_ids=[104, -1, -7]))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    fields = [v.field for v in _details(caught.value)["BadRequest"].field_violations]
+    assert fields == ["token_ids[1]", "token_ids[2]"]

@@ -7,6 +7,7 @@ classes live in `modelir.v1`; the most used ones are re-exported here.
 from modelir.accumulate import StreamAccumulator, accumulate
 from modelir.capabilities import requirements, unsupported
 from modelir.classification import Classification, aclassify, classify
+from modelir.connect import Connection, connect
 from modelir.errors import (
     ConstraintViolatedError,
     DeadlineExceededError,
@@ -20,11 +21,16 @@ from modelir.errors import (
     UnsupportedCapabilityError,
 )
 from modelir.executor import Executor, RetryPolicy
-from modelir.interface import ModelInterface, Score, build_request, message
+from modelir.interface import ModelInterface, Score
 from modelir.limiter import Limiter
 from modelir.logprobs import bits_per_byte
 from modelir.model import Model
+from modelir.needs import Needs, needs
+from modelir.raw import raw_json, raw_typed
+from modelir.reading import LogprobArrays, ResponseView, view
+from modelir.recording import arecorded, record_of, recorded
 from modelir.remote import RemoteModel
+from modelir.request_builder import build_request, message
 from modelir.transports.reference import ReferenceModel
 from modelir.v1.capabilities_pb2 import Capability, CapabilityManifest
 from modelir.v1.content_pb2 import Message, Part
@@ -32,6 +38,7 @@ from modelir.v1.request_pb2 import Request
 from modelir.v1.response_pb2 import Response
 from modelir.v1.stream_pb2 import StreamEvent
 from modelir.version import IR_VERSION, SDK_VERSION
+from modelir.writing import ArgumentError, chat_message, image, tool, tool_result
 
 __all__ = [
     "IR_VERSION",
@@ -72,3 +79,7 @@ __all__ = [
     "requirements",
     "unsupported",
 ]
+# The SDK layer over the messages (reading, writing, connecting, needs, raw, records).
+__all__ += ["ArgumentError", "Connection", "LogprobArrays", "Needs", "ResponseView", "arecorded", "chat_message"]
+__all__ += ["connect", "image", "needs", "raw_json", "raw_typed", "record_of", "recorded", "tool", "tool_result"]
+__all__ += ["view"]

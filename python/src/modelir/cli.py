@@ -1,9 +1,10 @@
-"""The `modelir` command line: serve, models, validate, generate."""
+"""The `modelir` command line: serve, models, transports, validate, generate, run, records, conformance."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import sys
@@ -15,8 +16,11 @@ from google.protobuf import json_format
 from modelir import errors
 from modelir.batch import BatchInputError
 from modelir.config import ConfigError, ServerConfig, default_config, load_config
-from modelir.interface import ModelInterface, build_request
+from modelir.interface import ModelInterface
 from modelir.records import RecordFileError
+from modelir.request_builder import build_request
+from modelir.telemetry import setup
+from modelir.telemetry.setup import TelemetrySetupError
 from modelir.v1 import capabilities_pb2, request_pb2
 
 _CAPABILITY_NAMES = {v: k.removeprefix("CAPABILITY_") for k, v in capabilities_pb2.Capability.items()}
@@ -39,15 +43,25 @@ async def _open_model(args: argparse.Namespace) -> tuple[ModelInterface, ServerC
 
 def _serve(args: argparse.Namespace) -> int:
     from modelir.server import serve
+    from modelir.telemetry import access_log
 
     config = _config(args)
+    try:
+        access_log.configure(args.access_log)
+    except ValueError as exc:  # a bad $MODELIR_ACCESS_LOG (argparse checks only the flag)
+        raise ConfigError(f"MODELIR_ACCESS_LOG: {exc}") from None
     try:
         import uvloop
 
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(serve(config.models, args.host, args.port, auth_tokens=config.auth_tokens, grace=args.grace))
+    # Traces and metrics only when OTEL_* variables ask for them; what is still batched is exported at the end.
+    with setup.installed_from_env():
+        try:
+            asyncio.run(serve(config.models, args.host, args.port, auth_tokens=config.auth_tokens, grace=args.grace))
+        finally:
+            access_log.access_log().flush()
     return 0
 
 
@@ -70,6 +84,17 @@ async def _models(args: argparse.Namespace) -> int:
     for name, manifest in manifests.items():
         caps = ", ".join(_CAPABILITY_NAMES[c] for c in manifest.capabilities)
         print(f"{name.ljust(width)}  {manifest.transport}  {caps}")
+    return 0
+
+
+def _transports(args: argparse.Namespace) -> int:
+    """Every transport and the options a configuration entry may give it."""
+    from modelir.registry import registry
+
+    for name, entry in registry().items():
+        print(name)
+        for option in entry.options.values():
+            print(f"  {option.name}: {option.describe()}")
     return 0
 
 
@@ -220,6 +245,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=50051, help="0 picks a free port (logged)")
     serve.add_argument("--grace", type=float, default=30.0, help="seconds to drain in-flight calls on SIGTERM")
+    serve.add_argument(
+        "--access-log",
+        choices=["text", "json", "off"],
+        default=os.environ.get("MODELIR_ACCESS_LOG", "text"),
+        help="one line per call on stderr: text, JSON lines, or off (default $MODELIR_ACCESS_LOG or text)",
+    )
     serve.set_defaults(func=_serve)
 
     def where(sub: argparse.ArgumentParser) -> None:
@@ -234,6 +265,9 @@ def _parser() -> argparse.ArgumentParser:
     where(models)
     models.add_argument("--json", action="store_true", help="print the manifests as JSON")
     models.set_defaults(afunc=_models)
+
+    transports = commands.add_parser("transports", help="list the transports and their configuration options")
+    transports.set_defaults(func=_transports)
 
     validate = commands.add_parser("validate", help="check a request (proto-JSON file) against a model")
     where(validate)
@@ -290,12 +324,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     try:
         if hasattr(args, "afunc"):
-            return asyncio.run(args.afunc(args))
+            # A traced `run` or `generate` joins the caller's telemetry, and records get trace ids.
+            with setup.installed_from_env() if args.command in ("run", "generate") else contextlib.nullcontext():
+                return asyncio.run(args.afunc(args))
         return args.func(args)
     except ConfigError as exc:
         print(f"modelir: configuration error: {exc}", file=sys.stderr)
         return 2
-    except (RecordFileError, BatchInputError, FileExistsError) as exc:
+    except (RecordFileError, BatchInputError, FileExistsError, TelemetrySetupError) as exc:
         print(f"modelir: {exc}", file=sys.stderr)
         return 2
     except errors.ModelError as exc:

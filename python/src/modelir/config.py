@@ -21,7 +21,19 @@ models:
     limits: {max_concurrency: 8}       # or `limiter: openai-key`
     timeout_seconds: 120
     max_attempts: 4
+  claude:
+    transport: anthropic_messages
+    base_url: https://api.anthropic.com/v1
+    provider_model: claude-sonnet-4-0
+    credential_env: ANTHROPIC_API_KEY
+    default_max_tokens: 8192           # a transport option
 ```
+
+A model entry holds the model fields above (`transport`, `base_url`, `credential_env`, `remove_capabilities`,
+`limits` or `limiter`, `timeout_seconds`, `max_attempts`) and the options of its transport: the keyword arguments
+of the transport's constructor (`modelir transports` lists them with their types and defaults). Every transport
+takes `provider_model`, the model id at the provider; an HTTP transport without one sends the request's model
+name. An option the transport does not take, or a value of the wrong type, is an error naming the key.
 """
 
 from __future__ import annotations
@@ -36,23 +48,26 @@ import yaml
 
 from modelir.capabilities import narrow
 from modelir.executor import Executor, RetryPolicy
-from modelir.limiter import limiter_backend
+from modelir.limiter import BaseLimiter, LimiterBackend, limiter_backend
 from modelir.model import Model
-from modelir.transports import TRANSPORTS, HttpTransport
+from modelir.registry import TransportOptionError, registry
+from modelir.transports.base import HttpTransport, Transport
 from modelir.transports.reference import ReferenceModel
 from modelir.v1 import capabilities_pb2
 
-_MODEL_KEYS = {
-    "transport",
-    "base_url",
-    "provider_model",
-    "credential_env",
-    "remove_capabilities",
-    "limits",
-    "limiter",
-    "timeout_seconds",
-    "max_attempts",
-}
+# The model fields; every other key of a model entry is an option of its transport.
+_MODEL_KEYS = frozenset(
+    {
+        "transport",
+        "base_url",
+        "credential_env",
+        "remove_capabilities",
+        "limits",
+        "limiter",
+        "timeout_seconds",
+        "max_attempts",
+    }
+)
 
 
 class ConfigError(ValueError):
@@ -91,91 +106,150 @@ def load_config(path: str | os.PathLike, environ: Mapping[str, str] | None = Non
 
 
 def build_config(data: Any, *, source: str, environ: Mapping[str, str]) -> ServerConfig:
-    def fail(where: str, problem: str) -> ConfigError:
-        return ConfigError(f"{source}: {where}: {problem}")
-
+    """Build the models a parsed configuration document describes (see the module's docstring)."""
+    fail = _Failer(source)
     if not isinstance(data, dict):
         raise fail("top level", "expected a mapping with a `models` key")
     unknown = set(data) - {"server", "limiter_backend", "limiters", "models"}
     if unknown:
         raise fail("top level", f"unknown keys {sorted(unknown)}; expected server, limiter_backend, limiters, models")
-
-    server = data.get("server") or {}
-    if not isinstance(server, dict) or set(server) - {"auth_tokens_env"}:
-        raise fail("server", "only `auth_tokens_env` is accepted")
-    tokens: frozenset[str] = frozenset()
-    if "auth_tokens_env" in server:
-        env = server["auth_tokens_env"]
-        if env not in environ or not environ[env].strip():
-            raise fail("server.auth_tokens_env", f"the environment variable {env} is not set")
-        tokens = frozenset(t.strip() for t in environ[env].split(",") if t.strip())
-
+    tokens = _auth_tokens(data.get("server") or {}, environ, fail)
     backend = limiter_backend(data.get("limiter_backend"), fail, environ)  # in memory, or Redis (limiter/settings.py)
     shared = {n: backend.build(spec, f"limiters.{n}", fail) for n, spec in (data.get("limiters") or {}).items()}
-
     models_spec = data.get("models")
     if not isinstance(models_spec, dict) or not models_spec:
         raise fail("models", "give at least one model")
     executors: dict[tuple[str, str], Executor] = {}
-    models = {}
-    for name, spec in models_spec.items():
-        where = f"models.{name}"
-        if not isinstance(spec, dict):
-            raise fail(where, "expected a mapping")
-        unknown = set(spec) - _MODEL_KEYS
-        if unknown:
-            raise fail(f"{where}.{sorted(unknown)[0]}", f"unknown field; expected one of {sorted(_MODEL_KEYS)}")
-        transport_name = spec.get("transport")
-        if transport_name not in TRANSPORTS:
-            raise fail(f"{where}.transport", f"unknown transport {transport_name!r}; known: {sorted(TRANSPORTS)}")
-        transport = TRANSPORTS[transport_name](spec)
-
-        manifest = transport.manifest()
-        if "remove_capabilities" in spec:
-            remove = []
-            for cap in spec["remove_capabilities"] or []:
-                full = f"CAPABILITY_{str(cap).upper().removeprefix('CAPABILITY_')}"
-                if full not in capabilities_pb2.Capability.keys():
-                    raise fail(f"{where}.remove_capabilities", f"unknown capability {cap!r}")
-                remove.append(capabilities_pb2.Capability.Value(full))
-            manifest = narrow(manifest, remove)
-
-        if "limiter" in spec and "limits" in spec:
-            raise fail(f"{where}.limiter", "give either `limiter` (shared) or `limits` (own), not both")
-        if "limiter" in spec:
-            if spec["limiter"] not in shared:
-                raise fail(f"{where}.limiter", f"no limiter named {spec['limiter']!r} under `limiters`")
-            limiter = shared[spec["limiter"]]
-        else:
-            limiter = backend.build(spec.get("limits") or {}, f"{where}.limits", fail)
-
-        timeout = spec.get("timeout_seconds")
-        if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
-            raise fail(f"{where}.timeout_seconds", "expected a positive number of seconds")
-
-        executor = None
-        if isinstance(transport, HttpTransport):
-            base_url = spec.get("base_url")
-            if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-                raise fail(f"{where}.base_url", "an http(s) URL is required for this transport")
-            credential = ""
-            if "credential_env" in spec:
-                env = spec["credential_env"]
-                credential = environ.get(env, "")
-                if not credential:
-                    raise fail(f"{where}.credential_env", f"the environment variable {env} is not set")
-            attempts = spec.get("max_attempts", 4)
-            if not isinstance(attempts, int) or attempts < 1:
-                raise fail(f"{where}.max_attempts", "expected a whole number of at least 1")
-            key = (base_url, spec.get("credential_env", ""))
-            executor = executors.get(key)
-            if executor is None:
-                executor = executors[key] = Executor(
-                    base_url, headers=transport.auth_headers(credential), retry=RetryPolicy(max_attempts=attempts)
-                )
-        elif "base_url" in spec or "credential_env" in spec:
-            raise fail(where, f"transport {transport_name!r} runs in-process and takes no base_url or credential")
-        models[name] = Model(
-            transport, name=name, executor=executor, limiter=limiter, manifest=manifest, default_timeout=timeout
-        )
+    models = {
+        name: _model(name, spec, backend=backend, shared=shared, executors=executors, environ=environ, fail=fail)
+        for name, spec in models_spec.items()
+    }
     return ServerConfig(models=models, auth_tokens=tokens, source=source)
+
+
+class _Failer:
+    """Makes the `ConfigError` for a problem at one place in one file."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def __call__(self, where: str, problem: str) -> ConfigError:
+        return ConfigError(f"{self.source}: {where}: {problem}")
+
+
+def _auth_tokens(server: Any, environ: Mapping[str, str], fail: _Failer) -> frozenset[str]:
+    if not isinstance(server, dict) or set(server) - {"auth_tokens_env"}:
+        raise fail("server", "only `auth_tokens_env` is accepted")
+    if "auth_tokens_env" not in server:
+        return frozenset()
+    env = server["auth_tokens_env"]
+    if env not in environ or not environ[env].strip():
+        raise fail("server.auth_tokens_env", f"the environment variable {env} is not set")
+    return frozenset(t.strip() for t in environ[env].split(",") if t.strip())
+
+
+def _model(
+    name: str,
+    spec: Any,
+    *,
+    backend: LimiterBackend,
+    shared: Mapping[str, BaseLimiter],
+    executors: dict[tuple[str, str], Executor],
+    environ: Mapping[str, str],
+    fail: _Failer,
+) -> Model:
+    where = f"models.{name}"
+    if not isinstance(spec, dict):
+        raise fail(where, "expected a mapping")
+    transport = _transport(spec, where, fail)
+    timeout = spec.get("timeout_seconds")
+    if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
+        raise fail(f"{where}.timeout_seconds", "expected a positive number of seconds")
+    return Model(
+        transport,
+        name=name,
+        executor=_executor(transport, spec, where, executors, environ, fail),
+        limiter=_model_limiter(spec, where, backend, shared, fail),
+        manifest=_manifest(transport, spec, where, fail),
+        default_timeout=timeout,
+    )
+
+
+def _transport(spec: dict, where: str, fail: _Failer) -> Transport:
+    """The transport the entry names, built from the entry's keys that are not model fields."""
+    name, entries = spec.get("transport"), registry()
+    if not isinstance(name, str) or name not in entries:
+        raise fail(f"{where}.transport", f"unknown transport {name!r}; known: {sorted(entries)}")
+    entry = entries[name]
+    options = {key: value for key, value in spec.items() if key not in _MODEL_KEYS}
+    try:
+        return entry.build(options)
+    except TransportOptionError as exc:
+        if exc.key not in entry.options:
+            fields = ", ".join(sorted(_MODEL_KEYS))
+            options_text = ", ".join(entry.options)
+            raise fail(
+                f"{where}.{exc.key}",
+                f"unknown field; a model entry takes {fields} and the options of transport {entry.name!r}: "
+                f"{options_text}",
+            ) from None
+        raise fail(f"{where}.{exc.key}", exc.problem) from None
+
+
+def _manifest(transport: Transport, spec: dict, where: str, fail: _Failer) -> capabilities_pb2.CapabilityManifest:
+    manifest = transport.manifest()
+    if "remove_capabilities" not in spec:
+        return manifest
+    remove = []
+    for cap in spec["remove_capabilities"] or []:
+        full = f"CAPABILITY_{str(cap).upper().removeprefix('CAPABILITY_')}"
+        if full not in capabilities_pb2.Capability.keys():
+            raise fail(f"{where}.remove_capabilities", f"unknown capability {cap!r}")
+        remove.append(capabilities_pb2.Capability.Value(full))
+    return narrow(manifest, remove)
+
+
+def _model_limiter(
+    spec: dict, where: str, backend: LimiterBackend, shared: Mapping[str, BaseLimiter], fail: _Failer
+) -> BaseLimiter:
+    if "limiter" in spec and "limits" in spec:
+        raise fail(f"{where}.limiter", "give either `limiter` (shared) or `limits` (own), not both")
+    if "limiter" not in spec:
+        return backend.build(spec.get("limits") or {}, f"{where}.limits", fail)
+    if spec["limiter"] not in shared:
+        raise fail(f"{where}.limiter", f"no limiter named {spec['limiter']!r} under `limiters`")
+    return shared[spec["limiter"]]
+
+
+def _executor(
+    transport: Transport,
+    spec: dict,
+    where: str,
+    executors: dict[tuple[str, str], Executor],
+    environ: Mapping[str, str],
+    fail: _Failer,
+) -> Executor | None:
+    """The executor for an HTTP transport, shared by the models on the same endpoint with the same credential."""
+    if not isinstance(transport, HttpTransport):
+        if "base_url" in spec or "credential_env" in spec:
+            raise fail(where, f"transport {transport.name!r} runs in-process and takes no base_url or credential")
+        return None
+    base_url = spec.get("base_url")
+    if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+        raise fail(f"{where}.base_url", "an http(s) URL is required for this transport")
+    credential = ""
+    if "credential_env" in spec:
+        env = spec["credential_env"]
+        credential = environ.get(env, "")
+        if not credential:
+            raise fail(f"{where}.credential_env", f"the environment variable {env} is not set")
+    attempts = spec.get("max_attempts", 4)
+    if not isinstance(attempts, int) or attempts < 1:
+        raise fail(f"{where}.max_attempts", "expected a whole number of at least 1")
+    key = (base_url, spec.get("credential_env", ""))
+    executor = executors.get(key)
+    if executor is None:
+        executor = executors[key] = Executor(
+            base_url, headers=transport.auth_headers(credential), retry=RetryPolicy(max_attempts=attempts)
+        )
+    return executor

@@ -17,13 +17,12 @@ from typing import Any
 import orjson
 from google.protobuf import json_format
 
-from modelir import capabilities, errors
+from modelir import errors
 from modelir.accumulate import accumulate
-from modelir.artifacts import apply_foreign_artifact_policy
-from modelir.transports import TRANSPORTS
+from modelir.pipeline import Pipeline
+from modelir.registry import build_transport, registry
 from modelir.transports.base import HttpResponse, HttpTransport, RawEvent
 from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, service_pb2
-from modelir.validation import validate_request
 
 DEFAULT_FIXTURES = Path(__file__).resolve().parents[3] / "conformance" / "fixtures"
 
@@ -74,7 +73,9 @@ def run_case(transport_name: str, path: Path) -> CaseResult:
     problems = result.problems
     try:
         fixture = orjson.loads(path.read_bytes())
-        transport = TRANSPORTS[transport_name](fixture.get("transport_options", {}))
+        transport = build_transport(transport_name, fixture.get("transport_options", {}))
+        if not isinstance(transport, HttpTransport):
+            raise TypeError(f"fixtures replay wire exchanges; {transport_name} is not an HTTP transport")
         if fixture.get("operation") == "tokenize" and "expected_rejection" not in fixture:
             _check_tokenize(fixture, transport, problems)
             result.passed = not problems
@@ -97,19 +98,15 @@ def run_case(transport_name: str, path: Path) -> CaseResult:
 
 def _check_rejection(spec, transport, request, streaming, problems) -> None:
     try:
-        validate_request(request)
+        Pipeline(transport).check(request, streaming=streaming)
     except errors.InvalidRequestError as exc:
         fields = sorted(v.field for v in exc.violations)
         if fields != sorted(spec.get("fields", [])):
             problems.append(f"invalid fields {fields}, expected {sorted(spec.get('fields', []))}")
         return
-    gaps = capabilities.unsupported(
-        request,
-        transport.manifest(),
-        streaming=streaming,
-        extra_reasons=transport.extra_unsupported(request, streaming=streaming),
-    )
-    if gaps is None:
+    except errors.UnsupportedCapabilityError as exc:
+        gaps = exc.unsupported
+    else:
         problems.append("the request was accepted; the manifest must reject it")
         return
     missing = sorted(errors.capability_name(c) for c in gaps.missing)
@@ -124,20 +121,14 @@ def _check_rejection(spec, transport, request, streaming, problems) -> None:
 
 
 def _check_exchange(fixture, transport: HttpTransport, request, streaming, problems) -> None:
-    validate_request(request)
-    gaps = capabilities.unsupported(
-        request,
-        transport.manifest(),
-        streaming=streaming,
-        extra_reasons=transport.extra_unsupported(request, streaming=streaming),
-    )
-    if gaps is not None:
-        problems.append(
-            f"the manifest rejects a request this fixture expects to run: {errors.describe_unsupported(gaps)}"
-        )
+    try:
+        prepared = Pipeline(transport).prepare(request, streaming=streaming)
+    except errors.UnsupportedCapabilityError as exc:
+        gaps = errors.describe_unsupported(exc.unsupported)
+        problems.append(f"the manifest rejects a request this fixture expects to run: {gaps}")
         return
-    request, _ = apply_foreign_artifact_policy(request, transport=transport.name, model=transport.issuer_model(request))
-    lowered = transport.lower(request, stream=streaming)
+    request, lowered = prepared.request, prepared.native
+    assert lowered is not None  # every fixture's transport speaks HTTP
     expected_http = fixture["expected_http_request"]
     if lowered.method != expected_http["method"] or lowered.path != expected_http["path"]:
         problems.append(
@@ -216,7 +207,7 @@ def _check_error(spec, exc: errors.ModelError, problems) -> None:
 
 def coverage_problems(transport_name: str, fixtures: list[Path]) -> list[str]:
     """Claimed capabilities without a positive fixture; unclaimed ones no negative fixture names."""
-    manifest = TRANSPORTS[transport_name]({}).manifest()
+    manifest = build_transport(transport_name).manifest()
     proved: set[int] = set()
     rejected: set[int] = set()
     for path in fixtures:
@@ -246,7 +237,7 @@ def run(fixtures_dir: Path = DEFAULT_FIXTURES, transport: str | None = None) -> 
     report: dict[str, Any] = {"passed": True, "transports": {}}
     names = [transport] if transport else sorted(p.name for p in fixtures_dir.iterdir() if p.is_dir())
     for name in names:
-        if name not in TRANSPORTS:
+        if name not in registry():
             report["transports"][name] = {"passed": False, "coverage": [f"no transport named {name!r}"], "cases": []}
             report["passed"] = False
             continue

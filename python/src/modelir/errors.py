@@ -7,6 +7,7 @@ place that says which gRPC status code and which `google.rpc.ErrorInfo.reason` a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -52,8 +53,9 @@ class ModelError(Exception):
         self.message = message
         self.http_status = http_status
         self.provider_code = provider_code
-        # Seconds the provider asked us to wait before retrying (Retry-After, RetryInfo), when it said.
-        self.retry_after = retry_after
+        # Seconds the provider asked us to wait before retrying (Retry-After, RetryInfo), when it said. A hint that
+        # is not a finite, non-negative number (a provider's `inf`, a negative delay) is no hint.
+        self.retry_after = retry_after if retry_after is None or 0 <= retry_after < math.inf else None
         # Output received before the failure; never thrown away.
         self.partial = partial
 

@@ -1,32 +1,30 @@
-"""The interface every model offers, local (`Model`) or remote (`RemoteModel`), and request building.
+"""The interface every model offers, local (`Model`) or remote (`RemoteModel`): primitives, sugar and sync twins.
 
 Subclasses implement the primitives (`arun`, `astream`, `avalidate`, `atokenize_request`, `capabilities`); the
 sugar and the sync twins are written once, here, so code written against one runs unchanged against the other.
+Requests are built in `request_builder`; the sync twins run on the loop in `sync`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import datetime
 import math
-import threading
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from modelir import logprobs as lp
 from modelir.accumulate import StreamAccumulator
-from modelir.v1 import (
-    capabilities_pb2,
-    content_pb2,
-    logprobs_pb2,
-    request_pb2,
-    response_pb2,
-    service_pb2,
-    stream_pb2,
-)
+from modelir.request_builder import MessageLike, build_request, message, with_model
+from modelir.sync import collect, run_sync
+from modelir.v1 import capabilities_pb2, logprobs_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
 
-MessageLike = content_pb2.Message | tuple[str, str] | dict
+# Re-exported: these names were first defined here, and modules and users import them from here.
+__all__ = ["MessageLike", "ModelInterface", "Score", "build_request", "message", "with_model"]
+
+# TEMP: remote.py (fleet) and classification.py (refactor-transports) import the loop's entry point under this
+# old private name; drop it once they import `modelir.sync.run_sync`.
+_sync = run_sync
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,11 +97,11 @@ class ModelInterface(ABC):
 
     # ---- sugar ---------------------------------------------------------------------------------------
 
-    async def agenerate(self, prompt: str, **options) -> response_pb2.Response:
+    async def agenerate(self, prompt: str, **options: Any) -> response_pb2.Response:
         """Complete a raw prompt. `options` are `build_request` keywords (max_output_tokens, logprobs, ...)."""
         return await self.arun(build_request(self.name, prompt=prompt, **options))
 
-    async def achat(self, messages: Iterable[MessageLike], **options) -> response_pb2.Response:
+    async def achat(self, messages: Iterable[MessageLike], **options: Any) -> response_pb2.Response:
         """Continue a conversation. Messages are `Message`s, `(role, text)` pairs or `{role, content}` dicts."""
         return await self.arun(build_request(self.name, messages=messages, **options))
 
@@ -119,133 +117,22 @@ class ModelInterface(ABC):
     # ---- sync twins for scripts ----------------------------------------------------------------------
 
     def run(self, request: request_pb2.Request) -> response_pb2.Response:
-        return _sync(self.arun(request))
+        return run_sync(self.arun(request))
 
     def stream(self, request: request_pb2.Request) -> Iterator[stream_pb2.StreamEvent]:
-        return iter(_sync(_collect(self.astream(request))))
+        return iter(run_sync(collect(self.astream(request))))
 
-    def generate(self, prompt: str, **options) -> response_pb2.Response:
-        return _sync(self.agenerate(prompt, **options))
+    def generate(self, prompt: str, **options: Any) -> response_pb2.Response:
+        return run_sync(self.agenerate(prompt, **options))
 
-    def chat(self, messages: Iterable[MessageLike], **options) -> response_pb2.Response:
-        return _sync(self.achat(messages, **options))
+    def chat(self, messages: Iterable[MessageLike], **options: Any) -> response_pb2.Response:
+        return run_sync(self.achat(messages, **options))
 
     def score(self, context: str, continuation: str, *, top_k: int = 0) -> Score:
-        return _sync(self.ascore(context, continuation, top_k=top_k))
+        return run_sync(self.ascore(context, continuation, top_k=top_k))
 
-    def tokenize(self, text: str, context: str | None = None, **options) -> service_pb2.TokenizeResponse:
-        return _sync(self.atokenize(text, context, **options))
+    def tokenize(self, text: str, context: str | None = None, **options: Any) -> service_pb2.TokenizeResponse:
+        return run_sync(self.atokenize(text, context, **options))
 
     def validate(self, request: request_pb2.Request) -> service_pb2.ValidateResponse:
-        return _sync(self.avalidate(request))
-
-
-# ---- request building ------------------------------------------------------------------------------
-
-_ROLES = {
-    "system": content_pb2.ROLE_SYSTEM,
-    "developer": content_pb2.ROLE_DEVELOPER,
-    "user": content_pb2.ROLE_USER,
-    "assistant": content_pb2.ROLE_ASSISTANT,
-    "tool": content_pb2.ROLE_TOOL,
-}
-
-
-def message(role: str, text: str) -> content_pb2.Message:
-    """A message with one text part: `message("user", "hi")`."""
-    try:
-        role_value = _ROLES[role]
-    except KeyError:
-        raise ValueError(f"unknown role {role!r}; one of {', '.join(_ROLES)}") from None
-    return content_pb2.Message(role=role_value, parts=[content_pb2.Part(text=text)])
-
-
-def _as_message(item: MessageLike) -> content_pb2.Message:
-    if isinstance(item, content_pb2.Message):
-        return item
-    if isinstance(item, tuple):
-        return message(*item)
-    return message(item["role"], item["content"])
-
-
-def build_request(
-    model: str,
-    *,
-    prompt: str | None = None,
-    messages: Iterable[MessageLike] | None = None,
-    token_ids: Sequence[int] | None = None,
-    max_output_tokens: int | None = None,
-    temperature: float | None = None,
-    top_p: float | None = None,
-    top_k: int | None = None,
-    seed: int | None = None,
-    stop: Sequence[str] = (),
-    n: int = 0,
-    logprobs: bool = False,
-    top_logprobs: int = 0,
-    choices: Sequence[str] | None = None,
-    json_schema: str | None = None,
-    prefill: str = "",
-    timeout: float | None = None,
-) -> request_pb2.Request:
-    """Build a `Request` from keywords: the common fields only; anything else, set on the message itself."""
-    request = request_pb2.Request(model=model)
-    if prompt is not None:
-        request.prompt = prompt
-    elif messages is not None:
-        request.conversation.messages.extend(_as_message(m) for m in messages)
-    elif token_ids is not None:
-        request.token_ids.ids.extend(token_ids)
-    s = request.sampling
-    for name, value in (
-        ("max_output_tokens", max_output_tokens),
-        ("temperature", temperature),
-        ("top_p", top_p),
-        ("top_k", top_k),
-        ("seed", seed),
-    ):
-        if value is not None:
-            setattr(s, name, value)
-    s.stop.extend(stop)
-    s.choice_count = n
-    if logprobs or top_logprobs:
-        request.logprobs.top_k = top_logprobs
-    if choices is not None:
-        request.constraint.choice.labels.extend(choices)
-    if json_schema is not None:
-        request.constraint.json_schema.schema_json = json_schema
-    request.prefill = prefill
-    if timeout is not None:
-        request.timeout.FromTimedelta(datetime.timedelta(seconds=timeout))
-    return request
-
-
-def with_model(request: request_pb2.Request, name: str) -> request_pb2.Request:
-    named = request_pb2.Request()
-    named.CopyFrom(request)
-    named.model = name
-    return named
-
-
-# ---- sync plumbing ---------------------------------------------------------------------------------
-
-_loop_lock = threading.Lock()
-_loop: asyncio.AbstractEventLoop | None = None
-
-
-def _background_loop() -> asyncio.AbstractEventLoop:
-    """One private loop in a daemon thread, so sync calls work inside and outside running loops."""
-    global _loop
-    with _loop_lock:
-        if _loop is None:
-            _loop = asyncio.new_event_loop()
-            threading.Thread(target=_loop.run_forever, name="modelir-sync", daemon=True).start()
-        return _loop
-
-
-def _sync(coro):
-    return asyncio.run_coroutine_threadsafe(coro, _background_loop()).result()
-
-
-async def _collect(events: AsyncIterator[stream_pb2.StreamEvent]) -> list[stream_pb2.StreamEvent]:
-    return [event async for event in events]
+        return run_sync(self.avalidate(request))

@@ -1,8 +1,9 @@
 """`Model`: a transport, an executor and a limiter behind one primitive, `arun(Request) -> Response`.
 
-Every call goes the same way: validate the fields, check the capabilities (failing before any I/O and naming
-every gap), apply the foreign-artifact policy, wait for the limiter, then run the transport (in-process, or
-lower -> executor -> lift). The sugar lives in `ModelInterface`.
+Every call goes the same way: the request pipeline (`pipeline.prepare`: validate the fields, check the
+capabilities, naming every gap, apply the foreign-artifact policy, lower), then the limiter, then the transport
+(in-process, or executor -> lift) under one deadline, which the executor sees too. The sugar lives in
+`ModelInterface`.
 """
 
 from __future__ import annotations
@@ -13,15 +14,13 @@ from collections.abc import AsyncIterator
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from modelir import artifacts, capabilities, errors
+from modelir import errors, pipeline, telemetry
 from modelir.executor import Executor
-from modelir.interface import ModelInterface, with_model
+from modelir.interface import ModelInterface
 from modelir.limiter import BaseLimiter, Limiter
+from modelir.request_builder import with_model
 from modelir.transports.base import SHAPE_ERRORS, HttpTransport, LocalTransport, Transport, shape_error
 from modelir.v1 import capabilities_pb2, errors_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
-from modelir.validation import field_violations, validate_request
-
-C = capabilities_pb2  # Capability values as the module's plain ints: a lookup on the enum wrapper costs ~0.4 us
 
 
 class Model(ModelInterface):
@@ -44,6 +43,7 @@ class Model(ModelInterface):
         self.executor = executor
         self.limiter: BaseLimiter = limiter or Limiter()
         self._manifest = manifest or transport.manifest()
+        self._pipeline = pipeline.Pipeline(transport, self._manifest, model=self.name)
         self.default_timeout = default_timeout
 
     @property
@@ -52,30 +52,11 @@ class Model(ModelInterface):
 
     # ---- checks --------------------------------------------------------------------------------------
 
-    def unsupported(
-        self, request: request_pb2.Request, *, streaming: bool = False
-    ) -> errors_pb2.UnsupportedCapabilities | None:
-        """What the model lacks for `request` (None when it can run it). Assumes valid fields."""
-        return capabilities.unsupported(
-            request,
-            self._manifest,
-            model=self.name,
-            streaming=streaming,
-            extra_reasons=self.transport.extra_unsupported(request, streaming=streaming),
-        )
-
-    def _prepare(
-        self, request: request_pb2.Request, *, streaming: bool
-    ) -> tuple[request_pb2.Request, list[errors_pb2.Warning]]:
+    def _prepare(self, request: request_pb2.Request, *, streaming: bool) -> pipeline.Prepared:
+        """The request pipeline, under this model's name and (possibly narrowed) manifest."""
         if not request.model:
             request = with_model(request, self.name)
-        validate_request(request)
-        gaps = self.unsupported(request, streaming=streaming)
-        if gaps is not None:
-            raise errors.UnsupportedCapabilityError(gaps)
-        return artifacts.apply_foreign_artifact_policy(
-            request, transport=self.transport.name, model=self.transport.issuer_model(request)
-        )
+        return self._pipeline.prepare(request, streaming=streaming)
 
     def _deadline(self, request: request_pb2.Request, deadline: float | None) -> float | None:
         """The earliest of the caller's deadline, the request's timeout and the default (monotonic)."""
@@ -90,7 +71,12 @@ class Model(ModelInterface):
 
     async def arun(self, request: request_pb2.Request, *, deadline: float | None = None) -> response_pb2.Response:
         """Run one request. Hard failures raise `ModelError`; soft ones come back in `response.error`."""
-        request, warnings = self._prepare(request, streaming=False)
+        with telemetry.model_call(self, request) as call:
+            return call.finish(await self._arun(request, deadline))
+
+    async def _arun(self, request: request_pb2.Request, deadline: float | None) -> response_pb2.Response:
+        prepared = self._prepare(request, streaming=False)
+        request = prepared.request
         started = time.time()
         start_mono = time.monotonic()
         deadline = self._deadline(request, deadline)
@@ -98,23 +84,24 @@ class Model(ModelInterface):
             async with asyncio.timeout_at(_loop_time(deadline)):
                 async with self.limiter.acquire(estimate := _estimate_tokens(request)):
                     queued = time.monotonic() - start_mono
-                    response, attempts = await self._run_transport(request)
+                    response, attempts = await self._run_transport(prepared, deadline)
         except TimeoutError:
             raise errors.DeadlineExceededError("the request's deadline expired") from None
         _settle(self.limiter, estimate, response.usage)
-        response.warnings.extend(warnings)
+        response.warnings.extend(prepared.warnings)
         _stamp_timing(response.timing, started, queued, attempts)
         return response
 
-    async def _run_transport(self, request: request_pb2.Request) -> tuple[response_pb2.Response, int]:
-        transport = self.transport
+    async def _run_transport(
+        self, prepared: pipeline.Prepared, deadline: float | None
+    ) -> tuple[response_pb2.Response, int]:
+        transport, request = self.transport, prepared.request
         if isinstance(transport, LocalTransport):
             return await transport.run(request), 1
-        assert isinstance(transport, HttpTransport) and self.executor is not None
+        assert isinstance(transport, HttpTransport) and self.executor is not None and prepared.native is not None
+        # The deadline goes down too: the executor does not start a retry that would pass it.
         sent = await self.executor.send(
-            transport.lower(request, stream=False),
-            error_from=transport.error,
-            observe=self.limiter.observe,
+            prepared.native, error_from=transport.error, deadline=deadline, observe=self.limiter.observe
         )
         try:
             response = transport.lift(request, sent.response)
@@ -131,11 +118,17 @@ class Model(ModelInterface):
             )
         return response, sent.attempts
 
-    async def astream(
+    def astream(
         self, request: request_pb2.Request, *, deadline: float | None = None
     ) -> AsyncIterator[stream_pb2.StreamEvent]:
         """Stream the events of one request. Folding them gives what `arun` returns."""
-        request, warnings = self._prepare(request, streaming=True)
+        return telemetry.stream_call(self, request, self._astream(request, deadline))
+
+    async def _astream(
+        self, request: request_pb2.Request, deadline: float | None
+    ) -> AsyncIterator[stream_pb2.StreamEvent]:
+        prepared = self._prepare(request, streaming=True)
+        request = prepared.request
         started = time.time()
         start_mono = time.monotonic()
         deadline = self._deadline(request, deadline)
@@ -145,33 +138,34 @@ class Model(ModelInterface):
                 async with self.limiter.acquire(estimate := _estimate_tokens(request)):
                     queued = time.monotonic() - start_mono
                     attempts = [1]
-                    async for event in self._stream_transport(request, attempts):
+                    async for event in self._stream_transport(prepared, deadline, attempts):
                         if event.WhichOneof("event") == "delta" and first_output is None:
                             first_output = time.monotonic() - start_mono
                         if event.WhichOneof("event") == "end":
                             _settle(self.limiter, estimate, event.end.usage)
-                            event.end.warnings.extend(warnings)
+                            event.end.warnings.extend(prepared.warnings)
                             _stamp_timing(event.end.timing, started, queued, attempts[0], first_output)
                         yield event
         except TimeoutError:
             raise errors.DeadlineExceededError("the request's deadline expired") from None
 
     async def _stream_transport(
-        self, request: request_pb2.Request, attempts: list[int]
+        self, prepared: pipeline.Prepared, deadline: float | None, attempts: list[int]
     ) -> AsyncIterator[stream_pb2.StreamEvent]:
-        transport = self.transport
+        transport, request = self.transport, prepared.request
         if isinstance(transport, LocalTransport):
             async for event in transport.stream(request):
                 yield event
             return
-        assert isinstance(transport, HttpTransport) and self.executor is not None
+        assert isinstance(transport, HttpTransport) and self.executor is not None and prepared.native is not None
         lifter = transport.stream_lifter(request)
         interrupted = False
         raw_events: list[response_pb2.RawStreamEvent] | None = [] if request.include_raw else None
         try:
             async for raw in self.executor.stream(
-                transport.lower(request, stream=True),
+                prepared.native,
                 error_from=transport.error,
+                deadline=deadline,
                 observe=self.limiter.observe,
                 attempts=attempts,
             ):
@@ -196,23 +190,13 @@ class Model(ModelInterface):
         """Check `request` against this model without running it."""
         if not request.model:
             request = with_model(request, self.name)
-        out = service_pb2.ValidateResponse()
-        violations = field_violations(request)
-        out.field_violations.extend(violations)
-        if violations:
-            return out
-        out.required.extend(capabilities.requirements(request).sorted_capabilities())
-        gaps = self.unsupported(request)
-        if gaps is not None:
-            out.unsupported.CopyFrom(gaps)
-        out.accepted = gaps is None
-        return out
+        return self._pipeline.report(request)
 
     # ---- tokenize ------------------------------------------------------------------------------------
 
     def _require_tokenize(self) -> None:
-        if C.CAPABILITY_TOKENIZE not in self._manifest.capabilities:
-            gaps = errors_pb2.UnsupportedCapabilities(model=self.name, missing=[C.CAPABILITY_TOKENIZE])
+        if capabilities_pb2.CAPABILITY_TOKENIZE not in self._manifest.capabilities:
+            gaps = errors_pb2.UnsupportedCapabilities(model=self.name, missing=[capabilities_pb2.CAPABILITY_TOKENIZE])
             raise errors.UnsupportedCapabilityError(gaps)
 
     async def adetokenize(self, token_ids: list[int]) -> str:
@@ -248,7 +232,8 @@ class Model(ModelInterface):
 
 
 def _estimate_tokens(request: request_pb2.Request) -> int:
-    """A rough token estimate for the tokens-per-minute budget (`_settle` corrects it from the usage)."""
+    """A rough token estimate for the tokens-per-minute budget: a quarter of the request's bytes plus the output
+    it may ask for. `_settle` corrects the charge from the usage the provider reports afterwards."""
     size = request.ByteSize()
     out = request.sampling.max_output_tokens if request.sampling.HasField("max_output_tokens") else 256
     return size // 4 + out * max(1, request.sampling.choice_count)

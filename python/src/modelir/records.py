@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 from google.protobuf import json_format
-from google.protobuf.internal import decoder, encoder
 from google.protobuf.message import DecodeError
 
+from modelir import varint
 from modelir.v1 import record_pb2
 from modelir.version import IR_SEMVER, IR_VERSION, SDK_VERSION, parse_semver
 
@@ -57,7 +57,7 @@ def _encode(entry: record_pb2.RecordFileEntry, fmt: str) -> bytes:
     if fmt == JSONL:
         return json_format.MessageToJson(entry, indent=None).encode() + b"\n"
     payload = entry.SerializeToString()
-    return encoder._VarintBytes(len(payload)) + payload
+    return varint.encode(len(payload)) + payload
 
 
 @dataclass(slots=True)
@@ -92,8 +92,8 @@ def _iter_binary(data: bytes) -> Iterator[tuple[int, record_pb2.RecordFileEntry 
     position = 0
     while position < len(data):
         try:
-            length, start = decoder._DecodeVarint(data, position)
-        except (IndexError, DecodeError):
+            length, start = varint.decode(data, position)
+        except (IndexError, ValueError):
             yield len(data), None, data[position:]
             return
         end = start + length

@@ -8,9 +8,9 @@ A fleet is several targets (`"10.0.0.1:50051,10.0.0.2:50051"` or a list) or a DN
 addresses (`"dns:///modelir.internal:50051"`). The channel balances calls with gRPC's client-side `round_robin`
 and health-checks every replica (`grpc.health.v1`, service `modelir.v1.ModelService`), so a replica that stops
 serving, drains or dies leaves the rotation. A unary call that fails because its replica went away (UNAVAILABLE
-or CANCELLED with no modelir error attached: no server answered it), or a stream that broke so before its first
-event, is sent again to another replica, up to `failover_attempts` times in all. A modelir error the server did
-answer (its provider was unavailable, say) is never resent from here: the server has already retried it upstream.
+or CANCELLED with no modelir error attached: no server answered it) is sent again to another replica, up to
+`failover_attempts` times in all; a modelir error the server did answer (its provider was unavailable, say)
+is never resent from here, since the server has already retried it upstream.
 """
 
 from __future__ import annotations
@@ -24,9 +24,11 @@ from typing import TypeVar
 
 import grpc
 
-from modelir import errors
-from modelir.interface import ModelInterface, _sync, with_model
+from modelir import errors, telemetry
+from modelir.interface import ModelInterface
+from modelir.request_builder import with_model
 from modelir.rich_status import error_from_rpc
+from modelir.sync import run_sync as _sync
 from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, service_pb2, service_pb2_grpc, stream_pb2
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -159,18 +161,34 @@ class RemoteModel(ModelInterface):
         return self._manifest
 
     async def arun(self, request: request_pb2.Request, *, deadline: float | None = None) -> response_pb2.Response:
+        with telemetry.model_call(self, request) as call:
+            return call.finish(await self._arun(request, deadline))
+
+    async def _arun(self, request: request_pb2.Request, deadline: float | None) -> response_pb2.Response:
         request = self._named(request)
         message = service_pb2.GenerateRequest(request=request)
-        answer = await self._unary(
-            lambda: self._stub().Generate(message, timeout=self._timeout(request, deadline), metadata=self._metadata)
-        )
+
+        async def generate() -> service_pb2.GenerateResponse:
+            call = self._stub().Generate(
+                message, timeout=self._timeout(request, deadline), metadata=telemetry.outgoing_metadata(self._metadata)
+            )
+            answer = await call
+            await telemetry.read_trailers(call)  # the provider's request id, for a record's provenance
+            return answer
+
+        answer = await self._unary(generate)
         return answer.response
 
-    async def astream(
+    def astream(
         self, request: request_pb2.Request, *, deadline: float | None = None
     ) -> AsyncIterator[stream_pb2.StreamEvent]:
-        """Stream the events of one request; sent again to another replica only if its replica went away before
-        the first event (once output has arrived, a broken stream raises like any other)."""
+        return telemetry.stream_call(self, request, self._astream(request, deadline))
+
+    async def _astream(
+        self, request: request_pb2.Request, deadline: float | None
+    ) -> AsyncIterator[stream_pb2.StreamEvent]:
+        """Sent again to another replica only if its replica went away before the first event (once output has
+        arrived, a broken stream raises like any other)."""
         request = self._named(request)
         message = service_pb2.StreamGenerateRequest(request=request)
         attempt = 0
@@ -178,12 +196,15 @@ class RemoteModel(ModelInterface):
             attempt += 1
             delivered = False
             call = self._stub().StreamGenerate(
-                message, timeout=self._timeout(request, deadline), metadata=self._metadata
+                message,
+                timeout=self._timeout(request, deadline),
+                metadata=telemetry.outgoing_metadata(self._metadata),
             )
             try:
                 async for answer in call:
                     delivered = True
                     yield answer.event
+                await telemetry.read_trailers(call)
                 return
             except grpc.aio.AioRpcError as exc:
                 if delivered or attempt >= self.failover_attempts or not _replica_went_away(exc):
@@ -200,6 +221,22 @@ class RemoteModel(ModelInterface):
         if not request.model:
             request.model = self.name
         return await self._unary(lambda: self._stub().Tokenize(request, metadata=self._metadata))
+
+    async def adetokenize(self, token_ids: list[int]) -> str:
+        """Token ids back to text, with the model's own tokenizer (as `Model.adetokenize`)."""
+        message = service_pb2.DetokenizeRequest(model=self.name, token_ids=token_ids)
+        answer = await self._unary(lambda: self._stub().Detokenize(message, metadata=self._metadata))
+        return answer.text
+
+    async def around_trip(self, text: str) -> bool:
+        """Whether detokenize(tokenize(text)) gives `text` back (as `Model.around_trip`)."""
+        tokens = await self.atokenize(text)
+        return await self.adetokenize(list(tokens.token_ids)) == text
+
+    async def aserver_info(self) -> service_pb2.GetServerInfoResponse:
+        """The server's IR version, its own version and the transports it serves."""
+        message = service_pb2.GetServerInfoRequest()
+        return await self._unary(lambda: self._stub().GetServerInfo(message, metadata=self._metadata))
 
 
 async def list_models(

@@ -6,6 +6,8 @@ The server turns a `ModelError` into a rich status with `to_status`; `RemoteMode
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import grpc
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
@@ -13,6 +15,8 @@ from grpc_status import rpc_status
 
 from modelir import errors
 from modelir.v1 import errors_pb2
+
+_MAX_DURATION_SECONDS = 315_576_000_000
 
 
 def to_status(exc: errors.ModelError) -> status_pb2.Status:
@@ -37,7 +41,8 @@ def to_status(exc: errors.ModelError) -> status_pb2.Status:
         )
     if exc.retry_after is not None:
         delay = error_details_pb2.RetryInfo()
-        delay.retry_delay.FromNanoseconds(int(exc.retry_after * 1e9))
+        # A `Duration` holds at most ~10,000 years; a longer hint is as good as "do not retry soon".
+        delay.retry_delay.FromNanoseconds(int(min(exc.retry_after, _MAX_DURATION_SECONDS) * 1e9))
         details.append(delay)
     packed = []
     for detail in details:
@@ -59,35 +64,30 @@ _BY_CODE = {
 
 def error_from_rpc(error: grpc.aio.AioRpcError) -> errors.ModelError:
     """The `ModelError` a failed call stands for, with its structured details restored."""
-    status = rpc_status.from_call(error)
-    details = {}
+    # An AioRpcError answers the three calls `from_call` makes (code, details, trailing_metadata); the stubs type
+    # only the sync `grpc.Call`.
+    status = rpc_status.from_call(cast(grpc.Call, error))
+    info = error_details_pb2.ErrorInfo()
+    bad = error_details_pb2.BadRequest()
+    retry = error_details_pb2.RetryInfo()
+    unsupported = errors_pb2.UnsupportedCapabilities()
     for holder in status.details if status is not None else ():
-        for cls in (
-            error_details_pb2.ErrorInfo,
-            error_details_pb2.BadRequest,
-            error_details_pb2.RetryInfo,
-            errors_pb2.UnsupportedCapabilities,
-        ):
-            if holder.Is(cls.DESCRIPTOR):
-                message = cls()
-                holder.Unpack(message)
-                details[cls] = message
+        for detail in (info, bad, retry, unsupported):
+            if holder.Is(detail.DESCRIPTOR):
+                holder.Unpack(detail)
     message = error.details() or error.code().name
-    info = details.get(error_details_pb2.ErrorInfo)
-    mapping = errors.mapping_for_info_reason(info.reason) if info and info.domain == errors.ERROR_DOMAIN else None
+    mapping = errors.mapping_for_info_reason(info.reason) if info.domain == errors.ERROR_DOMAIN else None
     if mapping is None:
         return _BY_CODE.get(error.code(), errors.InternalError)(message)
-    kwargs = {
+    kwargs: dict[str, Any] = {
         "http_status": int(info.metadata.get("http_status", 0) or 0),
         "provider_code": info.metadata.get("provider_code", ""),
     }
-    if error_details_pb2.RetryInfo in details:
-        kwargs["retry_after"] = details[error_details_pb2.RetryInfo].retry_delay.ToNanoseconds() / 1e9
+    if retry.HasField("retry_delay"):  # present even when zero: a message field keeps its presence
+        kwargs["retry_after"] = retry.retry_delay.ToNanoseconds() / 1e9
     if mapping.exception is errors.UnsupportedCapabilityError:
-        unsupported = details.get(errors_pb2.UnsupportedCapabilities, errors_pb2.UnsupportedCapabilities())
         return errors.UnsupportedCapabilityError(unsupported, message, **kwargs)
     if mapping.exception is errors.InvalidRequestError:
-        bad = details.get(error_details_pb2.BadRequest, error_details_pb2.BadRequest())
         violations = [errors_pb2.FieldViolation(field=v.field, description=v.description) for v in bad.field_violations]
         return errors.InvalidRequestError(violations, message, **kwargs)
     return mapping.exception(message, **kwargs)

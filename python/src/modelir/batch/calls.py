@@ -11,8 +11,9 @@ from collections.abc import Sequence
 
 from google.protobuf import timestamp_pb2
 
-from modelir import errors
-from modelir.interface import ModelInterface, with_model
+from modelir import errors, telemetry
+from modelir.interface import ModelInterface
+from modelir.request_builder import with_model
 from modelir.v1 import capabilities_pb2, record_pb2, request_pb2
 from modelir.version import IR_VERSION, SDK_VERSION
 
@@ -54,16 +55,20 @@ async def call_to_record(
 ) -> record_pb2.Record:
     """Run one request and return its record; a `ModelError` becomes a failed record, never an exception."""
     record = new_record(key, request, model.name, manifest)
+    seen = telemetry.Seen()  # the trace, span and provider request ids of the call, for the provenance
     try:
-        response = await model.arun(record.request)
+        with telemetry.capture(seen):
+            response = await model.arun(record.request)
     except errors.ModelError as exc:
         fail_record(record, exc, 1, previous_attempts)
+        telemetry.fill_provenance(record.provenance, seen)
         return record
     record.response.CopyFrom(response)
     record.status = record_pb2.RECORD_STATUS_PARTIAL if response.HasField("error") else record_pb2.RECORD_STATUS_OK
     record.provenance.provider_model = response.model
     record.provenance.end_time.CopyFrom(_now())
     record.provenance.attempt_count = previous_attempts + (response.timing.attempt_count or 1)
+    telemetry.fill_provenance(record.provenance, seen)
     return record
 
 

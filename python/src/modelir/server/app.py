@@ -7,6 +7,7 @@ import gc
 import logging
 import signal
 from collections.abc import Mapping
+from typing import cast
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -59,9 +60,15 @@ def add_model_service(servicer: ModelServicer, server: grpc.aio.Server) -> None:
     """Register `ModelService`: the generated method handlers, with `Generate` answering through
     `serialize_generate_response` (the servicer returns the bare `Response`; see `ModelServicer.Generate`)."""
     captured = _CapturedHandlers()
-    service_pb2_grpc.add_ModelServiceServicer_to_server(servicer, captured)
+    service_pb2_grpc.add_ModelServiceServicer_to_server(servicer, cast(grpc.aio.Server, captured))
     handlers = dict(captured.handlers)
-    handlers["Generate"] = handlers["Generate"]._replace(response_serializer=serialize_generate_response)
+    generate = handlers["Generate"]
+    assert generate.unary_unary is not None
+    handlers["Generate"] = grpc.unary_unary_rpc_method_handler(
+        generate.unary_unary,
+        request_deserializer=generate.request_deserializer,
+        response_serializer=serialize_generate_response,
+    )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
 

@@ -1,8 +1,15 @@
-"""Bearer-token authentication for the gRPC server. Health checks and reflection stay open."""
+"""Bearer-token authentication for the gRPC server.
+
+Reflection and the server-level health check (service `""` or `modelir.v1.ModelService`) stay open, so load
+balancers can probe without a token. Health of a named model needs the token: otherwise anyone could enumerate the
+model names by probing.
+"""
 
 from __future__ import annotations
 
 import hmac
+from collections.abc import AsyncIterator, Callable
+from typing import Any, cast
 
 import grpc
 from grpc_status import rpc_status
@@ -10,7 +17,9 @@ from grpc_status import rpc_status
 from modelir import errors
 from modelir.rich_status import to_status
 
-_OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+_OPEN_PREFIXES = ("/grpc.reflection.",)
+_HEALTH_PREFIX = "/grpc.health.v1.Health/"
+_OPEN_HEALTH_SERVICES = frozenset({"", "modelir.v1.ModelService"})
 
 
 class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
@@ -21,10 +30,13 @@ class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
 
     def _accepts(self, metadata) -> bool:
         for key, value in metadata or ():
-            if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
-                offered = value.removeprefix("Bearer ").strip().encode()
-                # Compare against every token in constant time, so timing says nothing about which matched.
-                return any([hmac.compare_digest(offered, token) for token in self._tokens])
+            if key != "authorization" or not isinstance(value, str):
+                continue
+            scheme, _, offered = value.strip().partition(" ")
+            if scheme.lower() != "bearer":  # auth schemes are case-insensitive (RFC 7235, section 2.1)
+                return False
+            # Compare against every token in constant time, so timing says nothing about which matched.
+            return any([hmac.compare_digest(offered.strip().encode(), token) for token in self._tokens])
         return False
 
     async def intercept_service(self, continuation, handler_call_details):
@@ -36,6 +48,8 @@ class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
         status = rpc_status.to_status(
             to_status(errors.UnauthenticatedError("a valid `authorization: Bearer <token>` header is required"))
         )
+        if handler_call_details.method.startswith(_HEALTH_PREFIX):
+            return _health_for_open_services_only(handler, status)
 
         async def refuse(request, context):
             await context.abort_with_status(status)
@@ -51,3 +65,27 @@ class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(refuse_stream, **kwargs)
         return grpc.unary_unary_rpc_method_handler(refuse, **kwargs)
+
+
+def _health_for_open_services_only(handler: grpc.RpcMethodHandler, status) -> grpc.RpcMethodHandler:
+    """Health `Check` and `Watch` answer without a token only for the server itself, never for a named model."""
+    kwargs = {"request_deserializer": handler.request_deserializer, "response_serializer": handler.response_serializer}
+    if handler.unary_unary is not None:
+        check = handler.unary_unary
+
+        async def guarded_check(request, context):
+            if request.service not in _OPEN_HEALTH_SERVICES:
+                await context.abort_with_status(status)
+            return await check(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(guarded_check, **kwargs)
+    # grpc's stubs type `unary_stream` as a sync iterator factory; the aio health servicer's is an async generator.
+    watch = cast(Callable[..., AsyncIterator[Any]], handler.unary_stream)
+
+    async def guarded_watch(request, context):
+        if request.service not in _OPEN_HEALTH_SERVICES:
+            await context.abort_with_status(status)
+        async for answer in watch(request, context):
+            yield answer
+
+    return grpc.unary_stream_rpc_method_handler(guarded_watch, **kwargs)

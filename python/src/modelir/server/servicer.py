@@ -6,7 +6,6 @@ It holds no logic of its own: everything a gRPC caller gets is what `Model` give
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
@@ -14,12 +13,10 @@ from typing import Any
 import grpc
 from grpc_status import rpc_status
 
-from modelir import errors
+from modelir import errors, telemetry, varint, version
 from modelir.model import Model
 from modelir.rich_status import to_status
-from modelir.v1 import response_pb2, service_pb2, service_pb2_grpc
-
-log = logging.getLogger("modelir.server")
+from modelir.v1 import errors_pb2, response_pb2, service_pb2, service_pb2_grpc, stream_pb2
 
 
 class ModelServicer(service_pb2_grpc.ModelServiceServicer):
@@ -37,27 +34,14 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
         remaining = context.time_remaining()
         return None if remaining is None else time.monotonic() + remaining
 
-    async def _abort(self, context, exc: errors.ModelError) -> None:
-        await context.abort_with_status(rpc_status.to_status(to_status(exc)))
-
     async def _call(self, method: str, model_name: str, context, run: Callable[[Model], Awaitable[Any]]) -> Any:
-        """Run one unary RPC on the named model: errors through the one table, one log line per call."""
-        started = time.monotonic()
-        transport, status = "-", "OK"
-        try:
-            model = self._model(model_name)
-            transport = model.transport.name
-            return await run(model)
-        except errors.ModelError as exc:
-            status = errors.mapping_for(exc.reason).grpc_code.name
-            await self._abort(context, exc)
-        except asyncio.CancelledError:
-            status = "CANCELLED"
-            raise
-        finally:
-            _log_call(method, model_name, transport, status, started)
+        """Run one unary RPC on the named model."""
+        async with _Call(self, method, model_name, context) as call:
+            return call.answered(await run(call.model()))
 
-    async def Generate(self, request: service_pb2.GenerateRequest, context) -> response_pb2.Response:
+    async def Generate(  # type: ignore[override]  # deliberately the bare Response: see below
+        self, request: service_pb2.GenerateRequest, context
+    ) -> response_pb2.Response:
         """Returns the `Response` itself: `serialize_generate_response` wraps it as a `GenerateResponse` on the wire.
 
         Putting it into a `GenerateResponse` message would copy it, and for a logprob-heavy response that copy
@@ -72,52 +56,98 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
     async def StreamGenerate(
         self, request: service_pb2.StreamGenerateRequest, context
     ) -> AsyncIterator[service_pb2.StreamGenerateResponse]:
-        started = time.monotonic()
-        model_name = request.request.model
-        transport, status = "-", "OK"
-        try:
-            model = self._model(model_name)
-            transport = model.transport.name
-            async for event in model.astream(request.request, deadline=self._deadline(context)):
+        async with _Call(self, "StreamGenerate", request.request.model, context) as call:
+            async for event in call.model().astream(request.request, deadline=self._deadline(context)):
+                call.observe(event)
                 yield service_pb2.StreamGenerateResponse(event=event)
-        except errors.ModelError as exc:
-            status = errors.mapping_for(exc.reason).grpc_code.name
-            await self._abort(context, exc)
-        except asyncio.CancelledError:
-            status = "CANCELLED"
-            raise
-        finally:
-            _log_call("StreamGenerate", model_name, transport, status, started)
 
     async def Tokenize(self, request: service_pb2.TokenizeRequest, context) -> service_pb2.TokenizeResponse:
         return await self._call("Tokenize", request.model, context, lambda model: model.atokenize_request(request))
 
     async def ListModels(self, request, context) -> service_pb2.ListModelsResponse:
-        started = time.monotonic()
-        listing = service_pb2.ListModelsResponse(
-            models=[
-                service_pb2.ModelInfo(name=name, manifest=model.capabilities)
-                for name, model in sorted(self.models.items())
-            ]
-        )
-        _log_call("ListModels", "-", "-", "OK", started)
-        return listing
+        with telemetry.server_call("ListModels", "", context):
+            return service_pb2.ListModelsResponse(
+                models=[
+                    service_pb2.ModelInfo(name=name, manifest=model.capabilities)
+                    for name, model in sorted(self.models.items())
+                ]
+            )
 
     async def Validate(self, request: service_pb2.ValidateRequest, context) -> service_pb2.ValidateResponse:
         return await self._call(
             "Validate", request.request.model, context, lambda model: model.avalidate(request.request)
         )
 
+    async def Detokenize(self, request: service_pb2.DetokenizeRequest, context) -> service_pb2.DetokenizeResponse:
+        async def run(model: Model) -> service_pb2.DetokenizeResponse:
+            negative = [i for i, token in enumerate(request.token_ids) if token < 0]
+            if negative:
+                raise errors.InvalidRequestError(
+                    [
+                        errors_pb2.FieldViolation(field=f"token_ids[{i}]", description="A token id is never negative.")
+                        for i in negative
+                    ]
+                )
+            return service_pb2.DetokenizeResponse(text=await model.adetokenize(list(request.token_ids)))
 
-def _log_call(method: str, model: str, transport: str, status: str, started: float) -> None:
-    log.info(
-        "%s model=%s transport=%s status=%s latency_ms=%.1f",
-        method,
-        model,
-        transport,
-        status,
-        (time.monotonic() - started) * 1e3,
-    )
+        return await self._call("Detokenize", request.model, context, run)
+
+    async def GetServerInfo(self, request, context) -> service_pb2.GetServerInfoResponse:
+        with telemetry.server_call("GetServerInfo", "", context):
+            served: dict[str, service_pb2.TransportInfo] = {}
+            for name, model in sorted(self.models.items()):
+                manifest = model.capabilities
+                info = served.setdefault(
+                    manifest.transport,
+                    service_pb2.TransportInfo(name=manifest.transport, version=manifest.transport_version),
+                )
+                info.model_names.append(name)
+            return service_pb2.GetServerInfoResponse(
+                ir_version=version.IR_VERSION,
+                server_version=version.SDK_VERSION,
+                transports=[served[name] for name in sorted(served)],
+            )
+
+
+class _Call:
+    """The frame of one RPC: resolves the model, turns a `ModelError` into its rich status through the one table,
+    and ends the RPC's span and access-log line with the status the caller sees (an unexpected exception reaches it
+    as UNKNOWN; a stream whose caller stopped reading is CANCELLED)."""
+
+    __slots__ = ("_context", "_model_name", "_rpc", "_servicer")
+
+    def __init__(self, servicer: ModelServicer, method: str, model_name: str, context) -> None:
+        self._servicer, self._model_name, self._context = servicer, model_name, context
+        self._rpc = telemetry.server_call(method, model_name, context)
+
+    def model(self) -> Model:
+        model = self._servicer._model(self._model_name)
+        self._rpc.transport = model.transport.name
+        return model
+
+    def answered(self, result: Any) -> Any:
+        return self._rpc.answered(result)
+
+    def observe(self, event: stream_pb2.StreamEvent) -> None:
+        self._rpc.observe(event)
+
+    async def __aenter__(self) -> _Call:
+        return self
+
+    async def __aexit__(self, exc_type, exc, traceback) -> bool:
+        if exc is None:
+            status = "OK"
+        elif isinstance(exc, errors.ModelError):
+            status = errors.mapping_for(exc.reason).grpc_code.name
+        elif isinstance(exc, asyncio.CancelledError | GeneratorExit):  # the caller went away
+            status = "CANCELLED"
+        else:
+            status = "UNKNOWN"
+        self._rpc.status = status
+        self._rpc.close()
+        if isinstance(exc, errors.ModelError):
+            await self._context.abort_with_status(rpc_status.to_status(to_status(exc)))
+        return False
 
 
 # `GenerateResponse` is `Response response = 1;`: on the wire, the tag of field 1 with the length-delimited wire
@@ -128,13 +158,4 @@ _RESPONSE_FIELD_TAG = bytes([1 << 3 | 2])
 def serialize_generate_response(response: response_pb2.Response) -> bytes:
     """The wire bytes of `GenerateResponse(response=response)`, without building (and copying into) that message."""
     body = response.SerializeToString()
-    return b"".join((_RESPONSE_FIELD_TAG, _varint(len(body)), body))
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    return b"".join((_RESPONSE_FIELD_TAG, varint.encode(len(body)), body))

@@ -21,7 +21,7 @@ from modelir.transports.vllm import VLLM
 def _reference(options: Mapping[str, Any]) -> Transport:
     kwargs = {}
     if "provider_model" in options:
-        kwargs["model_id"] = options["provider_model"]
+        kwargs["provider_model"] = options["provider_model"]
     return ReferenceModel(**kwargs)
 
 

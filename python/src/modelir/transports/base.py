@@ -9,6 +9,7 @@ model) and needs no executor.
 from __future__ import annotations
 
 import email.utils
+import math
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
@@ -155,24 +156,30 @@ class LocalTransport(Transport):
 
 
 def retry_after_seconds(headers: Mapping[str, str], now: float | None = None) -> float | None:
-    """Seconds from a `Retry-After` (delta-seconds or HTTP date) or `retry-after-ms` header, when present."""
-    if (ms := headers.get("retry-after-ms")) is not None:
-        try:
-            return max(0.0, float(ms) / 1000)
-        except ValueError:
-            pass
+    """Seconds from a `Retry-After` (delta-seconds or HTTP date) or `retry-after-ms` header, when present.
+
+    A value that is not a finite number of seconds (`inf`, `nan`, garbage) is no hint at all: None.
+    """
+    if (ms := headers.get("retry-after-ms")) is not None and (seconds := _finite(ms)) is not None:
+        return seconds / 1000
     value = headers.get("retry-after")
     if value is None:
         return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
+    if (seconds := _finite(value)) is not None:
+        return seconds
     try:
         when = email.utils.parsedate_to_datetime(value).timestamp()
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     return max(0.0, when - (time.time() if now is None else now))
+
+
+def _finite(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return max(0.0, value) if math.isfinite(value) else None
 
 
 def error_for_status(

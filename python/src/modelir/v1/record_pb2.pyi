@@ -116,6 +116,9 @@ class Provenance(_message.Message):
     START_TIME_FIELD_NUMBER: _builtins.int
     END_TIME_FIELD_NUMBER: _builtins.int
     ATTEMPT_COUNT_FIELD_NUMBER: _builtins.int
+    TRACE_ID_FIELD_NUMBER: _builtins.int
+    SPAN_ID_FIELD_NUMBER: _builtins.int
+    PROVIDER_REQUEST_ID_FIELD_NUMBER: _builtins.int
     ir_version: _builtins.str
     """The IR version of the writer (`modelir.v1.ir_version`)."""
     sdk_version: _builtins.str
@@ -130,6 +133,19 @@ class Provenance(_message.Message):
     """The model id as the provider reported it."""
     attempt_count: _builtins.int
     """How many attempts the call took, over all retries and resumes."""
+    trace_id: _builtins.str
+    """The W3C trace id of the trace the call ran in, as 32 lowercase hexadecimal digits, so that the record can be
+    found from a trace and the trace from the record. Empty when the call was not traced.
+    """
+    span_id: _builtins.str
+    """The span id of the call's own span (the `gen_ai` client span of `Model.arun` or `RemoteModel.arun`) within
+    `trace_id`, as 16 lowercase hexadecimal digits. Empty when the call was not traced.
+    """
+    provider_request_id: _builtins.str
+    """The provider's own id for the HTTP request that produced the response, verbatim from its response headers
+    (`x-request-id` for OpenAI-style servers, `request-id` for Anthropic), which the provider's support can look
+    up. Empty when the provider sent none or the call did not reach a provider from this process.
+    """
     @_builtins.property
     def start_time(self) -> _timestamp_pb2.Timestamp:
         """When the call started."""
@@ -150,10 +166,13 @@ class Provenance(_message.Message):
         start_time: _timestamp_pb2.Timestamp | None = ...,
         end_time: _timestamp_pb2.Timestamp | None = ...,
         attempt_count: _builtins.int = ...,
+        trace_id: _builtins.str = ...,
+        span_id: _builtins.str = ...,
+        provider_request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "start_time", b"start_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_count", b"attempt_count", "configured_model", b"configured_model", "end_time", b"end_time", "ir_version", b"ir_version", "provider_model", b"provider_model", "sdk_version", b"sdk_version", "start_time", b"start_time", "transport", b"transport", "transport_version", b"transport_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_count", b"attempt_count", "configured_model", b"configured_model", "end_time", b"end_time", "ir_version", b"ir_version", "provider_model", b"provider_model", "provider_request_id", b"provider_request_id", "sdk_version", b"sdk_version", "span_id", b"span_id", "start_time", b"start_time", "trace_id", b"trace_id", "transport", b"transport", "transport_version", b"transport_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -331,3 +331,142 @@ class ValidateResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ValidateResponse: _TypeAlias = ValidateResponse  # noqa: Y015
+
+@_typing.final
+class DetokenizeRequest(_message.Message):
+    """The request of `Detokenize`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    TOKEN_IDS_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The model whose tokenizer to use."""
+    @_builtins.property
+    def token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The token ids to turn back into text, in order. Negative ids are rejected (INVALID_ARGUMENT, naming each
+        one as `token_ids[i]`); special tokens (such as BOS and EOS) contribute no text.
+        """
+
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        token_ids: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "token_ids", b"token_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DetokenizeRequest: _TypeAlias = DetokenizeRequest  # noqa: Y015
+
+@_typing.final
+class DetokenizeResponse(_message.Message):
+    """The response of `Detokenize`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TEXT_FIELD_NUMBER: _builtins.int
+    text: _builtins.str
+    """The text the tokens spell. Bytes that do not form valid UTF-8 (a multi-byte character cut off at either end)
+    are replaced by U+FFFD, as the tokenizer's own decoder does.
+    """
+    def __init__(
+        self,
+        *,
+        text: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["text", b"text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DetokenizeResponse: _TypeAlias = DetokenizeResponse  # noqa: Y015
+
+@_typing.final
+class GetServerInfoRequest(_message.Message):
+    """The request of `GetServerInfo`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetServerInfoRequest: _TypeAlias = GetServerInfoRequest  # noqa: Y015
+
+@_typing.final
+class GetServerInfoResponse(_message.Message):
+    """The response of `GetServerInfo`: facts about the server that hold for every model it serves."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IR_VERSION_FIELD_NUMBER: _builtins.int
+    SERVER_VERSION_FIELD_NUMBER: _builtins.int
+    TRANSPORTS_FIELD_NUMBER: _builtins.int
+    ir_version: _builtins.str
+    """The semantic version of the IR the server was built from: the `(modelir.v1.ir_version)` option of its copy
+    of `modelir/v1/version.proto`, e.g. `1.0.0`. A client of another major version must not talk to it.
+    """
+    server_version: _builtins.str
+    """The version of the server implementation (for the Python server, the `modelir` package version). An open,
+    implementation-defined string, for logs and bug reports; never compare it to decide compatibility.
+    """
+    @_builtins.property
+    def transports(self) -> _containers.RepeatedCompositeFieldContainer[Global___TransportInfo]:
+        """The transports the configured models run on, one entry per distinct transport, sorted by name."""
+
+    def __init__(
+        self,
+        *,
+        ir_version: _builtins.str = ...,
+        server_version: _builtins.str = ...,
+        transports: _abc.Iterable[Global___TransportInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ir_version", b"ir_version", "server_version", b"server_version", "transports", b"transports"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetServerInfoResponse: _TypeAlias = GetServerInfoResponse  # noqa: Y015
+
+@_typing.final
+class TransportInfo(_message.Message):
+    """A transport a server runs models on."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    MODEL_NAMES_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The transport's name, as in `CapabilityManifest.transport`, e.g. `openai_chat`."""
+    version: _builtins.str
+    """The transport implementation's version, as in `CapabilityManifest.transport_version`."""
+    @_builtins.property
+    def model_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The names of the configured models that run on this transport, sorted."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        version: _builtins.str = ...,
+        model_names: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["model_names", b"model_names", "name", b"name", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TransportInfo: _TypeAlias = TransportInfo  # noqa: Y015

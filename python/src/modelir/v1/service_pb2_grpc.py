@@ -62,6 +62,16 @@ class ModelServiceStub:
                 request_serializer=modelir_dot_v1_dot_service__pb2.ValidateRequest.SerializeToString,
                 response_deserializer=modelir_dot_v1_dot_service__pb2.ValidateResponse.FromString,
                 _registered_method=True)
+        self.Detokenize = channel.unary_unary(
+                '/modelir.v1.ModelService/Detokenize',
+                request_serializer=modelir_dot_v1_dot_service__pb2.DetokenizeRequest.SerializeToString,
+                response_deserializer=modelir_dot_v1_dot_service__pb2.DetokenizeResponse.FromString,
+                _registered_method=True)
+        self.GetServerInfo = channel.unary_unary(
+                '/modelir.v1.ModelService/GetServerInfo',
+                request_serializer=modelir_dot_v1_dot_service__pb2.GetServerInfoRequest.SerializeToString,
+                response_deserializer=modelir_dot_v1_dot_service__pb2.GetServerInfoResponse.FromString,
+                _registered_method=True)
 
 
 class ModelServiceServicer:
@@ -105,6 +115,22 @@ class ModelServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Detokenize(self, request, context):
+        """Turns token ids back into text with the model's own tokenizer (the inverse of `Tokenize`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetServerInfo(self, request, context):
+        """Describes the server: the IR version it speaks, its own version and the transports it serves. A client
+        calls it first and refuses a server whose IR major version differs from its own. It needs no model and is
+        cheap enough to call on every connection.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ModelServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -132,6 +158,16 @@ def add_ModelServiceServicer_to_server(servicer, server):
                     servicer.Validate,
                     request_deserializer=modelir_dot_v1_dot_service__pb2.ValidateRequest.FromString,
                     response_serializer=modelir_dot_v1_dot_service__pb2.ValidateResponse.SerializeToString,
+            ),
+            'Detokenize': grpc.unary_unary_rpc_method_handler(
+                    servicer.Detokenize,
+                    request_deserializer=modelir_dot_v1_dot_service__pb2.DetokenizeRequest.FromString,
+                    response_serializer=modelir_dot_v1_dot_service__pb2.DetokenizeResponse.SerializeToString,
+            ),
+            'GetServerInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetServerInfo,
+                    request_deserializer=modelir_dot_v1_dot_service__pb2.GetServerInfoRequest.FromString,
+                    response_serializer=modelir_dot_v1_dot_service__pb2.GetServerInfoResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -272,6 +308,60 @@ class ModelService:
             '/modelir.v1.ModelService/Validate',
             modelir_dot_v1_dot_service__pb2.ValidateRequest.SerializeToString,
             modelir_dot_v1_dot_service__pb2.ValidateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Detokenize(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/modelir.v1.ModelService/Detokenize',
+            modelir_dot_v1_dot_service__pb2.DetokenizeRequest.SerializeToString,
+            modelir_dot_v1_dot_service__pb2.DetokenizeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetServerInfo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/modelir.v1.ModelService/GetServerInfo',
+            modelir_dot_v1_dot_service__pb2.GetServerInfoRequest.SerializeToString,
+            modelir_dot_v1_dot_service__pb2.GetServerInfoResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -46,6 +46,13 @@ class ModelServiceStub:
     """Lists the configured models and their capability manifests."""
     Validate: _grpc.UnaryUnaryMultiCallable[_service_pb2.ValidateRequest, _service_pb2.ValidateResponse]
     """Checks a request against its model's capabilities without running it."""
+    Detokenize: _grpc.UnaryUnaryMultiCallable[_service_pb2.DetokenizeRequest, _service_pb2.DetokenizeResponse]
+    """Turns token ids back into text with the model's own tokenizer (the inverse of `Tokenize`)."""
+    GetServerInfo: _grpc.UnaryUnaryMultiCallable[_service_pb2.GetServerInfoRequest, _service_pb2.GetServerInfoResponse]
+    """Describes the server: the IR version it speaks, its own version and the transports it serves. A client
+    calls it first and refuses a server whose IR major version differs from its own. It needs no model and is
+    cheap enough to call on every connection.
+    """
 
 @_typing.type_check_only
 class ModelServiceAsyncStub(ModelServiceStub):
@@ -65,6 +72,13 @@ class ModelServiceAsyncStub(ModelServiceStub):
     """Lists the configured models and their capability manifests."""
     Validate: _aio.UnaryUnaryMultiCallable[_service_pb2.ValidateRequest, _service_pb2.ValidateResponse]  # type: ignore[assignment]
     """Checks a request against its model's capabilities without running it."""
+    Detokenize: _aio.UnaryUnaryMultiCallable[_service_pb2.DetokenizeRequest, _service_pb2.DetokenizeResponse]  # type: ignore[assignment]
+    """Turns token ids back into text with the model's own tokenizer (the inverse of `Tokenize`)."""
+    GetServerInfo: _aio.UnaryUnaryMultiCallable[_service_pb2.GetServerInfoRequest, _service_pb2.GetServerInfoResponse]  # type: ignore[assignment]
+    """Describes the server: the IR version it speaks, its own version and the transports it serves. A client
+    calls it first and refuses a server whose IR major version differs from its own. It needs no model and is
+    cheap enough to call on every connection.
+    """
 
 class ModelServiceServicer(metaclass=_abc_1.ABCMeta):
     """Runs requests against the models a server is configured with. Errors carry a `google.rpc.Status` with a
@@ -111,5 +125,24 @@ class ModelServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_service_pb2.ValidateResponse, _abc.Awaitable[_service_pb2.ValidateResponse]]:
         """Checks a request against its model's capabilities without running it."""
+
+    @_abc_1.abstractmethod
+    def Detokenize(
+        self,
+        request: _service_pb2.DetokenizeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_service_pb2.DetokenizeResponse, _abc.Awaitable[_service_pb2.DetokenizeResponse]]:
+        """Turns token ids back into text with the model's own tokenizer (the inverse of `Tokenize`)."""
+
+    @_abc_1.abstractmethod
+    def GetServerInfo(
+        self,
+        request: _service_pb2.GetServerInfoRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_service_pb2.GetServerInfoResponse, _abc.Awaitable[_service_pb2.GetServerInfoResponse]]:
+        """Describes the server: the IR version it speaks, its own version and the transports it serves. A client
+        calls it first and refuses a server whose IR major version differs from its own. It needs no model and is
+        cheap enough to call on every connection.
+        """
 
 def add_ModelServiceServicer_to_server(servicer: ModelServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

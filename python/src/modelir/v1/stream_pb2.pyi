@@ -26,6 +26,20 @@ DESCRIPTOR: _descriptor.FileDescriptor
 class StreamEvent(_message.Message):
     """One event of a streamed generation. Folding the events of a stream in order, with the one accumulator the SDK
     provides, gives exactly the `Response` the same exchange gives unstreamed.
+
+    The accumulation rules, which every language's accumulator follows (conformance/service proves it):
+    - `start` sets the response's id and model; a non-empty `id` or `model` on `end` replaces them.
+    - A delta whose `part_index` is one past the choice's last part starts a new part; a smaller index extends that
+      part; a larger one is an error. Text, reasoning text, summary text and tool-call arguments are appended;
+      a tool call's id and name are set by the delta that carries them; a blob replaces the part's content.
+    - A delta with no content, artifacts or item id only carries logprobs and starts no part.
+    - Logprob chunks are concatenated column by column in arrival order. `token_byte_offsets` (and
+      `top_token_byte_offsets`) are relative to the chunk's own bytes, so each is rebased by the number of bytes
+      that came before; the `basis` is the first chunk's that is not unspecified.
+    - Every accumulated message has the role `ROLE_ASSISTANT`; choices are sorted by index, and a choice named only
+      by a `ChoiceFinish` still appears.
+    - `end` carries what is known only at the end (finishes, usage, scores, prompt ids, timing, soft error,
+      warnings, raw); its values are set on the response.
     """
 
     DESCRIPTOR: _descriptor.Descriptor

@@ -1,0 +1,241 @@
+package modelir_test
+
+// The Go runner of the service conformance suite (conformance/service): every case through the Client against
+// `modelir serve` on a free port, compared by the rules of conformance/README.md.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"modelir.dev/go/modelir"
+	v1 "modelir.dev/go/modelir/v1"
+)
+
+var suite = func() string { p, _ := filepath.Abs("../../../conformance/service"); return p }()
+
+type serviceCase struct {
+	Description string          `json:"description"`
+	Server      string          `json:"server"`
+	RPC         string          `json:"rpc"`
+	Token       string          `json:"token"`
+	Request     json.RawMessage `json:"request"`
+	Ignore      []string        `json:"ignore"`
+	Expect      json.RawMessage `json:"expect"`
+}
+
+var listening = regexp.MustCompile(`modelir serving .* on [\d.]+:(\d+)`)
+
+func startServer(t *testing.T, name string) string {
+	t.Helper()
+	var servers map[string]struct {
+		Args []string          `json:"args"`
+		Env  map[string]string `json:"env"`
+	}
+	raw, err := os.ReadFile(filepath.Join(suite, "servers.json"))
+	if err == nil {
+		err = json.Unmarshal(raw, &servers)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary := os.Getenv("MODELIR_BIN")
+	if binary == "" {
+		binary = filepath.Join(suite, "../../.venv/bin/modelir")
+	}
+	spec := servers[name]
+	cmd := exec.Command(binary, append([]string{"serve", "--host", "127.0.0.1", "--port", "0", "--grace", "0"}, spec.Args...)...)
+	cmd.Dir = suite
+	cmd.Env = os.Environ()
+	for k, v := range spec.Env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() })
+	lines := bufio.NewScanner(stderr)
+	var seen []string
+	for lines.Scan() {
+		seen = append(seen, lines.Text())
+		if m := listening.FindStringSubmatch(lines.Text()); m != nil {
+			go func() {
+				for lines.Scan() { // keep draining the log so the server never blocks on a full pipe
+				}
+			}()
+			return "127.0.0.1:" + m[1]
+		}
+	}
+	t.Fatalf("modelir serve (%s) exited before listening:\n%s", name, strings.Join(seen, "\n"))
+	return ""
+}
+
+func toJSON(t *testing.T, m proto.Message) any {
+	t.Helper()
+	raw, err := protojson.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decode(t, raw)
+}
+
+func decode(t *testing.T, raw []byte) any {
+	t.Helper()
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var out any
+	if err := d.Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func parse(t *testing.T, raw []byte, m proto.Message) {
+	t.Helper()
+	if err := protojson.Unmarshal(raw, m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func errorJSON(t *testing.T, err error) map[string]any {
+	var e *modelir.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("not a modelir error: %v", err)
+	}
+	out := map[string]any{"code": e.CodeName()}
+	if e.ErrorInfo != nil {
+		out["errorInfo"], out["reason"] = toJSON(t, e.ErrorInfo), e.Reason
+	}
+	if e.BadRequest != nil {
+		out["badRequest"] = toJSON(t, e.BadRequest)
+	}
+	if e.Unsupported != nil {
+		out["unsupportedCapabilities"] = toJSON(t, e.Unsupported)
+	}
+	return out
+}
+
+func call(t *testing.T, client *modelir.Client, c serviceCase) map[string]any {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var answer proto.Message
+	var err error
+	switch c.RPC {
+	case "Generate":
+		var req v1.GenerateRequest
+		parse(t, c.Request, &req)
+		var response *v1.Response
+		response, err = client.Generate(ctx, req.GetRequest())
+		answer = &v1.GenerateResponse{Response: response}
+	case "StreamGenerate":
+		var req v1.StreamGenerateRequest
+		parse(t, c.Request, &req)
+		var events []any
+		var acc modelir.Accumulator
+		for event, streamErr := range client.Stream(ctx, req.GetRequest()) {
+			if streamErr != nil {
+				return map[string]any{"error": errorJSON(t, streamErr)}
+			}
+			events = append(events, toJSON(t, &v1.StreamGenerateResponse{Event: event}))
+			if err := acc.Add(event); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return map[string]any{"stream": events, "accumulated": toJSON(t, acc.Response())}
+	case "Tokenize":
+		var req v1.TokenizeRequest
+		parse(t, c.Request, &req)
+		answer, err = client.Tokenize(ctx, &req)
+	case "Detokenize":
+		var req v1.DetokenizeRequest
+		parse(t, c.Request, &req)
+		var text string
+		text, err = client.Detokenize(ctx, req.GetModel(), req.GetTokenIds())
+		answer = &v1.DetokenizeResponse{Text: text}
+	case "ListModels":
+		var models []*v1.ModelInfo
+		models, err = client.ListModels(ctx)
+		answer = &v1.ListModelsResponse{Models: models}
+	case "Validate":
+		var req v1.ValidateRequest
+		parse(t, c.Request, &req)
+		answer, err = client.Validate(ctx, req.GetRequest())
+	case "GetServerInfo":
+		answer, err = client.ServerInfo(ctx)
+	default:
+		t.Fatalf("unknown rpc %s", c.RPC)
+	}
+	if err != nil {
+		return map[string]any{"error": errorJSON(t, err)}
+	}
+	return map[string]any{"response": toJSON(t, answer)}
+}
+
+func TestServiceConformance(t *testing.T) {
+	addresses := map[string]string{"open": startServer(t, "open"), "auth": startServer(t, "auth")}
+	files, _ := filepath.Glob(filepath.Join(suite, "cases", "*.json"))
+	sort.Strings(files)
+	if len(files) == 0 {
+		t.Fatal("no service cases found")
+	}
+	for _, file := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(file), ".json"), func(t *testing.T) {
+			raw, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var c serviceCase
+			if err := json.Unmarshal(raw, &c); err != nil {
+				t.Fatal(err)
+			}
+			var opts []modelir.Option
+			if c.Token != "" {
+				opts = append(opts, modelir.WithToken(c.Token))
+			}
+			client, err := modelir.Dial(addresses[c.Server], opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer client.Close()
+			ignore := map[string]bool{}
+			for _, path := range c.Ignore {
+				ignore[path] = true
+			}
+			actual := decode(t, mustJSON(t, call(t, client, c)))
+			if problems := differences(decode(t, c.Expect), actual, "$", ignore); len(problems) > 0 {
+				t.Error(strings.Join(problems, "\n"))
+			}
+		})
+	}
+	t.Run("connect checks the IR version", func(t *testing.T) {
+		client, err := modelir.Connect(context.Background(), addresses["open"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		client.Close()
+	})
+}
+
+// mustJSON round-trips the runner's answer through encoding/json so it compares like the decoded expectation.
+func mustJSON(t *testing.T, v any) []byte {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(fmt.Errorf("encoding the answer: %w", err))
+	}
+	return raw
+}

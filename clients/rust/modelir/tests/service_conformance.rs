@@ -1,0 +1,179 @@
+//! The Rust runner of the service conformance suite (conformance/service): every case through `modelir::Client`
+//! against `modelir serve` on a free port, compared by the rules of conformance/README.md.
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use common::{differences, from_json, to_json};
+use modelir::{v1, Accumulator, Client, Error};
+use serde_json::{json, Map, Value};
+
+fn suite() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../conformance/service")
+}
+
+/// `modelir serve` as `servers.json` describes it, on a free port; killed when dropped.
+struct Server(Child, String);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_server(name: &str) -> Server {
+    let servers: Value = serde_json::from_str(&std::fs::read_to_string(suite().join("servers.json")).unwrap()).unwrap();
+    let spec = &servers[name];
+    let binary =
+        std::env::var("MODELIR_BIN").map(PathBuf::from).unwrap_or_else(|_| suite().join("../../.venv/bin/modelir"));
+    let mut command = Command::new(binary);
+    command.args(["serve", "--host", "127.0.0.1", "--port", "0", "--grace", "0"]).current_dir(suite());
+    command.args(spec["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()));
+    for (key, value) in spec["env"].as_object().unwrap() {
+        command.env(key, value.as_str().unwrap());
+    }
+    let mut child = command.stderr(Stdio::piped()).spawn().expect("modelir serve starts");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    while let Some(Ok(line)) = lines.next() {
+        if let Some(port) = line.contains("modelir serving").then(|| line.rsplit(':').next()).flatten() {
+            let address = format!("127.0.0.1:{}", port.trim());
+            // Keep draining the log so the server never blocks on a full pipe.
+            std::thread::spawn(move || lines.for_each(drop));
+            return Server(child, address);
+        }
+        seen.push(line);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("modelir serve ({name}) exited before listening:\n{}", seen.join("\n"));
+}
+
+fn error_json(error: Error) -> Value {
+    let Error::Rpc(e) = error else { panic!("not an RPC error: {error}") };
+    let mut out = Map::new();
+    out.insert("code".into(), json!(e.code_name()));
+    if let Some(info) = &e.error_info {
+        let mut info_json = Map::new();
+        for (key, value) in [("reason", &info.reason), ("domain", &info.domain)] {
+            if !value.is_empty() {
+                info_json.insert(key.into(), json!(value));
+            }
+        }
+        if !info.metadata.is_empty() {
+            info_json.insert("metadata".into(), json!(info.metadata));
+        }
+        out.insert("errorInfo".into(), Value::Object(info_json));
+        out.insert("reason".into(), json!(e.reason));
+    }
+    if let Some(bad) = &e.bad_request {
+        let violations: Vec<Value> = bad
+            .field_violations
+            .iter()
+            .map(|v| {
+                let mut one = Map::new();
+                for (key, value) in [("field", &v.field), ("description", &v.description), ("reason", &v.reason)] {
+                    if !value.is_empty() {
+                        one.insert(key.into(), json!(value));
+                    }
+                }
+                Value::Object(one)
+            })
+            .collect();
+        out.insert("badRequest".into(), json!({ "fieldViolations": violations }));
+    }
+    if let Some(gaps) = &e.unsupported {
+        out.insert("unsupportedCapabilities".into(), to_json(gaps, "modelir.v1.UnsupportedCapabilities"));
+    }
+    Value::Object(out)
+}
+
+async fn call(client: &Client, case: &Value) -> Value {
+    let request = &case["request"];
+    let answer = match case["rpc"].as_str().unwrap() {
+        "Generate" => {
+            let req: v1::GenerateRequest = from_json(request, "modelir.v1.GenerateRequest");
+            client.generate(req.request.unwrap_or_default()).await.map(|response| {
+                to_json(&v1::GenerateResponse { response: Some(response) }, "modelir.v1.GenerateResponse")
+            })
+        }
+        "StreamGenerate" => {
+            let req: v1::StreamGenerateRequest = from_json(request, "modelir.v1.StreamGenerateRequest");
+            let mut stream = match client.stream(req.request.unwrap_or_default()).await {
+                Ok(stream) => stream,
+                Err(e) => return json!({ "error": error_json(e) }),
+            };
+            let (mut events, mut accumulator) = (Vec::new(), Accumulator::default());
+            while let Some(event) = stream.next().await {
+                let event = match event {
+                    Ok(event) => event,
+                    Err(e) => return json!({ "error": error_json(e) }),
+                };
+                let wrapped = v1::StreamGenerateResponse { event: Some(event.clone()) };
+                events.push(to_json(&wrapped, "modelir.v1.StreamGenerateResponse"));
+                accumulator.add(event).unwrap();
+            }
+            return json!({
+                "stream": events,
+                "accumulated": to_json(&accumulator.response(), "modelir.v1.Response"),
+            });
+        }
+        "Tokenize" => client
+            .tokenize(from_json(request, "modelir.v1.TokenizeRequest"))
+            .await
+            .map(|r| to_json(&r, "modelir.v1.TokenizeResponse")),
+        "Detokenize" => {
+            let req: v1::DetokenizeRequest = from_json(request, "modelir.v1.DetokenizeRequest");
+            client
+                .detokenize(&req.model, req.token_ids)
+                .await
+                .map(|text| to_json(&v1::DetokenizeResponse { text }, "modelir.v1.DetokenizeResponse"))
+        }
+        "ListModels" => client
+            .list_models()
+            .await
+            .map(|models| to_json(&v1::ListModelsResponse { models }, "modelir.v1.ListModelsResponse")),
+        "Validate" => {
+            let req: v1::ValidateRequest = from_json(request, "modelir.v1.ValidateRequest");
+            client.validate(req.request.unwrap_or_default()).await.map(|r| to_json(&r, "modelir.v1.ValidateResponse"))
+        }
+        "GetServerInfo" => client.server_info().await.map(|r| to_json(&r, "modelir.v1.GetServerInfoResponse")),
+        other => panic!("unknown rpc {other}"),
+    };
+    match answer {
+        Ok(response) => json!({ "response": response }),
+        Err(e) => json!({ "error": error_json(e) }),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_service_case_passes() {
+    let servers = [("open", start_server("open")), ("auth", start_server("auth"))];
+    let address = |name: &str| servers.iter().find(|(n, _)| *n == name).unwrap().1 .1.clone();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(suite().join("cases"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no service cases found");
+    let mut failures = Vec::new();
+    for file in &files {
+        let case: Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+        let client = Client::dial(&address(case["server"].as_str().unwrap()), case["token"].as_str()).await.unwrap();
+        let ignore: Vec<String> = case["ignore"]
+            .as_array()
+            .map(|a| a.iter().map(|i| i.as_str().unwrap().to_owned()).collect())
+            .unwrap_or_default();
+        let problems = differences(&case["expect"], &call(&client, &case).await, "$", &ignore);
+        if !problems.is_empty() {
+            failures.push(format!("{}:\n  {}", file.display(), problems.join("\n  ")));
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), files.len(), failures.join("\n"));
+    // The handshake accepts a server of the same IR major version.
+    Client::connect(&address("open"), None).await.expect("the same major version is accepted");
+}

@@ -1,0 +1,144 @@
+// The TypeScript runner of the service conformance suite (conformance/service): every case through ModelirClient
+// against `modelir serve` on a free port, compared by the rules of conformance/README.md.
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { spawn, type ChildProcess } from "node:child_process";
+import { readFileSync, readdirSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { createInterface } from "node:readline";
+import { create, fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
+import {
+  accumulate,
+  DetokenizeRequestSchema,
+  DetokenizeResponseSchema,
+  GenerateRequestSchema,
+  GenerateResponseSchema,
+  GetServerInfoResponseSchema,
+  IR_VERSION,
+  ListModelsResponseSchema,
+  ModelirClient,
+  ModelirError,
+  StreamGenerateRequestSchema,
+  StreamGenerateResponseSchema,
+  TokenizeRequestSchema,
+  TokenizeResponseSchema,
+  UnsupportedCapabilitiesSchema,
+  ValidateRequestSchema,
+  ValidateResponseSchema,
+} from "../src/index";
+import { BadRequestSchema, ErrorInfoSchema } from "../src/gen/google/rpc/error_details_pb";
+import { differences } from "./compare";
+
+const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
+const SUITE = join(REPO, "conformance/service");
+const MODELIR = process.env.MODELIR_BIN ?? join(REPO, ".venv/bin/modelir");
+
+interface Case {
+  description: string;
+  server: string;
+  rpc: string;
+  token?: string;
+  request: JsonValue;
+  ignore?: string[];
+  expect: Record<string, JsonValue>;
+}
+
+async function startServer(name: string): Promise<{ process: ChildProcess; url: string }> {
+  const spec = JSON.parse(readFileSync(join(SUITE, "servers.json"), "utf8"))[name];
+  const child = spawn(MODELIR, ["serve", "--host", "127.0.0.1", "--port", "0", "--grace", "0", ...spec.args], {
+    cwd: SUITE,
+    env: { ...process.env, ...spec.env },
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  const seen: string[] = [];
+  for await (const line of createInterface({ input: child.stderr! })) {
+    seen.push(line);
+    const match = /modelir serving .* on [\d.]+:(\d+)/.exec(line);
+    if (match) {
+      child.stderr!.resume(); // keep draining the log so the server never blocks on a full pipe
+      return { process: child, url: `http://127.0.0.1:${match[1]}` };
+    }
+  }
+  throw new Error(`modelir serve (${name}) exited before listening:\n${seen.join("\n")}`);
+}
+
+function errorJson(error: unknown): JsonValue {
+  if (!(error instanceof ModelirError)) throw error;
+  const out: Record<string, JsonValue> = { code: error.codeName };
+  if (error.errorInfo) {
+    out.errorInfo = toJson(ErrorInfoSchema, error.errorInfo);
+    out.reason = error.reason;
+  }
+  if (error.badRequest) out.badRequest = toJson(BadRequestSchema, error.badRequest);
+  if (error.unsupported) out.unsupportedCapabilities = toJson(UnsupportedCapabilitiesSchema, error.unsupported);
+  return out;
+}
+
+async function call(client: ModelirClient, c: Case): Promise<Record<string, JsonValue>> {
+  try {
+    switch (c.rpc) {
+      case "Generate": {
+        const response = await client.generate(fromJson(GenerateRequestSchema, c.request).request!);
+        return { response: toJson(GenerateResponseSchema, create(GenerateResponseSchema, { response })) };
+      }
+      case "StreamGenerate": {
+        const events = [];
+        for await (const event of client.stream(fromJson(StreamGenerateRequestSchema, c.request).request!)) {
+          events.push(event);
+        }
+        return {
+          stream: events.map((event) => toJson(StreamGenerateResponseSchema, create(StreamGenerateResponseSchema, { event }))),
+          accumulated: toJson(GenerateResponseSchema.fields[0]!.message!, await accumulate(events)),
+        };
+      }
+      case "Tokenize":
+        return { response: toJson(TokenizeResponseSchema, await client.tokenize(fromJson(TokenizeRequestSchema, c.request))) };
+      case "Detokenize": {
+        const request = fromJson(DetokenizeRequestSchema, c.request);
+        const text = await client.detokenize(request.model, request.tokenIds);
+        return { response: toJson(DetokenizeResponseSchema, create(DetokenizeResponseSchema, { text })) };
+      }
+      case "ListModels":
+        return { response: toJson(ListModelsResponseSchema, create(ListModelsResponseSchema, { models: await client.listModels() })) };
+      case "Validate":
+        return { response: toJson(ValidateResponseSchema, await client.validate(fromJson(ValidateRequestSchema, c.request).request!)) };
+      case "GetServerInfo":
+        return { response: toJson(GetServerInfoResponseSchema, await client.serverInfo()) };
+    }
+    throw new Error(`unknown rpc ${c.rpc}`);
+  } catch (error) {
+    return { error: errorJson(error) };
+  }
+}
+
+const servers: Record<string, { process: ChildProcess; url: string }> = {};
+before(async () => {
+  for (const name of ["open", "auth"]) servers[name] = await startServer(name);
+});
+after(() => {
+  for (const { process } of Object.values(servers)) process.kill("SIGTERM");
+});
+
+const casesDir = join(SUITE, "cases");
+for (const file of readdirSync(casesDir).filter((f) => f.endsWith(".json")).sort()) {
+  test(`service case ${file}`, async () => {
+    const c: Case = JSON.parse(readFileSync(join(casesDir, file), "utf8"));
+    const client = new ModelirClient(servers[c.server]!.url, { token: c.token, timeoutMs: 30_000 });
+    try {
+      const problems = differences(c.expect, await call(client, c), "$", new Set(c.ignore ?? []));
+      assert.deepEqual(problems, [], problems.join("\n"));
+    } finally {
+      client.close();
+    }
+  });
+}
+
+test("connect() checks the server's IR version and accepts the same major", async () => {
+  const client = await ModelirClient.connect(servers.open!.url);
+  try {
+    assert.equal((await client.serverInfo()).irVersion.split(".")[0], IR_VERSION.split(".")[0]);
+  } finally {
+    client.close();
+  }
+});

@@ -1,0 +1,506 @@
+"""Spans and metrics for model calls (`arun`, `astream`, local or remote) and for each HTTP attempt they make.
+
+A call's span is `{gen_ai.operation.name} {gen_ai.request.model}`; each HTTP attempt is a child `POST` span with
+`http.request.resend_count`, so retries show. A unary call makes its span current for its whole body (it is a
+coroutine, so attaching and detaching happen in one context). A stream's span is made current only while the
+stream computes its next event, never across a `yield`: a consumer that stops early would otherwise be left with
+the stream's span as its current one.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from modelir import errors
+from modelir.accumulate import StreamAccumulator
+from modelir.telemetry import _runtime
+from modelir.telemetry import conventions as sc
+from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, stream_pb2
+
+# Response headers that carry the provider's own request id, in the order they are looked for.
+REQUEST_ID_HEADERS = ("x-request-id", "request-id", "x-goog-request-id", "cf-ray")
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """What does not change between calls of one model."""
+
+    transport: str
+    provider: str
+    endpoint: tuple[str, int] | None
+    kind: SpanKind
+    remote: bool
+
+
+_targets: weakref.WeakKeyDictionary[object, _Target] = weakref.WeakKeyDictionary()
+
+
+def _target(model: Any) -> _Target:
+    target = _targets.get(model)
+    if target is None:
+        transport = getattr(model, "transport", None)
+        if transport is not None:  # a local `Model`: its transport, and the executor's endpoint when it has one
+            executor = getattr(model, "executor", None)
+            url = getattr(executor, "base_url", None) or getattr(executor, "_base_url", None)
+            target = _Target(
+                transport.name,
+                sc.provider_name(transport.name),
+                sc.endpoint(url) if url else None,
+                SpanKind.CLIENT if executor is not None else SpanKind.INTERNAL,  # in-process models are INTERNAL
+                remote=False,
+            )
+        else:  # a `RemoteModel`: the modelir server is the GenAI service it calls
+            where = getattr(model, "target", "")
+            target = _Target("", sc.REMOTE_PROVIDER, sc.endpoint(where) if where else None, SpanKind.CLIENT, True)
+        _targets[model] = target
+    return target
+
+
+class Call:
+    """One model call being observed. Made by `model_call` / `stream_call`; not used directly."""
+
+    __slots__ = (
+        "_call_token",
+        "_capture_content",
+        "_ctx_token",
+        "_finished",
+        "_first_chunk",
+        "_instruments",
+        "_metric_attributes",
+        "_request",
+        "_started_as",
+        "_stream_accumulator",
+        "_target",
+        "attempts",
+        "context",
+        "span",
+        "started",
+        "streaming",
+    )
+
+    def __init__(
+        self,
+        model: Any,
+        request: request_pb2.Request,
+        *,
+        streaming: bool,
+        parent: otel_context.Context | None = None,
+        seen: _runtime.Seen | None = None,
+    ) -> None:
+        target = _target(model)
+        tracer = _runtime.tracer()
+        self._instruments = _runtime.instruments()
+        self._target = target
+        self._request = request
+        self.streaming = streaming
+        self.started = time.monotonic()
+        self.attempts = 0
+        self._first_chunk: float | None = None
+        self._finished = False
+        self._started_as = ("", "")
+        self._ctx_token: object = None
+        self._call_token: object = None
+        model_name = request.model or model.name
+        attributes: dict[str, Any] = {
+            sc.OPERATION_NAME: sc.operation_name(request, target.transport),
+            sc.PROVIDER_NAME: target.provider,
+            sc.REQUEST_MODEL: model_name,
+        }
+        if target.endpoint is not None:
+            attributes[sc.SERVER_ADDRESS], attributes[sc.SERVER_PORT] = target.endpoint
+        self._metric_attributes = dict(attributes)
+        self.span: trace.Span | None = None
+        self.context: otel_context.Context | None = None
+        self._capture_content = False
+        self._stream_accumulator: StreamAccumulator | None = None
+        if tracer is not None and _sampled_out(parent):
+            # Under a parent the sampler left out, no span is made (the default, parent-based sampler would drop it
+            # anyway, after doing most of the work of making it); the parent's context is what gets propagated.
+            self.context = parent if parent is not None else otel_context.get_current()
+        elif tracer is not None:
+            if target.transport:
+                attributes[sc.TRANSPORT] = target.transport
+            attributes.update(sc.request_attributes(request))
+            if streaming:
+                attributes[sc.REQUEST_STREAM] = True
+            span = tracer.start_span(
+                f"{attributes[sc.OPERATION_NAME]} {model_name}", parent, kind=target.kind, attributes=attributes
+            )
+            self.context = trace.set_span_in_context(span)  # propagated even when sampled out
+            # A span the sampler left out is not recorded: keep its context, skip all attribute work.
+            self.span = span if span.is_recording() else None
+        if self.span is not None:
+            if _runtime.capture_content():
+                self._capture_content = True
+                messages, system = sc.input_messages_json(request)
+                self.span.set_attribute(sc.INPUT_MESSAGES, messages)
+                if system is not None:
+                    self.span.set_attribute(sc.SYSTEM_INSTRUCTIONS, system)
+            seen = seen or _runtime.current_capture.get()
+            if seen is not None:
+                span_context = self.span.get_span_context()
+                seen.trace_id = trace.format_trace_id(span_context.trace_id)
+                seen.span_id = trace.format_span_id(span_context.span_id)
+
+    # ---- making it current ---------------------------------------------------------------------------------
+
+    def _enter_step(self) -> None:
+        self._call_token = _runtime.current_call.set(self)
+        if self.context is not None:
+            self._ctx_token = otel_context.attach(self.context)
+
+    def _exit_step(self) -> None:
+        if self._ctx_token is not None:
+            otel_context.detach(self._ctx_token)  # type: ignore[arg-type]
+            self._ctx_token = None
+        _runtime.current_call.reset(self._call_token)  # type: ignore[arg-type]
+
+    def __enter__(self) -> Call:
+        self._enter_step()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._exit_step()
+        self._end(exc)
+
+    # ---- what happened --------------------------------------------------------------------------------------
+
+    def finish(self, response: response_pb2.Response) -> response_pb2.Response:
+        """Record a unary response (returns it, so a hook can be one expression)."""
+        self._record_outcome(
+            response.id,
+            response.model,
+            [c.finish_reason for c in response.choices],
+            response.usage,
+            response.error if response.HasField("error") else None,
+            response.timing,
+            response.choices,
+        )
+        return response
+
+    def observe(self, event: stream_pb2.StreamEvent) -> None:
+        """Record what a stream event tells: time to first chunk, and at the end everything `finish` records."""
+        which = event.WhichOneof("event")
+        if self._stream_accumulator is not None:
+            self._stream_accumulator.add(event)
+        if which == "delta":
+            if self._first_chunk is None:
+                self._first_chunk = time.monotonic() - self.started
+                if self.span is not None:
+                    self.span.set_attribute(sc.RESPONSE_TIME_TO_FIRST_CHUNK, self._first_chunk)
+                if self._instruments is not None:
+                    self._instruments.time_to_first_chunk.record(self._first_chunk, self._metric_attributes)
+        elif which == "start":
+            self._started_as = (event.start.id, event.start.model)
+            if self._capture_content and self._stream_accumulator is None:
+                self._stream_accumulator = StreamAccumulator()
+                self._stream_accumulator.add(event)
+        elif which == "end":
+            end = event.end
+            choices = self._stream_accumulator.response().choices if self._stream_accumulator is not None else ()
+            self._record_outcome(
+                end.id or self._started_as[0],
+                end.model or self._started_as[1],
+                [f.finish_reason for f in end.finishes],
+                end.usage,
+                end.error if end.HasField("error") else None,
+                end.timing,
+                choices,
+            )
+
+    def _record_outcome(self, response_id, response_model, reasons, usage, error, timing, choices) -> None:
+        self._finished = True
+        span, instruments = self.span, self._instruments
+        if response_model:
+            self._metric_attributes[sc.RESPONSE_MODEL] = response_model
+        if error is not None:
+            self._metric_attributes[sc.ERROR_TYPE] = sc.soft_error_type(error)
+        if span is not None:
+            # One `set_attributes` call: the SDK takes its lock and checks the span's state once per call.
+            ending: dict[str, Any] = {sc.RESPONSE_FINISH_REASONS: sc.finish_reasons(reasons)}
+            if response_id:
+                ending[sc.RESPONSE_ID] = response_id
+            if response_model:
+                ending[sc.RESPONSE_MODEL] = response_model
+            ending.update(sc.usage_attributes(usage))
+            if timing.attempt_count:
+                ending[sc.ATTEMPT_COUNT] = timing.attempt_count
+            if timing.HasField("queue_duration"):
+                ending[sc.QUEUE_DURATION] = timing.queue_duration.ToNanoseconds() / 1e9
+            if error is not None:
+                ending[sc.ERROR_TYPE] = sc.soft_error_type(error)
+                span.set_status(Status(StatusCode.ERROR, error.message))
+            if self._capture_content and choices:
+                ending[sc.OUTPUT_MESSAGES] = sc.output_messages_json(choices)
+            span.set_attributes(ending)
+        if instruments is not None:
+            attributes = self._metric_attributes
+            if usage.HasField("input_token_count"):
+                instruments.token_usage.record(usage.input_token_count, {**attributes, sc.TOKEN_TYPE: "input"})
+            if usage.HasField("output_token_count"):
+                instruments.token_usage.record(usage.output_token_count, {**attributes, sc.TOKEN_TYPE: "output"})
+            if not self._target.remote and timing.HasField("queue_duration"):
+                instruments.queue_duration.record(timing.queue_duration.ToNanoseconds() / 1e9, attributes)
+            if error is not None:
+                instruments.soft_errors.add(1, {**attributes, sc.SOFT_ERROR_REASON: sc.soft_error_type(error)})
+
+    def _end(self, exc: BaseException | None) -> None:
+        span, instruments = self.span, self._instruments
+        if exc is not None and not isinstance(exc, GeneratorExit):
+            error_type = sc.error_type(exc)
+            self._metric_attributes[sc.ERROR_TYPE] = error_type
+            if span is not None:
+                span.set_attribute(sc.ERROR_TYPE, error_type)
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, str(exc)))
+            if instruments is not None and isinstance(exc, errors.UnsupportedCapabilityError):
+                for name in _capability_names(exc.unsupported):
+                    instruments.rejections.add(1, {**self._metric_attributes, sc.CAPABILITY: name})
+        if instruments is not None:
+            instruments.duration.record(time.monotonic() - self.started, self._metric_attributes)
+            if self.attempts > 1 and not self._target.remote:
+                instruments.retries.add(self.attempts - 1, self._metric_attributes)
+        if span is not None:
+            span.end()
+
+
+def _capability_names(unsupported) -> list[str]:
+    """One name per gap: each missing capability, each exceeded limit (`limit:<name>`), and `other` for the
+    reasons given only in words (their sentences would make the attribute unbounded)."""
+    names = [_CAPABILITY_NAMES.get(c, str(c)) for c in unsupported.missing]
+    names += [f"limit:{v.limit}" for v in unsupported.limit_violations]
+    if unsupported.reasons or not names:
+        names.append("other")
+    return names
+
+
+_CAPABILITY_NAMES = {v: k.removeprefix("CAPABILITY_") for k, v in capabilities_pb2.Capability.items()}
+
+
+def _sampled_out(context: otel_context.Context | None) -> bool:
+    """Whether the span current in `context` (or now) is a valid one that the sampler left out."""
+    span_context = trace.get_current_span(context).get_span_context()
+    return span_context.is_valid and not span_context.trace_flags.sampled
+
+
+class _NoCall:
+    """Stands in for a `Call` when nothing is configured: every method does nothing."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> _NoCall:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        return None
+
+    def finish(self, response: response_pb2.Response) -> response_pb2.Response:
+        return response
+
+
+NO_CALL = _NoCall()
+
+
+def _off() -> bool:
+    return not _runtime.active() or (_runtime.tracer() is None and _runtime.instruments() is None)
+
+
+def model_call(model: Any, request: request_pb2.Request) -> Call | _NoCall:
+    """Observe one unary call: `with model_call(self, request) as call: return call.finish(await ...)`."""
+    if _off():
+        return NO_CALL
+    return Call(model, request, streaming=False)
+
+
+def stream_call(
+    model: Any, request: request_pb2.Request, events: AsyncIterator[stream_pb2.StreamEvent]
+) -> AsyncIterator[stream_pb2.StreamEvent]:
+    """Observe one stream: returns `events` itself when nothing is configured, else a wrapper that records them."""
+    if _off():
+        return events
+    # The span starts when the stream is first iterated (a stream never iterated leaves no open span), as a child
+    # of the context the stream was made in.
+    return _observed_stream(model, request, events, otel_context.get_current(), _runtime.current_capture.get())
+
+
+async def _observed_stream(
+    model: Any,
+    request: request_pb2.Request,
+    events: AsyncIterator[stream_pb2.StreamEvent],
+    parent: otel_context.Context,
+    seen: _runtime.Seen | None,
+) -> AsyncIterator[stream_pb2.StreamEvent]:
+    call = Call(model, request, streaming=True, parent=parent, seen=seen)
+    failure: BaseException | None = None
+    try:
+        while True:
+            call._enter_step()
+            try:
+                event = await events.__anext__()
+            except StopAsyncIteration:
+                return
+            finally:
+                call._exit_step()
+            call.observe(event)
+            yield event
+    except BaseException as exc:
+        failure = exc
+        raise
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:  # a consumer that stopped early: close the source in the call's context
+            call._enter_step()
+            try:
+                await aclose()
+            finally:
+                call._exit_step()
+        call._end(failure)
+
+
+# ---- HTTP attempts ------------------------------------------------------------------------------------------
+
+
+class Attempt:
+    """One HTTP attempt of the current call: a child span, `traceparent` on the request, the provider's id."""
+
+    __slots__ = ("_call", "_seen", "span")
+
+    def __init__(self, call: Call | None, seen: _runtime.Seen | None, request: Any, attempt: int) -> None:
+        self._call = call
+        self._seen = seen
+        self.span: trace.Span | None = None
+        if call is not None:
+            call.attempts = max(call.attempts, attempt)
+            tracer = _runtime.tracer()
+            if tracer is not None and call.context is not None and call.span is None and _sampled_out(call.context):
+                request.headers = request.headers.copy()  # a cached, shared object (see `Executor._headers`)
+                propagate.inject(request.headers, context=call.context)  # `traceparent` says "not sampled"
+            elif tracer is not None and call.context is not None:
+                attributes = dict(_url_attributes(request.url))
+                attributes[sc.HTTP_REQUEST_METHOD] = request.method
+                if attempt > 1:
+                    attributes[sc.HTTP_REQUEST_RESEND_COUNT] = attempt - 1
+                self.span = tracer.start_span(
+                    request.method, context=call.context, kind=SpanKind.CLIENT, attributes=attributes
+                )
+                # The request's headers are a cached, shared object (see `Executor._headers`): copy before adding.
+                request.headers = request.headers.copy()
+                propagate.inject(request.headers, context=trace.set_span_in_context(self.span))
+
+    def __enter__(self) -> Attempt:
+        return self
+
+    def answered(self, status: int, headers: Mapping[str, str]) -> None:
+        """The provider answered `status` (before any body is read)."""
+        if self._seen is not None:
+            for name in REQUEST_ID_HEADERS:
+                value = headers.get(name)
+                if value:
+                    self._seen.provider_request_id = value
+                    break
+        span = self.span
+        if span is not None and span.is_recording():
+            answer: dict[str, Any] = {sc.HTTP_RESPONSE_STATUS_CODE: status}
+            for name in REQUEST_ID_HEADERS:
+                value = headers.get(name)
+                if value:
+                    answer[sc.PROVIDER_REQUEST_ID] = value
+                    break
+            if status >= 400:
+                answer[sc.ERROR_TYPE] = str(status)
+                span.set_status(Status(StatusCode.ERROR))
+            span.set_attributes(answer)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        span = self.span
+        if span is None:
+            return
+        if exc is not None and not isinstance(exc, GeneratorExit):
+            span.set_attribute(sc.ERROR_TYPE, type(exc).__qualname__)
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, str(exc)))
+        span.end()
+
+
+_url_cache: dict[tuple[str, bytes, bytes], dict[str, Any]] = {}
+
+
+def _url_attributes(url: Any) -> dict[str, Any]:
+    """`server.*` and `url.full` (without the query, which may hold keys) of an `httpx.URL`, cached per URL:
+    building them (`copy_with` re-parses the URL) costs more than the rest of the attempt span."""
+    key = (url.scheme, url.netloc, url.raw_path)
+    attributes = _url_cache.get(key)
+    if attributes is None:
+        if len(_url_cache) > 4096:  # a bound, for callers whose paths vary
+            _url_cache.clear()
+        attributes = _url_cache[key] = {
+            sc.SERVER_ADDRESS: url.host,
+            sc.SERVER_PORT: url.port or (443 if url.scheme == "https" else 80),
+            sc.URL_FULL: f"{url.scheme}://{url.netloc.decode('ascii')}{url.path}",
+        }
+    return attributes
+
+
+class _NoAttempt:
+    __slots__ = ()
+
+    def __enter__(self) -> _NoAttempt:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        return None
+
+    def answered(self, status: int, headers: Mapping[str, str]) -> None:
+        return None
+
+
+NO_ATTEMPT = _NoAttempt()
+
+
+def http_attempt(request: Any, attempt: int) -> Attempt | _NoAttempt:
+    """Observe attempt number `attempt` (from 1) of sending the built `httpx.Request` `request`."""
+    call = _runtime.current_call.get()
+    seen = _runtime.current_capture.get()
+    if call is None and seen is None:
+        return NO_ATTEMPT
+    return Attempt(call, seen, request, attempt)
+
+
+# ---- gRPC client metadata -----------------------------------------------------------------------------------
+
+
+def outgoing_metadata(metadata: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """`metadata` plus the current trace context (`traceparent`, `tracestate`, `baggage`) when tracing is on."""
+    call = _runtime.current_call.get()
+    if call is None or call.context is None:
+        return metadata
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return metadata + tuple(carrier.items()) if carrier else metadata
+
+
+# The trailing-metadata key in which the server returns the provider's request id (see `ServerCall`).
+PROVIDER_REQUEST_ID_TRAILER = "modelir-provider-request-id"
+
+
+async def read_trailers(grpc_call: Any) -> None:
+    """After a `RemoteModel` RPC: take the provider's request id the server sent back, for the current call's
+    span and a record's provenance (only when something is listening: reading trailers costs a few us)."""
+    call = _runtime.current_call.get()
+    seen = _runtime.current_capture.get()
+    if call is None and seen is None:
+        return
+    for key, value in await grpc_call.trailing_metadata() or ():
+        if key == PROVIDER_REQUEST_ID_TRAILER and isinstance(value, str):
+            if seen is not None:
+                seen.provider_request_id = value
+            if call is not None and call.span is not None:
+                call.span.set_attribute(sc.PROVIDER_REQUEST_ID, value)

@@ -1,0 +1,136 @@
+"""The server side of a call: continue the client's W3C trace context, a `SERVER` span per RPC, the access log line.
+
+A gRPC handler runs in a task of its own, so the RPC's span is current for the whole handler, streaming ones
+included: the model call inside becomes its child, and the provider call the model's grandchild.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import grpc
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from modelir.telemetry import _runtime
+from modelir.telemetry import conventions as sc
+from modelir.telemetry.access_log import access_log
+from modelir.telemetry.calls import PROVIDER_REQUEST_ID_TRAILER
+from modelir.v1 import response_pb2, stream_pb2
+
+SERVICE = "modelir.v1.ModelService"
+_TRACE_KEYS = frozenset(("traceparent", "tracestate", "baggage"))
+_GRPC_CODES = {code.name: code.value[0] for code in grpc.StatusCode}
+
+
+class ServerCall:
+    """One RPC: set `transport` and `status` as they become known; `answered` / `observe` take the usage."""
+
+    __slots__ = (
+        "_capture_token",
+        "_grpc_context",
+        "_seen",
+        "_token",
+        "input_tokens",
+        "method",
+        "model",
+        "output_tokens",
+        "span",
+        "started",
+        "status",
+        "transport",
+    )
+
+    def __init__(self, method: str, model: str, grpc_context: Any) -> None:
+        self.method = method
+        self.model = model or "-"
+        self.transport = "-"
+        self.status = "OK"
+        self.started = time.monotonic()
+        self.input_tokens: int | None = None
+        self.output_tokens: int | None = None
+        self.span: trace.Span | None = None
+        self._token: object = None
+        self._grpc_context = grpc_context
+        # The provider's request id of the model call inside, sent back in the trailing metadata.
+        self._seen = _runtime.Seen()
+        self._capture_token = _runtime.current_capture.set(self._seen)
+        tracer = _runtime.tracer() if _runtime.active() else None
+        if tracer is not None:
+            metadata = grpc_context.invocation_metadata() if grpc_context is not None else None
+            carrier = {key: value for key, value in metadata or () if key in _TRACE_KEYS and isinstance(value, str)}
+            parent = propagate.extract(carrier) if carrier else None  # None: a new trace, decided by the sampler
+            self.span = tracer.start_span(
+                f"{SERVICE}/{method}",
+                context=parent,
+                kind=SpanKind.SERVER,
+                attributes={sc.RPC_SYSTEM: "grpc", sc.RPC_SERVICE: SERVICE, sc.RPC_METHOD: method},
+            )
+            self._token = otel_context.attach(trace.set_span_in_context(self.span, parent))
+
+    def __enter__(self) -> ServerCall:
+        return self
+
+    def answered(self, result: Any) -> Any:
+        """Take the usage of a `Response` result (returns the result, so the hook is one expression)."""
+        if isinstance(result, response_pb2.Response):
+            self._usage(result.usage)
+            self._send_request_id()
+        return result
+
+    def observe(self, event: stream_pb2.StreamEvent) -> None:
+        if event.WhichOneof("event") == "end":
+            self._usage(event.end.usage)
+            self._send_request_id()
+
+    def _send_request_id(self) -> None:
+        if self._seen.provider_request_id and self._grpc_context is not None:
+            self._grpc_context.set_trailing_metadata(((PROVIDER_REQUEST_ID_TRAILER, self._seen.provider_request_id),))
+
+    def _usage(self, usage: response_pb2.Usage) -> None:
+        if usage.HasField("input_token_count"):
+            self.input_tokens = usage.input_token_count
+        if usage.HasField("output_token_count"):
+            self.output_tokens = usage.output_token_count
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End the RPC's span and write its access-log line, with the `status` and `transport` set by then (what
+        leaving the `with` block does, for a caller that keeps its own frame)."""
+        latency = time.monotonic() - self.started
+        _runtime.current_capture.reset(self._capture_token)
+        trace_id = ""
+        span = self.span
+        if span is not None:
+            otel_context.detach(self._token)  # type: ignore[arg-type]
+            trace_id = trace.format_trace_id(span.get_span_context().trace_id)
+            if span.is_recording():
+                ending: dict[str, Any] = {sc.RPC_GRPC_STATUS_CODE: _GRPC_CODES.get(self.status, 2)}
+                if self.model != "-":
+                    ending[sc.REQUEST_MODEL] = self.model
+                if self.transport != "-":
+                    ending[sc.TRANSPORT] = self.transport
+                if self.status != "OK":
+                    ending[sc.ERROR_TYPE] = self.status
+                    span.set_status(Status(StatusCode.ERROR))
+                span.set_attributes(ending)
+            span.end()
+        access_log().write(
+            self.method,
+            self.model,
+            self.transport,
+            self.status,
+            latency,
+            self.input_tokens,
+            self.output_tokens,
+            trace_id,
+        )
+
+
+def server_call(method: str, model: str, grpc_context: Any) -> ServerCall:
+    """Observe one RPC: `with server_call("Generate", name, context) as rpc: ...`."""
+    return ServerCall(method, model, grpc_context)

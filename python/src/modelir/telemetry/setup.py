@@ -1,0 +1,153 @@
+"""Install the OpenTelemetry SDK and exporters from the standard `OTEL_*` environment variables (`modelir serve`).
+
+Nothing is exported unless asked for: telemetry starts only when `OTEL_TRACES_EXPORTER`, `OTEL_METRICS_EXPORTER`
+or an `OTEL_EXPORTER_OTLP_*ENDPOINT` is set (the SDK's own default exporter, `otlp`, would otherwise send to
+localhost:4317 from every server), and never when `OTEL_SDK_DISABLED=true`. Exporters: `otlp` (protocol from
+`OTEL_EXPORTER_OTLP_[TRACES_|METRICS_]PROTOCOL`: `grpc`, or `http/protobuf`, the specification's default),
+`console`, `none`; several may be listed, comma-separated. The exporters, the batch span processor
+(`OTEL_BSP_*`), the metric reader interval (`OTEL_METRIC_EXPORT_INTERVAL`), the sampler (`OTEL_TRACES_SAMPLER`)
+and the resource (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`) read their own variables.
+
+This module imports the SDK, which is the `otel` extra (`pip install 'modelir[otel]'`); the rest of the package
+needs only `opentelemetry-api`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+_ENDPOINT_VARIABLES = (
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+)
+
+
+class TelemetrySetupError(ValueError):
+    """The `OTEL_*` configuration asks for something that cannot be set up; the message names the variable."""
+
+
+@dataclass
+class Installed:
+    """What `configure_from_env` installed; `shutdown()` flushes and stops it."""
+
+    tracer_provider: object | None = None
+    meter_provider: object | None = None
+
+    def shutdown(self) -> None:
+        for provider in (self.tracer_provider, self.meter_provider):
+            if provider is not None:
+                provider.shutdown()  # type: ignore[attr-defined]
+
+
+def requested(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the environment asks for any telemetry."""
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    return any(environ.get(name, "").strip() for name in ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER")) or any(
+        environ.get(name, "").strip() for name in _ENDPOINT_VARIABLES
+    )
+
+
+def _exporter_names(environ: Mapping[str, str], signal: str) -> list[str]:
+    variable = f"OTEL_{signal.upper()}_EXPORTER"
+    names = [n.strip().lower() for n in environ.get(variable, "otlp").split(",") if n.strip()]
+    for name in names:
+        if name not in ("otlp", "console", "none"):
+            raise TelemetrySetupError(f"{variable}={name!r}: modelir supports otlp, console and none")
+    return [n for n in names if n != "none"]
+
+
+def _protocol(environ: Mapping[str, str], signal: str) -> str:
+    variable = f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL"
+    protocol = environ.get(variable) or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
+    protocol = protocol.strip().lower()
+    if protocol not in ("grpc", "http/protobuf"):
+        raise TelemetrySetupError(
+            f"{variable} (or OTEL_EXPORTER_OTLP_PROTOCOL)={protocol!r}: use grpc or http/protobuf"
+        )
+    return protocol
+
+
+def _span_exporter(name: str, environ: Mapping[str, str]):
+    if name == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        return ConsoleSpanExporter()
+    if _protocol(environ, "traces") == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # type: ignore[assignment]
+    return OTLPSpanExporter()
+
+
+def _metric_exporter(name: str, environ: Mapping[str, str]):
+    if name == "console":
+        from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
+
+        return ConsoleMetricExporter()
+    if _protocol(environ, "metrics") == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+    else:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter  # type: ignore[assignment]
+    return OTLPMetricExporter()
+
+
+def configure_from_env(environ: Mapping[str, str] = os.environ) -> Installed | None:
+    """Install tracer and meter providers as the environment says; None when it asks for nothing.
+
+    The providers become the process's global ones (so other instrumentation in the process shares them).
+    """
+    if not requested(environ):
+        return None
+    try:
+        from opentelemetry import metrics, trace
+        from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+        from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError as exc:
+        raise TelemetrySetupError(
+            f"OTEL_* variables ask for telemetry, but the OpenTelemetry SDK is not installed ({exc}); "
+            "install it with: pip install 'modelir[otel]'"
+        ) from None
+    resource = Resource.create()  # reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: "modelir"}))
+    installed = Installed()
+    span_exporters = [_span_exporter(n, environ) for n in _exporter_names(environ, "traces")]
+    if span_exporters:
+        tracer_provider = TracerProvider(resource=resource)
+        for exporter in span_exporters:
+            tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
+        trace.set_tracer_provider(tracer_provider)
+        installed.tracer_provider = tracer_provider
+    metric_exporters = [_metric_exporter(n, environ) for n in _exporter_names(environ, "metrics")]
+    if metric_exporters:
+        readers = [PeriodicExportingMetricReader(exporter) for exporter in metric_exporters]
+        # Exemplars (a sampled span's id on a histogram bucket) cost a few microseconds on every measurement
+        # taken inside a sampled span; they are off unless OTEL_METRICS_EXEMPLAR_FILTER asks for them.
+        if environ.get("OTEL_METRICS_EXEMPLAR_FILTER"):
+            meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+        else:
+            meter_provider = MeterProvider(
+                resource=resource, metric_readers=readers, exemplar_filter=AlwaysOffExemplarFilter()
+            )
+        metrics.set_meter_provider(meter_provider)
+        installed.meter_provider = meter_provider
+    return installed
+
+
+@contextmanager
+def installed_from_env(environ: Mapping[str, str] = os.environ) -> Iterator[Installed | None]:
+    """`configure_from_env` for the length of a block, then flush what is still batched and stop."""
+    installed = configure_from_env(environ)
+    try:
+        yield installed
+    finally:
+        if installed is not None:
+            installed.shutdown()

@@ -1,0 +1,73 @@
+"""Logprobs read off the reference model's table: the columns of sampled or scored tokens, and input scores.
+
+Columns are gathered from the table with numpy in one pass, in the packed layout the IR defines (ids, logprobs,
+pieces, concatenated bytes with offsets, top-k alternatives flattened with a count per position).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from modelir.transports.reference.vocabulary import PIECE_LEN, PIECES, logprob_table, token_ids, top_table
+from modelir.v1 import logprobs_pb2, request_pb2
+
+
+def columns(prev: list[int], ids: list[int], top_k: int) -> logprobs_pb2.TokenLogprobs:
+    """Columnar logprobs of `ids`, each after its `prev`, gathered from the table in one go."""
+    out = logprobs_pb2.TokenLogprobs(basis=logprobs_pb2.LOGPROB_BASIS_PRE_SAMPLING)
+    prev_arr = np.asarray(prev, dtype=np.int64)
+    id_arr = np.asarray(ids, dtype=np.int64)
+    out.token_ids.extend(ids)
+    out.logprobs.extend(logprob_table()[prev_arr, id_arr].tolist())
+    out.tokens.extend([PIECES[i] for i in ids])
+    out.token_bytes = bytes(id_arr[id_arr < 256].astype(np.uint8))
+    out.token_byte_offsets.extend(_offsets(id_arr))
+    if top_k:
+        top_ids, top_lps = top_table()
+        flat_ids = top_ids[prev_arr, :top_k].ravel()
+        out.top_counts.extend([top_k] * len(ids))
+        out.top_token_ids.extend(flat_ids.tolist())
+        out.top_logprobs.extend(top_lps[prev_arr, :top_k].ravel().tolist())
+        out.top_tokens.extend([PIECES[i] for i in flat_ids.tolist()])
+        out.top_token_bytes = bytes(flat_ids[flat_ids < 256].astype(np.uint8))
+        out.top_token_byte_offsets.extend(_offsets(flat_ids))
+    return out
+
+
+def _offsets(ids: np.ndarray) -> list[int]:
+    lengths = PIECE_LEN[ids]
+    return (np.cumsum(lengths) - lengths).tolist()
+
+
+def continuation(request: request_pb2.Request) -> list[int]:
+    """The tokens of the span to score after the prompt (none when the whole prompt is scored)."""
+    if not request.HasField("input_scoring"):
+        return []
+    span = request.input_scoring.WhichOneof("continuation")
+    if span == "continuation_text":
+        return token_ids(request.input_scoring.continuation_text)
+    if span == "continuation_tokens":
+        return list(request.input_scoring.continuation_tokens.ids)
+    return []
+
+
+def score_input(request: request_pb2.Request, context: list[int]) -> logprobs_pb2.InputScores:
+    """The scores of the continuation after `context`, or of the whole prompt after its first token."""
+    span = continuation(request)
+    ids = context + span
+    if span:
+        first, unscored = len(context), 0
+    else:
+        first, unscored = 1, 1  # the first token has no logprob: never scored as zero
+    prev, scored = ids[first - 1 : -1], ids[first:]
+    tokens = columns(prev, scored, request.input_scoring.top_k)
+    token_bytes = tokens.token_bytes
+    return logprobs_pb2.InputScores(
+        tokens=tokens,
+        logprob_sum=float(logprob_table()[prev, scored].sum()),
+        token_count=len(scored),
+        byte_count=len(token_bytes),
+        char_count=int(np.count_nonzero((np.frombuffer(token_bytes, np.uint8) & 0xC0) != 0x80)),
+        unscored_token_count=unscored,
+        span_start_byte=int(PIECE_LEN[ids[:first]].sum()),
+    )

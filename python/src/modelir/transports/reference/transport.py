@@ -1,0 +1,112 @@
+"""`ReferenceModel`: the reference model as a transport (its manifest, its own limits, run, stream, tokenize)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from modelir import logprobs as lp
+from modelir.streaming import events_from_response
+from modelir.transports.base import LocalTransport
+from modelir.transports.reference.generation import generate, may_call_tools
+from modelir.transports.reference.json_emitter import schema_gaps
+from modelir.transports.reference.sealing import Sealer
+from modelir.transports.reference.vocabulary import BOS, MAX_TOP_LOGPROBS, PIECE_BYTES, PIECES, VOCAB, token_ids
+from modelir.v1 import capabilities_pb2, content_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
+
+MAX_CHOICES = 16
+_CAPABILITIES = sorted(
+    [
+        capabilities_pb2.CAPABILITY_COMPLETION,
+        capabilities_pb2.CAPABILITY_CHAT,
+        capabilities_pb2.CAPABILITY_TOKEN_INPUT,
+        capabilities_pb2.CAPABILITY_SYSTEM_MESSAGES,
+        capabilities_pb2.CAPABILITY_TOOLS,
+        capabilities_pb2.CAPABILITY_TOOL_CHOICE,
+        capabilities_pb2.CAPABILITY_REASONING,
+        capabilities_pb2.CAPABILITY_REASONING_EFFORT,
+        capabilities_pb2.CAPABILITY_REASONING_BUDGET,
+        capabilities_pb2.CAPABILITY_PREFILL,
+        capabilities_pb2.CAPABILITY_INPUT_SCORING,
+        capabilities_pb2.CAPABILITY_SAMPLED_LOGPROBS,
+        capabilities_pb2.CAPABILITY_SAMPLED_TOKEN_IDS,
+        capabilities_pb2.CAPABILITY_TOP_K_LOGPROBS,
+        capabilities_pb2.CAPABILITY_CONSTRAINT_CHOICE,
+        capabilities_pb2.CAPABILITY_CONSTRAINT_JSON_SCHEMA,
+        capabilities_pb2.CAPABILITY_TOKENIZE,
+        capabilities_pb2.CAPABILITY_STREAMING,
+        capabilities_pb2.CAPABILITY_MULTIPLE_CHOICES,
+        capabilities_pb2.CAPABILITY_TEMPERATURE,
+        capabilities_pb2.CAPABILITY_TOP_P,
+        capabilities_pb2.CAPABILITY_TOP_K_SAMPLING,
+        capabilities_pb2.CAPABILITY_MIN_P,
+        capabilities_pb2.CAPABILITY_MAX_OUTPUT_TOKENS,
+        capabilities_pb2.CAPABILITY_STOP_SEQUENCES,
+        capabilities_pb2.CAPABILITY_STOP_TOKEN_IDS,
+        capabilities_pb2.CAPABILITY_SEED,
+    ]
+)
+
+
+class ReferenceModel(LocalTransport):
+    """The deterministic reference model. `provider_model` is the model id its responses and artifacts name, as
+    for every transport; `secret` keys the signatures of its reasoning artifacts."""
+
+    name = "reference"
+    version = "1.0.0"
+
+    def __init__(self, *, provider_model: str = "modelir-reference-1", secret: bytes = b"modelir-reference") -> None:
+        self.model_id = provider_model
+        self._sealer = Sealer(secret, provider_model)
+        self._issuer = content_pb2.Issuer(transport=self.name, model=provider_model)
+
+    @property
+    def provider_model(self) -> str:
+        return self.model_id
+
+    def manifest(self) -> capabilities_pb2.CapabilityManifest:
+        return capabilities_pb2.CapabilityManifest(
+            transport=self.name,
+            transport_version=self.version,
+            capabilities=_CAPABILITIES,
+            limits=capabilities_pb2.ModelLimits(
+                max_top_logprobs=MAX_TOP_LOGPROBS, max_choices=MAX_CHOICES, max_output_tokens=1 << 16
+            ),
+        )
+
+    def extra_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
+        """What the catalog cannot express: JSON-schema features, and token ids outside the vocabulary."""
+        reasons = []
+        if request.constraint.WhichOneof("kind") == "json_schema":
+            reasons += schema_gaps(request.constraint.json_schema.schema_json, "the JSON schema constraint")
+        if may_call_tools(request):
+            for tool in request.tools:
+                if tool.parameters_json_schema:
+                    reasons += schema_gaps(tool.parameters_json_schema, f"the parameters of tool {tool.name!r}")
+        if request.WhichOneof("input") == "token_ids" and any(t >= VOCAB for t in request.token_ids.ids):
+            reasons.append(f"The reference model's vocabulary has {VOCAB} tokens (ids 0 to {VOCAB - 1}).")
+        return reasons
+
+    def generate(self, request: request_pb2.Request) -> response_pb2.Response:
+        """The response to a checked request, synchronously (what `run` returns)."""
+        return generate(request, self._sealer, self._issuer)
+
+    async def run(self, request: request_pb2.Request) -> response_pb2.Response:
+        return generate(request, self._sealer, self._issuer)
+
+    async def stream(self, request: request_pb2.Request) -> AsyncIterator[stream_pb2.StreamEvent]:
+        for event in events_from_response(generate(request, self._sealer, self._issuer)):
+            yield event
+
+    async def tokenize(self, request: service_pb2.TokenizeRequest) -> service_pb2.TokenizeResponse:
+        ids = token_ids(request.text)
+        if request.add_special_tokens and not request.context:
+            ids = [BOS, *ids]
+        out = service_pb2.TokenizeResponse(token_ids=ids, pieces=[PIECES[i] for i in ids])
+        pieces = [PIECE_BYTES[i] for i in ids]
+        out.token_bytes = b"".join(pieces)
+        out.token_byte_offsets.extend(lp.offsets_of(pieces))
+        return out
+
+    async def detokenize(self, token_ids: list[int]) -> str:
+        """Bytes back to text; special tokens have no text."""
+        return bytes(t for t in token_ids if t < 256).decode("utf-8", "replace")

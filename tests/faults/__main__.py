@@ -1,0 +1,3 @@
+from tests.faults.census import main
+
+main()
