@@ -543,3 +543,36 @@ def test_a_bad_access_log_format_in_the_environment_is_a_configuration_error(mon
     monkeypatch.setenv("MODELIR_ACCESS_LOG", "xml")
     assert cli.main(["serve", "--port", "0"]) == 2
     assert "MODELIR_ACCESS_LOG" in capsys.readouterr().err
+
+
+def test_exporters_follow_the_protocol_variables():
+    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetrics
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpans
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetrics
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpans
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+    assert isinstance(setup._span_exporter("otlp", {}), HttpSpans)  # the specification's default protocol
+    assert isinstance(setup._span_exporter("otlp", {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}), GrpcSpans)
+    both = {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "http/protobuf"}
+    assert isinstance(setup._metric_exporter("otlp", both), HttpMetrics)  # the per-signal variable wins
+    assert isinstance(setup._metric_exporter("otlp", {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}), GrpcMetrics)
+    assert isinstance(setup._span_exporter("console", {}), ConsoleSpanExporter)
+
+
+async def test_providers_built_from_the_environment_trace_and_measure_a_call(capsys):
+    environ = {"OTEL_TRACES_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "console"}
+    installed = setup.build_from_env(environ)
+    assert installed is not None and installed.tracer_provider is not None and installed.meter_provider is not None
+    telemetry.install(tracer_provider=installed.tracer_provider, meter_provider=installed.meter_provider)
+    try:
+        await Model(ReferenceModel(), name="ref").agenerate("Hello", max_output_tokens=2)
+    finally:
+        telemetry.install()
+        installed.shutdown()  # exports what is batched
+    printed = capsys.readouterr().out
+    assert '"name": "text_completion ref"' in printed and '"service.name": "modelir"' in printed
+    assert "gen_ai.client.operation.duration" in printed
+    only_metrics = setup.build_from_env({"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "console"})
+    assert only_metrics is not None and only_metrics.tracer_provider is None
+    only_metrics.shutdown()

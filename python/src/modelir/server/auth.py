@@ -8,7 +8,8 @@ model names by probing.
 from __future__ import annotations
 
 import hmac
-from collections.abc import AsyncIterator, Callable
+import inspect
+from collections.abc import Callable
 from typing import Any, cast
 
 import grpc
@@ -79,13 +80,18 @@ def _health_for_open_services_only(handler: grpc.RpcMethodHandler, status) -> gr
             return await check(request, context)
 
         return grpc.unary_unary_rpc_method_handler(guarded_check, **kwargs)
-    # grpc's stubs type `unary_stream` as a sync iterator factory; the aio health servicer's is an async generator.
-    watch = cast(Callable[..., AsyncIterator[Any]], handler.unary_stream)
+    # grpc's aio health servicer writes its answers with `context.write` from a coroutine; a generated streaming
+    # handler is an async generator. Either may stand behind `unary_stream`.
+    watch = cast(Callable[..., Any], handler.unary_stream)
 
     async def guarded_watch(request, context):
         if request.service not in _OPEN_HEALTH_SERVICES:
             await context.abort_with_status(status)
-        async for answer in watch(request, context):
+        answers = watch(request, context)
+        if inspect.isawaitable(answers):
+            await answers
+            return
+        async for answer in answers:
             yield answer
 
     return grpc.unary_stream_rpc_method_handler(guarded_watch, **kwargs)

@@ -15,6 +15,7 @@ needs only `opentelemetry-api`.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -76,7 +77,7 @@ def _span_exporter(name: str, environ: Mapping[str, str]):
     if name == "console":
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
-        return ConsoleSpanExporter()
+        return ConsoleSpanExporter(out=sys.stdout)  # the stdout of now, not of import time
     if _protocol(environ, "traces") == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
     else:
@@ -88,7 +89,7 @@ def _metric_exporter(name: str, environ: Mapping[str, str]):
     if name == "console":
         from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 
-        return ConsoleMetricExporter()
+        return ConsoleMetricExporter(out=sys.stdout)
     if _protocol(environ, "metrics") == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
     else:
@@ -101,10 +102,26 @@ def configure_from_env(environ: Mapping[str, str] = os.environ) -> Installed | N
 
     The providers become the process's global ones (so other instrumentation in the process shares them).
     """
+    installed = build_from_env(environ)
+    if installed is not None:
+        from opentelemetry import metrics, trace
+
+        if installed.tracer_provider is not None:
+            trace.set_tracer_provider(installed.tracer_provider)  # type: ignore[arg-type]
+        if installed.meter_provider is not None:
+            metrics.set_meter_provider(installed.meter_provider)  # type: ignore[arg-type]
+    return installed
+
+
+def build_from_env(environ: Mapping[str, str] = os.environ) -> Installed | None:
+    """The tracer and meter providers the environment asks for, not yet installed; None when it asks for none.
+
+    `environ` decides which signals and exporters; the SDK's own pieces (exporter endpoints and headers, batching,
+    sampler, resource) read the process environment, as they always do.
+    """
     if not requested(environ):
         return None
     try:
-        from opentelemetry import metrics, trace
         from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
         from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -124,7 +141,6 @@ def configure_from_env(environ: Mapping[str, str] = os.environ) -> Installed | N
         tracer_provider = TracerProvider(resource=resource)
         for exporter in span_exporters:
             tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
-        trace.set_tracer_provider(tracer_provider)
         installed.tracer_provider = tracer_provider
     metric_exporters = [_metric_exporter(n, environ) for n in _exporter_names(environ, "metrics")]
     if metric_exporters:
@@ -137,7 +153,6 @@ def configure_from_env(environ: Mapping[str, str] = os.environ) -> Installed | N
             meter_provider = MeterProvider(
                 resource=resource, metric_readers=readers, exemplar_filter=AlwaysOffExemplarFilter()
             )
-        metrics.set_meter_provider(meter_provider)
         installed.meter_provider = meter_provider
     return installed
 
