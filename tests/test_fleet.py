@@ -8,6 +8,7 @@ import asyncio
 import logging
 import re
 import socket
+from typing import ClassVar
 
 import pytest
 from modelir import Limiter, Model, ReferenceModel, build_request, errors
@@ -192,3 +193,45 @@ async def test_round_robin_skips_a_replica_whose_health_check_says_not_serving()
     await single.aclose()
     await sick.stop(None)
     await healthy.stop(None)
+
+
+async def test_calls_and_streams_cut_off_before_an_answer_are_sent_again_but_modelir_errors_are_not():
+    import grpc
+    from modelir.server.app import add_model_service
+    from modelir.server.servicer import ModelServicer
+
+    class GoesAwayFirst(ModelServicer):
+        """Fails the first call of each kind as a replica that went away does: UNAVAILABLE, no modelir error."""
+
+        cut: ClassVar[set[str]] = set()
+
+        async def Generate(self, request, context):
+            if "unary" not in self.cut:
+                self.cut.add("unary")
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "connection reset")
+            return await super().Generate(request, context)
+
+        async def StreamGenerate(self, request, context):
+            if "stream" not in self.cut:
+                self.cut.add("stream")
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "connection reset")
+            async for message in super().StreamGenerate(request, context):
+                yield message
+
+    server = grpc.aio.server()
+    add_model_service(GoesAwayFirst({"reference": Model(ReferenceModel(), name="reference")}), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    model = RemoteModel(f"127.0.0.1:{port}", "reference")
+    try:
+        request = build_request("reference", prompt="hi", max_output_tokens=3)
+        assert (await model.arun(request)).choices
+        events = [event async for event in model.astream(request)]
+        assert events and events[-1].WhichOneof("event") == "end"
+        assert model.failovers == 2
+        with pytest.raises(errors.UnknownModelError):  # answered by the server: never sent again
+            await model.arun(build_request("nope", prompt="hi", max_output_tokens=3))
+        assert model.failovers == 2
+    finally:
+        await model.aclose()
+        await server.stop(None)

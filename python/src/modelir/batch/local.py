@@ -25,29 +25,28 @@ class LocalScheduler:
         queue: asyncio.Queue[tuple[str, request_pb2.Request]] = asyncio.Queue()
         for item in todo:
             queue.put_nowait(item)
-        finished: asyncio.Queue[record_pb2.Record] = asyncio.Queue()
+        # Each worker hands back records, or the error (not a ModelError: those become records) that stopped it.
+        finished: asyncio.Queue[record_pb2.Record | Exception] = asyncio.Queue()
 
         async def worker() -> None:
-            while True:
-                try:
-                    key, request = queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    return
-                finished.put_nowait(await call_to_record(model, manifest, key, request, previous_attempts.get(key, 0)))
+            try:
+                while True:
+                    try:
+                        key, request = queue.get_nowait()
+                    except asyncio.QueueEmpty:
+                        return
+                    previous = previous_attempts.get(key, 0)
+                    finished.put_nowait(await call_to_record(model, manifest, key, request, previous))
+            except Exception as exc:
+                finished.put_nowait(exc)
 
-        workers = {asyncio.create_task(worker()) for _ in range(min(self.concurrency, max(1, len(todo))))}
-        alive = set(workers)
+        workers = [asyncio.create_task(worker()) for _ in range(min(self.concurrency, max(1, len(todo))))]
         try:
             for _ in range(len(todo)):
-                get = asyncio.ensure_future(finished.get())
-                while not get.done():
-                    await asyncio.wait([get, *alive], return_when=asyncio.FIRST_COMPLETED)
-                    for task in [t for t in alive if t.done()]:
-                        alive.discard(task)
-                        if task.exception() is not None:  # not a ModelError (those become records): a bug
-                            get.cancel()
-                            raise task.exception()  # type: ignore[misc]
-                yield get.result()
+                outcome = await finished.get()
+                if isinstance(outcome, Exception):
+                    raise outcome
+                yield outcome
         finally:
             for task in workers:
                 task.cancel()
