@@ -23,8 +23,9 @@ from contextlib import contextmanager
 
 from modelir.telemetry._runtime import CAPTURE_CONTENT_ENV, Seen, install
 from modelir.telemetry.access_log import AccessLog
-from modelir.telemetry.calls import http_attempt, model_call, outgoing_metadata, read_trailers, stream_call
+from modelir.telemetry.calls import model_call, stream_call
 from modelir.telemetry.server import server_call
+from modelir.telemetry.wire import http_attempt, outgoing_metadata, read_trailers
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",

@@ -177,3 +177,10 @@ class Seen:
 
 current_call: ContextVar[Call | None] = ContextVar("modelir_telemetry_call", default=None)
 current_capture: ContextVar[Seen | None] = ContextVar("modelir_telemetry_capture", default=None)
+
+
+def sampled_out(context: Any = None) -> bool:
+    """Whether the span current in `context` (an OpenTelemetry `Context`, or now) is a valid one that the sampler
+    left out."""
+    span_context = trace.get_current_span(context).get_span_context()
+    return span_context.is_valid and not span_context.trace_flags.sampled

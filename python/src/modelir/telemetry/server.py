@@ -17,7 +17,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from modelir.telemetry import _runtime
 from modelir.telemetry import conventions as sc
 from modelir.telemetry.access_log import access_log
-from modelir.telemetry.calls import PROVIDER_REQUEST_ID_TRAILER
+from modelir.telemetry.wire import PROVIDER_REQUEST_ID_TRAILER
 from modelir.v1 import response_pb2, stream_pb2
 
 SERVICE = "modelir.v1.ModelService"

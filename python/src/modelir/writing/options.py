@@ -1,0 +1,147 @@
+"""`apply`: `build_request`'s extra keywords set on a `Request`, with reasoning, stops and sampling values."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from modelir.names import short_names
+from modelir.v1 import logprobs_pb2, request_pb2
+from modelir.writing.arguments import ArgumentError, enum_value
+from modelir.writing.content import chat_message
+from modelir.writing.tools import tool_choice, tools
+
+
+def reasoning(
+    amount: str | int | None = None,
+    *,
+    summary: str | None = None,
+    include_thoughts: bool = False,
+    field: str = "reasoning",
+) -> request_pb2.ReasoningControls:
+    """Reasoning controls: an effort by name (`"low"`, `"high"`, ...) or a token budget as an int."""
+    out = request_pb2.ReasoningControls(include_thoughts=include_thoughts)
+    if isinstance(amount, bool):
+        raise ArgumentError(field, "an effort name or a token budget (int)", amount)
+    if isinstance(amount, int):
+        if amount < 1:
+            raise ArgumentError(field, "a positive token budget", amount)
+        out.budget_tokens = amount
+    elif isinstance(amount, str):
+        out.effort = enum_value(request_pb2.ReasoningEffort, amount, field=field)
+    elif amount is not None:
+        efforts = ", ".join(map(repr, short_names(request_pb2.ReasoningEffort)))
+        raise ArgumentError(field, f"an effort ({efforts}) or a token budget (int)", amount)
+    if summary is not None:
+        out.summary = enum_value(request_pb2.ReasoningSummary, summary, field=f"{field}_summary")
+    return out
+
+
+def stop_sequences(stop: str | Sequence[str] | None, *, field: str = "stop") -> list[str]:
+    """`stop` as a list: one string is one stop sequence (never its characters)."""
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, Sequence) or not all(isinstance(s, str) and s for s in stop):
+        raise ArgumentError(field, "a non-empty string or a list of non-empty strings", stop)
+    return list(stop)
+
+
+_SAMPLING_KINDS: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "temperature": ((int, float), "a number, 0 or more"),
+    "top_p": ((int, float), "a number in (0, 1]"),
+    "top_k": (int, "a whole number, 1 or more"),
+    "min_p": ((int, float), "a number in [0, 1]"),
+    "max_output_tokens": (int, "a whole number, 0 or more"),
+    "seed": (int, "a whole number"),
+    "presence_penalty": ((int, float), "a number"),
+    "frequency_penalty": ((int, float), "a number"),
+    "repetition_penalty": ((int, float), "a positive number"),
+}
+
+
+def set_sampling(sampling: request_pb2.SamplingParams, name: str, value: Any) -> None:
+    """Set one sampling field, raising `ArgumentError` naming it when the value is of the wrong kind."""
+    kinds, expected = _SAMPLING_KINDS[name]
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise ArgumentError(name, expected, value)
+    try:
+        setattr(sampling, name, value)
+    except (ValueError, TypeError):  # out of the field's integer range
+        raise ArgumentError(name, expected + " that fits the field", value) from None
+
+
+#: The keywords `apply` (and so `build_request`) accepts beyond build_request's own.
+EXTRA_KEYWORDS = (
+    "system",
+    "tools",
+    "tool_choice",
+    "reasoning",
+    "reasoning_summary",
+    "include_thoughts",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "stop_token_ids",
+    "regex",
+    "grammar",
+    "require_token_ids",
+    "logprob_basis",
+    "foreign_artifact_policy",
+    "include_raw",
+)
+
+
+def apply(request: request_pb2.Request, **options: Any) -> request_pb2.Request:
+    """Set the `EXTRA_KEYWORDS` on `request` (in place; returned for chaining)."""
+    unknown = sorted(set(options) - set(EXTRA_KEYWORDS))
+    if unknown:
+        raise TypeError(
+            f"unknown request keyword {unknown[0]!r}; besides build_request's own: {', '.join(EXTRA_KEYWORDS)}"
+        )
+    get = options.get
+    if get("system") is not None:
+        if not isinstance(options["system"], str):
+            raise ArgumentError("system", "the system prompt as a string", options["system"])
+        if request.WhichOneof("input") != "conversation":
+            raise ArgumentError("system", "messages= to go with it (a raw prompt has no system message)")
+        request.conversation.messages.insert(0, chat_message("system", options["system"]))
+    if get("tools"):
+        request.tools.extend(tools(options["tools"]))
+    if get("tool_choice") is not None:
+        request.tool_choice.CopyFrom(tool_choice(options["tool_choice"], request.tools))
+    if get("reasoning") is not None or get("reasoning_summary") is not None or get("include_thoughts"):
+        request.reasoning.CopyFrom(
+            reasoning(
+                get("reasoning"), summary=get("reasoning_summary"), include_thoughts=bool(get("include_thoughts"))
+            )
+        )
+    for name in ("min_p", "presence_penalty", "frequency_penalty", "repetition_penalty"):
+        if get(name) is not None:
+            set_sampling(request.sampling, name, options[name])
+    if get("stop_token_ids"):
+        ids = options["stop_token_ids"]
+        if isinstance(ids, int) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            raise ArgumentError("stop_token_ids", "a list of token ids (ints)", ids)
+        request.sampling.stop_token_ids.extend(ids)
+    if get("regex") is not None:
+        request.constraint.regex = options["regex"]
+    if get("grammar") is not None:
+        grammar = options["grammar"]
+        if not (isinstance(grammar, tuple) and len(grammar) == 2 and isinstance(grammar[1], str)):
+            raise ArgumentError("grammar", "a (dialect, text) pair, e.g. ('gbnf', 'root ::= ...')", grammar)
+        dialect = enum_value(request_pb2.GrammarDialect, grammar[0], field="grammar[0]")
+        request.constraint.grammar.CopyFrom(request_pb2.Grammar(dialect=dialect, text=grammar[1]))
+    if get("require_token_ids"):
+        request.logprobs.require_token_ids = True
+    if get("logprob_basis") is not None:
+        request.logprobs.basis = enum_value(logprobs_pb2.LogprobBasis, options["logprob_basis"], field="logprob_basis")
+    if get("foreign_artifact_policy") is not None:
+        request.foreign_artifact_policy = enum_value(
+            request_pb2.ForeignArtifactPolicy, options["foreign_artifact_policy"], field="foreign_artifact_policy"
+        )
+    if get("include_raw"):
+        request.include_raw = True
+    return request
