@@ -24,9 +24,13 @@ R = errors_pb2.ErrorReason
 class ErrorMapping:
     """How one `ErrorReason` appears on each channel."""
 
-    reason: errors_pb2.ErrorReason.ValueType
-    grpc_code: grpc.StatusCode
     exception: type[ModelError]
+    grpc_code: grpc.StatusCode
+    retryable: bool
+
+    @property
+    def reason(self) -> errors_pb2.ErrorReason.ValueType:
+        return self.exception.reason
 
     @property
     def info_reason(self) -> str:
@@ -58,8 +62,10 @@ class ModelError(Exception):
         # Output received before the failure; never thrown away.
         self.partial = partial
 
-    # True when retrying the same request may succeed.
-    retryable: bool = False
+    @property
+    def retryable(self) -> bool:
+        """True when retrying the same request may succeed (the table says, per reason)."""
+        return mapping_for(self.reason).retryable
 
     def to_response_error(self) -> errors_pb2.ResponseError:
         return errors_pb2.ResponseError(
@@ -97,85 +103,111 @@ class UnsupportedCapabilityError(ModelError):
 
 
 class UnknownModelError(ModelError):
+    """No model of that name is configured."""
+
     reason = R.ERROR_REASON_UNKNOWN_MODEL
 
 
 class UnauthenticatedError(ModelError):
+    """The caller did not authenticate to the modelir server."""
+
     reason = R.ERROR_REASON_UNAUTHENTICATED
 
 
 class ProviderAuthError(ModelError):
+    """The provider refused the configured credential."""
+
     reason = R.ERROR_REASON_PROVIDER_AUTH
 
 
 class RateLimitedError(ModelError):
+    """The provider's rate limit or quota was exhausted after every retry."""
+
     reason = R.ERROR_REASON_RATE_LIMITED
-    retryable = True
 
 
 class ProviderUnavailableError(ModelError):
+    """The provider was unreachable, overloaded or failed with a server error after every retry."""
+
     reason = R.ERROR_REASON_PROVIDER_UNAVAILABLE
-    retryable = True
 
 
 class DeadlineExceededError(ModelError):
+    """The call's deadline expired."""
+
     reason = R.ERROR_REASON_DEADLINE_EXCEEDED
-    retryable = True
 
 
 class CancelledError(ModelError):
+    """The caller cancelled the call."""
+
     reason = R.ERROR_REASON_CANCELLED
 
 
 class ProviderRejectedError(ModelError):
+    """The provider rejected the request as invalid (an HTTP 4xx other than auth and rate limits)."""
+
     reason = R.ERROR_REASON_PROVIDER_REJECTED
 
 
 class MalformedResponseError(ModelError):
+    """The provider's answer could not be parsed; any output parsed before the fault is kept."""
+
     reason = R.ERROR_REASON_MALFORMED_RESPONSE
 
 
 class TruncatedStreamError(ModelError):
+    """The stream ended before the provider said it was complete."""
+
     reason = R.ERROR_REASON_TRUNCATED_STREAM
-    retryable = True
 
 
 class MissingLogprobsError(ModelError):
+    """Log probabilities were requested but the provider did not return them."""
+
     reason = R.ERROR_REASON_MISSING_LOGPROBS
 
 
 class ConstraintViolatedError(ModelError):
+    """The output violates the requested constraint, e.g. invalid JSON under a JSON schema."""
+
     reason = R.ERROR_REASON_CONSTRAINT_VIOLATED
 
 
 class ForeignArtifactError(ModelError):
+    """A reasoning artifact was replayed to a transport or model that did not issue it, or failed its check."""
+
     reason = R.ERROR_REASON_FOREIGN_ARTIFACT
 
 
 class InternalError(ModelError):
+    """A fault inside modelir itself."""
+
     reason = R.ERROR_REASON_INTERNAL
 
 
+# The one table: each exception's gRPC status code and whether retrying the same request may succeed. The
+# `ErrorInfo.reason` and `Response.error.reason` are the exception's `reason`.
 _C = grpc.StatusCode
 ERROR_TABLE: dict[int, ErrorMapping] = {
     m.reason: m
     for m in (
-        ErrorMapping(R.ERROR_REASON_INVALID_REQUEST, _C.INVALID_ARGUMENT, InvalidRequestError),
-        ErrorMapping(R.ERROR_REASON_UNSUPPORTED_CAPABILITY, _C.FAILED_PRECONDITION, UnsupportedCapabilityError),
-        ErrorMapping(R.ERROR_REASON_UNKNOWN_MODEL, _C.NOT_FOUND, UnknownModelError),
-        ErrorMapping(R.ERROR_REASON_UNAUTHENTICATED, _C.UNAUTHENTICATED, UnauthenticatedError),
-        ErrorMapping(R.ERROR_REASON_PROVIDER_AUTH, _C.PERMISSION_DENIED, ProviderAuthError),
-        ErrorMapping(R.ERROR_REASON_RATE_LIMITED, _C.RESOURCE_EXHAUSTED, RateLimitedError),
-        ErrorMapping(R.ERROR_REASON_PROVIDER_UNAVAILABLE, _C.UNAVAILABLE, ProviderUnavailableError),
-        ErrorMapping(R.ERROR_REASON_DEADLINE_EXCEEDED, _C.DEADLINE_EXCEEDED, DeadlineExceededError),
-        ErrorMapping(R.ERROR_REASON_CANCELLED, _C.CANCELLED, CancelledError),
-        ErrorMapping(R.ERROR_REASON_PROVIDER_REJECTED, _C.FAILED_PRECONDITION, ProviderRejectedError),
-        ErrorMapping(R.ERROR_REASON_MALFORMED_RESPONSE, _C.DATA_LOSS, MalformedResponseError),
-        ErrorMapping(R.ERROR_REASON_TRUNCATED_STREAM, _C.DATA_LOSS, TruncatedStreamError),
-        ErrorMapping(R.ERROR_REASON_MISSING_LOGPROBS, _C.DATA_LOSS, MissingLogprobsError),
-        ErrorMapping(R.ERROR_REASON_CONSTRAINT_VIOLATED, _C.DATA_LOSS, ConstraintViolatedError),
-        ErrorMapping(R.ERROR_REASON_FOREIGN_ARTIFACT, _C.FAILED_PRECONDITION, ForeignArtifactError),
-        ErrorMapping(R.ERROR_REASON_INTERNAL, _C.INTERNAL, InternalError),
+        ErrorMapping(InvalidRequestError, _C.INVALID_ARGUMENT, retryable=False),
+        ErrorMapping(UnsupportedCapabilityError, _C.FAILED_PRECONDITION, retryable=False),
+        ErrorMapping(UnknownModelError, _C.NOT_FOUND, retryable=False),
+        ErrorMapping(UnauthenticatedError, _C.UNAUTHENTICATED, retryable=False),
+        ErrorMapping(ProviderAuthError, _C.PERMISSION_DENIED, retryable=False),
+        ErrorMapping(RateLimitedError, _C.RESOURCE_EXHAUSTED, retryable=True),
+        ErrorMapping(ProviderUnavailableError, _C.UNAVAILABLE, retryable=True),
+        ErrorMapping(DeadlineExceededError, _C.DEADLINE_EXCEEDED, retryable=True),
+        ErrorMapping(CancelledError, _C.CANCELLED, retryable=False),
+        ErrorMapping(ProviderRejectedError, _C.FAILED_PRECONDITION, retryable=False),
+        ErrorMapping(MalformedResponseError, _C.DATA_LOSS, retryable=False),
+        ErrorMapping(TruncatedStreamError, _C.DATA_LOSS, retryable=True),
+        ErrorMapping(MissingLogprobsError, _C.DATA_LOSS, retryable=False),
+        ErrorMapping(ConstraintViolatedError, _C.DATA_LOSS, retryable=False),
+        ErrorMapping(ForeignArtifactError, _C.FAILED_PRECONDITION, retryable=False),
+        ErrorMapping(InternalError, _C.INTERNAL, retryable=False),
     )
 }
 _BY_INFO_REASON = {m.info_reason: m for m in ERROR_TABLE.values()}

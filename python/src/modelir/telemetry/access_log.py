@@ -35,10 +35,12 @@ class AccessLog:
             raise ValueError(f"access log format must be one of {', '.join(FORMATS)}, not {fmt!r}")
         self.fmt = fmt
         self._stream = stream
-        self._flush_after = flush_after
-        self._max_buffered = max_buffered_bytes
+        # Lines wait in `_buffer` (`_buffered` bytes in all) until there are `_max_buffered` bytes, until
+        # `_timer` fires `_flush_after` seconds after the first of them, or until `flush()`.
         self._buffer: list[bytes] = []
         self._buffered = 0
+        self._max_buffered = max_buffered_bytes
+        self._flush_after = flush_after
         self._timer: asyncio.TimerHandle | None = None
         self._second = -1
         self._second_text = ""

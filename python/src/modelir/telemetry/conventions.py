@@ -105,9 +105,9 @@ _FINISH_REASONS: dict[int, str] = {
 }
 _FINISH_REASONS[response_pb2.FINISH_REASON_UNSPECIFIED] = "unknown"
 
+# The convention's roles for the messages of `gen_ai.input.messages`; system and developer messages go to
+# `gen_ai.system_instructions` instead.
 _ROLES = {
-    content_pb2.ROLE_SYSTEM: "system",
-    content_pb2.ROLE_DEVELOPER: "system",
     content_pb2.ROLE_USER: "user",
     content_pb2.ROLE_ASSISTANT: "assistant",
     content_pb2.ROLE_TOOL: "tool",
@@ -140,28 +140,29 @@ def endpoint(url: str) -> tuple[str, int] | None:
     return parts.hostname, port
 
 
+# Sampling fields the request sets explicitly (`optional` in the IR), under their convention names.
+_SAMPLING_ATTRIBUTES = (
+    ("max_output_tokens", REQUEST_MAX_TOKENS),
+    ("temperature", REQUEST_TEMPERATURE),
+    ("top_p", REQUEST_TOP_P),
+    ("frequency_penalty", REQUEST_FREQUENCY_PENALTY),
+    ("presence_penalty", REQUEST_PRESENCE_PENALTY),
+    ("seed", REQUEST_SEED),
+)
+
+
 def request_attributes(request: request_pb2.Request) -> dict[str, object]:
     """The sampling parameters the request asked for (only those it set)."""
-    attributes: dict[str, object] = {}
     sampling = request.sampling
-    if sampling.HasField("max_output_tokens"):
-        attributes[REQUEST_MAX_TOKENS] = sampling.max_output_tokens
+    attributes: dict[str, object] = {
+        name: getattr(sampling, field) for field, name in _SAMPLING_ATTRIBUTES if sampling.HasField(field)
+    }
     if sampling.choice_count > 1:
         attributes[REQUEST_CHOICE_COUNT] = sampling.choice_count
-    if sampling.HasField("temperature"):
-        attributes[REQUEST_TEMPERATURE] = sampling.temperature
-    if sampling.HasField("top_p"):
-        attributes[REQUEST_TOP_P] = sampling.top_p
     if sampling.HasField("top_k"):
         attributes[REQUEST_TOP_K] = float(sampling.top_k)  # the convention types it as a double
     if sampling.stop:
         attributes[REQUEST_STOP_SEQUENCES] = list(sampling.stop)
-    if sampling.HasField("frequency_penalty"):
-        attributes[REQUEST_FREQUENCY_PENALTY] = sampling.frequency_penalty
-    if sampling.HasField("presence_penalty"):
-        attributes[REQUEST_PRESENCE_PENALTY] = sampling.presence_penalty
-    if sampling.HasField("seed"):
-        attributes[REQUEST_SEED] = sampling.seed
     if request.constraint.WhichOneof("kind") == "json_schema":
         attributes[OUTPUT_TYPE] = "json"
     return attributes
@@ -172,21 +173,20 @@ def finish_reasons(reasons: Iterable[int]) -> list[str]:
     return [_FINISH_REASONS.get(reason, "other") for reason in reasons]
 
 
+# IR usage counts under their convention names. modelir's meaning is the convention's: input includes cache reads
+# and writes, output includes reasoning.
+_USAGE_ATTRIBUTES = (
+    ("input_token_count", USAGE_INPUT_TOKENS),
+    ("output_token_count", USAGE_OUTPUT_TOKENS),
+    ("cache_read_token_count", USAGE_CACHE_READ_INPUT_TOKENS),
+    ("cache_write_token_count", USAGE_CACHE_CREATION_INPUT_TOKENS),
+    ("reasoning_token_count", USAGE_REASONING_OUTPUT_TOKENS),
+)
+
+
 def usage_attributes(usage: response_pb2.Usage) -> dict[str, int]:
-    """Usage under the convention's names. modelir's meaning is the convention's: input includes cache reads and
-    writes, output includes reasoning. A count the provider did not report is left out."""
-    attributes = {}
-    if usage.HasField("input_token_count"):
-        attributes[USAGE_INPUT_TOKENS] = usage.input_token_count
-    if usage.HasField("output_token_count"):
-        attributes[USAGE_OUTPUT_TOKENS] = usage.output_token_count
-    if usage.HasField("cache_read_token_count"):
-        attributes[USAGE_CACHE_READ_INPUT_TOKENS] = usage.cache_read_token_count
-    if usage.HasField("cache_write_token_count"):
-        attributes[USAGE_CACHE_CREATION_INPUT_TOKENS] = usage.cache_write_token_count
-    if usage.HasField("reasoning_token_count"):
-        attributes[USAGE_REASONING_OUTPUT_TOKENS] = usage.reasoning_token_count
-    return attributes
+    """Usage under the convention's names. A count the provider did not report is left out."""
+    return {name: getattr(usage, field) for field, name in _USAGE_ATTRIBUTES if usage.HasField(field)}
 
 
 def error_type(exc: BaseException) -> str:
