@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterable
+from typing import Literal
 from urllib.parse import urlsplit
 
 import orjson
@@ -141,7 +142,8 @@ def endpoint(url: str) -> tuple[str, int] | None:
 
 
 # Sampling fields the request sets explicitly (`optional` in the IR), under their convention names.
-_SAMPLING_ATTRIBUTES = (
+_SamplingField = Literal["max_output_tokens", "temperature", "top_p", "frequency_penalty", "presence_penalty", "seed"]
+_SAMPLING_ATTRIBUTES: tuple[tuple[_SamplingField, str], ...] = (
     ("max_output_tokens", REQUEST_MAX_TOKENS),
     ("temperature", REQUEST_TEMPERATURE),
     ("top_p", REQUEST_TOP_P),
@@ -175,7 +177,14 @@ def finish_reasons(reasons: Iterable[int]) -> list[str]:
 
 # IR usage counts under their convention names. modelir's meaning is the convention's: input includes cache reads
 # and writes, output includes reasoning.
-_USAGE_ATTRIBUTES = (
+_UsageField = Literal[
+    "input_token_count",
+    "output_token_count",
+    "cache_read_token_count",
+    "cache_write_token_count",
+    "reasoning_token_count",
+]
+_USAGE_ATTRIBUTES: tuple[tuple[_UsageField, str], ...] = (
     ("input_token_count", USAGE_INPUT_TOKENS),
     ("output_token_count", USAGE_OUTPUT_TOKENS),
     ("cache_read_token_count", USAGE_CACHE_READ_INPUT_TOKENS),
