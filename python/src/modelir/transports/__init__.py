@@ -1,4 +1,9 @@
-"""The transports, by name: `TRANSPORTS[name](options)` is how configuration builds one."""
+"""The transports modelir ships: exporting a concrete `Transport` class here is what registers it by name.
+
+`modelir.registry` finds every concrete transport exported from this package, reads its options from its
+constructor and builds it: `registry.build_transport(name, options)` is how configuration makes one.
+`TRANSPORTS` (name -> `build(options)`) is that same registry, kept for callers that index it.
+"""
 
 from __future__ import annotations
 
@@ -15,26 +20,32 @@ from modelir.transports.reference import ReferenceModel
 from modelir.transports.sglang import SGLang
 from modelir.transports.vllm import VLLM
 
+__all__ = [
+    "TRANSPORTS",
+    "VLLM",
+    "AnthropicMessages",
+    "GoogleGenAI",
+    "HttpTransport",
+    "LlamaCpp",
+    "LocalTransport",
+    "Ollama",
+    "OpenAIChat",
+    "OpenAICompletions",
+    "OpenAIResponses",
+    "ReferenceModel",
+    "SGLang",
+    "Transport",
+]
 
-def _reference(options: Mapping[str, Any]) -> Transport:
-    kwargs = {}
-    if "provider_model" in options:
-        kwargs["provider_model"] = options["provider_model"]
-    return ReferenceModel(**kwargs)
 
+def __getattr__(name: str) -> Any:
+    # `TRANSPORTS` is derived from the registry, which imports this package: it is made on first use (PEP 562).
+    if name == "TRANSPORTS":
+        from modelir.registry import registry
 
-# name -> factory(options); options are the model's configuration entry.
-TRANSPORTS: dict[str, Callable[[Mapping[str, Any]], Transport]] = {
-    "reference": _reference,
-    "anthropic_messages": lambda options: AnthropicMessages(provider_model=options.get("provider_model", "")),
-    "google_genai": lambda options: GoogleGenAI(provider_model=options.get("provider_model", "")),
-    "openai_chat": lambda options: OpenAIChat(provider_model=options.get("provider_model", "")),
-    "openai_completions": lambda options: OpenAICompletions(provider_model=options.get("provider_model", "")),
-    "openai_responses": lambda options: OpenAIResponses(provider_model=options.get("provider_model", "")),
-    "llamacpp": lambda options: LlamaCpp(provider_model=options.get("provider_model", "")),
-    "ollama": lambda options: Ollama(provider_model=options.get("provider_model", "")),
-    "sglang": lambda options: SGLang(provider_model=options.get("provider_model", "")),
-    "vllm": lambda options: VLLM(provider_model=options.get("provider_model", "")),
-}
-
-__all__ = ["TRANSPORTS", "HttpTransport", "LocalTransport", "Transport"]
+        transports: dict[str, Callable[[Mapping[str, Any]], Transport]] = {
+            transport: entry.build for transport, entry in registry().items()
+        }
+        globals()["TRANSPORTS"] = transports
+        return transports
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
