@@ -98,9 +98,10 @@ baseline: tools
 pytest: $(PY_STAMP)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
-# The whole suite under coverage, failing below the floor: 87% of python/src/modelir (generated code excluded)
-# was measured on 2026-12-01; the floor sits a few points under it. Raise it as coverage grows, never lower it.
-COVERAGE_FLOOR := 84
+# The whole suite under coverage, failing below the floor: 88.0% of python/src/modelir (generated code excluded)
+# was measured on 2026-12-01 after the first wave; the floor sits a few points under it. Raise it as coverage
+# grows, never lower it.
+COVERAGE_FLOOR := 85
 coverage: $(PY_STAMP)
 	$(VENV)/bin/pytest --cov --cov-config=python/pyproject.toml --cov-report=term \
 	  --cov-fail-under=$(COVERAGE_FLOOR) $(PYTEST_ARGS)
