@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from modelir import errors
 from modelir.interface import MessageLike, ModelInterface, build_request
+from modelir.sync import run_sync
 from modelir.v1 import capabilities_pb2, errors_pb2, logprobs_pb2
 
 
@@ -137,6 +138,4 @@ async def aclassify(
 
 
 def classify(model: ModelInterface, messages: Iterable[MessageLike] | str, labels: Sequence[str]) -> Classification:
-    from modelir.interface import _sync
-
-    return _sync(aclassify(model, messages, labels))
+    return run_sync(aclassify(model, messages, labels))

@@ -100,6 +100,7 @@ class LlamaCpp(HttpTransport):
     )
     # llama-server clamps larger n_probs silently; the manifest says where the honest limit is.
     limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=1)
+    seed_range = (0, 2**32 - 2)  # a uint32, whose last value (LLAMA_DEFAULT_SEED) means "random"
     grammar_dialects = ("GBNF",)
     provider_option_keys = PROVIDER_OPTION_KEYS
     logprob_bases = ("PRE_SAMPLING", "POST_SAMPLING")
