@@ -4,6 +4,8 @@ that names another model, and the field checks that run before any I/O."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -15,15 +17,18 @@ from modelir import (
     accumulate,
     build_request,
     errors,
+    records,
 )
 from modelir.interface import ModelInterface
 from modelir.pipeline import Pipeline
+from modelir.recording import record_of
+from modelir.records import RecordWriter
 from modelir.registry import build_transport
 from modelir.remote import RemoteModel
 from modelir.server import build_server
 from modelir.transports.anthropic.messages import AnthropicMessages
 from modelir.transports.base import RawEvent
-from modelir.v1 import content_pb2, request_pb2, stream_pb2
+from modelir.v1 import content_pb2, record_pb2, request_pb2, stream_pb2
 
 # ---- sync streaming is incremental -------------------------------------------------------------------------
 
@@ -211,3 +216,36 @@ def test_a_mapped_effort_is_reported_at_the_end_of_a_stream():
     (end,) = lifter.close()
     assert [w.code for w in end.end.warnings] == ["reasoning_effort_mapped"]
     assert "budget_tokens = 8192" in end.end.warnings[0].message
+
+
+# ---- records verify flags records with empty provenance ----------------------------------------------------
+
+
+def test_records_verify_flags_empty_and_incomplete_provenance(tmp_path):
+    model = Model(ReferenceModel(), name="reference")
+    request = build_request("", prompt="x", max_output_tokens=3)
+    full = record_of(model, request, response=model.run(request), key="full")
+    empty = record_pb2.Record(key="bare", request=request, status=record_pb2.RECORD_STATUS_OK)
+    partial = record_pb2.Record(key="half", request=request, status=record_pb2.RECORD_STATUS_OK)
+    partial.provenance.ir_version = full.provenance.ir_version
+    path = tmp_path / "out.jsonl"
+    with RecordWriter.create(path) as writer:
+        for record in (full, empty, partial):
+            writer.append(record)
+    problems = records.provenance_problems(records.scan(path).records)
+    assert problems == [
+        "record 1 (key 'bare') has empty provenance",
+        "record 2 (key 'half') has no provenance sdk_version, transport, configured_model",
+    ]
+    verify = subprocess.run(
+        [sys.executable, "-m", "modelir.cli", "records", "verify", str(path)], capture_output=True, text=True
+    )
+    assert verify.returncode == 1
+    assert "problem: record 1 (key 'bare') has empty provenance" in verify.stdout
+    assert verify.stdout.strip().endswith("NOT ok")
+
+
+def test_records_verify_caps_its_provenance_lines():
+    bare = [record_pb2.Record(key=f"k{i}") for i in range(25)]
+    problems = records.provenance_problems(bare)
+    assert len(problems) == 21 and problems[-1] == "... and 5 more records with incomplete provenance"
