@@ -42,6 +42,9 @@ class FakeLlamaServer:
     def __call__(self, request: httpx.Request) -> httpx.Response:
         body = orjson.loads(request.content)
         self.bodies.append(body)
+        if request.url.path == "/apply-template":  # the documented answer: the rendered prompt, nothing generated
+            turns = "".join(f"<|{m['role']}|>{m['content']}" for m in body["messages"])
+            return httpx.Response(200, json={"prompt": turns + "<|assistant|>"})
         assert request.url.path == "/completion"
         post = bool(body.get("post_sampling_probs"))
         if post:
@@ -99,6 +102,17 @@ async def test_unconstrained_alternatives_are_renormalised_along_the_path_and_na
     expected_negative = 0.072 / first + shared * 0.4 / 0.6
     assert result.probabilities[" negative"] == pytest.approx(expected_negative)
     assert result.coverage == pytest.approx(first * 0.6)
+
+
+async def test_chat_messages_go_through_the_chat_template_to_exact_logprobs(llama):
+    model, server = llama
+    result = await aclassify(model, [("user", "Review: great film. Sentiment?")], LABELS)
+    assert result.method == "choice_logprobs"
+    assert result.probabilities == pytest.approx({" positive": 1 / 3, " negative": 2 / 3})
+    rendered, completion = server.bodies
+    assert rendered == {"messages": [{"role": "user", "content": "Review: great film. Sentiment?"}]}
+    assert completion["prompt"] == "<|user|>Review: great film. Sentiment?<|assistant|>"
+    assert completion["post_sampling_probs"] is True
 
 
 def _pre_sampling_only(model: Model) -> Model:

@@ -1,7 +1,9 @@
 """`classify(model, messages, labels)`: the chosen label, a probability for every label, and how they were found.
 
 `messages` is a conversation, or a plain string for a raw prompt (base models, or engines whose post-sampling
-logprobs only come on their completion endpoint).
+logprobs only come on their completion endpoint). A conversation the model cannot classify exactly as it stands
+is rendered through the model's own chat template when the model can say how (`arender_prompt`: llama.cpp's
+`/apply-template`), and that prompt is classified instead.
 
 The methods, chosen by what the model's manifest honours and reported in the result with the probability mass
 the answer rests on (`coverage`):
@@ -143,18 +145,30 @@ async def _by_logprobs(
         options["choices"] = labels
     else:  # no constraint: enough tokens for the labels' paths to part, never the whole answer
         options["max_output_tokens"] = 16
-    request = _request(model, messages, top_logprobs=top_k, **options)
-    if C.CAPABILITY_TOP_P in have:
-        request.sampling.top_p = 1.0
-    if C.CAPABILITY_MIN_P in have:
-        request.sampling.min_p = 0.0
+
+    def build(source: list | str, basis: logprobs_pb2.LogprobBasis.ValueType):
+        request = _request(model, source, top_logprobs=top_k, **options)
+        if C.CAPABILITY_TOP_P in have:
+            request.sampling.top_p = 1.0
+        if C.CAPABILITY_MIN_P in have:
+            request.sampling.min_p = 0.0
+        request.logprobs.basis = basis
+        return request
+
     bases = [logprobs_pb2.LOGPROB_BASIS_UNSPECIFIED]
     if constrained and logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING in manifest.logprob_bases:
         # After the constraint the alternatives at each position are exactly the labels' continuations.
         bases.insert(0, logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING)
     for basis in bases:
-        request.logprobs.basis = basis
+        request = build(messages, basis)
         verdict = await model.avalidate(request)
+        if not verdict.accepted and not isinstance(messages, str):
+            # Some engines give post-sampling logprobs on raw prompts only (llama.cpp): render the conversation
+            # through the model's own chat template, when it can say how, and classify that prompt instead.
+            prompt = await model.arender_prompt(request)
+            if prompt is not None:
+                request = build(prompt, basis)
+                verdict = await model.avalidate(request)
         if not verdict.accepted:
             why.extend(verdict.unsupported.reasons)
             continue

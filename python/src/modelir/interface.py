@@ -72,6 +72,11 @@ class ModelInterface(ABC):
     @abstractmethod
     async def atokenize_request(self, request: service_pb2.TokenizeRequest) -> service_pb2.TokenizeResponse: ...
 
+    async def arender_prompt(self, request: request_pb2.Request) -> str | None:
+        """The request's conversation as the model's chat template renders it, for models that can say
+        (llama.cpp's `/apply-template`); None for the others. Nothing is generated."""
+        return None
+
     async def arun_streamed(self, request: request_pb2.Request) -> response_pb2.Response:
         """Run through `astream` and fold the events: the response `arun` would give."""
         accumulator = StreamAccumulator()
