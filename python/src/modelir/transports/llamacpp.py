@@ -18,8 +18,8 @@ from typing import Any
 
 import orjson
 
-from modelir import logprobs as lp
 from modelir import errors, soft_errors
+from modelir import logprobs as lp
 from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
 from modelir.transports.manifests import COMMON, ENGINE_SAMPLING, LOGPROBS, OPENAI_SAMPLING, capability_set
