@@ -229,8 +229,10 @@ async def test_calls_and_streams_cut_off_before_an_answer_are_sent_again_but_mod
         events = [event async for event in model.astream(request)]
         assert events and events[-1].WhichOneof("event") == "end"
         assert model.failovers == 2
-        with pytest.raises(errors.UnknownModelError):  # answered by the server: never sent again
-            await model.arun(build_request("nope", prompt="hi", max_output_tokens=3))
+        unsupported = build_request("", prompt="hi", max_output_tokens=3)
+        unsupported.constraint.regex = "a+"  # the reference model has no regex constraint
+        with pytest.raises(errors.UnsupportedCapabilityError):  # answered by the server: never sent again
+            await model.arun(unsupported)
         assert model.failovers == 2
     finally:
         await model.aclose()

@@ -16,6 +16,18 @@ def _is_foreign(artifact: content_pb2.ReasoningArtifact, transport: str, model: 
     return artifact.issuer.transport != transport or artifact.issuer.model != model
 
 
+def foreign_artifact_count(request: request_pb2.Request, *, transport: str, model: str) -> int:
+    """How many artifacts in the request's conversation another issuer issued."""
+    if request.WhichOneof("input") != "conversation":
+        return 0
+    return sum(
+        _is_foreign(artifact, transport, model)
+        for message in request.conversation.messages
+        for part in message.parts
+        for artifact in part.artifacts
+    )
+
+
 def apply_foreign_artifact_policy(
     request: request_pb2.Request, *, transport: str, model: str
 ) -> tuple[request_pb2.Request, list[errors_pb2.Warning]]:

@@ -1,16 +1,27 @@
-"""`classify(model, messages, labels)`: the chosen label and a probability for every label.
+"""`classify(model, messages, labels)`: the chosen label, a probability for every label, and how they were found.
 
 `messages` is a conversation, or a plain string for a raw prompt (base models, or engines whose post-sampling
-logprobs only come on their completion endpoint).
+logprobs only come on their completion endpoint). A conversation the model cannot classify exactly as it stands
+is rendered through the model's own chat template when the model can say how (`arender_prompt`: llama.cpp's
+`/apply-template`), and that prompt is classified instead.
 
-Two methods, chosen by what the model's manifest honours, and reported in the result:
+The methods, chosen by what the model's manifest honours and reported in the result with the probability mass
+the answer rests on (`coverage`):
 
-- `choice_logprobs`: one call with a choice constraint and top-k logprobs (post-sampling where the model can give
-  them, so that the alternatives are the constrained ones). Each label's probability is the mass of the
-  first-position alternatives that begin it, renormalised over the labels. When an alternative begins two labels,
-  or a label has no alternative, the scoring method is used if the model has it.
+- `choice_logprobs`: one call with a choice constraint and post-sampling top-k logprobs, so the alternatives at
+  every position are the constrained ones and the answer is exact.
+- `top_logprobs`: one call whose alternatives were taken before any constraint (pre-sampling logprobs, or a model
+  with no choice constraint at all, such as OpenAI chat), renormalised over the labels at each position;
+  `coverage` says how much of the model's own distribution the labels held there.
 - `scoring`: each label is scored as a continuation after the conversation (input scoring); the probabilities are
-  the softmax of the labels' total logprobs.
+  the softmax of the labels' total logprobs, and `coverage` is the labels' summed probability.
+
+How the logprobs are read (`_walk`): along the sampled tokens, an alternative that begins exactly one label's
+remaining text adds its probability (times that of the shared prefix so far) to that label; the sampled token, when
+it begins several labels, is their shared prefix and the walk goes on with them. An alternative shared by several
+labels that was not sampled, a label that ends where another goes on, or a label no listed alternative reaches
+(when the list may be cut short) leave the answer unknown: then scoring is used if the model has it, and otherwise
+`classify` refuses with an `UnsupportedCapabilityError` saying why. It never guesses.
 """
 
 from __future__ import annotations
@@ -19,17 +30,29 @@ import asyncio
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from modelir import errors
 from modelir.interface import MessageLike, ModelInterface, build_request
+from modelir.sync import run_sync
 from modelir.v1 import capabilities_pb2, errors_pb2, logprobs_pb2
+
+C = capabilities_pb2.Capability
 
 
 @dataclass(frozen=True, slots=True)
 class Classification:
+    """The most probable label, every label's probability (summing to 1), the method, and `coverage`: the share of
+    the model's probability mass the labels held where the answer was read (see the module's docstring)."""
+
     label: str
     probabilities: dict[str, float]
-    method: str  # "choice_logprobs" or "scoring"
+    method: str  # "choice_logprobs", "top_logprobs" or "scoring"
+    coverage: float
+
+
+class _Unknown(Exception):
+    """The logprobs do not determine the labels' probabilities; the message says why."""
 
 
 def _softmax(values: dict[str, float]) -> dict[str, float]:
@@ -39,23 +62,68 @@ def _softmax(values: dict[str, float]) -> dict[str, float]:
     return {k: w / total for k, w in weights.items()}
 
 
-def _first_position_masses(labels: list[str], tokens, logprobs) -> dict[str, float] | None:
-    """Each label's probability mass among the first-position alternatives: the alternatives that begin it.
+def _positions(logprobs: logprobs_pb2.TokenLogprobs, asked: int) -> list[tuple[str, list[tuple[str, float]], bool]]:
+    """Per sampled position: the sampled token, its alternatives (the sampled one added when the list lacks it),
+    and whether the list may have been cut short (it holds as many entries as were `asked` for)."""
+    out, offset = [], 0
+    for index, token in enumerate(logprobs.tokens):
+        count = logprobs.top_counts[index] if index < len(logprobs.top_counts) else 0
+        alternatives = list(
+            zip(
+                logprobs.top_tokens[offset : offset + count],
+                logprobs.top_logprobs[offset : offset + count],
+                strict=True,
+            )
+        )
+        offset += count
+        if token not in {t for t, _ in alternatives}:
+            alternatives.append((token, logprobs.logprobs[index]))
+        out.append((token, alternatives, count >= asked))
+    return out
 
-    An alternative that begins two labels makes the split ambiguous, and a label no alternative begins has no
-    mass to report: both return None, so another method is used.
-    """
+
+def _walk(
+    labels: list[str], logprobs: logprobs_pb2.TokenLogprobs, top_k: int, *, exact: bool
+) -> tuple[dict[str, float], float]:
+    """The labels' probabilities and the coverage, read along the sampled path (raises `_Unknown`)."""
     masses = dict.fromkeys(labels, 0.0)
-    for token, logprob in zip(tokens, logprobs, strict=True):
-        owners = [label for label in labels if token and label.startswith(token)]
-        if len(owners) > 1:
-            return None
-        if owners:
-            masses[owners[0]] += math.exp(logprob)
-    if any(mass == 0.0 for mass in masses.values()):
-        return None
+    remaining, consumed, prefix, coverage = list(labels), "", 1.0, 1.0
+    cut_short = False
+    for sampled, alternatives, full in _positions(logprobs, top_k):
+        cut_short = cut_short or full
+        rest = {label: label[len(consumed) :] for label in remaining}
+        if any(not text for text in rest.values()):
+            ended = [label for label, text in rest.items() if not text]
+            raise _Unknown(f"the label {ended[0]!r} ends where {len(remaining) - 1} other label(s) go on")
+        owned = []
+        for token, logprob in alternatives:
+            owners = [label for label in remaining if token and rest[label].startswith(token)]
+            if owners:
+                owned.append((token, math.exp(logprob), owners))
+        step_mass = sum(p for _, p, _ in owned)
+        if step_mass == 0.0:
+            raise _Unknown(f"no alternative at position {len(consumed)} of the text begins a label")
+        coverage *= step_mass
+        shared = None
+        for token, p, owners in owned:
+            if len(owners) == 1:
+                masses[owners[0]] += prefix * p / step_mass
+            elif token == sampled:
+                shared = (token, p, owners)
+            else:
+                raise _Unknown(f"the alternative {token!r}, not sampled, begins several labels ({', '.join(owners)})")
+        if shared is None:
+            break
+        token, p, owners = shared
+        prefix *= p / step_mass
+        remaining, consumed = owners, consumed + token
+    else:
+        raise _Unknown("the answer ended before the labels' paths parted")
+    missing = [label for label, mass in masses.items() if mass == 0.0]
+    if missing and (not exact or cut_short):
+        raise _Unknown(f"no listed alternative reaches the label(s) {', '.join(map(repr, missing))}")
     total = sum(masses.values())
-    return {label: mass / total for label, mass in masses.items()}
+    return {label: mass / total for label, mass in masses.items()}, coverage
 
 
 def _request(model: ModelInterface, messages: list | str, **options):
@@ -64,32 +132,56 @@ def _request(model: ModelInterface, messages: list | str, **options):
     return build_request(model.name, messages=messages, **options)
 
 
-async def _by_choice(
-    model: ModelInterface, messages: list | str, labels: list[str], top_k: int
+async def _by_logprobs(
+    model: ModelInterface, messages: list | str, labels: list[str], top_k: int, why: list[str]
 ) -> Classification | None:
     manifest = await model.acapabilities()
     have = set(manifest.capabilities)
+    constrained = C.CAPABILITY_CONSTRAINT_CHOICE in have
     # The model's own distribution: no temperature, no nucleus cut (greedy decoding would collapse a
     # post-sampling distribution onto one token). The label reported is the most probable one, not the sample.
-    options = {"temperature": 1.0} if capabilities_pb2.CAPABILITY_TEMPERATURE in have else {}
-    request = _request(model, messages, choices=labels, top_logprobs=top_k, **options)
-    if capabilities_pb2.CAPABILITY_TOP_P in have:
-        request.sampling.top_p = 1.0
-    if capabilities_pb2.CAPABILITY_MIN_P in have:
-        request.sampling.min_p = 0.0
-    bases = [0]
-    if logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING in manifest.logprob_bases:
-        # After the constraint the alternatives at the first position are exactly the labels' beginnings.
+    options: dict[str, Any] = {"temperature": 1.0} if C.CAPABILITY_TEMPERATURE in have else {}
+    if constrained:
+        options["choices"] = labels
+    else:  # no constraint: enough tokens for the labels' paths to part, never the whole answer
+        options["max_output_tokens"] = 16
+
+    def build(source: list | str, basis: logprobs_pb2.LogprobBasis.ValueType):
+        request = _request(model, source, top_logprobs=top_k, **options)
+        if C.CAPABILITY_TOP_P in have:
+            request.sampling.top_p = 1.0
+        if C.CAPABILITY_MIN_P in have:
+            request.sampling.min_p = 0.0
+        request.logprobs.basis = basis
+        return request
+
+    bases = [logprobs_pb2.LOGPROB_BASIS_UNSPECIFIED]
+    if constrained and logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING in manifest.logprob_bases:
+        # After the constraint the alternatives at each position are exactly the labels' continuations.
         bases.insert(0, logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING)
     for basis in bases:
-        request.logprobs.basis = basis
-        if not (await model.avalidate(request)).accepted:
+        request = build(messages, basis)
+        verdict = await model.avalidate(request)
+        if not verdict.accepted and not isinstance(messages, str):
+            # Some engines give post-sampling logprobs on raw prompts only (llama.cpp): render the conversation
+            # through the model's own chat template, when it can say how, and classify that prompt instead.
+            prompt = await model.arender_prompt(request)
+            if prompt is not None:
+                request = build(prompt, basis)
+                verdict = await model.avalidate(request)
+        if not verdict.accepted:
+            why.extend(verdict.unsupported.reasons)
             continue
         logprobs = (await model.arun(request)).choices[0].logprobs
-        count = logprobs.top_counts[0] if logprobs.top_counts else 0
-        masses = _first_position_masses(labels, logprobs.top_tokens[:count], logprobs.top_logprobs[:count])
-        if masses is not None:
-            return Classification(max(masses, key=masses.__getitem__), masses, "choice_logprobs")
+        exact = constrained and logprobs.basis == logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING
+        try:
+            probabilities, coverage = _walk(labels, logprobs, top_k, exact=exact)
+        except _Unknown as unknown:
+            name = logprobs_pb2.LogprobBasis.Name(logprobs.basis).removeprefix("LOGPROB_BASIS_").lower()
+            why.append(f"{name} top-{top_k} logprobs do not determine the labels: {unknown}")
+            continue
+        method = "choice_logprobs" if exact else "top_logprobs"
+        return Classification(max(probabilities, key=probabilities.__getitem__), probabilities, method, coverage)
     return None
 
 
@@ -101,42 +193,37 @@ async def _by_scoring(model: ModelInterface, messages: list | str, labels: list[
 
     sums = dict(zip(labels, await asyncio.gather(*(score(label) for label in labels)), strict=True))
     probabilities = _softmax(sums)
-    return Classification(max(probabilities, key=probabilities.__getitem__), probabilities, "scoring")
+    coverage = min(1.0, sum(math.exp(s) for s in sums.values()))
+    return Classification(max(probabilities, key=probabilities.__getitem__), probabilities, "scoring", coverage)
 
 
 async def aclassify(
     model: ModelInterface, messages: Iterable[MessageLike] | str, labels: Sequence[str]
 ) -> Classification:
     labels = list(labels)
-    if len(labels) < 2 or len(set(labels)) != len(labels):
-        raise ValueError("classify needs at least two distinct labels")
+    if len(labels) < 2 or len(set(labels)) != len(labels) or not all(labels):
+        raise ValueError("classify needs at least two distinct, non-empty labels")
     messages = messages if isinstance(messages, str) else list(messages)
     manifest = await model.acapabilities()
     have = set(manifest.capabilities)
-    if {capabilities_pb2.CAPABILITY_CONSTRAINT_CHOICE, capabilities_pb2.CAPABILITY_TOP_K_LOGPROBS} <= have:
+    why: list[str] = []
+    if C.CAPABILITY_TOP_K_LOGPROBS in have:
         top_k = min(20, manifest.limits.max_top_logprobs or 20)
-        result = await _by_choice(model, messages, labels, top_k)
+        result = await _by_logprobs(model, messages, labels, top_k, why)
         if result is not None:
             return result
-    if capabilities_pb2.CAPABILITY_INPUT_SCORING in have:
+    if C.CAPABILITY_INPUT_SCORING in have:
         return await _by_scoring(model, messages, labels)
-    missing = [
-        c
-        for c in (
-            capabilities_pb2.CAPABILITY_CONSTRAINT_CHOICE,
-            capabilities_pb2.CAPABILITY_TOP_K_LOGPROBS,
-            capabilities_pb2.CAPABILITY_INPUT_SCORING,
-        )
-        if c not in have
-    ]
+    wanted = (C.CAPABILITY_CONSTRAINT_CHOICE, C.CAPABILITY_TOP_K_LOGPROBS, C.CAPABILITY_INPUT_SCORING)
+    missing = [c for c in wanted if c not in have]
     gaps = errors_pb2.UnsupportedCapabilities(model=model.name, missing=missing)
+    gaps.reasons.extend(why)
     gaps.reasons.append(
-        "classify needs a choice constraint with top-k logprobs (labels with distinct first tokens), or input scoring."
+        "classify needs top-k logprobs that determine every label (a choice constraint with post-sampling "
+        "logprobs is exact), or input scoring; it does not guess."
     )
     raise errors.UnsupportedCapabilityError(gaps)
 
 
 def classify(model: ModelInterface, messages: Iterable[MessageLike] | str, labels: Sequence[str]) -> Classification:
-    from modelir.interface import _sync
-
-    return _sync(aclassify(model, messages, labels))
+    return run_sync(aclassify(model, messages, labels))

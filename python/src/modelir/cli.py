@@ -223,6 +223,7 @@ def _records(args: argparse.Namespace) -> int:
         versions = Counter(r.provenance.ir_version for r in scan.records)
         print("record IR versions: " + ", ".join(f"{v} ({n})" for v, n in sorted(versions.items())))
     problems = list(scan.problems) + [f"key {k!r} has more than one successful record" for k in duplicates]
+    problems += records.provenance_problems(scan.records)  # sdk-15: empty provenance is a verify problem
     failed_keys = {r.key for r in scan.records if r.status == record_pb2.RECORD_STATUS_FAILED}
     unresolved = failed_keys - set(latest)
     if args.action == "verify":

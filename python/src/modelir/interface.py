@@ -16,15 +16,11 @@ from typing import Any
 from modelir import logprobs as lp
 from modelir.accumulate import StreamAccumulator
 from modelir.request_builder import MessageLike, build_request, message, with_model
-from modelir.sync import collect, run_sync
+from modelir.sync import iterate_sync, run_sync
 from modelir.v1 import capabilities_pb2, logprobs_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
 
 # Re-exported: these names were first defined here, and modules and users import them from here.
 __all__ = ["MessageLike", "ModelInterface", "Score", "build_request", "message", "with_model"]
-
-# TEMP: remote.py (fleet) and classification.py (refactor-transports) import the loop's entry point under this
-# old private name; drop it once they import `modelir.sync.run_sync`.
-_sync = run_sync
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +72,11 @@ class ModelInterface(ABC):
     @abstractmethod
     async def atokenize_request(self, request: service_pb2.TokenizeRequest) -> service_pb2.TokenizeResponse: ...
 
+    async def arender_prompt(self, request: request_pb2.Request) -> str | None:
+        """The request's conversation as the model's chat template renders it, for models that can say
+        (llama.cpp's `/apply-template`); None for the others. Nothing is generated."""
+        return None
+
     async def arun_streamed(self, request: request_pb2.Request) -> response_pb2.Response:
         """Run through `astream` and fold the events: the response `arun` would give."""
         accumulator = StreamAccumulator()
@@ -120,7 +121,8 @@ class ModelInterface(ABC):
         return run_sync(self.arun(request))
 
     def stream(self, request: request_pb2.Request) -> Iterator[stream_pb2.StreamEvent]:
-        return iter(run_sync(collect(self.astream(request))))
+        """The events of one request, each as it arrives (not after the whole answer)."""
+        return iterate_sync(self.astream(request))
 
     def generate(self, prompt: str, **options: Any) -> response_pb2.Response:
         return run_sync(self.agenerate(prompt, **options))

@@ -212,6 +212,16 @@ class Model(ModelInterface):
             )
         return transport.lift_detokenize(sent.response)
 
+    async def arender_prompt(self, request: request_pb2.Request) -> str | None:
+        """The conversation through the model's chat template, when its transport can render it (sdk-15)."""
+        transport = self.transport
+        lower = getattr(transport, "lower_render_prompt", None)
+        if lower is None or self.executor is None or not isinstance(transport, HttpTransport):
+            return None
+        async with self.limiter.acquire():
+            sent = await self.executor.send(lower(request), error_from=transport.error, observe=self.limiter.observe)
+        return transport.lift_render_prompt(sent.response)  # type: ignore[attr-defined]
+
     async def around_trip(self, text: str) -> bool:
         """Whether detokenize(tokenize(text)) gives `text` back: a check of the tokenizer path, per model."""
         tokens = await self.atokenize(text)

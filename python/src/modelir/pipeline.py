@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from modelir import artifacts, capabilities, errors
 from modelir.transports.base import HttpRequest, HttpTransport, Transport
 from modelir.v1 import capabilities_pb2, errors_pb2, request_pb2, service_pb2
-from modelir.validation import field_violations, validate_request
+from modelir.validation import field_violations, model_mismatch
 
 
 @dataclass(slots=True)  # not frozen: on the hot path, a frozen dataclass takes about twice as long to build
@@ -68,17 +68,61 @@ class Pipeline:
     ) -> tuple[request_pb2.Request, list[errors_pb2.Warning]]:
         """Validate, check the capabilities and apply the foreign-artifact policy.
 
-        Raises `InvalidRequestError` (naming every bad field) or `UnsupportedCapabilityError` (naming every gap).
-        Returns the request the transport must run and the policy's warnings.
+        Raises `InvalidRequestError` (naming every bad field, and `model` when the request names another model
+        than this pipeline's) or `UnsupportedCapabilityError` (naming every gap). Returns the request the transport
+        must run and the policy's warnings.
         """
-        validate_request(request)
+        violations = self._violations(request)
+        if violations:
+            raise errors.InvalidRequestError(violations)
+        # DROP is applied before the capability check, so what it removes cannot make the request unsupported;
+        # under REJECT the check comes first and, where foreign artifacts are in the way, says DROP would help.
+        dropping = request.foreign_artifact_policy == request_pb2.FOREIGN_ARTIFACT_POLICY_DROP
+        warnings: list[errors_pb2.Warning] = []
+        if dropping:
+            request, warnings = self._apply_artifact_policy(request)
         gaps = self.unsupported(request, streaming=streaming)
         if gaps is not None:
-            raise errors.UnsupportedCapabilityError(gaps)
+            raise errors.UnsupportedCapabilityError(self._with_policy_hint(request, gaps, dropped=bool(warnings)))
+        if dropping:
+            return request, warnings
+        return self._apply_artifact_policy(request)
+
+    def _violations(self, request: request_pb2.Request) -> list[errors_pb2.FieldViolation]:
+        """The model-name mismatch, the IR's own field rules, then the provider's (a seed out of its range, ...)."""
+        mismatch = model_mismatch(request, self.model)
+        violations = ([mismatch] if mismatch is not None else []) + field_violations(request)
+        if not violations:
+            violations = [
+                errors_pb2.FieldViolation(field=f, description=d) for f, d in self.transport.field_problems(request)
+            ]
+        return violations
+
+    def _apply_artifact_policy(
+        self, request: request_pb2.Request
+    ) -> tuple[request_pb2.Request, list[errors_pb2.Warning]]:
         transport = self.transport
         return artifacts.apply_foreign_artifact_policy(
             request, transport=transport.name, model=transport.issuer_model(request)
         )
+
+    def _with_policy_hint(
+        self, request: request_pb2.Request, gaps: errors_pb2.UnsupportedCapabilities, *, dropped: bool
+    ) -> errors_pb2.UnsupportedCapabilities:
+        """`gaps`, with a reason saying what the foreign-artifact policy did or could do, when it matters."""
+        if dropped:
+            gaps.reasons.append(
+                "FOREIGN_ARTIFACT_POLICY_DROP already removed the foreign reasoning artifacts (and reasoning that "
+                "cannot travel without them); what is named here is still in the way."
+            )
+        elif artifacts.foreign_artifact_count(
+            request, transport=self.transport.name, model=self.transport.issuer_model(request)
+        ):
+            gaps.reasons.append(
+                "The conversation carries reasoning artifacts from another issuer: set foreign_artifact_policy to "
+                "FOREIGN_ARTIFACT_POLICY_DROP to drop them (and reasoning that cannot travel without them) first."
+            )
+        return gaps
 
     def prepare(self, request: request_pb2.Request, *, streaming: bool = False) -> Prepared:
         """`check`, then lower for an HTTP transport: everything a request goes through before the limiter."""
@@ -89,14 +133,17 @@ class Pipeline:
     def report(self, request: request_pb2.Request) -> service_pb2.ValidateResponse:
         """The verdict `Validate` returns: field violations, else the required capabilities and any gaps."""
         out = service_pb2.ValidateResponse()
-        violations = field_violations(request)
+        violations = self._violations(request)
         out.field_violations.extend(violations)
         if violations:
             return out
+        dropped: list[errors_pb2.Warning] = []
+        if request.foreign_artifact_policy == request_pb2.FOREIGN_ARTIFACT_POLICY_DROP:
+            request, dropped = self._apply_artifact_policy(request)  # as `check` does: what DROP removes is not needed
         required = capabilities.requirements(request).sorted_capabilities()
         out.required.extend(capabilities_pb2.Capability.ValueType(c) for c in required)
         gaps = self.unsupported(request)
         if gaps is not None:
-            out.unsupported.CopyFrom(gaps)
+            out.unsupported.CopyFrom(self._with_policy_hint(request, gaps, dropped=bool(dropped)))
         out.accepted = gaps is None
         return out

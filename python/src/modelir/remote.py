@@ -24,9 +24,8 @@ from typing import TypeVar
 
 import grpc
 
-from modelir import errors, telemetry
+from modelir import errors, telemetry, validation
 from modelir.interface import ModelInterface
-from modelir.request_builder import with_model
 from modelir.rich_status import error_from_rpc
 from modelir.sync import run_sync as _sync
 from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, service_pb2, service_pb2_grpc, stream_pb2
@@ -139,7 +138,7 @@ class RemoteModel(ModelInterface):
                 self.failovers += 1
 
     def _named(self, request: request_pb2.Request) -> request_pb2.Request:
-        return request if request.model else with_model(request, self.name)
+        return validation.named_for(request, self.name)  # refuses another model's name, as a local Model does
 
     # ---- the primitives ------------------------------------------------------------------------------
 
@@ -217,6 +216,9 @@ class RemoteModel(ModelInterface):
                 call.cancel()  # a consumer that stops early cancels the server-side call, and with it the upstream
 
     async def avalidate(self, request: request_pb2.Request) -> service_pb2.ValidateResponse:
+        mismatch = validation.model_mismatch(request, self.name)
+        if mismatch is not None:  # the verdict a local Model gives, without asking a server about another model
+            return service_pb2.ValidateResponse(field_violations=[mismatch])
         message = service_pb2.ValidateRequest(request=self._named(request))
         return await self._unary(lambda: self._stub().Validate(message, metadata=self._metadata))
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -33,5 +33,30 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
 
 
 async def collect(items: AsyncIterator[T]) -> list[T]:
-    """Every item of an async iterator, as a list (to hand a stream to sync code)."""
+    """Every item of an async iterator, as a list (to hand a whole stream to sync code at once)."""
     return [item async for item in items]
+
+
+def iterate_sync(items: AsyncIterator[T]) -> Iterator[T]:
+    """The items of an async iterator, each handed to sync code as soon as the background loop has it.
+
+    One item is fetched per step, so a stream's first event reaches the caller while the rest is still coming.
+    Leaving the loop early (a `break`, an exception, garbage collection) closes the async iterator on its loop,
+    which ends the underlying call instead of leaving it running.
+    """
+    loop = background_loop()
+    try:
+        while True:
+            try:
+                item = asyncio.run_coroutine_threadsafe(_next(items), loop).result()
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        aclose = getattr(items, "aclose", None)
+        if aclose is not None:
+            asyncio.run_coroutine_threadsafe(aclose(), loop).result()
+
+
+async def _next(items: AsyncIterator[T]) -> T:
+    return await items.__anext__()

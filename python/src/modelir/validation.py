@@ -23,6 +23,37 @@ def validate_request(request: request_pb2.Request) -> None:
         raise InvalidRequestError(violations)
 
 
+def model_mismatch(request: request_pb2.Request, name: str) -> errors_pb2.FieldViolation | None:
+    """The violation when `request.model` names a model other than `name` (the one it was sent to), else None.
+
+    An empty `request.model` means "this model". A named other model is refused rather than run: running it would
+    record a model that never ran, and a remote model could not honour it the same way.
+    """
+    if not request.model or not name or request.model == name:
+        return None
+    return errors_pb2.FieldViolation(
+        field="model",
+        description=(
+            f"The request names the model {request.model!r}, but it was sent to the model {name!r}; "
+            "leave `model` empty or send it to the model it names."
+        ),
+    )
+
+
+def named_for(request: request_pb2.Request, name: str) -> request_pb2.Request:
+    """`request` addressed to the model `name`: a copy with `model` filled when empty; refused when it names
+    another model (`InvalidRequestError` on the field `model`). Local and remote models both go through it."""
+    mismatch = model_mismatch(request, name)
+    if mismatch is not None:
+        raise InvalidRequestError([mismatch])
+    if request.model:
+        return request
+    named = request_pb2.Request()
+    named.CopyFrom(request)
+    named.model = name
+    return named
+
+
 def _json_object(text: str) -> bool:
     try:
         return isinstance(orjson.loads(text), dict)
@@ -117,9 +148,9 @@ def _constraint_problems(req: request_pb2.Request) -> Iterator[tuple[str, str]]:
     kind = req.constraint.WhichOneof("kind")
     if kind == "choice":
         labels = list(req.constraint.choice.labels)
-        if not labels:
-            yield "constraint.choice.labels", "Give at least one label."
-        if len(set(labels)) != len(labels):
+        if len(set(labels)) < 2:
+            yield "constraint.choice.labels", "A choice needs at least two distinct labels (one label is no choice)."
+        elif len(set(labels)) != len(labels):
             yield "constraint.choice.labels", "Labels must be distinct."
         if any(not label for label in labels):
             yield "constraint.choice.labels", "A label is never empty."

@@ -77,6 +77,9 @@ class Transport(ABC):
     provider_option_keys: ClassVar[tuple[str, ...]] = ()
     # For every kind of `content_kinds.KINDS`: `CARRIED`, or the sentence that rejects a part of that kind.
     part_kinds: ClassVar[Mapping[str, str]] = MappingProxyType({})
+    # The seeds the provider accepts, inclusive. Non-negative by default: several engines read a negative seed as
+    # "pick one at random" (llama.cpp, Ollama) and numpy refuses one, so none may pass unnoticed.
+    seed_range: ClassVar[tuple[int, int]] = (0, 2**63 - 1)
 
     @abstractmethod
     def manifest(self) -> capabilities_pb2.CapabilityManifest:
@@ -101,6 +104,16 @@ class Transport(ABC):
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         """What this wire cannot carry beyond the catalog and the content kinds (transports override it)."""
+        return []
+
+    def field_problems(self, request: request_pb2.Request) -> list[tuple[str, str]]:
+        """Fields whose value this provider refuses although the IR allows it, as (field, description) pairs: the
+        seed outside `seed_range`, then the wire's own (transports extend it). The pipeline raises them as field
+        violations before any I/O."""
+        low, high = self.seed_range
+        s = request.sampling
+        if s.HasField("seed") and not low <= s.seed <= high:
+            return [("sampling.seed", f"{self.name} takes a seed in [{low}, {high}], not {s.seed}.")]
         return []
 
     def not_carried(self, kind: str | None) -> content_kinds.NotCarriedError:

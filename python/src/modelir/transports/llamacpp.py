@@ -18,8 +18,8 @@ from typing import Any
 
 import orjson
 
+from modelir import errors, soft_errors
 from modelir import logprobs as lp
-from modelir import soft_errors
 from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
 from modelir.transports.manifests import COMMON, ENGINE_SAMPLING, LOGPROBS, OPENAI_SAMPLING, capability_set
@@ -100,6 +100,7 @@ class LlamaCpp(HttpTransport):
     )
     # llama-server clamps larger n_probs silently; the manifest says where the honest limit is.
     limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=1)
+    seed_range = (0, 2**32 - 2)  # a uint32, whose last value (LLAMA_DEFAULT_SEED) means "random"
     grammar_dialects = ("GBNF",)
     provider_option_keys = PROVIDER_OPTION_KEYS
     logprob_bases = ("PRE_SAMPLING", "POST_SAMPLING")
@@ -205,6 +206,17 @@ class LlamaCpp(HttpTransport):
 
     def lift_detokenize(self, response: HttpResponse) -> str:
         return common.parse_json(response.body, "detokenize body")["content"]
+
+    def lower_render_prompt(self, request: request_pb2.Request) -> HttpRequest:
+        """`/apply-template`: the conversation through the server's chat template, without generating."""
+        body = {"messages": self._chat.body(request, stream=False)["messages"]}
+        return HttpRequest("POST", "/apply-template", orjson.dumps(body), JSON_HEADERS)
+
+    def lift_render_prompt(self, response: HttpResponse) -> str:
+        prompt = common.parse_json(response.body, "apply-template body").get("prompt")
+        if not isinstance(prompt, str):
+            raise errors.MalformedResponseError(f"{self.name}: the /apply-template answer has no string `prompt`")
+        return prompt
 
 
 def _finish(choice: response_pb2.Choice, body: dict[str, Any]) -> None:

@@ -9,6 +9,25 @@ cumulative, and a `redacted_thinking` block arrives whole in `content_block_star
 
 `max_tokens` is required by the API. When the IR leaves it unset, this transport sends `DEFAULT_MAX_TOKENS`
 (4,096), or the thinking budget plus 4,096 when a budget is set (the API requires max_tokens above the budget).
+A thinking budget is at least `MIN_THINKING_BUDGET` (1,024) tokens and below `max_tokens`; anything else is refused
+before any I/O, naming `reasoning.budget_tokens`.
+
+Reasoning effort (Anthropic's effort and adaptive-thinking guides, https://platform.claude.com/docs/en/build-with-claude/
+effort): the models in `EFFORT_MODELS` take an effort natively as `output_config.effort` (`low`, `medium`,
+`high`). Those in `ADAPTIVE_THINKING_MODELS` (Opus 4.6, Sonnet 4.6, Opus 4.7) think adaptively, so an effort is sent
+as `thinking: {"type": "adaptive"}` plus the effort, nothing mapped. Every other model (Opus 4.5 included, which
+takes an effort but thinks only under a budget) takes a thinking budget, so an effort is sent as the budget
+`EFFORT_BUDGETS` gives it (and, on Opus 4.5, as the effort too), and the response carries a
+`reasoning_effort_mapped` warning saying so. A thinking budget on a model in `BUDGETLESS_MODELS` (Opus 4.7, which
+answers 400 to one) is refused up front.
+
+| IR effort | adaptive models | other models: thinking budget (warned) |
+|---|---|---|
+| `minimal` | effort `low` (warned: there is no minimal) | 1,024 |
+| `low` | effort `low` | 2,048 |
+| `medium` | effort `medium` | 8,192 |
+| `high` | effort `high` | 16,384 |
+| `none` | no thinking | no thinking |
 """
 
 from __future__ import annotations
@@ -24,7 +43,7 @@ from modelir.transports.anthropic import blocks
 from modelir.transports.anthropic.messages_stream import MessagesStreamLifter
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter
 from modelir.transports.manifests import CHAT_WITH_TOOLS, COMMON, capability_set
-from modelir.v1 import capabilities_pb2, content_pb2, request_pb2, response_pb2
+from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, request_pb2, response_pb2
 
 SIGNATURE = blocks.SIGNATURE
 REDACTED = blocks.REDACTED
@@ -36,6 +55,23 @@ _TOOL_CHOICE = {
     request_pb2.TOOL_CHOICE_MODE_REQUIRED: {"type": "any"},
 }
 PROVIDER_OPTION_KEYS = ("metadata", "service_tier")
+MIN_THINKING_BUDGET = 1024
+# Model id prefixes, from Anthropic's effort and adaptive-thinking guides.
+ADAPTIVE_THINKING_MODELS = ("claude-opus-4-6", "claude-sonnet-4-6", "claude-opus-4-7")
+EFFORT_MODELS = (*ADAPTIVE_THINKING_MODELS, "claude-opus-4-5")
+BUDGETLESS_MODELS = ("claude-opus-4-7",)
+_NATIVE_EFFORT = {
+    request_pb2.REASONING_EFFORT_MINIMAL: "low",
+    request_pb2.REASONING_EFFORT_LOW: "low",
+    request_pb2.REASONING_EFFORT_MEDIUM: "medium",
+    request_pb2.REASONING_EFFORT_HIGH: "high",
+}
+EFFORT_BUDGETS = {
+    request_pb2.REASONING_EFFORT_MINIMAL: MIN_THINKING_BUDGET,
+    request_pb2.REASONING_EFFORT_LOW: 2048,
+    request_pb2.REASONING_EFFORT_MEDIUM: 8192,
+    request_pb2.REASONING_EFFORT_HIGH: 16384,
+}
 
 
 # IR sampling fields, as `ir_name:native_name` where this wire renames them.
@@ -59,7 +95,7 @@ class AnthropicMessages(HttpTransport):
 
     capabilities = capability_set(
         COMMON | CHAT_WITH_TOOLS,
-        "REASONING REASONING_BUDGET PREFILL TOP_K_SAMPLING STOP_SEQUENCES",
+        "REASONING REASONING_BUDGET REASONING_EFFORT PREFILL TOP_K_SAMPLING STOP_SEQUENCES",
     )
     limits = capabilities_pb2.ModelLimits(max_choices=1)
     provider_option_keys = PROVIDER_OPTION_KEYS
@@ -69,6 +105,13 @@ class AnthropicMessages(HttpTransport):
         reasons = []
         if request.HasField("reasoning") and request.reasoning.summary:
             reasons.append("Anthropic returns thinking blocks, not summaries on request (reasoning.summary).")
+        if request.reasoning.WhichOneof("amount") == "budget_tokens" and self.model_for(request).startswith(
+            BUDGETLESS_MODELS
+        ):
+            reasons.append(
+                f"{self.model_for(request)} thinks adaptively and refuses a thinking budget "
+                "(reasoning.budget_tokens); give reasoning.effort instead."
+            )
         for i in common.late_system_messages(request):
             reasons.append(f"Anthropic takes system text only before the conversation (conversation.messages[{i}]).")
         for i, message in enumerate(request.conversation.messages):
@@ -87,13 +130,73 @@ class AnthropicMessages(HttpTransport):
                     reasons.append(f"Only image blobs are supported here, not {part.blob.mime_type!r}.")
         return reasons
 
+    def field_problems(self, request: request_pb2.Request) -> list[tuple[str, str]]:
+        problems = super().field_problems(request)
+        budget = self.thinking_budget(request)
+        if budget is None:
+            return problems
+        field = "reasoning.budget_tokens"
+        if request.reasoning.WhichOneof("amount") == "effort":
+            field = "reasoning.effort"
+            budget_text = f"The effort maps to a thinking budget of {budget} tokens (see EFFORT_BUDGETS), which"
+        else:
+            budget_text = f"Anthropic's thinking budget ({budget})"
+        if budget < MIN_THINKING_BUDGET:
+            problems.append((field, f"{budget_text} must be at least {MIN_THINKING_BUDGET} tokens."))
+        max_tokens = self._max_tokens(request)
+        if budget >= max_tokens:
+            problems.append(
+                (
+                    field,
+                    f"{budget_text} must be less than the output limit (sampling.max_output_tokens = {max_tokens}).",
+                )
+            )
+        return problems
+
+    # ---- reasoning ---------------------------------------------------------------------------------
+
+    def native_effort(self, request: request_pb2.Request) -> str | None:
+        """The `output_config.effort` to send: the request's effort, on a model that takes one."""
+        if request.reasoning.WhichOneof("amount") != "effort":
+            return None
+        if not self.model_for(request).startswith(EFFORT_MODELS):
+            return None
+        return _NATIVE_EFFORT.get(request.reasoning.effort)
+
+    def thinking_budget(self, request: request_pb2.Request) -> int | None:
+        """The thinking budget to send: the request's own, or its effort's (`EFFORT_BUDGETS`) on a model that does
+        not think adaptively; None when no budget goes on the wire."""
+        amount = request.reasoning.WhichOneof("amount")
+        if amount == "budget_tokens":
+            return request.reasoning.budget_tokens
+        if amount == "effort" and not self.model_for(request).startswith(ADAPTIVE_THINKING_MODELS):
+            return EFFORT_BUDGETS.get(request.reasoning.effort)
+        return None
+
+    def reasoning_warnings(self, request: request_pb2.Request) -> list[errors_pb2.Warning]:
+        """What the lowering did to the request's effort, said in the response (never silently)."""
+        if request.reasoning.WhichOneof("amount") != "effort":
+            return []
+        effort = request_pb2.ReasoningEffort.Name(request.reasoning.effort)
+        model = self.model_for(request) or "this model"
+        native, budget = self.native_effort(request), self.thinking_budget(request)
+        if budget is not None:
+            sent = f"thinking.budget_tokens = {budget}" + (f" with effort {native!r}" if native else "")
+            message = f"{model} thinks under a budget, not an effort: {effort} was sent as {sent} (EFFORT_BUDGETS)."
+        elif native is not None and request.reasoning.effort == request_pb2.REASONING_EFFORT_MINIMAL:
+            message = f"{model} has no minimal effort: {effort} was sent as effort {native!r}."
+        else:
+            return []
+        return [errors_pb2.Warning(code="reasoning_effort_mapped", message=message)]
+
     # ---- lower -------------------------------------------------------------------------------------
 
     def _max_tokens(self, request: request_pb2.Request) -> int:
         if request.sampling.HasField("max_output_tokens"):
             return request.sampling.max_output_tokens
-        if request.reasoning.WhichOneof("amount") == "budget_tokens":
-            return request.reasoning.budget_tokens + self.default_max_tokens
+        budget = self.thinking_budget(request)
+        if budget is not None:
+            return budget + self.default_max_tokens
         return self.default_max_tokens
 
     def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
@@ -117,8 +220,13 @@ class AnthropicMessages(HttpTransport):
             body["tool_choice"] = _TOOL_CHOICE[request.tool_choice.mode]
         elif choice == "tool_name":
             body["tool_choice"] = {"type": "tool", "name": request.tool_choice.tool_name}
-        if request.reasoning.WhichOneof("amount") == "budget_tokens":
-            body["thinking"] = {"type": "enabled", "budget_tokens": request.reasoning.budget_tokens}
+        budget, effort = self.thinking_budget(request), self.native_effort(request)
+        if budget is not None:
+            body["thinking"] = {"type": "enabled", "budget_tokens": budget}
+        elif effort is not None:
+            body["thinking"] = {"type": "adaptive"}
+        if effort is not None:
+            body["output_config"] = {"effort": effort}
         if stream:
             body["stream"] = True
         body.update(common.provider_options(request))
@@ -144,6 +252,7 @@ class AnthropicMessages(HttpTransport):
                 choice.message.parts.append(part)
         blocks.finish(choice, body.get("stop_reason"), body.get("stop_sequence"))
         blocks.usage(body.get("usage"), out.usage)
+        out.warnings.extend(self.reasoning_warnings(request))
         return out
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:

@@ -154,4 +154,5 @@ class MessagesStreamLifter(StreamLifter):
         if interrupted or not self.done:
             self.facts.cut_short = "the stream ended before message_stop; the output is partial"
         soft_errors.settle_stream(self.request, end, self.facts, self.parts.texts())
+        end.warnings.extend(self.transport.reasoning_warnings(self.request))
         return [stream_pb2.StreamEvent(end=end)]
