@@ -184,7 +184,7 @@ def test_generate_takes_system_temperature_seed_top_logprobs_and_json():
     first, again = _modelir(*common, "--json", "Hello"), _modelir(*common, "--json", "Hello")
     assert first.returncode == 0, first.stderr
     response = json.loads(first.stdout)
-    assert response == json.loads(again.stdout) or response["choices"] == json.loads(again.stdout)["choices"]
+    assert response["choices"] == json.loads(again.stdout)["choices"]  # the seed makes it repeatable
     logprobs = response["choices"][0]["logprobs"]
     assert logprobs["topCounts"] == [4] * 6 and len(logprobs["tokenIds"]) == 6
     other_seed = _modelir(*[a if a != "3" else "4" for a in common], "--json", "Hello")
@@ -223,3 +223,54 @@ def test_records_show_prints_each_answer(tmp_path):
     done = _modelir("records", "show", str(tmp_path / "r.jsonl"), "--key", "k0")
     assert done.stdout == f"k0  ok  {json.dumps(view(record.response).text, ensure_ascii=False)}\n"
     _one_line_error(_modelir("records", "show", str(tmp_path / "r.jsonl"), "--key", "k9"), 2, "no record with key 'k9'")
+
+
+def test_records_show_prints_a_failure_by_its_reason(tmp_path):
+    import asyncio
+
+    model = Model(ReferenceModel(), name="reference")
+    fim = build_request("", prompt="x", max_output_tokens=2)
+    fim.fim.suffix = "y"  # the reference model has no FIM: a failed record
+    inputs = [("good", build_request("", prompt="x", max_output_tokens=2)), ("bad", fim)]
+    asyncio.run(run_batch(model, inputs, tmp_path / "r.jsonl", progress_stream=io.StringIO()))
+    done = _modelir("records", "show", str(tmp_path / "r.jsonl"), "--key", "bad")
+    assert done.stdout.startswith("bad  failed  UNSUPPORTED_CAPABILITY: ") and "FIM" in done.stdout
+
+
+def test_the_commands_in_process(tmp_path, capsys):
+    """The same commands through `main()` (the subprocess tests above are what a user sees; these count coverage)."""
+    from modelir.cli import main
+
+    assert main(["models", "--json"]) == 0
+    assert '"transport": "reference"' in capsys.readouterr().out
+    assert main(["check", "--model", "reference", "--needs", "chat, tools", "--top-logprobs", "5"]) == 0
+    assert capsys.readouterr().out == "reference has everything the task needs: chat, tools\n"
+    assert main(["check", "--model", "reference", "--needs", " ,"]) == 2
+    assert "give at least one capability" in capsys.readouterr().err
+    argv = ["generate", "--model", "reference", "--stream", "--top-logprobs", "2", "--max-tokens", "3", "hi"]
+    assert main(argv) == 0
+    out = capsys.readouterr()
+    assert out.out.splitlines()[1].startswith("token") and "[usage] input=" in out.err
+    assert main(["generate", "--model", "reference", "--stream", "--json", "--max-tokens", "3", "hi"]) == 0
+    assert int(json.loads(capsys.readouterr().out)["usage"]["outputTokenCount"]) == 3
+    _inputs(tmp_path / "in.jsonl", 3)
+    out_file = str(tmp_path / "o.jsonl")
+    assert main(["run", "--model", "reference", "--input", str(tmp_path / "in.jsonl"), "--output", out_file]) == 0
+    assert "3 ok, 0 failed, 0 already done, of 3" in capsys.readouterr().err
+    assert main(["records", "inspect", out_file]) == 0
+    assert "records: 3  ok: 3" in capsys.readouterr().out
+    assert main(["records", "verify", out_file]) == 0
+    assert capsys.readouterr().out.strip().endswith("ok")
+    assert main(["records", "show", out_file]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 3
+    assert main(["records", "convert", out_file, str(tmp_path / "o.binpb"), "--to", "binary"]) == 0
+    assert "wrote 3 records" in capsys.readouterr().out
+    resumed = ["run", "--model", "reference", "--input", str(tmp_path / "in.jsonl"), "--output", out_file]
+    assert main([*resumed, "--resume", "--format", "binary"]) == 0
+    assert "--format binary is ignored: --resume appends" in capsys.readouterr().err
+    request = tmp_path / "request.json"
+    request.write_text('{"model": "reference", "prompt": "x", "fim": {"suffix": "y"}}')
+    assert main(["validate", "--model", "reference", "--request", str(request)]) == 1
+    assert "missing capabilities: FIM" in capsys.readouterr().out
+    assert main(["conformance", "--transport", "ollama"]) == 0
+    assert "ollama: " in capsys.readouterr().out
