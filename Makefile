@@ -143,7 +143,8 @@ bench-scale: $(PY_STAMP) redis-server
 	$(SCALE_ENV) $(PY) bench/scale.py
 
 .PHONY: serve
-serve: $(PY_STAMP)
+# node_modules too: the README's `buf curl` lines call the pinned buf that it holds.
+serve: $(PY_STAMP) $(NODE_STAMP)
 	$(VENV)/bin/modelir serve $(if $(CONFIG),--config $(CONFIG)) $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 
 .PHONY: bench

@@ -37,6 +37,9 @@ class LocalScheduler:
                         return
                     previous = previous_attempts.get(key, 0)
                     finished.put_nowait(await call_to_record(model, manifest, key, request, previous))
+                    # An in-process model (the reference model) answers without ever suspending: yield, so that
+                    # the run writes each record as it comes and Ctrl-C (a cancellation) reaches the workers.
+                    await asyncio.sleep(0)
             except Exception as exc:
                 finished.put_nowait(exc)
 

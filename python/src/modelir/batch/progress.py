@@ -10,8 +10,10 @@ from typing import TextIO
 class Progress:
     """done / failed / rate / ETA: one redrawn line on a terminal, a plain line every `every` seconds otherwise."""
 
-    def __init__(self, total: int, stream: TextIO | None = None, every: float = 5.0) -> None:
+    def __init__(self, total: int, stream: TextIO | None = None, every: float = 5.0, *, already: int = 0) -> None:
+        # Counted against the whole input: a resumed run starts at the `already` done before it.
         self.total = total
+        self.already = already
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
         self.every = every
@@ -21,9 +23,11 @@ class Progress:
     def line(self) -> str:
         elapsed = max(time.monotonic() - self.started, 1e-9)
         rate = (self.done + self.failed) / elapsed
-        left = self.total - self.done - self.failed
+        left = self.total - self.already - self.done - self.failed
         eta = f"{left / rate:,.0f}s" if rate > 0 else "?"
-        return f"done {self.done}/{self.total}  failed {self.failed}  {rate:,.1f}/s  ETA {eta}"
+        before = f" ({self.already} before this run)" if self.already else ""
+        done = self.already + self.done
+        return f"done {done}/{self.total}{before}  failed {self.failed}  {rate:,.1f}/s  ETA {eta}"
 
     def update(self, *, ok: bool) -> None:
         if ok:

@@ -57,7 +57,7 @@ async def run_batch(
     ledger = Ledger.open(output, resume=resume, retry_failed=retry_failed, fmt=fmt, run_metadata=run_metadata)
     counts = {"ok": 0, "failed": 0}
     todo = [(key, request) for key, request in inputs if key not in ledger.done]
-    progress = Progress(len(todo), progress_stream)
+    progress = Progress(len(inputs), progress_stream, already=len(inputs) - len(todo))
     try:
         manifest = await model.acapabilities()
         expected = {key for key, _ in todo}

@@ -1,0 +1,70 @@
+"""What every command shares: the model a command names, files it reads and writes, one-line user errors."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from modelir import errors
+from modelir.config import ServerConfig, default_config, load_config
+from modelir.interface import ModelInterface
+from modelir.v1 import capabilities_pb2
+
+CAPABILITY_NAMES = {v: k.removeprefix("CAPABILITY_") for k, v in capabilities_pb2.Capability.items()}
+
+
+class UserError(Exception):
+    """A mistake on the command line (a missing file, a bad value): one line on stderr, exit status 2."""
+
+
+def warn(message: str) -> None:
+    print(f"modelir: warning: {message}", file=sys.stderr)
+
+
+def add_where(sub: argparse.ArgumentParser) -> None:
+    """`--config` or `--target`: which models a command talks to."""
+    group = sub.add_mutually_exclusive_group()
+    group.add_argument("--config", help="a YAML file of models (default: the built-in reference model)")
+    group.add_argument(
+        "--target",
+        help="a modelir server host:port, replicas as IP:port,IP:port or dns:///name:port (token: $MODELIR_TOKEN)",
+    )
+
+
+def config(args: argparse.Namespace) -> ServerConfig:
+    return load_config(args.config) if getattr(args, "config", None) else default_config()
+
+
+async def open_model(args: argparse.Namespace) -> tuple[ModelInterface, ServerConfig | None]:
+    """The model `--model` names: on the server at `--target`, or in the configuration (unknown: list the known)."""
+    if getattr(args, "target", None):
+        from modelir.remote import RemoteModel
+
+        return RemoteModel(args.target, args.model, token=os.environ.get("MODELIR_TOKEN")), None
+    loaded = config(args)
+    if args.model not in loaded.models:
+        known = ", ".join(sorted(loaded.models))
+        raise errors.UnknownModelError(f"no model named {args.model!r} in {loaded.source} (known: {known})")
+    return loaded.models[args.model], loaded
+
+
+def input_file(path: str, option: str) -> Path:
+    """A file the command reads; a missing one is a user error naming the option."""
+    file = Path(path)
+    if not file.is_file():
+        why = "is a directory" if file.is_dir() else "no such file"
+        raise UserError(f"{option} {path}: {why}")
+    return file
+
+
+def output_file(path: str, option: str) -> Path:
+    """A file the command writes; its directory must exist (we do not create directories behind the user's back)."""
+    file = Path(path)
+    parent = file.parent
+    if not parent.is_dir():
+        raise UserError(f"{option} {path}: the directory {str(parent)!r} does not exist")
+    if file.is_dir():
+        raise UserError(f"{option} {path}: is a directory")
+    return file

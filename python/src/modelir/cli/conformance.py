@@ -1,0 +1,36 @@
+"""`modelir conformance`: replay the golden wire fixtures and print what passed."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import orjson
+
+
+def _conformance(args: argparse.Namespace) -> int:
+    from modelir import conformance
+
+    fixtures = Path(args.fixtures) if args.fixtures else conformance.DEFAULT_FIXTURES
+    report = conformance.run(fixtures, args.transport)
+    if args.json:
+        print(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+    else:
+        for name, result in report["transports"].items():
+            cases = result["cases"]
+            passed = sum(c["passed"] for c in cases)
+            print(f"{name}: {passed}/{len(cases)} cases passed" + ("" if result["passed"] else "  FAILED"))
+            for case in cases:
+                for problem in case["problems"]:
+                    print(f"  {case['case']}: {problem}")
+            for problem in result["coverage"]:
+                print(f"  coverage: {problem}")
+    return 0 if report["passed"] else 1
+
+
+def add(commands: argparse._SubParsersAction) -> None:
+    conformance = commands.add_parser("conformance", help="replay the golden wire fixtures")
+    conformance.add_argument("--transport", help="only this transport")
+    conformance.add_argument("--fixtures", help="the fixtures folder (default: the repository's conformance/fixtures)")
+    conformance.add_argument("--json", action="store_true", help="print per-transport, per-case results as JSON")
+    conformance.set_defaults(func=_conformance)
