@@ -27,9 +27,16 @@ def _serve(args: argparse.Namespace) -> int:
     except ImportError:
         pass
     # Traces and metrics only when OTEL_* variables ask for them; what is still batched is exported at the end.
+
+    async def serve_then_close() -> None:
+        try:
+            await serve(loaded.models, args.host, args.port, auth_tokens=loaded.auth_tokens, grace=args.grace)
+        finally:
+            await loaded.aclose()  # the models' HTTP sessions, so shutdown ends without "Unclosed client session"
+
     with setup.installed_from_env():
         try:
-            asyncio.run(serve(loaded.models, args.host, args.port, auth_tokens=loaded.auth_tokens, grace=args.grace))
+            asyncio.run(serve_then_close())
         finally:
             access_log.access_log().flush()
     return 0
