@@ -1,4 +1,4 @@
-"""`modelir serve` over an HTTP model ends cleanly on SIGTERM: its HTTP sessions closed, no "Unclosed client session"."""
+"""`modelir serve` over an HTTP model ends cleanly on SIGTERM: sessions closed, no "Unclosed client session"."""
 
 from __future__ import annotations
 
