@@ -119,7 +119,7 @@ def build_config(data: Any, *, source: str, environ: Mapping[str, str]) -> Serve
     models_spec = data.get("models")
     if not isinstance(models_spec, dict) or not models_spec:
         raise fail("models", "give at least one model")
-    executors: dict[tuple[str, str], Executor] = {}
+    executors: dict[tuple, Executor] = {}
     models = {
         name: _model(name, spec, backend=backend, shared=shared, executors=executors, environ=environ, fail=fail)
         for name, spec in models_spec.items()
@@ -154,7 +154,7 @@ def _model(
     *,
     backend: LimiterBackend,
     shared: Mapping[str, BaseLimiter],
-    executors: dict[tuple[str, str], Executor],
+    executors: dict[tuple, Executor],
     environ: Mapping[str, str],
     fail: _Failer,
 ) -> Model:
@@ -225,7 +225,7 @@ def _executor(
     transport: Transport,
     spec: dict,
     where: str,
-    executors: dict[tuple[str, str], Executor],
+    executors: dict[tuple, Executor],
     environ: Mapping[str, str],
     fail: _Failer,
 ) -> Executor | None:
@@ -246,10 +246,11 @@ def _executor(
     attempts = spec.get("max_attempts", 4)
     if not isinstance(attempts, int) or attempts < 1:
         raise fail(f"{where}.max_attempts", "expected a whole number of at least 1")
-    key = (base_url, spec.get("credential_env", ""))
+    # Shared only by models that send the very same auth headers (scheme included: an Anthropic model on an OpenAI
+    # model's URL and key sends `x-api-key`, not `Authorization: Bearer`) and retry the same way.
+    headers = transport.auth_headers(credential)
+    key = (base_url, spec.get("credential_env", ""), tuple(sorted(headers.items())), attempts)
     executor = executors.get(key)
     if executor is None:
-        executor = executors[key] = Executor(
-            base_url, headers=transport.auth_headers(credential), retry=RetryPolicy(max_attempts=attempts)
-        )
+        executor = executors[key] = Executor(base_url, headers=headers, retry=RetryPolicy(max_attempts=attempts))
     return executor

@@ -37,6 +37,9 @@ class RetryPolicy:
     backoff_base: float = 0.5  # seconds before the second attempt, doubled each time (before jitter)
     backoff_max: float = 30.0
     retry_after_max: float = 120.0  # a provider hint longer than this is not worth waiting for
+    # An attempt is not started with less than this left before the deadline: it could not finish, and the caller
+    # would learn "deadline exceeded" instead of what the provider said (429, 503).
+    min_attempt_seconds: float = 0.25
 
     def backoff(self, attempt: int) -> float:
         """Full jitter: uniform in [0, min(max, base * 2**(attempt-1))]."""
@@ -65,6 +68,9 @@ class Executor:
         self.retry = retry or RetryPolicy()
         self._base_url = base_url.rstrip("/") + "/"
         self._base_headers = httpx.Headers({**DEFAULT_HEADERS, **(headers or {})})
+        # The credentials this executor sends (the configured headers' values, and a bearer token alone): no error
+        # it raises carries them, whatever the provider reflects back in its error body.
+        self._secrets = _secrets(headers or {})
         self._urls: dict[str, httpx.URL] = {}
         self._header_sets: dict[tuple[tuple[str, str], ...], httpx.Headers] = {}
         # Per-request deadlines are enforced around each call; only connecting gets its own bound.
@@ -103,6 +109,7 @@ class Executor:
 
     async def _wait_before_retry(self, exc: errors.ModelError, attempt: int, deadline: float | None) -> None:
         """Sleep before the next attempt, or re-raise when no attempt is left or the deadline would pass."""
+        redact(exc, self._secrets)
         if not exc.retryable or attempt >= self.retry.max_attempts:
             raise exc
         if exc.retry_after is not None:
@@ -111,7 +118,7 @@ class Executor:
             wait = exc.retry_after + random.uniform(0, 0.1)
         else:
             wait = self.retry.backoff(attempt)
-        if deadline is not None and time.monotonic() + wait >= deadline:
+        if deadline is not None and time.monotonic() + wait + self.retry.min_attempt_seconds >= deadline:
             raise exc
         await asyncio.sleep(wait)
 
@@ -241,3 +248,29 @@ async def _decode(raw: httpx.Response, stream_format: str | None) -> AsyncIterat
         return
     async for sse in httpx_sse.EventSource(raw).aiter_sse():
         yield RawEvent(sse.event if sse.event != "message" else "", sse.data.encode())
+
+
+REDACTED = "[redacted]"
+
+
+def _secrets(headers: Mapping[str, str]) -> tuple[str, ...]:
+    found = set()
+    for value in headers.values():
+        scheme, _, token = value.partition(" ")
+        for secret in (value, token if scheme.lower() in ("bearer", "basic", "token") else ""):
+            if len(secret) >= 8:  # shorter values are not credentials, and redacting them would mangle text
+                found.add(secret)
+    return tuple(sorted(found, key=len, reverse=True))
+
+
+def redact(exc: errors.ModelError, secrets: tuple[str, ...]) -> errors.ModelError:
+    """Remove every secret from what `exc` carries into messages, statuses and records."""
+    if not secrets:
+        return exc
+    for secret in secrets:
+        if secret in exc.message:
+            exc.message = exc.message.replace(secret, REDACTED)
+        if secret in exc.provider_code:
+            exc.provider_code = exc.provider_code.replace(secret, REDACTED)
+    exc.args = (exc.message,)
+    return exc

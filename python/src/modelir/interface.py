@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from modelir import logprobs as lp
-from modelir.accumulate import StreamAccumulator
 from modelir.request_builder import MessageLike, build_request, message, with_model
-from modelir.sync import collect, run_sync
+from modelir.streams import collect_stream, fold_stream
+from modelir.sync import run_sync
 from modelir.v1 import capabilities_pb2, logprobs_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
 
 # Re-exported: these names were first defined here, and modules and users import them from here.
@@ -78,10 +78,7 @@ class ModelInterface(ABC):
 
     async def arun_streamed(self, request: request_pb2.Request) -> response_pb2.Response:
         """Run through `astream` and fold the events: the response `arun` would give."""
-        accumulator = StreamAccumulator()
-        async for event in self.astream(request):
-            accumulator.add(event)
-        return accumulator.response()
+        return await fold_stream(self.astream(request))  # closes the stream on any failure
 
     # ---- tokenize ------------------------------------------------------------------------------------
 
@@ -120,7 +117,7 @@ class ModelInterface(ABC):
         return run_sync(self.arun(request))
 
     def stream(self, request: request_pb2.Request) -> Iterator[stream_pb2.StreamEvent]:
-        return iter(run_sync(collect(self.astream(request))))
+        return iter(run_sync(collect_stream(self.astream(request))))
 
     def generate(self, prompt: str, **options: Any) -> response_pb2.Response:
         return run_sync(self.agenerate(prompt, **options))

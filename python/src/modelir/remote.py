@@ -28,6 +28,7 @@ from modelir import errors, telemetry
 from modelir.interface import ModelInterface
 from modelir.request_builder import with_model
 from modelir.rich_status import error_from_rpc
+from modelir.streams import keeping_partial
 from modelir.sync import run_sync as _sync
 from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, service_pb2, service_pb2_grpc, stream_pb2
 
@@ -185,7 +186,7 @@ class RemoteModel(ModelInterface):
     def astream(
         self, request: request_pb2.Request, *, deadline: float | None = None
     ) -> AsyncIterator[stream_pb2.StreamEvent]:
-        return telemetry.stream_call(self, request, self._astream(request, deadline))
+        return telemetry.stream_call(self, request, keeping_partial(self._astream(request, deadline)))
 
     async def _astream(
         self, request: request_pb2.Request, deadline: float | None
