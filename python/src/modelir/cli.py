@@ -59,7 +59,16 @@ def _serve(args: argparse.Namespace) -> int:
     # Traces and metrics only when OTEL_* variables ask for them; what is still batched is exported at the end.
     with setup.installed_from_env():
         try:
-            asyncio.run(serve(config.models, args.host, args.port, auth_tokens=config.auth_tokens, grace=args.grace))
+            asyncio.run(
+                serve(
+                    config.models,
+                    args.host,
+                    args.port,
+                    auth_tokens=config.auth_tokens,
+                    grace=args.grace,
+                    settings=config.server,  # TLS and gRPC limits from the configuration (robust-14)
+                )
+            )
         finally:
             access_log.access_log().flush()
     return 0

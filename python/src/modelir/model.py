@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from modelir import errors, pipeline, telemetry
+from modelir import errors, media_policy, pipeline, telemetry
 from modelir.executor import Executor
 from modelir.interface import ModelInterface
 from modelir.limiter import BaseLimiter, Limiter
@@ -52,6 +52,7 @@ class Model(ModelInterface):
         limiter: BaseLimiter | None = None,
         manifest: capabilities_pb2.CapabilityManifest | None = None,
         default_timeout: float | None = DEFAULT_TIMEOUT,
+        media: media_policy.MediaPolicy = media_policy.DEFAULT_POLICY,
     ) -> None:
         if isinstance(transport, HttpTransport) and executor is None:
             raise ValueError(f"transport {transport.name!r} speaks HTTP and needs an executor")
@@ -62,6 +63,7 @@ class Model(ModelInterface):
         self._manifest = manifest or transport.manifest()
         self._pipeline = pipeline.Pipeline(transport, self._manifest, model=self.name)
         self.default_timeout = default_timeout
+        self.media_policy = media  # which media URIs requests may carry to the provider (`media_policy`)
 
     @property
     def capabilities(self) -> capabilities_pb2.CapabilityManifest:
@@ -73,6 +75,7 @@ class Model(ModelInterface):
         """The request pipeline, under this model's name and (possibly narrowed) manifest."""
         if not request.model:
             request = with_model(request, self.name)
+        media_policy.check(request, self.media_policy)
         return self._pipeline.prepare(request, streaming=streaming)
 
     def _deadline(self, request: request_pb2.Request | None, deadline: float | None) -> float | None:
