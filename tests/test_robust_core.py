@@ -194,3 +194,29 @@ def test_a_retry_after_of_forever_is_not_retried():
 
     exc = error_for_status(HttpResponse(429, {"retry-after": "inf"}, b""), "slow down")
     assert isinstance(exc, errors.RateLimitedError) and not exc.retryable and exc.retry_after is None
+
+
+async def test_an_ndjson_stream_cut_inside_a_line_ends_soft_truncated():
+    from modelir.transports.ollama import Ollama
+
+    body = (
+        b'{"model": "m", "message": {"role": "assistant", "content": "Hel"}, "done": false}\n'
+        b'{"model": "m", "message": {"role": "assistant", "content": "lo"}, "done": false}\n'
+        b'{"model": "m", "message": {"role": "assis'
+    )
+    model = _model(
+        lambda request: httpx.Response(200, headers={"content-type": "application/x-ndjson"}, content=body),
+        transport=Ollama(),
+    )
+    response = await model.arun_streamed(_chat())
+    assert response.error.reason == errors.TruncatedStreamError.reason
+    assert response.choices[0].message.parts[0].text == "Hello"
+
+
+def test_a_configured_model_without_a_timeout_gets_the_default():
+    config = build_config(
+        {"models": {"gpt": {"transport": "openai_chat", "base_url": "https://api.example/v1"}}},
+        source="test",
+        environ={},
+    )
+    assert config.models["gpt"].default_timeout == DEFAULT_TIMEOUT

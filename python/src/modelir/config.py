@@ -25,7 +25,7 @@ models:
     credential_env: OPENAI_API_KEY
     remove_capabilities: [TOOLS]       # narrow the manifest; never widen it
     limits: {max_concurrency: 8}       # or `limiter: openai-key`
-    timeout_seconds: 120
+    timeout_seconds: 120               # the longest any call may take (default 600: model.DEFAULT_TIMEOUT)
     max_attempts: 4
   claude:
     transport: anthropic_messages
@@ -56,7 +56,7 @@ from modelir.capabilities import narrow
 from modelir.executor import Executor, RetryPolicy
 from modelir.limiter import BaseLimiter, LimiterBackend, limiter_backend
 from modelir.media_policy import build_media_policy
-from modelir.model import Model
+from modelir.model import DEFAULT_TIMEOUT, Model
 from modelir.registry import TransportOptionError, registry
 from modelir.transports.base import HttpTransport, Transport
 from modelir.transports.reference import ReferenceModel
@@ -231,7 +231,7 @@ def _model(
         executor=_executor(transport, spec, where, executors, environ, fail),
         limiter=_model_limiter(spec, where, backend, shared, fail),
         manifest=_manifest(transport, spec, where, fail),
-        default_timeout=timeout,
+        default_timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
     )
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import aiohttp
 import httpx
 import httpx_sse
+import orjson
 from httpx_aiohttp import AiohttpTransport
 
 from modelir import errors, telemetry
@@ -242,9 +243,8 @@ async def _decode(raw: httpx.Response, stream_format: str | None) -> AsyncIterat
             http_status=raw.status_code,
         )
     if stream_format == "ndjson":
-        async for line in raw.aiter_lines():
-            if line.strip():
-                yield RawEvent("", line.encode())
+        async for line in _ndjson_lines(raw):
+            yield RawEvent("", line)
         return
     async for sse in httpx_sse.EventSource(raw).aiter_sse():
         yield RawEvent(sse.event if sse.event != "message" else "", sse.data.encode())
@@ -274,3 +274,30 @@ def redact(exc: errors.ModelError, secrets: tuple[str, ...]) -> errors.ModelErro
             exc.provider_code = exc.provider_code.replace(secret, REDACTED)
     exc.args = (exc.message,)
     return exc
+
+
+async def _ndjson_lines(raw: httpx.Response) -> AsyncIterator[bytes]:
+    """The non-blank lines of an NDJSON body. A stream that delivered lines and then ends inside one (no newline,
+    and what is left is the start of a JSON object that does not parse) was cut, whatever the connection said:
+    `TruncatedStreamError`, as a broken SSE stream gives. A body that is one broken line is a malformed answer,
+    not a cut stream: it goes to the lift, which says so."""
+    buffer = bytearray()
+    delivered = False
+    async for chunk in raw.aiter_bytes():
+        buffer += chunk
+        if b"\n" not in chunk:
+            continue  # a long line arriving in pieces is split once, when it ends
+        *lines, rest = bytes(buffer).split(b"\n")
+        buffer = bytearray(rest)
+        for line in lines:
+            if line.strip():
+                delivered = True
+                yield line.rstrip(b"\r")
+    pending = bytes(buffer).strip()
+    if pending:
+        if delivered and pending.startswith(b"{"):
+            try:
+                orjson.loads(pending)
+            except orjson.JSONDecodeError:
+                raise errors.TruncatedStreamError(f"the stream ended inside a line ({len(pending)} bytes)") from None
+        yield pending  # a whole last line without its newline, or a malformed answer (the lift says so)
