@@ -220,3 +220,23 @@ def test_a_configured_model_without_a_timeout_gets_the_default():
         environ={},
     )
     assert config.models["gpt"].default_timeout == DEFAULT_TIMEOUT
+
+
+async def test_a_lift_failure_mid_stream_closes_the_upstream_response_at_once():
+    closed = []
+
+    class _Body(httpx.AsyncByteStream):
+        async def __aiter__(self):
+            yield _sse(_chunk({"role": "assistant", "content": "Hel"}))
+            yield b"data: {broken\n\n"
+            await asyncio.sleep(3600)  # more would come; the consumer must not wait for it
+            yield b""
+
+        async def aclose(self):
+            closed.append(True)
+
+    model = _model(lambda request: httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=_Body()))
+    with pytest.raises(errors.MalformedResponseError):
+        async for _ in model.astream(_chat()):
+            pass
+    assert closed == [True]  # by the executor, now: not left for asyncio's shutdown (a spurious DeadlineExceeded)

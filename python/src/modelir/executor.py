@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
 import aiohttp
@@ -166,7 +166,7 @@ class Executor:
         deadline: float | None = None,
         observe: Observer | None = None,
         attempts: list[int] | None = None,
-    ) -> AsyncIterator[RawEvent]:
+    ) -> AsyncGenerator[RawEvent, None]:
         """Yield the raw events of a streamed request. Retries only until the first event is delivered.
 
         A connection that breaks after delivery raises `TruncatedStreamError`; the caller keeps what it has.

@@ -9,9 +9,10 @@ capabilities, naming every gap, apply the foreign-artifact policy, lower), then 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
@@ -160,20 +161,22 @@ class Model(ModelInterface):
                 async with self.limiter.acquire(estimate := _estimate_tokens(request)):
                     queued = time.monotonic() - start_mono
                     attempts = [1]
-                    async for event in self._stream_transport(prepared, deadline, attempts):
-                        if event.WhichOneof("event") == "delta" and first_output is None:
-                            first_output = time.monotonic() - start_mono
-                        if event.WhichOneof("event") == "end":
-                            _settle(self.limiter, estimate, event.end.usage)
-                            event.end.warnings.extend(prepared.warnings)
-                            _stamp_timing(event.end.timing, started, queued, attempts[0], first_output)
-                        yield event
+                    events = self._stream_transport(prepared, deadline, attempts)
+                    async with contextlib.aclosing(events):  # closed now, not by asyncio at shutdown
+                        async for event in events:
+                            if event.WhichOneof("event") == "delta" and first_output is None:
+                                first_output = time.monotonic() - start_mono
+                            if event.WhichOneof("event") == "end":
+                                _settle(self.limiter, estimate, event.end.usage)
+                                event.end.warnings.extend(prepared.warnings)
+                                _stamp_timing(event.end.timing, started, queued, attempts[0], first_output)
+                            yield event
         except TimeoutError:
             raise errors.DeadlineExceededError("the request's deadline expired") from None
 
     async def _stream_transport(
         self, prepared: pipeline.Prepared, deadline: float | None, attempts: list[int]
-    ) -> AsyncIterator[stream_pb2.StreamEvent]:
+    ) -> AsyncGenerator[stream_pb2.StreamEvent, None]:
         transport, request = self.transport, prepared.request
         if isinstance(transport, LocalTransport):
             async for event in transport.stream(request):
@@ -183,22 +186,24 @@ class Model(ModelInterface):
         lifter = transport.stream_lifter(request)
         interrupted = False
         raw_events: list[response_pb2.RawStreamEvent] | None = [] if request.include_raw else None
+        raws = self.executor.stream(
+            prepared.native,
+            error_from=_error_from(transport),
+            deadline=deadline,
+            observe=self.limiter.observe,
+            attempts=attempts,
+        )
         try:
-            async for raw in self.executor.stream(
-                prepared.native,
-                error_from=_error_from(transport),
-                deadline=deadline,
-                observe=self.limiter.observe,
-                attempts=attempts,
-            ):
-                if raw_events is not None:
-                    raw_events.append(response_pb2.RawStreamEvent(event=raw.event, data=raw.data))
-                try:
-                    lifted = lifter.feed(raw)
-                except SHAPE_ERRORS as exc:
-                    raise shape_error(transport, exc) from exc
-                for event in lifted:
-                    yield event
+            async with contextlib.aclosing(raws):  # a lift failure closes the upstream connection at once
+                async for raw in raws:
+                    if raw_events is not None:
+                        raw_events.append(response_pb2.RawStreamEvent(event=raw.event, data=raw.data))
+                    try:
+                        lifted = lifter.feed(raw)
+                    except SHAPE_ERRORS as exc:
+                        raise shape_error(transport, exc) from exc
+                    for event in lifted:
+                        yield event
         except errors.TruncatedStreamError:
             interrupted = True
         try:

@@ -192,9 +192,10 @@ async def keeping_partial(events: AsyncIterator[stream_pb2.StreamEvent]) -> Asyn
     fold happens on failure."""
     seen: list[stream_pb2.StreamEvent] = []
     try:
-        async for event in events:
-            seen.append(event)
-            yield event
+        async with _closing(events):
+            async for event in events:
+                seen.append(event)
+                yield event
     except errors.ModelError as exc:
         if exc.partial is None and any(e.WhichOneof("event") == "delta" for e in seen):
             try:
