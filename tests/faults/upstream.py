@@ -159,6 +159,11 @@ class Wire:
         out.append(("", self.unary(model) | {"message": {"role": "assistant", "content": ""}}))
         return out
 
+    @property
+    def opening_events(self) -> int:
+        """How many events open a stream before its first text delta (OpenAI's role chunk, Anthropic's starts)."""
+        return {"openai": 1, "anthropic": 2}.get(self.name, 0)
+
     def encode(self, event: str, data: dict) -> bytes:
         if self.ndjson:
             return json.dumps(data).encode() + b"\n"
@@ -286,9 +291,14 @@ class Upstream:
         response = web.StreamResponse(status=200, headers={"content-type": wire.content_type})
         await response.prepare(request)
         if fault == "endless-stream":
+            # The opening and the text of a healthy stream, then the same text delta for ever, with no ending.
+            events = wire.events(fault, [*TEXT, " tick", " tick"])
+            ticking = wire.opening_events + len(TEXT)
+            for event, data in events[:ticking]:
+                await response.write(wire.encode(event, data))
             while True:
-                for event, data in wire.events(fault, ["tick"])[1:2]:
-                    await response.write(wire.encode(event, data))
+                event, data = events[ticking]
+                await response.write(wire.encode(event, data))
                 await asyncio.sleep(0.01)
         events = wire.events(fault, TEXT)
         chunks = [wire.encode(event, data) for event, data in events]

@@ -6,6 +6,12 @@ variables named in the file and never appear in logs, errors, records or `ListMo
 ```yaml
 server:
   auth_tokens_env: MODELIR_TOKENS      # optional: comma-separated bearer tokens; auth is on when set
+  tls: {cert_file: server.pem, key_file: server.key}  # optional: serve TLS (PEM files, relative to this file)
+  max_message_bytes: 67108864          # optional: the largest gRPC message sent or received (default 64 MiB)
+  max_concurrent_streams: 100          # optional: concurrent calls per client connection (default: grpc's own)
+  media_uri_policy:                    # optional: which media URIs requests may carry (media_policy.py)
+    allow_schemes: [https, gs]         #   schemes forwarded (default: https and the providers' file/bucket ones)
+    allow_private_hosts: false         #   loopback, link-local and private addresses (default: refused)
 limiter_backend: redis://127.0.0.1:6379/0  # optional: share every limit between replicas (limiter/settings.py)
 limiters:                              # optional: limits shared by several models (e.g. one API key)
   openai-key: {max_concurrency: 64, requests_per_minute: 500, tokens_per_minute: 200000}
@@ -19,7 +25,7 @@ models:
     credential_env: OPENAI_API_KEY
     remove_capabilities: [TOOLS]       # narrow the manifest; never widen it
     limits: {max_concurrency: 8}       # or `limiter: openai-key`
-    timeout_seconds: 120
+    timeout_seconds: 120               # the longest any call may take (default 600: model.DEFAULT_TIMEOUT)
     max_attempts: 4
   claude:
     transport: anthropic_messages
@@ -49,7 +55,8 @@ import yaml
 from modelir.capabilities import narrow
 from modelir.executor import Executor, RetryPolicy
 from modelir.limiter import BaseLimiter, LimiterBackend, limiter_backend
-from modelir.model import Model
+from modelir.media_policy import build_media_policy
+from modelir.model import DEFAULT_TIMEOUT, Model
 from modelir.registry import TransportOptionError, registry
 from modelir.transports.base import HttpTransport, Transport
 from modelir.transports.reference import ReferenceModel
@@ -74,11 +81,26 @@ class ConfigError(ValueError):
     """A configuration problem, naming the file, the model and the field."""
 
 
+# A 32k-token response with top-20 logprobs (ids, text and bytes) is a few MiB; leave ample room.
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    """The `server:` section beyond auth: TLS, gRPC limits. `tls_cert`/`tls_key` are PEM bytes, read on load."""
+
+    tls_cert: bytes | None = None
+    tls_key: bytes | None = None
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    max_concurrent_streams: int | None = None
+
+
 @dataclass(slots=True)
 class ServerConfig:
     models: dict[str, Model]
     auth_tokens: frozenset[str] = field(default_factory=frozenset)
     source: str = "<built-in>"
+    server: ServerSettings = field(default_factory=ServerSettings)
 
     async def aclose(self) -> None:
         closed = set()
@@ -113,18 +135,23 @@ def build_config(data: Any, *, source: str, environ: Mapping[str, str]) -> Serve
     unknown = set(data) - {"server", "limiter_backend", "limiters", "models"}
     if unknown:
         raise fail("top level", f"unknown keys {sorted(unknown)}; expected server, limiter_backend, limiters, models")
-    tokens = _auth_tokens(data.get("server") or {}, environ, fail)
+    server_spec = data.get("server") or {}
+    tokens = _auth_tokens(server_spec, environ, fail)
+    settings = _server_settings(server_spec, Path(source).parent, fail)
+    media_policy = build_media_policy(server_spec.get("media_uri_policy"), fail)
     backend = limiter_backend(data.get("limiter_backend"), fail, environ)  # in memory, or Redis (limiter/settings.py)
     shared = {n: backend.build(spec, f"limiters.{n}", fail) for n, spec in (data.get("limiters") or {}).items()}
     models_spec = data.get("models")
     if not isinstance(models_spec, dict) or not models_spec:
         raise fail("models", "give at least one model")
-    executors: dict[tuple[str, str], Executor] = {}
+    executors: dict[tuple, Executor] = {}
     models = {
         name: _model(name, spec, backend=backend, shared=shared, executors=executors, environ=environ, fail=fail)
         for name, spec in models_spec.items()
     }
-    return ServerConfig(models=models, auth_tokens=tokens, source=source)
+    for model in models.values():
+        model.media_policy = media_policy
+    return ServerConfig(models=models, auth_tokens=tokens, source=source, server=settings)
 
 
 class _Failer:
@@ -137,9 +164,12 @@ class _Failer:
         return ConfigError(f"{self.source}: {where}: {problem}")
 
 
+_SERVER_KEYS = frozenset({"auth_tokens_env", "tls", "max_message_bytes", "max_concurrent_streams", "media_uri_policy"})
+
+
 def _auth_tokens(server: Any, environ: Mapping[str, str], fail: _Failer) -> frozenset[str]:
-    if not isinstance(server, dict) or set(server) - {"auth_tokens_env"}:
-        raise fail("server", "only `auth_tokens_env` is accepted")
+    if not isinstance(server, dict) or set(server) - _SERVER_KEYS:
+        raise fail("server", f"unknown keys; the server section takes {', '.join(sorted(_SERVER_KEYS))}")
     if "auth_tokens_env" not in server:
         return frozenset()
     env = server["auth_tokens_env"]
@@ -148,13 +178,43 @@ def _auth_tokens(server: Any, environ: Mapping[str, str], fail: _Failer) -> froz
     return frozenset(t.strip() for t in environ[env].split(",") if t.strip())
 
 
+def _server_settings(server: dict, base: Path, fail: _Failer) -> ServerSettings:
+    cert = key = None
+    if "tls" in server:
+        tls = server["tls"]
+        if not isinstance(tls, dict) or set(tls) != {"cert_file", "key_file"}:
+            raise fail("server.tls", "expected {cert_file: ..., key_file: ...} (PEM files)")
+        cert, key = (_read_pem(base, tls[k], f"server.tls.{k}", fail) for k in ("cert_file", "key_file"))
+    sizes = {}
+    for name in ("max_message_bytes", "max_concurrent_streams"):
+        value = server.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise fail(f"server.{name}", "expected a whole number of at least 1")
+        sizes[name] = value
+    return ServerSettings(
+        tls_cert=cert,
+        tls_key=key,
+        max_message_bytes=sizes["max_message_bytes"] or DEFAULT_MAX_MESSAGE_BYTES,
+        max_concurrent_streams=sizes["max_concurrent_streams"],
+    )
+
+
+def _read_pem(base: Path, name: Any, where: str, fail: _Failer) -> bytes:
+    if not isinstance(name, str) or not name:
+        raise fail(where, "expected the path of a PEM file")
+    try:
+        return (base / name).read_bytes()
+    except OSError as exc:
+        raise fail(where, f"cannot read {name}: {exc.strerror}") from None
+
+
 def _model(
     name: str,
     spec: Any,
     *,
     backend: LimiterBackend,
     shared: Mapping[str, BaseLimiter],
-    executors: dict[tuple[str, str], Executor],
+    executors: dict[tuple, Executor],
     environ: Mapping[str, str],
     fail: _Failer,
 ) -> Model:
@@ -171,7 +231,7 @@ def _model(
         executor=_executor(transport, spec, where, executors, environ, fail),
         limiter=_model_limiter(spec, where, backend, shared, fail),
         manifest=_manifest(transport, spec, where, fail),
-        default_timeout=timeout,
+        default_timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
     )
 
 
@@ -225,7 +285,7 @@ def _executor(
     transport: Transport,
     spec: dict,
     where: str,
-    executors: dict[tuple[str, str], Executor],
+    executors: dict[tuple, Executor],
     environ: Mapping[str, str],
     fail: _Failer,
 ) -> Executor | None:
@@ -246,10 +306,11 @@ def _executor(
     attempts = spec.get("max_attempts", 4)
     if not isinstance(attempts, int) or attempts < 1:
         raise fail(f"{where}.max_attempts", "expected a whole number of at least 1")
-    key = (base_url, spec.get("credential_env", ""))
+    # Shared only by models that send the very same auth headers (scheme included: an Anthropic model on an OpenAI
+    # model's URL and key sends `x-api-key`, not `Authorization: Bearer`) and retry the same way.
+    headers = transport.auth_headers(credential)
+    key = (base_url, spec.get("credential_env", ""), tuple(sorted(headers.items())), attempts)
     executor = executors.get(key)
     if executor is None:
-        executor = executors[key] = Executor(
-            base_url, headers=transport.auth_headers(credential), retry=RetryPolicy(max_attempts=attempts)
-        )
+        executor = executors[key] = Executor(base_url, headers=headers, retry=RetryPolicy(max_attempts=attempts))
     return executor

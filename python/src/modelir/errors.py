@@ -62,10 +62,17 @@ class ModelError(Exception):
         # Output received before the failure; never thrown away.
         self.partial = partial
 
+    # One error may know better than its reason's row (a 429 whose hint says "never"); None: the table decides.
+    _retryable: bool | None = None
+
     @property
     def retryable(self) -> bool:
-        """True when retrying the same request may succeed (the table says, per reason)."""
-        return mapping_for(self.reason).retryable
+        """True when retrying the same request may succeed (the table says, per reason, unless this error knows)."""
+        return mapping_for(self.reason).retryable if self._retryable is None else self._retryable
+
+    @retryable.setter
+    def retryable(self, value: bool) -> None:
+        self._retryable = value
 
     def to_response_error(self) -> errors_pb2.ResponseError:
         return errors_pb2.ResponseError(

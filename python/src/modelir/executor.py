@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
 import aiohttp
 import httpx
 import httpx_sse
+import orjson
 from httpx_aiohttp import AiohttpTransport
 
 from modelir import errors, telemetry
@@ -37,6 +38,9 @@ class RetryPolicy:
     backoff_base: float = 0.5  # seconds before the second attempt, doubled each time (before jitter)
     backoff_max: float = 30.0
     retry_after_max: float = 120.0  # a provider hint longer than this is not worth waiting for
+    # An attempt is not started with less than this left before the deadline: it could not finish, and the caller
+    # would learn "deadline exceeded" instead of what the provider said (429, 503).
+    min_attempt_seconds: float = 0.25
 
     def backoff(self, attempt: int) -> float:
         """Full jitter: uniform in [0, min(max, base * 2**(attempt-1))]."""
@@ -65,6 +69,9 @@ class Executor:
         self.retry = retry or RetryPolicy()
         self._base_url = base_url.rstrip("/") + "/"
         self._base_headers = httpx.Headers({**DEFAULT_HEADERS, **(headers or {})})
+        # The credentials this executor sends (the configured headers' values, and a bearer token alone): no error
+        # it raises carries them, whatever the provider reflects back in its error body.
+        self._secrets = _secrets(headers or {})
         self._urls: dict[str, httpx.URL] = {}
         self._header_sets: dict[tuple[tuple[str, str], ...], httpx.Headers] = {}
         # Per-request deadlines are enforced around each call; only connecting gets its own bound.
@@ -103,6 +110,7 @@ class Executor:
 
     async def _wait_before_retry(self, exc: errors.ModelError, attempt: int, deadline: float | None) -> None:
         """Sleep before the next attempt, or re-raise when no attempt is left or the deadline would pass."""
+        redact(exc, self._secrets)
         if not exc.retryable or attempt >= self.retry.max_attempts:
             raise exc
         if exc.retry_after is not None:
@@ -111,7 +119,7 @@ class Executor:
             wait = exc.retry_after + random.uniform(0, 0.1)
         else:
             wait = self.retry.backoff(attempt)
-        if deadline is not None and time.monotonic() + wait >= deadline:
+        if deadline is not None and time.monotonic() + wait + self.retry.min_attempt_seconds >= deadline:
             raise exc
         await asyncio.sleep(wait)
 
@@ -158,7 +166,7 @@ class Executor:
         deadline: float | None = None,
         observe: Observer | None = None,
         attempts: list[int] | None = None,
-    ) -> AsyncIterator[RawEvent]:
+    ) -> AsyncGenerator[RawEvent, None]:
         """Yield the raw events of a streamed request. Retries only until the first event is delivered.
 
         A connection that breaks after delivery raises `TruncatedStreamError`; the caller keeps what it has.
@@ -235,9 +243,61 @@ async def _decode(raw: httpx.Response, stream_format: str | None) -> AsyncIterat
             http_status=raw.status_code,
         )
     if stream_format == "ndjson":
-        async for line in raw.aiter_lines():
-            if line.strip():
-                yield RawEvent("", line.encode())
+        async for line in _ndjson_lines(raw):
+            yield RawEvent("", line)
         return
     async for sse in httpx_sse.EventSource(raw).aiter_sse():
         yield RawEvent(sse.event if sse.event != "message" else "", sse.data.encode())
+
+
+REDACTED = "[redacted]"
+
+
+def _secrets(headers: Mapping[str, str]) -> tuple[str, ...]:
+    found = set()
+    for value in headers.values():
+        scheme, _, token = value.partition(" ")
+        for secret in (value, token if scheme.lower() in ("bearer", "basic", "token") else ""):
+            if len(secret) >= 8:  # shorter values are not credentials, and redacting them would mangle text
+                found.add(secret)
+    return tuple(sorted(found, key=len, reverse=True))
+
+
+def redact(exc: errors.ModelError, secrets: tuple[str, ...]) -> errors.ModelError:
+    """Remove every secret from what `exc` carries into messages, statuses and records."""
+    if not secrets:
+        return exc
+    for secret in secrets:
+        if secret in exc.message:
+            exc.message = exc.message.replace(secret, REDACTED)
+        if secret in exc.provider_code:
+            exc.provider_code = exc.provider_code.replace(secret, REDACTED)
+    exc.args = (exc.message,)
+    return exc
+
+
+async def _ndjson_lines(raw: httpx.Response) -> AsyncIterator[bytes]:
+    """The non-blank lines of an NDJSON body. A stream that delivered lines and then ends inside one (no newline,
+    and what is left is the start of a JSON object that does not parse) was cut, whatever the connection said:
+    `TruncatedStreamError`, as a broken SSE stream gives. A body that is one broken line is a malformed answer,
+    not a cut stream: it goes to the lift, which says so."""
+    buffer = bytearray()
+    delivered = False
+    async for chunk in raw.aiter_bytes():
+        buffer += chunk
+        if b"\n" not in chunk:
+            continue  # a long line arriving in pieces is split once, when it ends
+        *lines, rest = bytes(buffer).split(b"\n")
+        buffer = bytearray(rest)
+        for line in lines:
+            if line.strip():
+                delivered = True
+                yield line.rstrip(b"\r")
+    pending = bytes(buffer).strip()
+    if pending:
+        if delivered and pending.startswith(b"{"):
+            try:
+                orjson.loads(pending)
+            except orjson.JSONDecodeError:
+                raise errors.TruncatedStreamError(f"the stream ended inside a line ({len(pending)} bytes)") from None
+        yield pending  # a whole last line without its newline, or a malformed answer (the lift says so)

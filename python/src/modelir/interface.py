@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from modelir import logprobs as lp
-from modelir.accumulate import StreamAccumulator
 from modelir.request_builder import MessageLike, build_request, message, with_model
+from modelir.streams import fold_stream
 from modelir.sync import iterate_sync, run_sync
 from modelir.v1 import capabilities_pb2, logprobs_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
 
@@ -79,10 +79,7 @@ class ModelInterface(ABC):
 
     async def arun_streamed(self, request: request_pb2.Request) -> response_pb2.Response:
         """Run through `astream` and fold the events: the response `arun` would give."""
-        accumulator = StreamAccumulator()
-        async for event in self.astream(request):
-            accumulator.add(event)
-        return accumulator.response()
+        return await fold_stream(self.astream(request))  # closes the stream on any failure
 
     # ---- tokenize ------------------------------------------------------------------------------------
 

@@ -9,22 +9,40 @@ capabilities, naming every gap, apply the foreign-artifact policy, lower), then 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from modelir import errors, pipeline, telemetry
+from modelir import errors, media_policy, pipeline, telemetry
 from modelir.executor import Executor
 from modelir.interface import ModelInterface
 from modelir.limiter import BaseLimiter, Limiter
 from modelir.request_builder import with_model
-from modelir.transports.base import SHAPE_ERRORS, HttpTransport, LocalTransport, Transport, shape_error
+from modelir.streams import keeping_partial
+from modelir.transports.base import (
+    SHAPE_ERRORS,
+    HttpTransport,
+    LocalTransport,
+    Transport,
+    guarded_error,
+    shape_error,
+)
 from modelir.v1 import capabilities_pb2, errors_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
+
+# Seconds a call may take when neither the caller, the request nor the operator says: long enough for a long
+# generation, short enough that an endless stream with no deadline cannot hold a connection and a limiter slot
+# forever. `default_timeout=None` lifts it (the caller then owns every deadline).
+DEFAULT_TIMEOUT = 600.0
 
 
 class Model(ModelInterface):
-    """One configured model. `limiter` may be shared with other models (e.g. one per API key)."""
+    """One configured model. `limiter` may be shared with other models (e.g. one per API key).
+
+    `default_timeout` (seconds, `DEFAULT_TIMEOUT` unless given) is the operator's bound on every call: a request's
+    own `timeout` and a caller's deadline can only shorten it."""
 
     def __init__(
         self,
@@ -34,7 +52,8 @@ class Model(ModelInterface):
         executor: Executor | None = None,
         limiter: BaseLimiter | None = None,
         manifest: capabilities_pb2.CapabilityManifest | None = None,
-        default_timeout: float | None = None,
+        default_timeout: float | None = DEFAULT_TIMEOUT,
+        media: media_policy.MediaPolicy = media_policy.DEFAULT_POLICY,
     ) -> None:
         if isinstance(transport, HttpTransport) and executor is None:
             raise ValueError(f"transport {transport.name!r} speaks HTTP and needs an executor")
@@ -45,6 +64,7 @@ class Model(ModelInterface):
         self._manifest = manifest or transport.manifest()
         self._pipeline = pipeline.Pipeline(transport, self._manifest, model=self.name)
         self.default_timeout = default_timeout
+        self.media_policy = media  # which media URIs requests may carry to the provider (`media_policy`)
 
     @property
     def capabilities(self) -> capabilities_pb2.CapabilityManifest:
@@ -56,14 +76,16 @@ class Model(ModelInterface):
         """The request pipeline, under this model's name and (possibly narrowed) manifest."""
         if not request.model:
             request = with_model(request, self.name)
+        media_policy.check(request, self.media_policy)
         return self._pipeline.prepare(request, streaming=streaming)
 
-    def _deadline(self, request: request_pb2.Request, deadline: float | None) -> float | None:
-        """The earliest of the caller's deadline, the request's timeout and the default (monotonic)."""
+    def _deadline(self, request: request_pb2.Request | None, deadline: float | None) -> float | None:
+        """The earliest of the caller's deadline, the request's timeout and the operator's (monotonic): a request
+        cannot ask for more time than the model is configured to give."""
         candidates = [deadline] if deadline is not None else []
-        if request.HasField("timeout"):
+        if request is not None and request.HasField("timeout"):
             candidates.append(time.monotonic() + request.timeout.ToTimedelta().total_seconds())
-        elif self.default_timeout is not None:
+        if self.default_timeout is not None:
             candidates.append(time.monotonic() + self.default_timeout)
         return min(candidates) if candidates else None
 
@@ -101,8 +123,9 @@ class Model(ModelInterface):
         assert isinstance(transport, HttpTransport) and self.executor is not None and prepared.native is not None
         # The deadline goes down too: the executor does not start a retry that would pass it.
         sent = await self.executor.send(
-            prepared.native, error_from=transport.error, deadline=deadline, observe=self.limiter.observe
+            prepared.native, error_from=_error_from(transport), deadline=deadline, observe=self.limiter.observe
         )
+        transport.check_answer_shape(sent.response)
         try:
             response = transport.lift(request, sent.response)
         except SHAPE_ERRORS as exc:
@@ -122,7 +145,7 @@ class Model(ModelInterface):
         self, request: request_pb2.Request, *, deadline: float | None = None
     ) -> AsyncIterator[stream_pb2.StreamEvent]:
         """Stream the events of one request. Folding them gives what `arun` returns."""
-        return telemetry.stream_call(self, request, self._astream(request, deadline))
+        return telemetry.stream_call(self, request, keeping_partial(self._astream(request, deadline)))
 
     async def _astream(
         self, request: request_pb2.Request, deadline: float | None
@@ -138,20 +161,22 @@ class Model(ModelInterface):
                 async with self.limiter.acquire(estimate := _estimate_tokens(request)):
                     queued = time.monotonic() - start_mono
                     attempts = [1]
-                    async for event in self._stream_transport(prepared, deadline, attempts):
-                        if event.WhichOneof("event") == "delta" and first_output is None:
-                            first_output = time.monotonic() - start_mono
-                        if event.WhichOneof("event") == "end":
-                            _settle(self.limiter, estimate, event.end.usage)
-                            event.end.warnings.extend(prepared.warnings)
-                            _stamp_timing(event.end.timing, started, queued, attempts[0], first_output)
-                        yield event
+                    events = self._stream_transport(prepared, deadline, attempts)
+                    async with contextlib.aclosing(events):  # closed now, not by asyncio at shutdown
+                        async for event in events:
+                            if event.WhichOneof("event") == "delta" and first_output is None:
+                                first_output = time.monotonic() - start_mono
+                            if event.WhichOneof("event") == "end":
+                                _settle(self.limiter, estimate, event.end.usage)
+                                event.end.warnings.extend(prepared.warnings)
+                                _stamp_timing(event.end.timing, started, queued, attempts[0], first_output)
+                            yield event
         except TimeoutError:
             raise errors.DeadlineExceededError("the request's deadline expired") from None
 
     async def _stream_transport(
         self, prepared: pipeline.Prepared, deadline: float | None, attempts: list[int]
-    ) -> AsyncIterator[stream_pb2.StreamEvent]:
+    ) -> AsyncGenerator[stream_pb2.StreamEvent, None]:
         transport, request = self.transport, prepared.request
         if isinstance(transport, LocalTransport):
             async for event in transport.stream(request):
@@ -161,25 +186,31 @@ class Model(ModelInterface):
         lifter = transport.stream_lifter(request)
         interrupted = False
         raw_events: list[response_pb2.RawStreamEvent] | None = [] if request.include_raw else None
+        raws = self.executor.stream(
+            prepared.native,
+            error_from=_error_from(transport),
+            deadline=deadline,
+            observe=self.limiter.observe,
+            attempts=attempts,
+        )
         try:
-            async for raw in self.executor.stream(
-                prepared.native,
-                error_from=transport.error,
-                deadline=deadline,
-                observe=self.limiter.observe,
-                attempts=attempts,
-            ):
-                if raw_events is not None:
-                    raw_events.append(response_pb2.RawStreamEvent(event=raw.event, data=raw.data))
-                try:
-                    lifted = lifter.feed(raw)
-                except SHAPE_ERRORS as exc:
-                    raise shape_error(transport, exc) from exc
-                for event in lifted:
-                    yield event
+            async with contextlib.aclosing(raws):  # a lift failure closes the upstream connection at once
+                async for raw in raws:
+                    if raw_events is not None:
+                        raw_events.append(response_pb2.RawStreamEvent(event=raw.event, data=raw.data))
+                    try:
+                        lifted = lifter.feed(raw)
+                    except SHAPE_ERRORS as exc:
+                        raise shape_error(transport, exc) from exc
+                    for event in lifted:
+                        yield event
         except errors.TruncatedStreamError:
             interrupted = True
-        for event in lifter.close(interrupted=interrupted):
+        try:
+            closing = lifter.close(interrupted=interrupted)
+        except SHAPE_ERRORS as exc:
+            raise shape_error(transport, exc) from exc
+        for event in closing:
             if raw_events is not None and event.WhichOneof("event") == "end":
                 event.end.raw.CopyFrom(
                     response_pb2.RawExchange(transport=transport.name, http_status=200, stream_events=raw_events)
@@ -208,9 +239,15 @@ class Model(ModelInterface):
         assert isinstance(transport, HttpTransport) and self.executor is not None
         async with self.limiter.acquire():
             sent = await self.executor.send(
-                transport.lower_detokenize(list(token_ids)), error_from=transport.error, observe=self.limiter.observe
+                transport.lower_detokenize(list(token_ids)),
+                error_from=_error_from(transport),
+                deadline=self._deadline(None, None),
+                observe=self.limiter.observe,
             )
-        return transport.lift_detokenize(sent.response)
+        try:
+            return transport.lift_detokenize(sent.response)
+        except SHAPE_ERRORS as exc:
+            raise shape_error(transport, exc) from exc
 
     async def arender_prompt(self, request: request_pb2.Request) -> str | None:
         """The conversation through the model's chat template, when its transport can render it (sdk-15)."""
@@ -233,12 +270,23 @@ class Model(ModelInterface):
         if isinstance(transport, LocalTransport):
             return await transport.tokenize(request)
         assert isinstance(transport, HttpTransport) and self.executor is not None
+        deadline = self._deadline(None, None)
         async with self.limiter.acquire():
             sent = [
-                await self.executor.send(native, error_from=transport.error, observe=self.limiter.observe)
+                await self.executor.send(
+                    native, error_from=_error_from(transport), deadline=deadline, observe=self.limiter.observe
+                )
                 for native in transport.lower_tokenize(request)
             ]
-        return transport.lift_tokenize(request, [s.response for s in sent])
+        try:
+            return transport.lift_tokenize(request, [s.response for s in sent])
+        except SHAPE_ERRORS as exc:
+            raise shape_error(transport, exc) from exc
+
+
+def _error_from(transport: HttpTransport):
+    """The transport's error mapping, guarded: an error body of an unexpected shape still gives a typed error."""
+    return functools.partial(guarded_error, transport)
 
 
 def _estimate_tokens(request: request_pb2.Request) -> int:

@@ -20,6 +20,7 @@ import ipaddress
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import TypeVar
 
 import grpc
@@ -27,6 +28,7 @@ import grpc
 from modelir import errors, telemetry, validation
 from modelir.interface import ModelInterface
 from modelir.rich_status import error_from_rpc
+from modelir.streams import keeping_partial
 from modelir.sync import run_sync as _sync
 from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, service_pb2, service_pb2_grpc, stream_pb2
 
@@ -71,8 +73,19 @@ def channel_target(target: str | Sequence[str]) -> str:
     return ("ipv4:" if families == {4} else "ipv6:") + ",".join(targets)
 
 
-def open_channel(target: str | Sequence[str]) -> grpc.aio.Channel:
-    return grpc.aio.insecure_channel(channel_target(target), options=CHANNEL_OPTIONS)
+def open_channel(
+    target: str | Sequence[str], *, tls: bool | str | bytes = False, server_name: str | None = None
+) -> grpc.aio.Channel:
+    """A channel to `target`. `tls`: False (plain), True (TLS, the system's roots), or the CA certificates to trust
+    (a PEM file's path, or PEM bytes); `server_name` is the name the certificate must carry when it is not the
+    target's host (e.g. a certificate for `models.internal` served on an IP address)."""
+    if tls is False:
+        return grpc.aio.insecure_channel(channel_target(target), options=CHANNEL_OPTIONS)
+    roots = None if tls is True else tls if isinstance(tls, bytes) else Path(tls).read_bytes()
+    options = [*CHANNEL_OPTIONS, *((("grpc.ssl_target_name_override", server_name),) if server_name else ())]
+    return grpc.aio.secure_channel(
+        channel_target(target), grpc.ssl_channel_credentials(root_certificates=roots), options=options
+    )
 
 
 def _replica_went_away(exc: grpc.aio.AioRpcError) -> bool:
@@ -86,13 +99,21 @@ def _replica_went_away(exc: grpc.aio.AioRpcError) -> bool:
 
 class RemoteModel(ModelInterface):
     def __init__(
-        self, target: str | Sequence[str], model: str, *, token: str | None = None, failover_attempts: int = 3
+        self,
+        target: str | Sequence[str],
+        model: str,
+        *,
+        token: str | None = None,
+        failover_attempts: int = 3,
+        tls: bool | str | bytes = False,
+        tls_server_name: str | None = None,
     ) -> None:
         self.target = target if isinstance(target, str) else ",".join(target)
         self._channel_target = channel_target(target)  # fails here, not on the first call
         self.failover_attempts = max(1, failover_attempts)
         self.failovers = 0  # calls sent again after their replica went away
         self.name = model
+        self._targets, self._tls, self._tls_server_name = target, tls, tls_server_name  # see `open_channel`
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         # mypy-protobuf types a stub made on an aio channel as `ModelServiceAsyncStub` (a stub-only name).
         self._stubs: dict[
@@ -107,7 +128,7 @@ class RemoteModel(ModelInterface):
         loop = asyncio.get_running_loop()
         entry = self._stubs.get(loop)
         if entry is None:
-            channel = grpc.aio.insecure_channel(self._channel_target, options=CHANNEL_OPTIONS)
+            channel = open_channel(self._targets, tls=self._tls, server_name=self._tls_server_name)
             entry = self._stubs[loop] = (channel, service_pb2_grpc.ModelServiceStub(channel))
         return entry[1]
 
@@ -184,7 +205,7 @@ class RemoteModel(ModelInterface):
     def astream(
         self, request: request_pb2.Request, *, deadline: float | None = None
     ) -> AsyncIterator[stream_pb2.StreamEvent]:
-        return telemetry.stream_call(self, request, self._astream(request, deadline))
+        return telemetry.stream_call(self, request, keeping_partial(self._astream(request, deadline)))
 
     async def _astream(
         self, request: request_pb2.Request, deadline: float | None
@@ -245,11 +266,11 @@ class RemoteModel(ModelInterface):
 
 
 async def list_models(
-    target: str | Sequence[str], *, token: str | None = None
+    target: str | Sequence[str], *, token: str | None = None, tls: bool | str | bytes = False
 ) -> list[tuple[str, capabilities_pb2.CapabilityManifest]]:
     """The models a server (or any one replica of a fleet) serves, with their manifests, sorted by name."""
     metadata = (("authorization", f"Bearer {token}"),) if token else ()
-    async with open_channel(target) as channel:
+    async with open_channel(target, tls=tls) as channel:
         try:
             listing = await service_pb2_grpc.ModelServiceStub(channel).ListModels(
                 service_pb2.ListModelsRequest(), metadata=metadata

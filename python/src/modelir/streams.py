@@ -8,7 +8,8 @@ per-kind halves of both live in `content_kinds`, next to each other.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import contextlib
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from modelir import errors
@@ -64,7 +65,9 @@ class StreamAccumulator:
         if delta.part_index == len(choice.parts):
             choice.parts.append(PartBuffer(content_pb2.Part()))
         elif delta.part_index > len(choice.parts):
-            raise ValueError(f"stream delta skips to part {delta.part_index} of {len(choice.parts)}")
+            raise errors.MalformedResponseError(
+                f"stream delta skips to part {delta.part_index} of {len(choice.parts)} (choice {delta.choice_index})"
+            )
         buffer = choice.parts[delta.part_index]
         if content is not None:
             fold = KINDS[content].fold
@@ -180,3 +183,37 @@ def events_from_response(response: response_pb2.Response, *, chunk_size: int = 1
             stop_sequence=choice.stop_sequence,
         )
     yield stream_pb2.StreamEvent(end=end)
+
+
+async def keeping_partial(events: AsyncIterator[stream_pb2.StreamEvent]) -> AsyncIterator[stream_pb2.StreamEvent]:
+    """`events`, and when they end in a `ModelError` after output was delivered, that error with its `partial` set
+    to the fold of what was delivered (unless it already carries one): a hard failure mid-stream (a deadline on an
+    endless stream, a malformed event) never loses the output the caller has seen. Only references are kept; the
+    fold happens on failure."""
+    seen: list[stream_pb2.StreamEvent] = []
+    try:
+        async with _closing(events):
+            async for event in events:
+                seen.append(event)
+                yield event
+    except errors.ModelError as exc:
+        if exc.partial is None and any(e.WhichOneof("event") == "delta" for e in seen):
+            try:
+                exc.partial = StreamAccumulator().add_all(seen).response()
+            except errors.ModelError:
+                pass  # the delivered events do not fold (the failure may be why): the error stands alone
+        raise
+
+
+async def fold_stream(events: AsyncIterator[stream_pb2.StreamEvent]) -> response_pb2.Response:
+    """Fold a whole stream into its response, closing the stream whatever happens (an error, a fold that raises):
+    a generator left open is finalised by asyncio at shutdown, where its `finally` blocks raise out of context."""
+    accumulator = StreamAccumulator()
+    async with _closing(events):
+        async for event in events:
+            accumulator.add(event)
+    return accumulator.response()
+
+
+def _closing(events: AsyncIterator) -> contextlib.AbstractAsyncContextManager:
+    return contextlib.aclosing(events) if hasattr(events, "aclose") else contextlib.nullcontext()

@@ -53,7 +53,8 @@ async def call_to_record(
     request: request_pb2.Request,
     previous_attempts: int = 0,
 ) -> record_pb2.Record:
-    """Run one request and return its record; a `ModelError` becomes a failed record, never an exception."""
+    """Run one request and return its record; any exception becomes a failed record (a `ModelError` as itself,
+    anything else as INTERNAL), never the end of the run."""
     record = new_record(key, request, model.name, manifest)
     seen = telemetry.Seen()  # the trace, span and provider request ids of the call, for the provenance
     try:
@@ -61,6 +62,11 @@ async def call_to_record(
             response = await model.arun(record.request)
     except errors.ModelError as exc:
         fail_record(record, exc, 1, previous_attempts)
+        telemetry.fill_provenance(record.provenance, seen)
+        return record
+    except Exception as exc:  # a bug or an untyped escape: this input's failed record, not the end of the run
+        internal = errors.InternalError(f"the call raised {type(exc).__name__}: {exc}")
+        fail_record(record, internal, 1, previous_attempts)
         telemetry.fill_provenance(record.provenance, seen)
         return record
     record.response.CopyFrom(response)

@@ -2,23 +2,50 @@
 
 Opening a ledger creates the record file, or (on resume) repairs a torn last entry and reads which keys are
 done: a key with a successful record is done, and so is a failed one when failed keys are not to be retried.
-Only the process that runs the batch (the driver, with any scheduler) writes, one record per finished call.
+Only the process that runs the batch (the driver, with any scheduler) writes, one record per finished call, and
+it holds an exclusive lock on the file while it does: a second run on the same file (two `--resume`s) is refused
+with `RecordFileLockedError`, not interleaved. A new file is written whole with its header under a temporary name
+and linked into place, so a crash during creation never leaves a torn header behind.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import sys
 from pathlib import Path
 
-from modelir.records import RecordWriter
+from modelir.records import RecordFileError, RecordWriter, format_of
 from modelir.v1 import record_pb2
 
 SUCCESS = (record_pb2.RECORD_STATUS_OK, record_pb2.RECORD_STATUS_PARTIAL)
 
 
+class RecordFileLockedError(RecordFileError):
+    """Another run is writing the record file."""
+
+
+def _lock(path: Path) -> int:
+    """An exclusive lock on the file (released when the descriptor closes, also when the process dies)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise RecordFileLockedError(
+            f"{path} is being written by another run (it holds the file's lock); wait for it to finish, or write "
+            "to another output file"
+        ) from None
+    return fd
+
+
 class Ledger:
-    def __init__(self, writer: RecordWriter, done: set[str], previous_attempts: dict[str, int]) -> None:
+    def __init__(
+        self, writer: RecordWriter, done: set[str], previous_attempts: dict[str, int], lock_fd: int = -1
+    ) -> None:
         self.writer = writer
+        self._lock_fd = lock_fd
         self.done = done
         # Attempts already spent on a key by earlier runs: a resumed record counts them too.
         self.previous_attempts = previous_attempts
@@ -39,7 +66,15 @@ class Ledger:
         if output.exists() and output.stat().st_size:
             if not resume:
                 raise FileExistsError(f"{output} exists: pass --resume to continue it, or choose another output file")
-            writer, scanned = RecordWriter.resume(output)
+            lock_fd = _lock(output)
+            try:
+                writer, scanned = RecordWriter.resume(output)
+            except RecordFileError as exc:
+                os.close(lock_fd)
+                raise RecordFileError(
+                    f"{exc}. If a crash interrupted the run that created it before its header was complete, it holds "
+                    "no records: delete it and run again without --resume"
+                ) from None
             if scanned.torn_bytes:
                 print(f"modelir: repaired a torn last entry in {output} ({scanned.torn_bytes} bytes)", file=sys.stderr)
             for record in scanned.records:
@@ -50,8 +85,8 @@ class Ledger:
         else:
             if output.exists():
                 output.unlink()  # an empty file left by a crash before the header was written
-            writer = RecordWriter.create(output, fmt=fmt, run_metadata=run_metadata)
-        return cls(writer, done, previous_attempts)
+            writer, lock_fd = _create(output, fmt, run_metadata)
+        return cls(writer, done, previous_attempts, lock_fd)
 
     def append(self, record: record_pb2.Record) -> None:
         self.writer.append(record)
@@ -60,3 +95,29 @@ class Ledger:
 
     def close(self) -> None:
         self.writer.close()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+
+def _create(output: Path, fmt: str | None, run_metadata: dict[str, str] | None) -> tuple[RecordWriter, int]:
+    """Create the file with its header under a temporary name, lock it, then link it into place (never over an
+    existing file): the file appears with a complete header or not at all."""
+    temporary = output.with_name(f".{output.name}.{os.getpid()}.creating")
+    fmt = fmt or format_of(output)  # from the real name: the temporary one says nothing of the format
+    writer = RecordWriter.create(temporary, fmt=fmt, run_metadata=run_metadata)
+    try:
+        lock_fd = _lock(temporary)
+        try:
+            os.link(temporary, output)
+        except FileExistsError:
+            os.close(lock_fd)
+            writer.close()
+            raise FileExistsError(
+                f"{output} was created by another run meanwhile; choose another output file"
+            ) from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            temporary.unlink()
+    writer.path = output
+    return writer, lock_fd

@@ -31,6 +31,25 @@ def add_where(sub: argparse.ArgumentParser) -> None:
         "--target",
         help="a modelir server host:port, replicas as IP:port,IP:port or dns:///name:port (token: $MODELIR_TOKEN)",
     )
+    sub.add_argument(
+        "--tls",
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="CA_FILE",
+        help="with --target: connect with TLS, trusting the system's roots or the CA certificates in CA_FILE",
+    )
+    sub.add_argument("--tls-server-name", help="with --tls: the name the server's certificate must carry")
+
+
+def tls_of(args: argparse.Namespace) -> dict:
+    """The `RemoteModel` / `list_models` TLS keywords the command line asked for."""
+    tls = getattr(args, "tls", False)
+    if tls is not False and not getattr(args, "target", None):
+        raise UserError("--tls goes with --target")
+    if isinstance(tls, str):
+        input_file(tls, "--tls")
+    return {"tls": tls} if tls is not False else {}
 
 
 def config(args: argparse.Namespace) -> ServerConfig:
@@ -42,7 +61,14 @@ async def open_model(args: argparse.Namespace) -> tuple[ModelInterface, ServerCo
     if getattr(args, "target", None):
         from modelir.remote import RemoteModel
 
-        return RemoteModel(args.target, args.model, token=os.environ.get("MODELIR_TOKEN")), None
+        remote = RemoteModel(
+            args.target,
+            args.model,
+            token=os.environ.get("MODELIR_TOKEN"),
+            tls_server_name=getattr(args, "tls_server_name", None),
+            **tls_of(args),
+        )
+        return remote, None
     loaded = config(args)
     if args.model not in loaded.models:
         known = ", ".join(sorted(loaded.models))

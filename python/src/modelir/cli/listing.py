@@ -8,7 +8,7 @@ import os
 import orjson
 from google.protobuf import json_format
 
-from modelir.cli._common import CAPABILITY_NAMES, UserError, add_where, config, open_model
+from modelir.cli._common import CAPABILITY_NAMES, UserError, add_where, config, open_model, tls_of
 from modelir.names import enum_name
 from modelir.v1 import capabilities_pb2
 
@@ -17,7 +17,7 @@ async def _models(args: argparse.Namespace) -> int:
     if args.target:
         from modelir.remote import list_models
 
-        manifests = dict(await list_models(args.target, token=os.environ.get("MODELIR_TOKEN")))
+        manifests = dict(await list_models(args.target, token=os.environ.get("MODELIR_TOKEN"), **tls_of(args)))
     else:
         manifests = {name: model.capabilities for name, model in sorted(config(args).models.items())}
     if args.json:

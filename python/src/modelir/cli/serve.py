@@ -30,7 +30,14 @@ def _serve(args: argparse.Namespace) -> int:
 
     async def serve_then_close() -> None:
         try:
-            await serve(loaded.models, args.host, args.port, auth_tokens=loaded.auth_tokens, grace=args.grace)
+            await serve(
+                loaded.models,
+                args.host,
+                args.port,
+                auth_tokens=loaded.auth_tokens,
+                grace=args.grace,
+                settings=loaded.server,  # TLS and gRPC limits from the configuration
+            )
         finally:
             await loaded.aclose()  # the models' HTTP sessions, so shutdown ends without "Unclosed client session"
 

@@ -52,16 +52,25 @@ class BaseLimiter(ABC):
         """Release the backend's connections."""
 
 
+# The longest pause one provider answer can impose on every model sharing a limiter. A 429 with `Retry-After:
+# 86400`, or a spent quota whose reset is a day away, would otherwise stop every later call until its deadline
+# (or for ever, without one); past this cap the next call simply asks again, and the provider's 429 answers it.
+MAX_FEEDBACK_PAUSE = 60.0
+# A 429 with no usable hint pauses this long.
+DEFAULT_429_PAUSE = 1.0
+
+
 def feedback_pause(status: int, headers: Mapping[str, str]) -> float:
-    """Seconds the provider asks us to wait (0 when it asks for nothing)."""
+    """Seconds the provider asks us to wait (0 when it asks for nothing), at most `MAX_FEEDBACK_PAUSE`."""
     if status == 429:
-        return retry_after_seconds(headers) or 1.0
+        hint = retry_after_seconds(headers)
+        return min(DEFAULT_429_PAUSE if hint is None else hint, MAX_FEEDBACK_PAUSE)  # `Retry-After: 0` is no pause
     pause = 0.0
     for remaining_key, reset_key in _QUOTA_HEADERS:
         remaining = headers.get(remaining_key)
         if remaining is not None and remaining.strip() == "0":
             pause = max(pause, parse_reset(headers.get(reset_key, "")))
-    return pause
+    return min(pause, MAX_FEEDBACK_PAUSE)
 
 
 # (remaining, reset) header pairs: OpenAI-style and Anthropic-style.

@@ -13,6 +13,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from modelir.config import DEFAULT_MAX_MESSAGE_BYTES, ServerSettings
 from modelir.model import Model
 from modelir.server.auth import BearerAuthInterceptor
 from modelir.server.servicer import ModelServicer, serialize_generate_response
@@ -20,8 +21,7 @@ from modelir.v1 import service_pb2, service_pb2_grpc
 
 SERVICE_NAME = service_pb2.DESCRIPTOR.services_by_name["ModelService"].full_name
 
-# A 32k-token response with top-20 logprobs (ids, text and bytes) is a few MiB; leave ample room.
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+MAX_MESSAGE_BYTES = DEFAULT_MAX_MESSAGE_BYTES
 SERVER_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -31,12 +31,28 @@ SERVER_OPTIONS = [
 ]
 
 
+def server_options(settings: ServerSettings) -> list[tuple[str, int]]:
+    """The channel options for `settings`: message sizes both ways, concurrent streams per connection."""
+    options = dict(SERVER_OPTIONS)
+    options["grpc.max_send_message_length"] = settings.max_message_bytes
+    options["grpc.max_receive_message_length"] = settings.max_message_bytes
+    if settings.max_concurrent_streams is not None:
+        options["grpc.max_concurrent_streams"] = settings.max_concurrent_streams
+    return list(options.items())
+
+
 async def build_server(
-    models: Mapping[str, Model], address: str, *, auth_tokens: frozenset[str] = frozenset()
+    models: Mapping[str, Model],
+    address: str,
+    *,
+    auth_tokens: frozenset[str] = frozenset(),
+    settings: ServerSettings | None = None,
 ) -> tuple[grpc.aio.Server, int]:
-    """A server bound to `address`, not yet started; returns it with the bound port."""
+    """A server bound to `address` (with TLS when `settings` has a certificate), not yet started; returns it with
+    the bound port."""
+    settings = settings or ServerSettings()
     interceptors = [BearerAuthInterceptor(auth_tokens)] if auth_tokens else []
-    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
+    server = grpc.aio.server(options=server_options(settings), interceptors=interceptors)
     add_model_service(ModelServicer(models), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -50,7 +66,11 @@ async def build_server(
         ],
         server,
     )
-    port = server.add_insecure_port(address)
+    if settings.tls_cert is not None and settings.tls_key is not None:
+        credentials = grpc.ssl_server_credentials([(settings.tls_key, settings.tls_cert)])
+        port = server.add_secure_port(address, credentials)
+    else:
+        port = server.add_insecure_port(address)
     if port == 0:
         raise OSError(f"could not bind {address}")
     return server, port
@@ -106,9 +126,10 @@ async def serve(
     *,
     auth_tokens: frozenset[str] = frozenset(),
     grace: float = 30.0,
+    settings: ServerSettings | None = None,
 ) -> None:
     """Serve until SIGTERM or SIGINT, then stop taking calls and drain those in flight for `grace` seconds."""
-    server, bound = await build_server(models, f"{host}:{port}", auth_tokens=auth_tokens)
+    server, bound = await build_server(models, f"{host}:{port}", auth_tokens=auth_tokens, settings=settings)
     tune_gc()
     await server.start()
     logging.getLogger("modelir.server").info("modelir serving %s on %s:%d", ", ".join(sorted(models)), host, bound)

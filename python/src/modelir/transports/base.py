@@ -148,6 +148,30 @@ class HttpTransport(Transport):
     def issuer_model(self, request: request_pb2.Request) -> str:
         return self.model_for(request)
 
+    # The top-level keys a successful unary answer has at least one of (`{"choices": ...}` for OpenAI chat). An
+    # answer that is a JSON object (or a list of them) with none of them is not this wire's answer but something
+    # else that parsed (`{}`, `{"id": "x"}`, a proxy's JSON): `check_answer_shape` makes it MALFORMED_RESPONSE
+    # instead of an empty success. Empty: no check.
+    answer_keys: ClassVar[tuple[str, ...]] = ()
+
+    def check_answer_shape(self, response: HttpResponse) -> None:
+        """Raise `MalformedResponseError` when a 2xx JSON answer has none of `answer_keys` (see there)."""
+        if not self.answer_keys:
+            return
+        try:
+            body = orjson.loads(response.body)
+        except orjson.JSONDecodeError:
+            return  # not JSON at all: the lift says so, with its own message
+        answers = body if isinstance(body, list) else [body]
+        for answer in answers:
+            if isinstance(answer, dict) and not any(key in answer for key in self.answer_keys):
+                keys = ", ".join(sorted(answer)[:8]) or "no keys"
+                raise errors.MalformedResponseError(
+                    f"{self.name}: the provider's answer has none of the keys its answer must have "
+                    f"({', '.join(self.answer_keys)}); it has {keys}",
+                    http_status=response.status,
+                )
+
     @abstractmethod
     def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest: ...
 
@@ -203,7 +227,8 @@ class LocalTransport(Transport):
 def retry_after_seconds(headers: Mapping[str, str], now: float | None = None) -> float | None:
     """Seconds from a `Retry-After` (delta-seconds or HTTP date) or `retry-after-ms` header, when present.
 
-    A value that is not a finite number of seconds (`inf`, `nan`, garbage) is no hint at all: None.
+    A value that is not a finite number of seconds (`inf`, `nan`, garbage) is no hint at all: None (but see
+    `_says_never`).
     """
     if (ms := headers.get("retry-after-ms")) is not None and (seconds := _finite(ms)) is not None:
         return seconds / 1000
@@ -227,6 +252,18 @@ def _finite(text: str) -> float | None:
     return max(0.0, value) if math.isfinite(value) else None
 
 
+def _says_never(headers: Mapping[str, str]) -> bool:
+    """`Retry-After: inf` (or a number past float range): "not before forever". No delay to carry, but a reason
+    not to retry at all."""
+    for name in ("retry-after", "retry-after-ms"):
+        try:
+            if float(headers.get(name) or "0") == math.inf:
+                return True
+        except ValueError:
+            continue
+    return False
+
+
 def error_for_status(
     response: HttpResponse, message: str, *, provider_code: str = "", retry_after: float | None = None
 ) -> errors.ModelError:
@@ -242,12 +279,15 @@ def error_for_status(
         exc_type = errors.ProviderUnavailableError
     else:
         exc_type = errors.ProviderRejectedError
-    return exc_type(
+    exc = exc_type(
         f"provider answered HTTP {status}: {message}",
         http_status=status,
         provider_code=provider_code,
         retry_after=retry_after,
     )
+    if exc.retryable and retry_after is None and _says_never(response.headers):
+        exc.retryable = False  # retrying against "forever" only spends the caller's deadline
+    return exc
 
 
 def json_error(response: HttpResponse) -> errors.ModelError:
@@ -269,7 +309,18 @@ def json_error(response: HttpResponse) -> errors.ModelError:
 
 
 # What a lift raises when a body parses as JSON but does not have the shape the transport expects.
-SHAPE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+# RecursionError: JSON nested deeper than the decoder (or a lift walking it) will go; OverflowError: a number too
+# large for what it becomes (1e308 seconds as nanoseconds, 2**63 as an int64 field).
+SHAPE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError, OverflowError)
+
+
+def guarded_error(transport: HttpTransport, response: HttpResponse) -> errors.ModelError:
+    """`transport.error(response)`, and when the error body itself has an unexpected shape (a Gemini `details`
+    entry of the wrong type), the status's typed error with the body as its message: never an untyped escape."""
+    try:
+        return transport.error(response)
+    except SHAPE_ERRORS:
+        return error_for_status(response, response.body.decode("utf-8", "replace")[:2000])
 
 
 def shape_error(transport: Transport, exc: Exception) -> errors.MalformedResponseError:

@@ -87,6 +87,7 @@ class _Chat(OpenAIChat):
 
 class LlamaCpp(HttpTransport):
     name = "llamacpp"
+    answer_keys = ("choices", "content")  # see HttpTransport.answer_keys
     version = "1.0.0"
 
     def __init__(self, *, provider_model: str = "") -> None:

@@ -54,6 +54,7 @@ _SAMPLING = (
 
 class Ollama(HttpTransport):
     name = "ollama"
+    answer_keys = ("message", "response")  # see HttpTransport.answer_keys
     version = "1.0.0"
 
     capabilities = capability_set(

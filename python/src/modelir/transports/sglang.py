@@ -48,6 +48,7 @@ _SAMPLING = (
 
 class SGLang(HttpTransport):
     name = "sglang"
+    answer_keys = ("text",)  # see HttpTransport.answer_keys
     version = "1.0.0"
 
     capabilities = capability_set(

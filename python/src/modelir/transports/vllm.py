@@ -237,6 +237,7 @@ class VLLM(HttpTransport):
     """One transport for a vLLM server: routes by input kind to the completions or chat endpoint."""
 
     name = "vllm"
+    answer_keys = ("choices",)  # see HttpTransport.answer_keys
     version = "1.0.0"
 
     def __init__(self, *, provider_model: str = "") -> None:

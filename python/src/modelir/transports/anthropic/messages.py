@@ -80,6 +80,7 @@ _SAMPLING = "temperature top_p top_k stop:stop_sequences"
 
 class AnthropicMessages(HttpTransport):
     name = "anthropic_messages"
+    answer_keys = ("content",)  # see HttpTransport.answer_keys
     version = "1.0.0"
     path = "/v1/messages"
 

@@ -46,6 +46,7 @@ _SAMPLING = (
 
 class GoogleGenAI(HttpTransport):
     name = "google_genai"
+    answer_keys = ("candidates", "promptFeedback")  # see HttpTransport.answer_keys
     version = "1.0.0"
 
     def auth_headers(self, credential: str) -> dict[str, str]:

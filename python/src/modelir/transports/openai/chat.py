@@ -40,6 +40,7 @@ _SAMPLING = (
 
 class OpenAIChat(wire.BodyTransport):
     name = "openai_chat"
+    answer_keys = ("choices",)  # see HttpTransport.answer_keys
     path = "/chat/completions"
     capabilities = capability_set(
         COMMON | CHAT_WITH_TOOLS | LOGPROBS | OPENAI_SAMPLING,

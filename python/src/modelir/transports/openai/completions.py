@@ -30,6 +30,7 @@ _SAMPLING = "temperature top_p seed presence_penalty frequency_penalty max_outpu
 
 class OpenAICompletions(wire.BodyTransport):
     name = "openai_completions"
+    answer_keys = ("choices",)  # see HttpTransport.answer_keys
     version = "1.0.0"
     path = "/completions"
     capabilities = capability_set(

@@ -42,6 +42,7 @@ _SAMPLING = (
 
 class OpenAIResponses(wire.BodyTransport):
     name = "openai_responses"
+    answer_keys = ("output",)  # see HttpTransport.answer_keys
     path = "/responses"
     capabilities = capability_set(
         COMMON | CHAT_WITH_TOOLS | LOGPROBS,

@@ -1,0 +1,112 @@
+"""Which media URIs a request may carry to a provider: the one check, and the policy an operator configures.
+
+A `Blob.uri` is fetched by the provider (or, for some engines, by the server modelir talks to), so forwarding it
+verbatim lets a caller aim that fetcher anywhere: `file:///etc/passwd` on a self-hosted engine, the cloud metadata
+service at `http://169.254.169.254/`, a loopback admin port. By default only `https` URIs to public hosts, the
+providers' own bucket scheme (`gs`, Gemini and Vertex) and inline `data:` URIs pass; everything else is refused
+before any I/O, with an error naming the field. Host names are not resolved (the check is pure): what is refused
+is every IP literal (and `localhost`) in a loopback, private, link-local, reserved or unspecified range.
+
+```yaml
+server:
+  media_uri_policy:
+    allow_schemes: [https, gs, data]   # the default
+    allow_private_hosts: false         # the default
+```
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from google.protobuf.message import Message
+
+from modelir import errors
+from modelir.v1 import content_pb2, errors_pb2
+
+DEFAULT_SCHEMES = frozenset({"https", "gs", "data"})
+
+
+@dataclass(frozen=True, slots=True)
+class MediaPolicy:
+    allow_schemes: frozenset[str] = DEFAULT_SCHEMES
+    allow_private_hosts: bool = False
+
+    def problem(self, uri: str) -> str | None:
+        """Why `uri` may not be forwarded, or None when it may."""
+        try:
+            parts = urlsplit(uri)
+        except ValueError:
+            return "is not a valid URI"
+        scheme = parts.scheme.lower()
+        if scheme not in self.allow_schemes:
+            allowed = ", ".join(sorted(self.allow_schemes))
+            return f"uses the scheme {scheme or '(none)'!r}, which is not forwarded (allowed: {allowed})"
+        if scheme in ("http", "https") and not self.allow_private_hosts and _private(parts.hostname or ""):
+            return f"points at {parts.hostname!r}, a loopback, private or link-local address, which is not forwarded"
+        return None
+
+
+DEFAULT_POLICY = MediaPolicy()
+
+
+def check(request: Message, policy: MediaPolicy = DEFAULT_POLICY) -> None:
+    """Raise `InvalidRequestError` naming every media URI of `request` that `policy` does not forward."""
+    violations = [
+        errors_pb2.FieldViolation(field=field, description=f"The media URI {problem}.")
+        for field, uri in _uris(request, "")
+        if (problem := policy.problem(uri)) is not None
+    ]
+    if violations:
+        raise errors.InvalidRequestError(violations)
+
+
+def build_media_policy(spec: Any, fail: Any) -> MediaPolicy:
+    """The policy of a configuration's `server.media_uri_policy` (absent: the default)."""
+    if spec is None:
+        return DEFAULT_POLICY
+    if not isinstance(spec, dict) or set(spec) - {"allow_schemes", "allow_private_hosts"}:
+        raise fail("server.media_uri_policy", "expected {allow_schemes: [...], allow_private_hosts: true|false}")
+    schemes = spec.get("allow_schemes", sorted(DEFAULT_SCHEMES))
+    if not isinstance(schemes, list) or not all(isinstance(s, str) and s for s in schemes):
+        raise fail("server.media_uri_policy.allow_schemes", "expected a list of URI schemes, e.g. [https, gs]")
+    private = spec.get("allow_private_hosts", False)
+    if not isinstance(private, bool):
+        raise fail("server.media_uri_policy.allow_private_hosts", "expected true or false")
+    return MediaPolicy(frozenset(s.lower() for s in schemes), private)
+
+
+def _private(host: str) -> bool:
+    host = host.strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False  # a name: not resolved here
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return not address.is_global or address.is_multicast
+
+
+def _uris(message: Message, path: str) -> Iterator[tuple[str, str]]:
+    """(field path, uri) of every `Blob` with a URI anywhere in `message`."""
+    if isinstance(message, content_pb2.Blob):
+        if message.WhichOneof("source") == "uri":
+            yield f"{path}.uri", message.uri
+        return
+    for field, value in message.ListFields():
+        if field.message_type is None:
+            continue
+        name = f"{path}.{field.name}" if path else field.name
+        if field.is_repeated:
+            if field.message_type.GetOptions().map_entry:
+                continue
+            for index, item in enumerate(value):
+                yield from _uris(item, f"{name}[{index}]")
+        else:
+            yield from _uris(value, name)
