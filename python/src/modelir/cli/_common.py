@@ -58,6 +58,7 @@ def config(args: argparse.Namespace) -> ServerConfig:
 
 async def open_model(args: argparse.Namespace) -> tuple[ModelInterface, ServerConfig | None]:
     """The model `--model` names: on the server at `--target`, or in the configuration (unknown: list the known)."""
+    tls = tls_of(args)
     if getattr(args, "target", None):
         from modelir.remote import RemoteModel
 
@@ -66,7 +67,7 @@ async def open_model(args: argparse.Namespace) -> tuple[ModelInterface, ServerCo
             args.model,
             token=os.environ.get("MODELIR_TOKEN"),
             tls_server_name=getattr(args, "tls_server_name", None),
-            **tls_of(args),
+            **tls,
         )
         return remote, None
     loaded = config(args)

@@ -14,10 +14,11 @@ from modelir.v1 import capabilities_pb2
 
 
 async def _models(args: argparse.Namespace) -> int:
+    tls = tls_of(args)
     if args.target:
         from modelir.remote import list_models
 
-        manifests = dict(await list_models(args.target, token=os.environ.get("MODELIR_TOKEN"), **tls_of(args)))
+        manifests = dict(await list_models(args.target, token=os.environ.get("MODELIR_TOKEN"), **tls))
     else:
         manifests = {name: model.capabilities for name, model in sorted(config(args).models.items())}
     if args.json:
