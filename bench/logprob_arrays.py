@@ -21,7 +21,7 @@ def columns() -> logprobs_pb2.TokenLogprobs:
     rng = np.random.default_rng(0)
     out = logprobs_pb2.TokenLogprobs(top_counts=[TOP_K] * TOKENS)
     out.token_ids.extend(rng.integers(0, 150_000, TOKENS).tolist())
-    out.logprobs.extend(rng.normal(size=TOKENS).astype(np.float32).tolist())
+    out.token_logprobs.extend(rng.normal(size=TOKENS).astype(np.float32).tolist())
     out.top_token_ids.extend(rng.integers(0, 150_000, TOKENS * TOP_K).tolist())
     out.top_logprobs.extend(rng.normal(size=TOKENS * TOP_K).astype(np.float32).tolist())
     out.tokens.extend(["x"] * TOKENS)

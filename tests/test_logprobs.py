@@ -27,7 +27,7 @@ def test_complete_shape_gives_every_column():
     ]
     out = lp.from_openai_content(entries)
     assert list(out.tokens) == ["Hi", " é"]
-    assert list(out.logprobs) == [-0.5, -0.25]
+    assert list(out.token_logprobs) == [-0.5, -0.25]
     assert out.token_bytes == "Hi é".encode() and list(out.token_byte_offsets) == [0, 2]
     assert list(out.top_counts) == [2, 1]
     assert list(out.top_tokens) == ["Hi", "Hey", " é"]

@@ -108,7 +108,7 @@ def _roundtrip_anthropic(path: str, tmp_path) -> None:
         user.parts.add(text=block["text"])
     request.sampling.max_output_tokens = sent_first["max_tokens"]
     if "thinking" in sent_first:
-        request.reasoning.budget_tokens = sent_first["thinking"]["budget_tokens"]
+        request.reasoning_controls.budget_tokens = sent_first["thinking"]["budget_tokens"]
     for tool in sent_first.get("tools", []):
         request.tools.add(
             name=tool["name"], description=tool["description"], parameters_json_schema=json.dumps(tool["input_schema"])
@@ -246,7 +246,7 @@ def test_gemini_thought_signature_turn_survives_a_record_round_trip(tmp_path):
     request.conversation.messages.add(role=content_pb2.ROLE_USER).parts.add(
         text=sent_first["contents"][0]["parts"][0]["text"]
     )
-    request.reasoning.include_thoughts = True
+    request.reasoning_controls.include_thoughts = True
     lifted = transport.lift(request, HttpResponse(200, first.headers, first.body))
     path = tmp_path / "turns.jsonl"
     with records.RecordWriter.create(path) as writer:
@@ -290,12 +290,12 @@ def _turn_with(artifact_kind: int, transport: str, model: str) -> request_pb2.Re
     [
         (
             AnthropicMessages(provider_model="claude-sonnet-4-0"),
-            content_pb2.REASONING_ARTIFACT_KIND_SIGNATURE,
+            content_pb2.OPAQUE_ARTIFACT_KIND_SIGNATURE,
             ("google_genai", "gemini-2.5-pro"),
         ),
         (
             GoogleGenAI(provider_model="gemini-2.5-pro"),
-            content_pb2.REASONING_ARTIFACT_KIND_THOUGHT_SIGNATURE,
+            content_pb2.OPAQUE_ARTIFACT_KIND_THOUGHT_SIGNATURE,
             ("anthropic_messages", "claude-sonnet-4-0"),
         ),
     ],

@@ -45,9 +45,9 @@ def _ir_from_native(native: dict) -> request_pb2.Request:
     if "stop" in native:
         request.sampling.stop.extend(native["stop"])
     if "n_probs" in native:
-        request.logprobs.top_k = native["n_probs"]
+        request.logprob_options.top_logprob_count = native["n_probs"]
         if native.get("post_sampling_probs"):
-            request.logprobs.basis = logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING
+            request.logprob_options.basis = logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING
     if "grammar" in native:
         request.constraint.grammar.dialect = request_pb2.GRAMMAR_DIALECT_GBNF
         request.constraint.grammar.text = native["grammar"]

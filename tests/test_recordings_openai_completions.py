@@ -23,7 +23,7 @@ def test_recorded_instruct_stream_with_logprobs():
     folder = wire_dir("openai_completions")
     events = parse_sse((folder / "simonw_llm_issue284__instruct_stream_logprobs2.sse.txt").read_text())
     request = request_pb2.Request(model="m", prompt="say hi, one word")
-    request.logprobs.top_k = 2
+    request.logprob_options.top_logprob_count = 2
     response = _lift_stream(OpenAICompletions(), request, events)
     chunks = [json.loads(d) for _, d in events if d.strip() != "[DONE]"]
     text = "".join(c["choices"][0]["text"] for c in chunks)

@@ -78,7 +78,7 @@ def test_every_cassette_lifts_and_streams_equal_their_final_object():
             # The real service rounds logprobs in the final object (-1.9e-07 in a delta is -0.0 there), so the
             # values are compared with a tolerance and everything else exactly.
             for a, b in zip(streamed.choices, unary.choices, strict=True):
-                assert a.logprobs.logprobs == pytest.approx(list(b.logprobs.logprobs), abs=1e-4)
+                assert a.logprobs.logprobs == pytest.approx(list(b.token_logprobs.logprobs), abs=1e-4)
                 a.logprobs.ClearField("logprobs")
                 b.logprobs.ClearField("logprobs")
             assert streamed == unary, path.name
@@ -127,8 +127,8 @@ def test_reasoning_and_tool_call_survive_a_record_round_trip_byte_for_byte(tmp_p
             name=tool["name"], parameters_json_schema=json.dumps(tool["parameters"]), strict=tool["strict"]
         )
     request.tool_choice.mode = request_pb2.TOOL_CHOICE_MODE_AUTO
-    request.reasoning.effort = request_pb2.REASONING_EFFORT_LOW
-    request.reasoning.summary = request_pb2.REASONING_SUMMARY_DETAILED
+    request.reasoning_controls.effort = request_pb2.REASONING_EFFORT_LOW
+    request.reasoning_controls.summary = request_pb2.REASONING_SUMMARY_DETAILED
     transport = OpenAIResponses(provider_model="gpt-5")
     sent = json.loads(transport.lower(request, stream=False).body)
     recorded = {k: v for k, v in sent_first.items() if (k, v) != ("stream", False)}

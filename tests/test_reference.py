@@ -42,9 +42,9 @@ def _text(response: response_pb2.Response, choice: int = 0) -> str:
 def _reasoning_request(include_thoughts: bool) -> request_pb2.Request:
     request = build_request("reference", messages=[("user", "think, then call get_weather")], seed=3)
     request.tools.append(WEATHER)
-    request.reasoning.effort = request_pb2.REASONING_EFFORT_LOW
-    request.reasoning.include_thoughts = include_thoughts
-    request.reasoning.summary = request_pb2.REASONING_SUMMARY_AUTO
+    request.reasoning_controls.effort = request_pb2.REASONING_EFFORT_LOW
+    request.reasoning_controls.include_thoughts = include_thoughts
+    request.reasoning_controls.summary = request_pb2.REASONING_SUMMARY_AUTO
     return request
 
 
@@ -67,14 +67,14 @@ CAPABILITY_REQUESTS = {
 }
 _scoring = build_request("reference", prompt="The cat sat on ", max_output_tokens=0)
 _scoring.input_scoring.continuation_text = "the mat ☃"
-_scoring.input_scoring.top_k = 3
+_scoring.input_scoring.top_logprob_count = 3
 CAPABILITY_REQUESTS["input_scoring"] = _scoring
 _stop_ids = build_request("reference", prompt="x", max_output_tokens=300, seed=5)
 _stop_ids.sampling.stop_token_ids.extend([ord("q")])
 CAPABILITY_REQUESTS["stop_token_ids"] = _stop_ids
 _budget = build_request("reference", messages=[("user", "x")], max_output_tokens=80)
-_budget.reasoning.budget_tokens = 20
-_budget.reasoning.include_thoughts = True
+_budget.reasoning_controls.budget_tokens = 20
+_budget.reasoning_controls.include_thoughts = True
 CAPABILITY_REQUESTS["reasoning_budget"] = _budget
 
 
@@ -152,7 +152,7 @@ async def test_required_tool_call_is_well_formed(reference):
     response = await reference.arun(request)
     (part,) = response.choices[0].message.parts
     assert part.tool_call.name == "get_weather" and part.tool_call.id.startswith("call_")
-    jsonschema.validate(orjson.loads(part.tool_call.arguments_json), orjson.loads(WEATHER.parameters_json_schema))
+    jsonschema.validate(orjson.loads(part.tool_call.arguments_json), orjson.loads(WEATHER.function.parameters_json_schema))
     assert response.choices[0].finish_reason == response_pb2.FINISH_REASON_TOOL_CALLS
 
 

@@ -178,7 +178,7 @@ def _claude_conversation(policy: request_pb2.ForeignArtifactPolicy.ValueType) ->
     thinking = turn.parts.add()
     thinking.reasoning.text = "Paris, surely."
     thinking.artifacts.add(
-        kind=content_pb2.REASONING_ARTIFACT_KIND_SIGNATURE,
+        kind=content_pb2.OPAQUE_ARTIFACT_KIND_SIGNATURE,
         data=b"EqEECkYI",
         issuer=content_pb2.Issuer(transport="anthropic_messages", model="claude-sonnet-4-5"),
     )

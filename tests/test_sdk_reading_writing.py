@@ -146,8 +146,8 @@ def forecast(city: str, days: int, unit: Unit = Unit.C, hourly: bool = False, ta
 
 def test_a_tool_from_a_typed_function():
     declared = tool(forecast)
-    schema = json.loads(declared.parameters_json_schema)
-    assert declared.name == "forecast" and declared.description == "The forecast for a city."
+    schema = json.loads(declared.function.parameters_json_schema)
+    assert declared.function.name == "forecast" and declared.function.description == "The forecast for a city."
     assert schema["required"] == ["city", "days"]
     assert schema["properties"]["city"] == {"type": "string", "description": "The city's name, in English."}
     assert schema["properties"]["days"] == {"type": "integer", "description": "How many days ahead."}
@@ -165,7 +165,7 @@ def test_tools_from_dicts_in_every_providers_shape_agree():
     ]
     tools = [tool(shape) for shape in shapes] + [tool(parameters, name="search", description="Search.")]
     assert all(t == tools[0] for t in tools)
-    assert json.loads(tools[0].parameters_json_schema) == parameters
+    assert json.loads(tools[0].function.parameters_json_schema) == parameters
 
 
 def test_a_tool_from_a_pydantic_model():
@@ -176,8 +176,8 @@ def test_a_tool_from_a_pydantic_model():
         unit: Literal["c", "f"] = "c"
 
     declared = tool(GetWeather)
-    assert declared.name == "get_weather" and declared.description == "Weather in a city."
-    assert json.loads(declared.parameters_json_schema)["required"] == ["city"]
+    assert declared.function.name == "get_weather" and declared.function.description == "Weather in a city."
+    assert json.loads(declared.function.parameters_json_schema)["required"] == ["city"]
 
 
 def test_wrong_tools_name_the_field():
@@ -231,13 +231,13 @@ def test_build_request_takes_the_new_keywords():
     )
     assert list(request.sampling.stop) == ["\n"]  # one stop sequence, not its characters
     assert request.conversation.messages[0].role == content_pb2.ROLE_SYSTEM
-    assert request.reasoning.effort == request_pb2.REASONING_EFFORT_HIGH
-    assert request.reasoning.summary == request_pb2.REASONING_SUMMARY_AUTO
+    assert request.reasoning_controls.effort == request_pb2.REASONING_EFFORT_HIGH
+    assert request.reasoning_controls.summary == request_pb2.REASONING_SUMMARY_AUTO
     assert request.tool_choice.tool_name == "forecast"
     assert request.foreign_artifact_policy == request_pb2.FOREIGN_ARTIFACT_POLICY_DROP
-    assert request.logprobs.basis == logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING and request.logprobs.require_token_ids
+    assert request.logprob_options.basis == logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING and request.logprob_options.require_token_ids
     assert request.include_raw and request.sampling.min_p == pytest.approx(0.1)
-    assert build_request("m", prompt="x", reasoning=2048).reasoning.budget_tokens == 2048
+    assert build_request("m", prompt="x", reasoning=2048).reasoning_controls.budget_tokens == 2048
     assert list(build_request("m", prompt="x", stop=["a", "b"]).sampling.stop) == ["a", "b"]
 
 

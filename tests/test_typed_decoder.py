@@ -28,7 +28,7 @@ def _bodies():
         for path in sorted(folder.glob("*.yaml")):
             for exchange in cassette(path):
                 if exchange.status == 200 and exchange.sse is None:
-                    yield path.stem, request_pb2.Request(model="m", logprobs={}), exchange.body
+                    yield path.stem, request_pb2.Request(model="m", logprob_options={}), exchange.body
         for path in sorted(folder.glob("*.json")):
             body = path.read_bytes()
             if b'"choices"' in body:

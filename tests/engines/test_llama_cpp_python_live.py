@@ -158,7 +158,7 @@ async def _score(model, prompt: str, continuation: str | None = None, top_k: int
     request.input_scoring.SetInParent()
     if continuation is not None:
         request.input_scoring.continuation_text = continuation
-    request.input_scoring.top_k = top_k
+    request.input_scoring.top_logprob_count = top_k
     response = await model.arun(request)
     assert not response.HasField("error"), response.error.message
     return response
@@ -234,7 +234,7 @@ async def test_stream_accumulates_to_the_unary_answer(model):
     unary = await model.arun(request)
     streamed = accumulate([event async for event in model.astream(request)])
     assert streamed.choices[0].message.parts[0].text == unary.choices[0].message.parts[0].text
-    assert list(streamed.choices[0].logprobs.logprobs) == pytest.approx(list(unary.choices[0].logprobs.logprobs))
+    assert list(streamed.choices[0].token_logprobs.logprobs) == pytest.approx(list(unary.choices[0].logprobs.logprobs))
     assert streamed.choices[0].finish_reason == unary.choices[0].finish_reason
 
 

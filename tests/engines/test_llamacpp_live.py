@@ -87,7 +87,7 @@ async def test_completion_with_every_sampling_control_is_reproducible(model):
 
 async def test_token_input_and_sampled_logprobs_with_ids_and_bytes(model):
     request = build_request("tiny", token_ids=[353, 72, 101], max_output_tokens=5, seed=7, top_logprobs=3)
-    request.logprobs.require_token_ids = True
+    request.logprob_options.require_token_ids = True
     response = await model.arun(request)
     logprobs = response.choices[0].logprobs
     assert len(logprobs.token_ids) == len(logprobs.logprobs) == 5
@@ -99,7 +99,7 @@ async def test_token_input_and_sampled_logprobs_with_ids_and_bytes(model):
 
 async def test_post_sampling_probs_are_reported_as_post_sampling_logs(model):
     request = build_request("tiny", prompt="Hello", max_output_tokens=3, seed=1, top_logprobs=2)
-    request.logprobs.basis = logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING
+    request.logprob_options.basis = logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING
     logprobs = (await model.arun(request)).choices[0].logprobs
     assert logprobs.basis == logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING
     assert all(v <= 0 for v in logprobs.logprobs)

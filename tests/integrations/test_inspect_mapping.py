@@ -56,9 +56,9 @@ def test_generate_config_maps_to_the_ir_fields():
     assert (s.max_output_tokens, s.temperature, s.top_k, s.seed, list(s.stop)) == (40, 0.0, 5, 0, ["\n", "END"])
     assert s.HasField("temperature") and s.HasField("seed")  # zero is a real value
     assert s.top_p == pytest.approx(0.9) and s.choice_count == 2 and s.presence_penalty == 0.5
-    assert request.logprobs.top_k == 4
-    assert request.reasoning.budget_tokens == 128 and request.reasoning.include_thoughts
-    assert request.reasoning.summary == request_pb2.REASONING_SUMMARY_CONCISE
+    assert request.logprob_options.top_logprob_count == 4
+    assert request.reasoning_controls.budget_tokens == 128 and request.reasoning_controls.include_thoughts
+    assert request.reasoning_controls.summary == request_pb2.REASONING_SUMMARY_CONCISE
     assert request.constraint.json_schema.schema_json == '{"type":"object"}'
     assert [m.role for m in request.conversation.messages] == [content_pb2.ROLE_SYSTEM, content_pb2.ROLE_USER]
     assert not request.tools and not request.HasField("tool_choice")
@@ -77,7 +77,7 @@ def test_tools_and_tool_choice(choice, expected):
     request = to_request("m", [ChatMessageUser(content="2+3?")], [ADD], choice, GenerateConfig())
     assert request.tool_choice == expected
     (tool,) = request.tools
-    assert tool.name == "add" and '"x":{"type":"integer"}' in tool.parameters_json_schema
+    assert tool.function.name == "add" and '"x":{"type":"integer"}' in tool.function.parameters_json_schema
 
 
 @pytest.mark.parametrize(
@@ -97,14 +97,14 @@ def test_what_the_ir_cannot_say_is_refused_by_name(config, named):
         to_request("m", [ChatMessageUser(content="Hi")], [], "auto", config)
 
 
-def _issued(kind: int, data: bytes) -> content_pb2.ReasoningArtifact:
-    return content_pb2.ReasoningArtifact(
+def _issued(kind: int, data: bytes) -> content_pb2.OpaqueArtifact:
+    return content_pb2.OpaqueArtifact(
         kind=kind, data=data, issuer=content_pb2.Issuer(transport="google_genai", model="gemini"), item_id="it-1"
     )
 
 
 def test_artifacts_on_every_kind_of_part_survive_the_turn_byte_for_byte():
-    signature = content_pb2.REASONING_ARTIFACT_KIND_THOUGHT_SIGNATURE
+    signature = content_pb2.OPAQUE_ARTIFACT_KIND_THOUGHT_SIGNATURE
     message = content_pb2.Message(
         role=content_pb2.ROLE_ASSISTANT,
         parts=[

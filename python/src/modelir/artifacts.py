@@ -12,7 +12,7 @@ from modelir.errors import ForeignArtifactError
 from modelir.v1 import content_pb2, errors_pb2, request_pb2
 
 
-def _is_foreign(artifact: content_pb2.ReasoningArtifact, transport: str, model: str) -> bool:
+def _is_foreign(artifact: content_pb2.OpaqueArtifact, transport: str, model: str) -> bool:
     return artifact.issuer.transport != transport or artifact.issuer.model != model
 
 

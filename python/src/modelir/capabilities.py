@@ -24,8 +24,9 @@ class Requirements:
     # Limit name (as in ModelLimits) -> the largest value the request asks for.
     limits: dict[str, int] = field(default_factory=dict)
     grammar_dialect: request_pb2.GrammarDialect.ValueType | None = None
-    provider_transport: str | None = None
-    provider_option_keys: tuple[str, ...] = ()
+    # Transport -> the provider option keys the request gives it (one entry per transport; `unsupported` checks
+    # only the entry of the manifest's transport, so one portable request can carry options for several).
+    provider_option_keys: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # What the request holds that no capability names and no model can run (unknown content kinds).
     reasons: list[str] = field(default_factory=list)
 
@@ -85,9 +86,9 @@ def requirements(request: request_pb2.Request, *, streaming: bool = False) -> Re
     ):
         need(capabilities_pb2.CAPABILITY_TOOL_CHOICE)
 
-    if request.HasField("reasoning"):
+    if request.HasField("reasoning_controls"):
         need(capabilities_pb2.CAPABILITY_REASONING)
-        amount = request.reasoning.WhichOneof("amount")
+        amount = request.reasoning_controls.WhichOneof("amount")
         if amount == "effort":
             need(capabilities_pb2.CAPABILITY_REASONING_EFFORT)
         elif amount == "budget_tokens":
@@ -103,23 +104,21 @@ def requirements(request: request_pb2.Request, *, streaming: bool = False) -> Re
         need(capabilities_pb2.CAPABILITY_PREFILL)
     if request.HasField("fim"):
         need(capabilities_pb2.CAPABILITY_FIM)
-    if request.HasField("logprobs"):
+    if request.HasField("logprob_options"):
         need(capabilities_pb2.CAPABILITY_SAMPLED_LOGPROBS)
-        if request.logprobs.require_token_ids:
+        if request.logprob_options.require_token_ids:
             need(capabilities_pb2.CAPABILITY_SAMPLED_TOKEN_IDS)
-        if request.logprobs.top_k > 0:
+        if request.logprob_options.top_logprob_count > 0:
             need(capabilities_pb2.CAPABILITY_TOP_K_LOGPROBS)
-            req.use_limit("max_top_logprobs", request.logprobs.top_k)
+            req.use_limit("max_top_logprobs", request.logprob_options.top_logprob_count)
     if request.HasField("input_scoring"):
         need(capabilities_pb2.CAPABILITY_INPUT_SCORING)
-        if request.input_scoring.top_k > 0:
+        if request.input_scoring.top_logprob_count > 0:
             need(capabilities_pb2.CAPABILITY_TOP_K_LOGPROBS)
-            req.use_limit("max_top_logprobs", request.input_scoring.top_k)
-    if request.HasField("provider_options"):
-        need(capabilities_pb2.CAPABILITY_PROVIDER_OPTIONS)
-        req.provider_transport = request.provider_options.transport
-        options = orjson.loads(request.provider_options.options_json or b"{}")
-        req.provider_option_keys = tuple(sorted(options)) if isinstance(options, dict) else ()
+            req.use_limit("max_top_logprobs", request.input_scoring.top_logprob_count)
+    for entry in request.provider_options:
+        options = orjson.loads(entry.options_json or b"{}")
+        req.provider_option_keys[entry.transport] = tuple(sorted(options)) if isinstance(options, dict) else ()
     return req
 
 
@@ -172,20 +171,18 @@ def unsupported(
     ):
         dialect = request_pb2.GrammarDialect.Name(req.grammar_dialect)
         reasons.append(f"The grammar dialect {dialect} is not accepted.")
-    basis = request.logprobs.basis if request.HasField("logprobs") else logprobs_pb2.LOGPROB_BASIS_UNSPECIFIED
+    basis = (
+        request.logprob_options.basis if request.HasField("logprob_options") else logprobs_pb2.LOGPROB_BASIS_UNSPECIFIED
+    )
     if basis and basis not in manifest.logprob_bases:
         name = logprobs_pb2.LogprobBasis.Name(basis)
         reasons.append(f"This model cannot report logprobs with basis {name}.")
-    if req.provider_transport is not None and capabilities_pb2.CAPABILITY_PROVIDER_OPTIONS in have:
-        if req.provider_transport != manifest.transport:
-            reasons.append(
-                f"The provider options are for {req.provider_transport!r}, "
-                f"but this model runs on {manifest.transport!r}."
-            )
-        else:
-            unknown = [k for k in req.provider_option_keys if k not in manifest.provider_option_keys]
-            if unknown:
-                reasons.append(f"Unknown provider option keys: {', '.join(unknown)}.")
+    keys = req.provider_option_keys.get(manifest.transport)
+    if keys is not None:  # entries for other transports are ignored: they are for fallbacks
+        if capabilities_pb2.CAPABILITY_PROVIDER_OPTIONS not in have:
+            missing = sorted({*missing, capabilities_pb2.CAPABILITY_PROVIDER_OPTIONS})
+        elif unknown := [k for k in keys if k not in manifest.provider_option_keys]:
+            reasons.append(f"Unknown provider option keys for {manifest.transport}: {', '.join(unknown)}.")
     reasons.extend(extra_reasons)
     if not (missing or violations or reasons):
         return None

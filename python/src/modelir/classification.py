@@ -77,7 +77,7 @@ def _positions(logprobs: logprobs_pb2.TokenLogprobs, asked: int) -> list[tuple[s
         )
         offset += count
         if token not in {t for t, _ in alternatives}:
-            alternatives.append((token, logprobs.logprobs[index]))
+            alternatives.append((token, logprobs.token_logprobs[index]))
         out.append((token, alternatives, count >= asked))
     return out
 
@@ -189,7 +189,7 @@ async def _by_scoring(model: ModelInterface, messages: list | str, labels: list[
     async def score(label: str) -> float:
         request = _request(model, messages, max_output_tokens=0)
         request.input_scoring.continuation_text = label
-        return (await model.arun(request)).input_scores.logprob_sum
+        return (await model.arun(request)).input_scores[0].logprob_sum
 
     sums = dict(zip(labels, await asyncio.gather(*(score(label) for label in labels)), strict=True))
     probabilities = _softmax(sums)

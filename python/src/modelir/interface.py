@@ -106,11 +106,11 @@ class ModelInterface(ABC):
     async def ascore(self, context: str, continuation: str, *, top_k: int = 0) -> Score:
         """Score `continuation` after `context`; `.bits_per_byte` and `.perplexity` come with the result."""
         request = build_request(self.name, prompt=context, max_output_tokens=0)
-        request.input_scoring.continuation_text = continuation
-        request.input_scoring.top_k = top_k
+        request.input_scoring.continuations.add(text=continuation)
+        request.input_scoring.top_logprob_count = top_k
         response = await self.arun(request)
-        s = response.input_scores
-        return Score(s.logprob_sum, s.token_count, s.byte_count, s.char_count, s)
+        s = response.input_scores[0]
+        return Score(s.logprob_sum, s.scored_token_count, s.scored_byte_count, s.scored_char_count, s)
 
     # ---- sync twins for scripts ----------------------------------------------------------------------
 

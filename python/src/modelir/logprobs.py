@@ -122,7 +122,7 @@ def columns(
     if basis:
         out.basis = basis  # type: ignore[assignment]
     out.tokens.extend(tokens)
-    _floats(out.logprobs, logprobs)
+    _floats(out.token_logprobs, logprobs)
     out.token_ids.extend(token_ids or ())
     if token_bytes is not None:
         out.token_bytes, offsets = token_bytes
@@ -184,7 +184,7 @@ def _joined_bytes(items: Sequence[dict]) -> tuple[bytes, list[int]]:
 
 def chunks(logprobs: TokenLogprobs, size: int) -> list[TokenLogprobs]:
     """Cut `logprobs` into consecutive pieces of at most `size` tokens (the inverse of `concat`)."""
-    n = len(logprobs.logprobs)
+    n = len(logprobs.token_logprobs)
     has_bytes = bool(logprobs.token_byte_offsets)
     ends = [*logprobs.token_byte_offsets[1:], len(logprobs.token_bytes)] if has_bytes else []
     top_starts = [0, *accumulate(logprobs.top_counts)]
@@ -195,7 +195,7 @@ def chunks(logprobs: TokenLogprobs, size: int) -> list[TokenLogprobs]:
         chunk = TokenLogprobs(basis=logprobs.basis)
         if logprobs.token_ids:
             chunk.token_ids.extend(logprobs.token_ids[start:stop])
-        chunk.logprobs.extend(logprobs.logprobs[start:stop])
+        chunk.token_logprobs.extend(logprobs.token_logprobs[start:stop])
         chunk.tokens.extend(logprobs.tokens[start:stop])
         if has_bytes:
             b0 = logprobs.token_byte_offsets[start]

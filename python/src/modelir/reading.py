@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from modelir import logprobs as lp
+from modelir import stops
 from modelir.names import enum_name
 from modelir.v1 import content_pb2, errors_pb2, logprobs_pb2, response_pb2, stream_pb2
 
@@ -78,7 +79,7 @@ class LogprobArrays:
 
 def logprob_arrays(logprobs: logprobs_pb2.TokenLogprobs) -> LogprobArrays:
     """Numpy columns of one `TokenLogprobs` (a choice's, or `input_scores.tokens`)."""
-    values = np.asarray(logprobs.logprobs, dtype=np.float32)
+    values = np.asarray(logprobs.token_logprobs, dtype=np.float32)
     ids = np.asarray(logprobs.token_ids, dtype=np.int32) if len(logprobs.token_ids) else None
     counts = np.asarray(logprobs.top_counts, dtype=np.int64)
     positions = len(counts)
@@ -171,7 +172,7 @@ class ChoiceView:
         return "".join(p.reasoning.text or "\n".join(p.reasoning.summary) for p in self._parts("reasoning"))
 
     @property
-    def artifacts(self) -> list[content_pb2.ReasoningArtifact]:
+    def artifacts(self) -> list[content_pb2.OpaqueArtifact]:
         """Every reasoning artifact of the message (signatures, encrypted content...), in order."""
         return [a for p in self.message.message.parts for a in p.artifacts]
 
@@ -219,7 +220,7 @@ class ResponseView:
     @property
     def first(self) -> ChoiceView:
         if not self.message.choices:
-            error = f" (error: {self.message.error.message})" if self.message.HasField("error") else ""
+            error = f" (error: {self.message.errors[0].message})" if self.message.errors else ""
             raise ValueError(f"the response has no choices{error}")
         return ChoiceView(self.message.choices[0])
 
@@ -245,14 +246,20 @@ class ResponseView:
     @property
     def input_logprobs(self) -> LogprobArrays | None:
         """The scored input span's logprobs as numpy arrays; None without input scoring."""
-        if not self.message.HasField("input_scores"):
+        if not bool(self.message.input_scores):
             return None
-        return logprob_arrays(self.message.input_scores.tokens)
+        return logprob_arrays(self.message.input_scores[0].tokens)
 
     @property
     def error(self) -> errors_pb2.ResponseError | None:
-        """The soft error of a partial response (the output kept is in the choices); None when it completed."""
-        return self.message.error if self.message.HasField("error") else None
+        """The first soft error of a partial response (the output kept is in the choices); None when it completed.
+        Every one is in `errors`."""
+        return self.message.errors[0] if self.message.errors else None
+
+    @property
+    def errors(self) -> list[errors_pb2.ResponseError]:
+        """Every soft error of the response, in the order they were found (empty when it completed)."""
+        return list(self.message.errors)
 
     @property
     def assistant_message(self) -> content_pb2.Message:
@@ -284,14 +291,15 @@ def _logprob_line(logprobs: logprobs_pb2.TokenLogprobs) -> str:
     counts = logprobs.top_counts
     k = f", top-{max(counts)}" if counts else ""
     ids = ", with ids" if logprobs.token_ids else ""
-    total = sum(logprobs.logprobs)
-    return f"{len(logprobs.logprobs)} tokens{k}{ids}, sum {total:.3f}"
+    total = sum(logprobs.token_logprobs)
+    return f"{len(logprobs.token_logprobs)} tokens{k}{ids}, sum {total:.3f}"
 
 
 def _choice_lines(choice: response_pb2.Choice) -> list[str]:
     finish = enum_name(response_pb2.FinishReason, choice.finish_reason)
     lines = [
-        f"  [{choice.index}] finish {finish}" + (f" (stop {choice.stop_sequence!r})" if choice.stop_sequence else "")
+        f"  [{choice.index}] finish {finish}"
+        + (f" (stop {stops.stop_of(choice)!r})" if choice.WhichOneof("stop") else "")
     ]
     for part in choice.message.parts:
         kind = part.WhichOneof("content")
@@ -309,7 +317,7 @@ def _choice_lines(choice: response_pb2.Choice) -> list[str]:
         elif kind is not None:
             lines.append(f"      {kind}")
         for artifact in part.artifacts:
-            kind_name = enum_name(content_pb2.ReasoningArtifactKind, artifact.kind)
+            kind_name = enum_name(content_pb2.OpaqueArtifactKind, artifact.kind)
             issuer = f"{artifact.issuer.transport}/{artifact.issuer.model}"
             lines.append(f"        artifact {kind_name} ({len(artifact.data)} bytes, from {issuer})")
     if choice.HasField("logprobs"):
@@ -325,15 +333,14 @@ def summary(response: response_pb2.Response, *, choices: int = 4) -> str:
         lines.extend(_choice_lines(choice))
     if len(response.choices) > choices:
         lines.append(f"  ... {len(response.choices) - choices} more choices")
-    if response.HasField("input_scores"):
-        s = response.input_scores
+    for s in response.input_scores:
         lines.append(
-            f"  input_scores {s.token_count} tokens, sum {s.logprob_sum:.3f}, {s.byte_count} bytes"
-            + (f", {lp.bits_per_byte(s.logprob_sum, s.byte_count):.4f} bits/byte" if s.byte_count else "")
+            f"  input_scores {s.scored_token_count} tokens, sum {s.logprob_sum:.3f}, {s.scored_byte_count} bytes"
+            + (f", {lp.bits_per_byte(s.logprob_sum, s.scored_byte_count):.4f} bits/byte" if s.scored_byte_count else "")
         )
-    if response.HasField("error"):
-        reason = enum_name(errors_pb2.ErrorReason, response.error.reason)
-        lines.append(f"  error {reason}: {response.error.message}")
+    for error in response.errors:
+        reason = enum_name(errors_pb2.ErrorReason, error.reason)
+        lines.append(f"  error {reason}: {error.message}")
     for warning in response.warnings:
         lines.append(f"  warning {warning.code}: {warning.message}")
     if response.HasField("raw"):

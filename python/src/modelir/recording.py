@@ -55,7 +55,7 @@ def record_of(
     p.configured_model = request.model
     if response is not None:
         record.response.CopyFrom(response)
-        partial = response.HasField("error")
+        partial = bool(response.errors)
         record.status = record_pb2.RECORD_STATUS_PARTIAL if partial else record_pb2.RECORD_STATUS_OK
         p.provider_model = response.model
         p.start_time.CopyFrom(response.timing.start_time)

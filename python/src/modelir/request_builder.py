@@ -85,7 +85,7 @@ def build_request(
     s.stop.extend(writing.stop_sequences(stop))
     s.choice_count = n
     if logprobs or top_logprobs:
-        request.logprobs.top_k = top_logprobs
+        request.logprob_options.top_logprob_count = top_logprobs
     if choices is not None:
         request.constraint.choice.labels.extend(choices)
     if json_schema is not None:

@@ -1,7 +1,7 @@
-"""The one soft-error policy: the facts a lift reports about a response become its `error`, in one precedence.
+"""The one soft-error policy: the facts a lift reports about a response become its `errors`, in one precedence.
 
 A soft error keeps the partial output and says what is wrong with it. Lifts only report facts (`Facts`); this
-module decides. The precedence, first to last (the first applicable one is `Response.error`):
+module decides. Every applicable one is reported, first to last, in `Response.errors`:
 
 1. `provider_error`: the provider said the response failed (in the body, or as a mid-stream error event);
 2. `malformed`: part of the output arrived broken (a streamed tool input that is not JSON);
@@ -13,8 +13,7 @@ module decides. The precedence, first to last (the first applicable one is `Resp
    Regex and grammar constraints are enforced by the engines and not re-checked. A choice cut short by its length
    limit is checked too: broken JSON is broken JSON, whatever the reason.
 
-`soft_errors` returns all of them in that order, so several soft errors per response can be reported as they are;
-`settle` and `settle_stream` set the first.
+Errors that concern one choice (missing logprobs, a violated constraint) name it in `choice_index`.
 """
 
 from __future__ import annotations
@@ -60,11 +59,14 @@ def _constraint_violation(request: request_pb2.Request, index: int, text: str) -
             orjson.loads(text)
         except orjson.JSONDecodeError as exc:
             message = f"the output is not valid JSON under the requested schema: {exc}"
-            return errors_pb2.ResponseError(reason=errors_pb2.ERROR_REASON_CONSTRAINT_VIOLATED, message=message)
+            return errors_pb2.ResponseError(
+                reason=errors_pb2.ERROR_REASON_CONSTRAINT_VIOLATED, message=message, choice_index=index
+            )
     elif kind == "choice" and text not in request.constraint.choice.labels:
         return errors_pb2.ResponseError(
             reason=errors_pb2.ERROR_REASON_CONSTRAINT_VIOLATED,
             message="the reply is not one of the labels",
+            choice_index=index,
         )
     return None
 
@@ -91,12 +93,13 @@ def soft_errors(
                 message=f"input scores were requested but {facts.missing_input_scores}",
             )
         )
-    if request.HasField("logprobs"):
+    if request.HasField("logprob_options"):
         for index in sorted(set(facts.missing_logprobs)):
             out.append(
                 errors_pb2.ResponseError(
                     reason=errors_pb2.ERROR_REASON_MISSING_LOGPROBS,
                     message=f"logprobs were requested but the provider returned none for choice {index}",
+                    choice_index=index,
                 )
             )
     if request.constraint.WhichOneof("kind") is not None:
@@ -111,19 +114,15 @@ def text_of(choice: response_pb2.Choice) -> str:
 
 
 def settle(request: request_pb2.Request, response: response_pb2.Response, facts: Facts) -> None:
-    """Set the soft error of a complete unary response from the lift's facts."""
+    """Set the soft errors of a complete unary response from the lift's facts."""
     constrained = request.constraint.WhichOneof("kind") is not None
     outcomes = [(c.index, c.finish_reason, text_of(c)) for c in response.choices] if constrained else []
-    found = soft_errors(request, facts, outcomes)
-    if found:
-        response.error.CopyFrom(found[0])
+    response.errors.extend(soft_errors(request, facts, outcomes))
 
 
 def settle_stream(
     request: request_pb2.Request, end: stream_pb2.StreamEnd, facts: Facts, texts: Mapping[int, str]
 ) -> None:
-    """Set the soft error of a stream's end from the lifter's facts and each choice's streamed text."""
+    """Set the soft errors of a stream's end from the lifter's facts and each choice's streamed text."""
     outcomes = [(f.choice_index, f.finish_reason, texts.get(f.choice_index, "")) for f in end.finishes]
-    found = soft_errors(request, facts, outcomes)
-    if found:
-        end.error.CopyFrom(found[0])
+    end.errors.extend(soft_errors(request, facts, outcomes))

@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from modelir import errors
+from modelir import errors, stops
 from modelir import logprobs as lp
 from modelir.content_kinds import KINDS, PartBuffer
 from modelir.v1 import content_pb2, logprobs_pb2, response_pb2, stream_pb2
@@ -89,13 +89,11 @@ class StreamAccumulator:
             self._choice(finish.choice_index).finish = finish
         if end.HasField("usage"):
             r.usage.CopyFrom(end.usage)
-        if end.HasField("input_scores"):
-            r.input_scores.CopyFrom(end.input_scores)
+        r.input_scores.extend(end.input_scores)
         r.prompt_token_ids.extend(end.prompt_token_ids)
         if end.HasField("timing"):
             r.timing.CopyFrom(end.timing)
-        if end.HasField("error"):
-            r.error.CopyFrom(end.error)
+        r.errors.extend(end.errors)
         r.warnings.extend(end.warnings)
         if end.HasField("raw"):
             r.raw.CopyFrom(end.raw)
@@ -120,7 +118,7 @@ class StreamAccumulator:
             if buffer.finish is not None:
                 choice.finish_reason = buffer.finish.finish_reason
                 choice.raw_finish_reason = buffer.finish.raw_finish_reason
-                choice.stop_sequence = buffer.finish.stop_sequence
+                stops.copy_stop(buffer.finish, choice)
         return out
 
 
@@ -168,19 +166,21 @@ def events_from_response(response: response_pb2.Response, *, chunk_size: int = 1
             )
     end = stream_pb2.StreamEnd(
         usage=response.usage if response.HasField("usage") else None,
-        input_scores=response.input_scores if response.HasField("input_scores") else None,
+        input_scores=response.input_scores,
         timing=response.timing if response.HasField("timing") else None,
-        error=response.error if response.HasField("error") else None,
+        errors=response.errors,
         raw=response.raw if response.HasField("raw") else None,
     )
     end.prompt_token_ids.extend(response.prompt_token_ids)
     end.warnings.extend(response.warnings)
     for choice in response.choices:
-        end.finishes.add(
-            choice_index=choice.index,
-            finish_reason=choice.finish_reason,
-            raw_finish_reason=choice.raw_finish_reason,
-            stop_sequence=choice.stop_sequence,
+        stops.copy_stop(
+            choice,
+            end.finishes.add(
+                choice_index=choice.index,
+                finish_reason=choice.finish_reason,
+                raw_finish_reason=choice.raw_finish_reason,
+            ),
         )
     yield stream_pb2.StreamEvent(end=end)
 

@@ -74,13 +74,13 @@ def _problems(req: request_pb2.Request) -> Iterator[tuple[str, str]]:
 
     yield from _sampling_problems(req)
 
-    names = [t.name for t in req.tools]
+    names = [t.function.name for t in req.tools]
     for i, tool in enumerate(req.tools):
-        if not tool.name:
+        if not tool.function.name:
             yield f"tools[{i}].name", "Every tool needs a name."
-        elif names.count(tool.name) > 1:
-            yield f"tools[{i}].name", f"The tool name {tool.name!r} is declared more than once."
-        if tool.parameters_json_schema and not _json_object(tool.parameters_json_schema):
+        elif names.count(tool.function.name) > 1:
+            yield f"tools[{i}].name", f"The tool name {tool.function.name!r} is declared more than once."
+        if tool.function.parameters_json_schema and not _json_object(tool.function.parameters_json_schema):
             yield f"tools[{i}].parameters_json_schema", "The parameters schema must be a JSON object."
     choice = req.tool_choice.WhichOneof("choice")
     if choice == "tool_name" and req.tool_choice.tool_name not in names:
@@ -88,11 +88,11 @@ def _problems(req: request_pb2.Request) -> Iterator[tuple[str, str]]:
     if choice is not None and not req.tools:
         yield "tool_choice", "A tool choice needs declared tools."
 
-    if req.HasField("reasoning"):
-        amount = req.reasoning.WhichOneof("amount")
-        if amount == "budget_tokens" and req.reasoning.budget_tokens <= 0:
+    if req.HasField("reasoning_controls"):
+        amount = req.reasoning_controls.WhichOneof("amount")
+        if amount == "budget_tokens" and req.reasoning_controls.budget_tokens <= 0:
             yield "reasoning.budget_tokens", "A reasoning budget must be positive."
-        if amount == "effort" and req.reasoning.effort == request_pb2.REASONING_EFFORT_UNSPECIFIED:
+        if amount == "effort" and req.reasoning_controls.effort == request_pb2.REASONING_EFFORT_UNSPECIFIED:
             yield "reasoning.effort", "Give an effort level, or leave `amount` unset."
 
     yield from _constraint_problems(req)
@@ -101,24 +101,32 @@ def _problems(req: request_pb2.Request) -> Iterator[tuple[str, str]]:
         yield "fim", "Fill-in-the-middle takes a raw prompt as its prefix."
     if req.prefill and input_kind != "conversation":
         yield "prefill", "A prefill continues an assistant turn, so it needs a conversation."
-    if req.HasField("logprobs") and req.logprobs.top_k < 0:
+    if req.HasField("logprob_options") and req.logprob_options.top_logprob_count < 0:
         yield "logprobs.top_k", "top_k is never negative."
     if req.HasField("input_scoring"):
         scoring = req.input_scoring
-        if scoring.top_k < 0:
+        if scoring.top_logprob_count < 0:
             yield "input_scoring.top_k", "top_k is never negative."
-        span = scoring.WhichOneof("continuation")
-        if span == "continuation_text" and input_kind == "token_ids":
-            yield "input_scoring.continuation_text", "Token input takes a continuation of token ids."
-        if span == "continuation_tokens" and input_kind != "token_ids":
-            yield "input_scoring.continuation_tokens", "Text input takes a continuation of text."
-        if span == "continuation_text" and not scoring.continuation_text:
-            yield "input_scoring.continuation_text", "An empty continuation has nothing to score."
-    if req.HasField("provider_options"):
-        if not req.provider_options.transport:
-            yield "provider_options.transport", "Name the transport the options are for."
-        if not _json_object(req.provider_options.options_json):
-            yield "provider_options.options_json", "Provider options must be a JSON object."
+        for i, span in enumerate(scoring.continuations):
+            where, kind = f"input_scoring.continuations[{i}]", span.WhichOneof("content")
+            if kind is None:
+                yield where, "A continuation is text or token ids."
+            if kind == "text" and input_kind == "token_ids":
+                yield f"{where}.text", "Token input takes a continuation of token ids."
+            if kind == "token_ids" and input_kind != "token_ids":
+                yield f"{where}.token_ids", "Text input takes a continuation of text."
+            if (kind == "text" and not span.text) or (kind == "token_ids" and not span.token_ids.ids):
+                yield where, "An empty continuation has nothing to score."
+    seen: set[str] = set()
+    for i, options in enumerate(req.provider_options):
+        where = f"provider_options[{i}]"
+        if not options.transport:
+            yield f"{where}.transport", "Name the transport the options are for."
+        elif options.transport in seen:
+            yield f"{where}.transport", f"Two entries for {options.transport!r}: give one per transport."
+        seen.add(options.transport)
+        if not _json_object(options.options_json):
+            yield f"{where}.options_json", "Provider options must be a JSON object."
     if req.HasField("timeout") and (req.timeout.seconds < 0 or req.timeout.nanos < 0):
         yield "timeout", "A timeout is never negative."
 
@@ -176,7 +184,7 @@ def _conversation_problems(conversation: request_pb2.Conversation) -> Iterator[t
             for path, description in content_kinds.part_problems(part, message.role):
                 yield f"{where}.parts[{j}]" + (f".{path}" if path else ""), description
             for k, artifact in enumerate(part.artifacts):
-                if artifact.kind == content_pb2.REASONING_ARTIFACT_KIND_UNSPECIFIED:
+                if artifact.kind == content_pb2.OPAQUE_ARTIFACT_KIND_UNSPECIFIED:
                     yield f"{where}.parts[{j}].artifacts[{k}].kind", "Every artifact has a kind."
                 if not artifact.issuer.transport:
                     yield f"{where}.parts[{j}].artifacts[{k}].issuer", "Every artifact names its issuer."

@@ -70,7 +70,7 @@ async def call_to_record(
         telemetry.fill_provenance(record.provenance, seen)
         return record
     record.response.CopyFrom(response)
-    record.status = record_pb2.RECORD_STATUS_PARTIAL if response.HasField("error") else record_pb2.RECORD_STATUS_OK
+    record.status = record_pb2.RECORD_STATUS_PARTIAL if bool(response.errors) else record_pb2.RECORD_STATUS_OK
     record.provenance.provider_model = response.model
     record.provenance.end_time.CopyFrom(_now())
     record.provenance.attempt_count = previous_attempts + (response.timing.attempt_count or 1)

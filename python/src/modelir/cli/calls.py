@@ -93,7 +93,7 @@ async def _generate(args: argparse.Namespace) -> int:
     usage = response.usage
     print(
         f"[usage] input={usage.input_token_count} output={usage.output_token_count}"
-        + (f" error={response.error.message}" if response.HasField("error") else ""),
+        + (f" error={response.errors[0].message}" if bool(response.errors) else ""),
         file=sys.stderr,
     )
     return 0

@@ -43,8 +43,8 @@ _STOP_REASONS: dict[int, StopReason] = {
 
 def to_output(response: response_pb2.Response, model: str) -> ModelOutput:
     choices = [_choice(choice, response.model or model) for choice in response.choices]
-    if response.HasField("input_scores") and choices:
-        choices[0].prompt_logprobs = _logprobs(response.input_scores.tokens)
+    if bool(response.input_scores) and choices:
+        choices[0].prompt_logprobs = _logprobs(response.input_scores[0].tokens)
     u = response.usage
     usage = None
     if u.HasField("input_token_count") or u.HasField("output_token_count"):
@@ -62,7 +62,7 @@ def to_output(response: response_pb2.Response, model: str) -> ModelOutput:
         usage=usage,
         response_id=response.id or None,
         # A soft error keeps the partial output and says what went wrong.
-        error=response.error.message if response.HasField("error") else None,
+        error=response.errors[0].message if bool(response.errors) else None,
     )
 
 
@@ -76,7 +76,7 @@ def _choice(choice: response_pb2.Choice, model: str) -> ChatCompletionChoice:
             internal: JsonValue = {PART_KEY: encode_part(part)} if part.artifacts or part.item_id else None
             content.append(ContentText(text=part.text, internal=internal))
         elif kind == "reasoning":
-            redacted = any(a.kind == content_pb2.REASONING_ARTIFACT_KIND_REDACTED_DATA for a in part.artifacts)
+            redacted = any(a.kind == content_pb2.OPAQUE_ARTIFACT_KIND_REDACTED_DATA for a in part.artifacts)
             content.append(
                 ContentReasoning(
                     reasoning=part.reasoning.text,
@@ -115,14 +115,14 @@ def _tool_call(call: content_pb2.ToolCall) -> ToolCall:
 
 
 def _logprobs(columns: logprobs_pb2.TokenLogprobs) -> Logprobs:
-    token_bytes = lp.token_byte_slices(columns) if columns.token_byte_offsets else [None] * len(columns.logprobs)
+    token_bytes = lp.token_byte_slices(columns) if columns.token_byte_offsets else [None] * len(columns.token_logprobs)
     top_bytes: list[bytes | None] = [None] * len(columns.top_logprobs)
     if columns.top_token_byte_offsets:
         ends = [*columns.top_token_byte_offsets[1:], len(columns.top_token_bytes)]
         top_bytes = [columns.top_token_bytes[s:e] for s, e in zip(columns.top_token_byte_offsets, ends, strict=True)]
     content = []
     start = 0
-    for i, logprob in enumerate(columns.logprobs):
+    for i, logprob in enumerate(columns.token_logprobs):
         count = columns.top_counts[i] if columns.top_counts else 0
         tops = [
             TopLogprob(token=columns.top_tokens[j], logprob=columns.top_logprobs[j], bytes=_byte_list(top_bytes[j]))

@@ -137,23 +137,23 @@ def _apply_config(request: request_pb2.Request, config: GenerateConfig) -> None:
     if config.stop_seqs:
         s.stop.extend(config.stop_seqs)
     if config.logprobs or config.top_logprobs:
-        request.logprobs.top_k = config.top_logprobs or 0
+        request.logprob_options.top_logprob_count = config.top_logprobs or 0
     if config.reasoning_effort is not None:
         if config.reasoning_effort not in _EFFORTS:
             raise _unsupported(
                 request.model, [f"GenerateConfig.reasoning_effort {config.reasoning_effort!r} is not an IR level"]
             )
-        request.reasoning.effort = _EFFORTS[config.reasoning_effort]
-        request.reasoning.include_thoughts = True  # Inspect shows the reasoning and hands it back next turn
+        request.reasoning_controls.effort = _EFFORTS[config.reasoning_effort]
+        request.reasoning_controls.include_thoughts = True  # Inspect shows the reasoning and hands it back next turn
     if config.reasoning_tokens is not None:
         if config.reasoning_effort is not None:
             raise _unsupported(
                 request.model, ["the IR takes a reasoning effort or a token budget, not both: set one of them"]
             )
-        request.reasoning.budget_tokens = config.reasoning_tokens
-        request.reasoning.include_thoughts = True
+        request.reasoning_controls.budget_tokens = config.reasoning_tokens
+        request.reasoning_controls.include_thoughts = True
     if config.reasoning_summary not in (None, "none"):
-        request.reasoning.summary = _SUMMARIES[config.reasoning_summary]
+        request.reasoning_controls.summary = _SUMMARIES[config.reasoning_summary]
     if config.response_schema is not None:
         request.constraint.json_schema.schema_json = config.response_schema.json_schema.model_dump_json(
             exclude_none=True
@@ -229,9 +229,9 @@ def _reasoning_part(item: ContentReasoning, model: str | None) -> content_pb2.Pa
     if item.redacted or item.signature:
         # Issued by a model outside modelir: an artifact of a foreign issuer, for the artifact policy to judge.
         part.artifacts.add(
-            kind=content_pb2.REASONING_ARTIFACT_KIND_REDACTED_DATA
+            kind=content_pb2.OPAQUE_ARTIFACT_KIND_REDACTED_DATA
             if item.redacted
-            else content_pb2.REASONING_ARTIFACT_KIND_SIGNATURE,
+            else content_pb2.OPAQUE_ARTIFACT_KIND_SIGNATURE,
             data=(item.reasoning if item.redacted else item.signature or "").encode(),
             issuer=content_pb2.Issuer(transport="inspect", model=model or ""),
         )

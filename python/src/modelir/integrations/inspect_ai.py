@@ -86,6 +86,6 @@ class ModelirAPI(ModelAPI):
         model = (await self._model()).model
         request = to_request(self.model_name, input, tools, tool_choice, config)
         response = await model.arun(request)
-        if response.HasField("error") and not response.choices:
-            raise errors.ModelError(f"{self.model_name}: {response.error.message}")
+        if bool(response.errors) and not response.choices:
+            raise errors.ModelError(f"{self.model_name}: {response.errors[0].message}")
         return to_output(response, self.model_name)

@@ -146,16 +146,16 @@ class ModelirLM(LM):
 
     async def _loglikelihood(self, context: str, continuation: str) -> tuple[float, bool]:
         request = build_request(self.model_name, prompt=context, max_output_tokens=1)
-        request.input_scoring.continuation_text = continuation
-        request.input_scoring.top_k = 1
-        scores = (await self._scored(request)).input_scores
+        request.input_scoring.continuations.add(text=continuation)
+        request.input_scoring.top_logprob_count = 1
+        scores = (await self._scored(request)).input_scores[0]
         return scores.logprob_sum, _greedy(scores.tokens)
 
     async def _rolling(self, text: str) -> float:
         request = build_request(self.model_name, prompt=text, max_output_tokens=1)
         request.input_scoring.SetInParent()
-        scores = (await self._scored(request)).input_scores
-        unscored_bytes = len(text.encode()) - scores.byte_count
+        scores = (await self._scored(request)).input_scores[0]
+        unscored_bytes = len(text.encode()) - scores.scored_byte_count
         if unscored_bytes and not self._warned_unscored:
             # No BOS in front, or a wire that gives the first prompt token no logprob (OpenAI's echo convention).
             self._warned_unscored = True
@@ -169,8 +169,8 @@ class ModelirLM(LM):
 
     async def _scored(self, request: request_pb2.Request) -> response_pb2.Response:
         response = await self.model.arun(request)
-        if response.HasField("error"):
-            raise errors.ModelError(f"{self.model_name}: input scoring failed: {response.error.message}")
+        if bool(response.errors):
+            raise errors.ModelError(f"{self.model_name}: input scoring failed: {response.errors[0].message}")
         return response
 
     async def _generate(self, context: str, gen_kwargs: dict[str, Any]) -> str:
@@ -201,8 +201,8 @@ class ModelirLM(LM):
         limit = self._manifest.limits.max_stop_sequences or len(until)
         s.stop.extend(until[:limit])
         response = await self.model.arun(request)
-        if response.HasField("error"):
-            raise errors.ModelError(f"{self.model_name}: generation failed: {response.error.message}")
+        if bool(response.errors):
+            raise errors.ModelError(f"{self.model_name}: generation failed: {response.errors[0].message}")
         text = "".join(p.text for p in response.choices[0].message.parts if p.WhichOneof("content") == "text")
         return _cut_at_first(text, until)
 
@@ -235,10 +235,10 @@ class ModelirLM(LM):
 
 def _greedy(tokens: logprobs_pb2.TokenLogprobs) -> bool:
     """Whether each scored token was the most likely one at its position (by the top-1 alternative)."""
-    if len(tokens.top_counts) != len(tokens.logprobs):
+    if len(tokens.top_counts) != len(tokens.token_logprobs):
         raise errors.ModelError("the model returned no top-1 alternatives for the scored tokens")
     start = 0
-    for logprob, count in zip(tokens.logprobs, tokens.top_counts, strict=True):
+    for logprob, count in zip(tokens.token_logprobs, tokens.top_counts, strict=True):
         best = max(tokens.top_logprobs[start : start + count], default=-math.inf)
         start += count
         if logprob < best - _GREEDY_TOLERANCE:

@@ -176,7 +176,7 @@ class Call:
             response.model,
             [c.finish_reason for c in response.choices],
             response.usage,
-            response.error if response.HasField("error") else None,
+            response.errors[0] if bool(response.errors) else None,
             response.timing,
             response.choices,
         )
@@ -207,7 +207,7 @@ class Call:
                 end.model or self._started_as[1],
                 [f.finish_reason for f in end.finishes],
                 end.usage,
-                end.error if end.HasField("error") else None,
+                end.errors[0] if bool(end.errors) else None,
                 end.timing,
                 choices,
             )

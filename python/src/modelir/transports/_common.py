@@ -46,10 +46,12 @@ def parse_json(body: bytes, what: str) -> Any:
         raise errors.MalformedResponseError(f"the provider's {what} is not valid JSON: {exc}") from None
 
 
-def provider_options(request: request_pb2.Request) -> dict[str, Any]:
-    if not request.HasField("provider_options"):
-        return {}
-    return orjson.loads(request.provider_options.options_json)
+def provider_options(request: request_pb2.Request, transport: str) -> dict[str, Any]:
+    """The request's provider options for `transport` (entries for other transports are for fallbacks)."""
+    for entry in request.provider_options:
+        if entry.transport == transport:
+            return orjson.loads(entry.options_json or b"{}")
+    return {}
 
 
 def json_object(text: str) -> Any:

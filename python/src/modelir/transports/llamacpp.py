@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from modelir import errors, soft_errors
+from modelir import errors, soft_errors, stops
 from modelir import logprobs as lp
 from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
@@ -110,7 +110,7 @@ class LlamaCpp(HttpTransport):
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []
         if request.WhichOneof("input") == "conversation":
-            if request.logprobs.basis == logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING:
+            if request.logprob_options.basis == logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING:
                 reasons.append("Post-sampling logprobs come from the native /completion endpoint; send a raw prompt.")
             if request.sampling.HasField("max_output_tokens") and request.sampling.max_output_tokens == 0:
                 reasons.append("llama-server still generates a token when asked for none (max_output_tokens 0).")
@@ -128,13 +128,13 @@ class LlamaCpp(HttpTransport):
         if request.sampling.HasField("max_output_tokens"):
             body["n_predict"] = request.sampling.max_output_tokens
         _sampling(request, body)
-        if request.HasField("logprobs"):
-            body["n_probs"] = max(request.logprobs.top_k, 1)
-            if request.logprobs.basis == logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING:
+        if request.HasField("logprob_options"):
+            body["n_probs"] = max(request.logprob_options.top_logprob_count, 1)
+            if request.logprob_options.basis == logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING:
                 body["post_sampling_probs"] = True
         if stream:
             body["stream"] = True
-        body.update(common.provider_options(request))
+        body.update(common.provider_options(request, self.name))
         return HttpRequest("POST", "/completion", orjson.dumps(body), JSON_HEADERS, "sse" if stream else None)
 
     # ---- lift --------------------------------------------------------------------------------------
@@ -150,11 +150,11 @@ class LlamaCpp(HttpTransport):
         _finish(choice, body)
         probabilities = body.get("completion_probabilities")
         facts = soft_errors.Facts()
-        if request.HasField("logprobs"):
+        if request.HasField("logprob_options"):
             if probabilities is None:
                 facts.lack_logprobs(0)
             else:
-                _columns(probabilities, request.logprobs.top_k, choice.logprobs)
+                _columns(probabilities, request.logprob_options.top_logprob_count, choice.logprobs)
         _usage_and_timing(body, out)
         soft_errors.settle(request, out, facts)
         return out
@@ -192,7 +192,7 @@ class LlamaCpp(HttpTransport):
         raw = [bytes(p["piece"]) if isinstance(p["piece"], list) else p["piece"].encode() for p in pieces]
         out = service_pb2.TokenizeResponse(
             token_ids=[p["id"] for p in pieces],
-            pieces=[
+            tokens=[
                 p["piece"] if isinstance(p["piece"], str) else b.decode("utf-8", "replace")
                 for p, b in zip(pieces, raw, strict=True)
             ],
@@ -227,7 +227,7 @@ def _finish(choice: response_pb2.Choice, body: dict[str, Any]) -> None:
         stop_type, response_pb2.FINISH_REASON_OTHER if stop_type else response_pb2.FINISH_REASON_UNSPECIFIED
     )
     if stop_type == "word":
-        choice.stop_sequence = body.get("stopping_word") or ""
+        stops.set_stop(choice, body.get("stopping_word"))
 
 
 def _probability_log(value: float) -> float:
@@ -289,8 +289,8 @@ class _CompletionStreamLifter(StreamLifter):
         probabilities = data.get("completion_probabilities")
         if probabilities is not None:
             self.saw_probabilities = True
-            if self.request.HasField("logprobs") and probabilities:
-                _columns(probabilities, self.request.logprobs.top_k, delta.delta.logprobs)
+            if self.request.HasField("logprob_options") and probabilities:
+                _columns(probabilities, self.request.logprob_options.top_logprob_count, delta.delta.logprobs)
         out.append(delta)
         if data.get("stop"):
             self.final = data
@@ -304,11 +304,13 @@ class _CompletionStreamLifter(StreamLifter):
             choice = settled.choices.add()
             _finish(choice, self.final)
             _usage_and_timing(self.final, settled)
-            end.finishes.add(
-                choice_index=0,
-                finish_reason=choice.finish_reason,
-                raw_finish_reason=choice.raw_finish_reason,
-                stop_sequence=choice.stop_sequence,
+            stops.copy_stop(
+                choice,
+                end.finishes.add(
+                    choice_index=0,
+                    finish_reason=choice.finish_reason,
+                    raw_finish_reason=choice.raw_finish_reason,
+                ),
             )
             end.usage.CopyFrom(settled.usage)
             end.model = self.final.get("model") or ""  # only the last event names the model

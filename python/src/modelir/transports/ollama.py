@@ -68,10 +68,10 @@ class Ollama(HttpTransport):
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []
-        if request.HasField("reasoning"):
-            if request.reasoning.summary:
+        if request.HasField("reasoning_controls"):
+            if request.reasoning_controls.summary:
                 reasons.append("Ollama returns thinking text, not summaries (reasoning.summary).")
-            if request.reasoning.effort == request_pb2.REASONING_EFFORT_MINIMAL:
+            if request.reasoning_controls.effort == request_pb2.REASONING_EFFORT_MINIMAL:
                 reasons.append("Ollama's thinking levels are low, medium and high (not minimal).")
         for i, message in enumerate(request.conversation.messages):
             for j, part in enumerate(message.parts):
@@ -108,19 +108,19 @@ class Ollama(HttpTransport):
             body["format"] = orjson.loads(request.constraint.json_schema.schema_json)
         elif kind == "choice":
             body["format"] = {"enum": list(request.constraint.choice.labels)}
-        if request.HasField("reasoning"):
-            amount = request.reasoning.WhichOneof("amount")
-            if amount == "effort" and request.reasoning.effort == request_pb2.REASONING_EFFORT_NONE:
+        if request.HasField("reasoning_controls"):
+            amount = request.reasoning_controls.WhichOneof("amount")
+            if amount == "effort" and request.reasoning_controls.effort == request_pb2.REASONING_EFFORT_NONE:
                 body["think"] = False
             elif amount == "effort":
-                body["think"] = _EFFORT[request.reasoning.effort]
+                body["think"] = _EFFORT[request.reasoning_controls.effort]
             else:
                 body["think"] = True
-        if request.HasField("logprobs"):
+        if request.HasField("logprob_options"):
             body["logprobs"] = True
-            if request.logprobs.top_k:
-                body["top_logprobs"] = request.logprobs.top_k
-        for key, value in common.provider_options(request).items():
+            if request.logprob_options.top_logprob_count:
+                body["top_logprobs"] = request.logprob_options.top_logprob_count
+        for key, value in common.provider_options(request, self.name).items():
             (body if key in _OPTION_KEYS else options)[key] = value
         if options:
             body["options"] = options
@@ -212,9 +212,12 @@ def _messages(request: request_pb2.Request) -> list[dict[str, Any]]:
 
 
 def _tool(tool: request_pb2.Tool) -> dict[str, Any]:
-    function: dict[str, Any] = {"name": tool.name, "parameters": common.json_object(tool.parameters_json_schema)}
-    if tool.description:
-        function["description"] = tool.description
+    function: dict[str, Any] = {
+        "name": tool.function.name,
+        "parameters": common.json_object(tool.function.parameters_json_schema),
+    }
+    if tool.function.description:
+        function["description"] = tool.function.description
     return {"type": "function", "function": function}
 
 
@@ -337,7 +340,7 @@ class _NdjsonStreamLifter(StreamLifter):
             facts.cut_short = "the stream ended before its done line; the output is partial"
         facts.provider_error = self.error
         soft_errors.settle(self.request, settled, facts)
-        if settled.HasField("error"):
-            end.error.CopyFrom(settled.error)
+        if bool(settled.errors):
+            end.errors.extend(settled.errors)
         out.append(stream_pb2.StreamEvent(end=end))
         return out

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from modelir import content_kinds, soft_errors
+from modelir import content_kinds, continuations, soft_errors, stops
 from modelir import logprobs as lp
 from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
@@ -90,13 +90,13 @@ class SGLang(HttpTransport):
             params["json_schema"] = request.constraint.json_schema.schema_json
         elif kind == "grammar":
             params["ebnf"] = request.constraint.grammar.text
-        options = common.provider_options(request)
+        options = common.provider_options(request, self.name)
         params.update({k: v for k, v in options.items() if k in _SAMPLING_OPTION_KEYS})
         body["sampling_params"] = params
-        if request.HasField("logprobs") or request.HasField("input_scoring"):
+        if request.HasField("logprob_options") or request.HasField("input_scoring"):
             body["return_logprob"] = True
             body["return_text_in_logprobs"] = True
-            top_k = max(request.logprobs.top_k, request.input_scoring.top_k)
+            top_k = max(request.logprob_options.top_logprob_count, request.input_scoring.top_logprob_count)
             if top_k:
                 body["top_logprobs_num"] = top_k
         if request.HasField("input_scoring"):
@@ -124,14 +124,14 @@ class SGLang(HttpTransport):
             choice.message.role = content_pb2.ROLE_ASSISTANT
             choice.message.parts.add(text=answer.get("text") or "")
             _finish(choice, meta.get("finish_reason"), request.sampling.stop_token_ids)
-            if request.HasField("logprobs"):
+            if request.HasField("logprob_options"):
                 if meta.get("output_token_logprobs") is None:
                     facts.lack_logprobs(index)
                 else:
                     _columns(
                         meta["output_token_logprobs"],
                         meta.get("output_top_logprobs"),
-                        request.logprobs.top_k,
+                        request.logprob_options.top_logprob_count,
                         choice.logprobs,
                     )
             if index == 0 and request.HasField("input_scoring") and not _input_scores(request, meta, out):
@@ -147,12 +147,9 @@ class SGLang(HttpTransport):
 def _continuation(request: request_pb2.Request) -> Any:
     if not request.HasField("input_scoring"):
         return "" if request.WhichOneof("input") != "token_ids" else []
-    kind = request.input_scoring.WhichOneof("continuation")
-    if kind == "continuation_text":
-        return request.input_scoring.continuation_text
-    if kind == "continuation_tokens":
-        return list(request.input_scoring.continuation_tokens.ids)
-    return "" if request.WhichOneof("input") != "token_ids" else []
+    if (ids := continuations.first_tokens(request)) is not None:
+        return ids
+    return continuations.first_text(request) if request.WhichOneof("input") != "token_ids" else []
 
 
 def _finish(choice: response_pb2.Choice, reason: Any, stop_token_ids) -> None:
@@ -171,7 +168,7 @@ def _finish(choice: response_pb2.Choice, reason: Any, stop_token_ids) -> None:
         # did not list as a stop token is the natural end of the sequence.
         if isinstance(matched, str) or (isinstance(matched, int) and matched in stop_token_ids):
             choice.finish_reason = response_pb2.FINISH_REASON_STOP_SEQUENCE
-            choice.stop_sequence = str(matched)
+            stops.set_stop(choice, matched)
         else:
             choice.finish_reason = response_pb2.FINISH_REASON_STOP
     else:
@@ -218,13 +215,13 @@ def _input_scores(request: request_pb2.Request, meta: dict[str, Any], out: respo
         first += 1
         unscored += 1
     scored = triples[first:]
-    scores = out.input_scores
-    _columns(scored, (tops or [])[first:] if tops else None, request.input_scoring.top_k, scores.tokens)
+    scores = out.input_scores.add()
+    _columns(scored, (tops or [])[first:] if tops else None, request.input_scoring.top_logprob_count, scores.tokens)
     text = "".join(t[2] or "" for t in scored)
     scores.logprob_sum = float(sum(t[0] for t in scored))
-    scores.token_count = len(scored)
-    scores.byte_count = len(text.encode())
-    scores.char_count = len(text)
+    scores.scored_token_count = len(scored)
+    scores.scored_byte_count = len(text.encode())
+    scores.scored_char_count = len(text)
     scores.unscored_token_count = unscored
     return True
 
@@ -278,7 +275,7 @@ class _GenerateStreamLifter(StreamLifter):
         self.texts[index] = so_far + piece
         event_out = self.parts.delta(index, "text", text=piece)
         delta = event_out.delta
-        if self.request.HasField("logprobs") and meta.get("output_token_logprobs") is not None:
+        if self.request.HasField("logprob_options") and meta.get("output_token_logprobs") is not None:
             triples = meta["output_token_logprobs"]
             tops = meta.get("output_top_logprobs")
             seen = self.logprob_counts.get(index, 0)
@@ -287,7 +284,7 @@ class _GenerateStreamLifter(StreamLifter):
                 new_tops = tops[seen:] if tops is not None else None
                 self.logprob_counts[index] = len(triples)
                 if new:
-                    _columns(new, new_tops, self.request.logprobs.top_k, delta.logprobs)
+                    _columns(new, new_tops, self.request.logprob_options.top_logprob_count, delta.logprobs)
         out.append(event_out)
         self.metas[index] = meta
         return out
@@ -297,11 +294,13 @@ class _GenerateStreamLifter(StreamLifter):
         for index in sorted(self.metas):
             choice = response_pb2.Choice()
             _finish(choice, self.metas[index].get("finish_reason"), self.request.sampling.stop_token_ids)
-            end.finishes.add(
-                choice_index=index,
-                finish_reason=choice.finish_reason,
-                raw_finish_reason=choice.raw_finish_reason,
-                stop_sequence=choice.stop_sequence,
+            stops.copy_stop(
+                choice,
+                end.finishes.add(
+                    choice_index=index,
+                    finish_reason=choice.finish_reason,
+                    raw_finish_reason=choice.raw_finish_reason,
+                ),
             )
         settled = response_pb2.Response()
         _usage([{"meta_info": m} for _, m in sorted(self.metas.items())], settled)

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from modelir import logprobs as lp
+from modelir import stops
 from modelir.soft_errors import Facts
 from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter
@@ -71,17 +72,18 @@ def _extras(request: request_pb2.Request, body: dict[str, Any]) -> None:
     elif kind == "json_schema":
         body.pop("response_format", None)
         body["structured_outputs"] = {"json": orjson.loads(request.constraint.json_schema.schema_json)}
-    if request.logprobs.require_token_ids:
+    if request.logprob_options.require_token_ids:
         body["return_tokens_as_token_ids"] = True
-    if request.logprobs.require_token_ids or request.HasField("input_scoring"):
+    if request.logprob_options.require_token_ids or request.HasField("input_scoring"):
         body["return_token_ids"] = True
 
 
-def _finish(raw_reason: str | None, stop: Any) -> tuple[response_pb2.FinishReason.ValueType, str, str]:
-    """`stop_reason` names the stop string or token id that ended a choice (null for EOS)."""
-    if stop is not None and raw_reason == "stop":
-        return response_pb2.FINISH_REASON_STOP_SEQUENCE, raw_reason, str(stop)
-    return wire.finish_reason(raw_reason), raw_reason or "", ""
+def _finish(raw_reason: str | None, stop: Any) -> tuple[response_pb2.FinishReason.ValueType, str, stops.Stop]:
+    """`stop_reason` names the stop string (a JSON string) or the stop token id (an integer) that ended a choice
+    (null for EOS)."""
+    if stop is not None and raw_reason == "stop" and isinstance(stop, str | int):
+        return response_pb2.FINISH_REASON_STOP_SEQUENCE, raw_reason, stop
+    return wire.finish_reason(raw_reason), raw_reason or "", None
 
 
 class _Completions(OpenAICompletions):
@@ -108,7 +110,7 @@ class _Completions(OpenAICompletions):
 
     def finish(
         self, raw_reason: str | None, stop_reason: Any = None
-    ) -> tuple[response_pb2.FinishReason.ValueType, str, str]:
+    ) -> tuple[response_pb2.FinishReason.ValueType, str, stops.Stop]:
         return _finish(raw_reason, stop_reason)
 
     def lift_extras(self, request, body, out) -> None:
@@ -126,14 +128,14 @@ class _Chat(OpenAIChat):
         body = super().body(request, stream=stream)
         _extras(request, body)
         if request.HasField("input_scoring"):
-            body["prompt_logprobs"] = request.input_scoring.top_k
-        if request.HasField("reasoning"):
-            body["include_reasoning"] = request.reasoning.include_thoughts
+            body["prompt_logprobs"] = request.input_scoring.top_logprob_count
+        if request.HasField("reasoning_controls"):
+            body["include_reasoning"] = request.reasoning_controls.include_thoughts
         return body
 
     def finish(
         self, raw_reason: str | None, stop_reason: Any = None
-    ) -> tuple[response_pb2.FinishReason.ValueType, str, str]:
+    ) -> tuple[response_pb2.FinishReason.ValueType, str, stops.Stop]:
         return _finish(raw_reason, stop_reason)
 
     def adjust_logprobs(self, logprobs: logprobs_pb2.TokenLogprobs) -> logprobs_pb2.TokenLogprobs:
@@ -148,11 +150,13 @@ class _Chat(OpenAIChat):
         if body.prompt_token_ids:
             out.prompt_token_ids.extend(body.prompt_token_ids)
         if request.HasField("input_scoring"):
-            scores = _prompt_logprob_scores(body.prompt_logprobs, body.prompt_token_ids, request.input_scoring.top_k)
+            scores = _prompt_logprob_scores(
+                body.prompt_logprobs, body.prompt_token_ids, request.input_scoring.top_logprob_count
+            )
             if scores is None:
                 facts.missing_input_scores = "vLLM returned no usable prompt_logprobs"
             else:
-                out.input_scores.CopyFrom(scores)
+                out.input_scores.append(scores)
 
 
 def _chat_token_ids(logprobs: logprobs_pb2.TokenLogprobs) -> None:
@@ -167,10 +171,10 @@ def _chat_token_ids(logprobs: logprobs_pb2.TokenLogprobs) -> None:
 
 def _unclamp_columns(logprobs: logprobs_pb2.TokenLogprobs) -> None:
     # min() over the packed column runs in C; the Python rewrite happens only when a clamp is present.
-    if logprobs.logprobs and min(logprobs.logprobs) <= common.VLLM_MINUS_INFINITY:
-        values = [_unclamp(v) for v in logprobs.logprobs]
-        del logprobs.logprobs[:]
-        logprobs.logprobs.extend(values)
+    if logprobs.token_logprobs and min(logprobs.token_logprobs) <= common.VLLM_MINUS_INFINITY:
+        values = [_unclamp(v) for v in logprobs.token_logprobs]
+        del logprobs.token_logprobs[:]
+        logprobs.token_logprobs.extend(values)
     if logprobs.top_logprobs and min(logprobs.top_logprobs) <= common.VLLM_MINUS_INFINITY:
         values = [_unclamp(v) for v in logprobs.top_logprobs]
         del logprobs.top_logprobs[:]
@@ -226,9 +230,9 @@ def _prompt_logprob_scores(entries, prompt_ids, top_k: int) -> logprobs_pb2.Inpu
     return logprobs_pb2.InputScores(
         tokens=scored,
         logprob_sum=float(sum(values)),
-        token_count=len(ids),
-        byte_count=len(text.encode()),
-        char_count=len(text),
+        scored_token_count=len(ids),
+        scored_byte_count=len(text.encode()),
+        scored_char_count=len(text),
         unscored_token_count=unscored,
     )
 
@@ -267,7 +271,7 @@ class VLLM(HttpTransport):
         if route is self._chat:
             reasons += self._chat.wire_unsupported(request, streaming=streaming)
             if request.HasField("input_scoring"):
-                if request.input_scoring.WhichOneof("continuation"):
+                if request.input_scoring.continuations:
                     reasons.append(
                         "vLLM chat scores the whole rendered prompt (prompt_logprobs); to score a continuation, "
                         "send a raw prompt."
@@ -276,7 +280,7 @@ class VLLM(HttpTransport):
                     reasons.append("vLLM returns prompt_logprobs on unary calls only, not on streams.")
         else:
             reasons += self._completions.wire_unsupported(request, streaming=streaming)
-            if request.HasField("reasoning"):
+            if request.HasField("reasoning_controls"):
                 reasons.append("vLLM's completions endpoint takes no reasoning controls; send a conversation.")
         return reasons
 
@@ -329,5 +333,5 @@ class VLLM(HttpTransport):
                 start += 1
             straddles = start < len(context_ids)
         return service_pb2.TokenizeResponse(
-            token_ids=ids[start:], pieces=pieces[start:] if pieces else [], straddles_context=straddles
+            token_ids=ids[start:], tokens=pieces[start:] if pieces else [], straddles_context=straddles
         )

@@ -36,7 +36,7 @@ class _CapabilityEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Capability
     CAPABILITY_TOKEN_INPUT: _Capability.ValueType  # 3
     """Token ids as input (`Request.token_ids`)."""
     CAPABILITY_IMAGE_INPUT: _Capability.ValueType  # 4
-    """Image and other blob parts in input messages."""
+    """Image blob parts in input messages (the accepted media types are `CapabilityManifest.input_media_types`)."""
     CAPABILITY_TOOLS: _Capability.ValueType  # 5
     """Tool declarations, tool calls and tool results."""
     CAPABILITY_TOOL_CHOICE: _Capability.ValueType  # 6
@@ -97,10 +97,49 @@ class _CapabilityEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Capability
     """Provider options (`Request.provider_options`), for the keys the manifest lists."""
     CAPABILITY_SYSTEM_MESSAGES: _Capability.ValueType  # 34
     """System and developer messages."""
+    CAPABILITY_AUDIO_INPUT: _Capability.ValueType  # 35
+    """Audio blob parts in input messages."""
+    CAPABILITY_VIDEO_INPUT: _Capability.ValueType  # 36
+    """Video blob parts in input messages."""
+    CAPABILITY_DOCUMENT_INPUT: _Capability.ValueType  # 37
+    """Document blob parts (PDF, plain text documents) in input messages."""
+    CAPABILITY_IMAGE_OUTPUT: _Capability.ValueType  # 38
+    """Image output (`Request.output_modalities` with `MODALITY_IMAGE`)."""
+    CAPABILITY_AUDIO_OUTPUT: _Capability.ValueType  # 39
+    """Audio output (`Request.output_modalities` with `MODALITY_AUDIO`)."""
+    CAPABILITY_REASONING_SUMMARY: _Capability.ValueType  # 40
+    """Reasoning summaries (`ReasoningControls.summary`)."""
+    CAPABILITY_LOGIT_BIAS: _Capability.ValueType  # 41
+    """Logit biases (`SamplingParams.logit_bias`)."""
+    CAPABILITY_MIN_OUTPUT_TOKENS: _Capability.ValueType  # 42
+    """A minimum output length (`SamplingParams.min_output_tokens`)."""
+    CAPABILITY_MULTI_TURN_TOKEN_INPUT: _Capability.ValueType  # 43
+    """Assistant turns given back as the token ids they were sampled as (`Message.token_ids`)."""
+    CAPABILITY_PROVIDER_TOOLS: _Capability.ValueType  # 44
+    """Provider-run tools (`Tool.provider`), of the types the manifest lists."""
+    CAPABILITY_ALLOWED_TOOLS: _Capability.ValueType  # 45
+    """Restricting tool calls to a subset of the declared tools (`ToolChoice.allowed_tools`)."""
+    CAPABILITY_PROMPT_CACHE_BREAKPOINTS: _Capability.ValueType  # 46
+    """Prompt-cache breakpoints on parts (`Part.cache_breakpoint`)."""
+    CAPABILITY_CACHED_CONTENT: _Capability.ValueType  # 47
+    """Reading a provider-side prompt cache (`Request.cached_content`)."""
+    CAPABILITY_CONSTRAINT_JSON_OBJECT: _Capability.ValueType  # 48
+    """A JSON object constraint with no schema (`Constraint.json_object`)."""
+    CAPABILITY_TOKENIZE_CONVERSATION: _Capability.ValueType  # 49
+    """Tokenizing a conversation through the model's chat template (`TokenizeRequest.conversation`)."""
+    CAPABILITY_SERVER_TOOL_REPLAY: _Capability.ValueType  # 50
+    """Replaying provider-run tool calls and their results, and provider parts, to their issuer
+    (`Part.server_tool_call`, `Part.server_tool_result`, `Part.provider_part` in the input).
+    """
 
 class Capability(_Capability, metaclass=_CapabilityEnumTypeWrapper):
     """A feature of the IR that a transport and model may honour. A request that needs a capability its model's
     manifest lacks is rejected before any network call.
+
+    An open enum that grows additively: new capabilities are added in minor versions as the IR grows; existing
+    values never change meaning. A receiver that does not know a value in a manifest ignores it (it cannot have
+    asked for the feature); the SDK computes a request's needs with its own catalog, so an older client never
+    sends a need it cannot name.
     """
 
 CAPABILITY_UNSPECIFIED: Capability.ValueType  # 0
@@ -112,7 +151,7 @@ CAPABILITY_CHAT: Capability.ValueType  # 2
 CAPABILITY_TOKEN_INPUT: Capability.ValueType  # 3
 """Token ids as input (`Request.token_ids`)."""
 CAPABILITY_IMAGE_INPUT: Capability.ValueType  # 4
-"""Image and other blob parts in input messages."""
+"""Image blob parts in input messages (the accepted media types are `CapabilityManifest.input_media_types`)."""
 CAPABILITY_TOOLS: Capability.ValueType  # 5
 """Tool declarations, tool calls and tool results."""
 CAPABILITY_TOOL_CHOICE: Capability.ValueType  # 6
@@ -173,6 +212,40 @@ CAPABILITY_PROVIDER_OPTIONS: Capability.ValueType  # 33
 """Provider options (`Request.provider_options`), for the keys the manifest lists."""
 CAPABILITY_SYSTEM_MESSAGES: Capability.ValueType  # 34
 """System and developer messages."""
+CAPABILITY_AUDIO_INPUT: Capability.ValueType  # 35
+"""Audio blob parts in input messages."""
+CAPABILITY_VIDEO_INPUT: Capability.ValueType  # 36
+"""Video blob parts in input messages."""
+CAPABILITY_DOCUMENT_INPUT: Capability.ValueType  # 37
+"""Document blob parts (PDF, plain text documents) in input messages."""
+CAPABILITY_IMAGE_OUTPUT: Capability.ValueType  # 38
+"""Image output (`Request.output_modalities` with `MODALITY_IMAGE`)."""
+CAPABILITY_AUDIO_OUTPUT: Capability.ValueType  # 39
+"""Audio output (`Request.output_modalities` with `MODALITY_AUDIO`)."""
+CAPABILITY_REASONING_SUMMARY: Capability.ValueType  # 40
+"""Reasoning summaries (`ReasoningControls.summary`)."""
+CAPABILITY_LOGIT_BIAS: Capability.ValueType  # 41
+"""Logit biases (`SamplingParams.logit_bias`)."""
+CAPABILITY_MIN_OUTPUT_TOKENS: Capability.ValueType  # 42
+"""A minimum output length (`SamplingParams.min_output_tokens`)."""
+CAPABILITY_MULTI_TURN_TOKEN_INPUT: Capability.ValueType  # 43
+"""Assistant turns given back as the token ids they were sampled as (`Message.token_ids`)."""
+CAPABILITY_PROVIDER_TOOLS: Capability.ValueType  # 44
+"""Provider-run tools (`Tool.provider`), of the types the manifest lists."""
+CAPABILITY_ALLOWED_TOOLS: Capability.ValueType  # 45
+"""Restricting tool calls to a subset of the declared tools (`ToolChoice.allowed_tools`)."""
+CAPABILITY_PROMPT_CACHE_BREAKPOINTS: Capability.ValueType  # 46
+"""Prompt-cache breakpoints on parts (`Part.cache_breakpoint`)."""
+CAPABILITY_CACHED_CONTENT: Capability.ValueType  # 47
+"""Reading a provider-side prompt cache (`Request.cached_content`)."""
+CAPABILITY_CONSTRAINT_JSON_OBJECT: Capability.ValueType  # 48
+"""A JSON object constraint with no schema (`Constraint.json_object`)."""
+CAPABILITY_TOKENIZE_CONVERSATION: Capability.ValueType  # 49
+"""Tokenizing a conversation through the model's chat template (`TokenizeRequest.conversation`)."""
+CAPABILITY_SERVER_TOOL_REPLAY: Capability.ValueType  # 50
+"""Replaying provider-run tool calls and their results, and provider parts, to their issuer
+(`Part.server_tool_call`, `Part.server_tool_result`, `Part.provider_part` in the input).
+"""
 Global___Capability: _TypeAlias = Capability  # noqa: Y015
 
 @_typing.final
@@ -186,6 +259,9 @@ class ModelLimits(_message.Message):
     MAX_STOP_SEQUENCES_FIELD_NUMBER: _builtins.int
     MAX_OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
     CONTEXT_WINDOW_TOKENS_FIELD_NUMBER: _builtins.int
+    MIN_REASONING_BUDGET_TOKENS_FIELD_NUMBER: _builtins.int
+    MAX_REASONING_BUDGET_TOKENS_FIELD_NUMBER: _builtins.int
+    MAX_INPUT_TOKENS_FIELD_NUMBER: _builtins.int
     max_top_logprobs: _builtins.int
     """The most alternatives per position in top-k logprobs."""
     max_choices: _builtins.int
@@ -196,6 +272,12 @@ class ModelLimits(_message.Message):
     """The most output tokens per request."""
     context_window_tokens: _builtins.int
     """The most tokens of input plus output the model can attend to."""
+    min_reasoning_budget_tokens: _builtins.int
+    """The fewest reasoning tokens a budget may ask for (`ReasoningControls.budget_tokens`; Anthropic: 1024)."""
+    max_reasoning_budget_tokens: _builtins.int
+    """The most reasoning tokens a budget may ask for."""
+    max_input_tokens: _builtins.int
+    """The most input tokens per request."""
     def __init__(
         self,
         *,
@@ -204,10 +286,13 @@ class ModelLimits(_message.Message):
         max_stop_sequences: _builtins.int = ...,
         max_output_tokens: _builtins.int = ...,
         context_window_tokens: _builtins.int = ...,
+        min_reasoning_budget_tokens: _builtins.int = ...,
+        max_reasoning_budget_tokens: _builtins.int = ...,
+        max_input_tokens: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_window_tokens", b"context_window_tokens", "max_choices", b"max_choices", "max_output_tokens", b"max_output_tokens", "max_stop_sequences", b"max_stop_sequences", "max_top_logprobs", b"max_top_logprobs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_window_tokens", b"context_window_tokens", "max_choices", b"max_choices", "max_input_tokens", b"max_input_tokens", "max_output_tokens", b"max_output_tokens", "max_reasoning_budget_tokens", b"max_reasoning_budget_tokens", "max_stop_sequences", b"max_stop_sequences", "max_top_logprobs", b"max_top_logprobs", "min_reasoning_budget_tokens", b"min_reasoning_budget_tokens"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -226,6 +311,9 @@ class CapabilityManifest(_message.Message):
     GRAMMAR_DIALECTS_FIELD_NUMBER: _builtins.int
     PROVIDER_OPTION_KEYS_FIELD_NUMBER: _builtins.int
     LOGPROB_BASES_FIELD_NUMBER: _builtins.int
+    INPUT_MEDIA_TYPES_FIELD_NUMBER: _builtins.int
+    PROVIDER_TOOL_TYPES_FIELD_NUMBER: _builtins.int
+    OUTPUT_MODALITIES_FIELD_NUMBER: _builtins.int
     transport: _builtins.str
     """The transport's name, e.g. `openai_chat`."""
     transport_version: _builtins.str
@@ -250,6 +338,20 @@ class CapabilityManifest(_message.Message):
     def logprob_bases(self) -> _containers.RepeatedScalarFieldContainer[_logprobs_pb2.LogprobBasis.ValueType]:
         """The logprob bases a request may ask for (`LogprobOptions.basis`). Empty means only the provider default."""
 
+    @_builtins.property
+    def input_media_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The media types accepted in input blob parts, exact (`image/png`) or by top-level type (`image/*`), when any
+        `CAPABILITY_*_INPUT` media capability is claimed. A blob of another type is rejected before any call.
+        """
+
+    @_builtins.property
+    def provider_tool_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The provider tool types accepted (`ProviderTool.type`), when `CAPABILITY_PROVIDER_TOOLS` is claimed."""
+
+    @_builtins.property
+    def output_modalities(self) -> _containers.RepeatedScalarFieldContainer[_request_pb2.Modality.ValueType]:
+        """The output modalities besides text that a request may ask for (`Request.output_modalities`)."""
+
     def __init__(
         self,
         *,
@@ -260,11 +362,48 @@ class CapabilityManifest(_message.Message):
         grammar_dialects: _abc.Iterable[_request_pb2.GrammarDialect.ValueType] | None = ...,
         provider_option_keys: _abc.Iterable[_builtins.str] | None = ...,
         logprob_bases: _abc.Iterable[_logprobs_pb2.LogprobBasis.ValueType] | None = ...,
+        input_media_types: _abc.Iterable[_builtins.str] | None = ...,
+        provider_tool_types: _abc.Iterable[_builtins.str] | None = ...,
+        output_modalities: _abc.Iterable[_request_pb2.Modality.ValueType] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capabilities", b"capabilities", "grammar_dialects", b"grammar_dialects", "limits", b"limits", "logprob_bases", b"logprob_bases", "provider_option_keys", b"provider_option_keys", "transport", b"transport", "transport_version", b"transport_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capabilities", b"capabilities", "grammar_dialects", b"grammar_dialects", "input_media_types", b"input_media_types", "limits", b"limits", "logprob_bases", b"logprob_bases", "output_modalities", b"output_modalities", "provider_option_keys", b"provider_option_keys", "provider_tool_types", b"provider_tool_types", "transport", b"transport", "transport_version", b"transport_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CapabilityManifest: _TypeAlias = CapabilityManifest  # noqa: Y015
+
+@_typing.final
+class TokenizerInfo(_message.Message):
+    """Facts about a model's tokenizer, where the engine reports them."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VOCABULARY_SIZE_FIELD_NUMBER: _builtins.int
+    BOS_TOKEN_ID_FIELD_NUMBER: _builtins.int
+    EOS_TOKEN_IDS_FIELD_NUMBER: _builtins.int
+    vocabulary_size: _builtins.int
+    """The number of token ids in the vocabulary (ids run from 0 to this minus one). 0 when not reported."""
+    bos_token_id: _builtins.int
+    """The beginning-of-sequence token id, when the tokenizer has one."""
+    @_builtins.property
+    def eos_token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The end-of-sequence token ids (a chat model may have several, e.g. `<|im_end|>` and `<|endoftext|>`)."""
+
+    def __init__(
+        self,
+        *,
+        vocabulary_size: _builtins.int = ...,
+        bos_token_id: _builtins.int | None = ...,
+        eos_token_ids: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_bos_token_id", b"_bos_token_id", "bos_token_id", b"bos_token_id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_bos_token_id", b"_bos_token_id", "bos_token_id", b"bos_token_id", "eos_token_ids", b"eos_token_ids", "vocabulary_size", b"vocabulary_size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__bos_token_id: _TypeAlias = _typing.Literal["bos_token_id"]  # noqa: Y015
+    _WhichOneofArgType__bos_token_id: _TypeAlias = _typing.Literal["_bos_token_id", b"_bos_token_id"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__bos_token_id) -> _WhichOneofReturnType__bos_token_id | None: ...
+
+Global___TokenizerInfo: _TypeAlias = TokenizerInfo  # noqa: Y015

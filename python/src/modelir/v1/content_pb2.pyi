@@ -5,6 +5,7 @@ isort:skip_file
 
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -43,7 +44,7 @@ class _RoleEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Role.ValueType],
     """The results of tool calls, returned to the model."""
 
 class Role(_Role, metaclass=_RoleEnumTypeWrapper):
-    """The author of a message in a conversation."""
+    """The author of a message in a conversation. A closed enum: a new role would change every transport."""
 
 ROLE_UNSPECIFIED: Role.ValueType  # 0
 """The role was not set; receivers reject such a message."""
@@ -63,37 +64,107 @@ ROLE_TOOL: Role.ValueType  # 5
 """The results of tool calls, returned to the model."""
 Global___Role: _TypeAlias = Role  # noqa: Y015
 
-class _ReasoningArtifactKind:
+class _MessagePhase:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
 
-class _ReasoningArtifactKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ReasoningArtifactKind.ValueType], _builtins.type):
+class _MessagePhaseEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MessagePhase.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
-    REASONING_ARTIFACT_KIND_UNSPECIFIED: _ReasoningArtifactKind.ValueType  # 0
+    MESSAGE_PHASE_UNSPECIFIED: _MessagePhase.ValueType  # 0
+    """The provider gave no phase."""
+    MESSAGE_PHASE_COMMENTARY: _MessagePhase.ValueType  # 1
+    """Intermediate commentary written while the model works (Responses `commentary`)."""
+    MESSAGE_PHASE_FINAL_ANSWER: _MessagePhase.ValueType  # 2
+    """The final answer of the turn (Responses `final_answer`)."""
+
+class MessagePhase(_MessagePhase, metaclass=_MessagePhaseEnumTypeWrapper):
+    """Which phase of an agentic turn an assistant message belongs to (OpenAI Responses `phase`). An open enum: new
+    values are added in minor versions, and a receiver that does not know one treats it as unspecified.
+    """
+
+MESSAGE_PHASE_UNSPECIFIED: MessagePhase.ValueType  # 0
+"""The provider gave no phase."""
+MESSAGE_PHASE_COMMENTARY: MessagePhase.ValueType  # 1
+"""Intermediate commentary written while the model works (Responses `commentary`)."""
+MESSAGE_PHASE_FINAL_ANSWER: MessagePhase.ValueType  # 2
+"""The final answer of the turn (Responses `final_answer`)."""
+Global___MessagePhase: _TypeAlias = MessagePhase  # noqa: Y015
+
+class _CitationKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _CitationKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CitationKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CITATION_KIND_UNSPECIFIED: _CitationKind.ValueType  # 0
+    """The kind is not known."""
+    CITATION_KIND_URL: _CitationKind.ValueType  # 1
+    """A web page (Responses `url_citation`, Anthropic `web_search_result_location`, a Gemini web grounding chunk)."""
+    CITATION_KIND_DOCUMENT: _CitationKind.ValueType  # 2
+    """A document given in the request (Anthropic `char_location` / `page_location` / `content_block_location`)."""
+    CITATION_KIND_FILE: _CitationKind.ValueType  # 3
+    """An uploaded file (Responses `file_citation` / `container_file_citation`)."""
+
+class CitationKind(_CitationKind, metaclass=_CitationKindEnumTypeWrapper):
+    """The kind of a cited source. An open enum: new values are added in minor versions; a receiver that does not know
+    one treats it as unspecified and reads `native_json`.
+    """
+
+CITATION_KIND_UNSPECIFIED: CitationKind.ValueType  # 0
+"""The kind is not known."""
+CITATION_KIND_URL: CitationKind.ValueType  # 1
+"""A web page (Responses `url_citation`, Anthropic `web_search_result_location`, a Gemini web grounding chunk)."""
+CITATION_KIND_DOCUMENT: CitationKind.ValueType  # 2
+"""A document given in the request (Anthropic `char_location` / `page_location` / `content_block_location`)."""
+CITATION_KIND_FILE: CitationKind.ValueType  # 3
+"""An uploaded file (Responses `file_citation` / `container_file_citation`)."""
+Global___CitationKind: _TypeAlias = CitationKind  # noqa: Y015
+
+class _OpaqueArtifactKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _OpaqueArtifactKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_OpaqueArtifactKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    OPAQUE_ARTIFACT_KIND_UNSPECIFIED: _OpaqueArtifactKind.ValueType  # 0
     """The kind was not set; receivers reject such an artifact."""
-    REASONING_ARTIFACT_KIND_SIGNATURE: _ReasoningArtifactKind.ValueType  # 1
+    OPAQUE_ARTIFACT_KIND_SIGNATURE: _OpaqueArtifactKind.ValueType  # 1
     """A signature over visible reasoning (Anthropic `thinking.signature`; the reference model's signature)."""
-    REASONING_ARTIFACT_KIND_REDACTED_DATA: _ReasoningArtifactKind.ValueType  # 2
+    OPAQUE_ARTIFACT_KIND_REDACTED_DATA: _OpaqueArtifactKind.ValueType  # 2
     """Reasoning the provider redacted and returned encrypted (Anthropic `redacted_thinking.data`)."""
-    REASONING_ARTIFACT_KIND_ENCRYPTED_CONTENT: _ReasoningArtifactKind.ValueType  # 3
+    OPAQUE_ARTIFACT_KIND_ENCRYPTED_CONTENT: _OpaqueArtifactKind.ValueType  # 3
     """Encrypted reasoning state (OpenAI Responses `reasoning.encrypted_content`)."""
-    REASONING_ARTIFACT_KIND_THOUGHT_SIGNATURE: _ReasoningArtifactKind.ValueType  # 4
+    OPAQUE_ARTIFACT_KIND_THOUGHT_SIGNATURE: _OpaqueArtifactKind.ValueType  # 4
     """A signature over the model's thinking attached to a part (Gemini `thoughtSignature`)."""
+    OPAQUE_ARTIFACT_KIND_ENCRYPTED_SEARCH_RESULT: _OpaqueArtifactKind.ValueType  # 5
+    """An encrypted search result (Anthropic `web_search_result.encrypted_content`)."""
+    OPAQUE_ARTIFACT_KIND_ENCRYPTED_CITATION: _OpaqueArtifactKind.ValueType  # 6
+    """An encrypted citation index (Anthropic `citation.encrypted_index`)."""
+    OPAQUE_ARTIFACT_KIND_COMPACTION: _OpaqueArtifactKind.ValueType  # 7
+    """Compacted conversation state (OpenAI Responses `compaction.encrypted_content`)."""
 
-class ReasoningArtifactKind(_ReasoningArtifactKind, metaclass=_ReasoningArtifactKindEnumTypeWrapper):
-    """The kind of an opaque reasoning artifact."""
+class OpaqueArtifactKind(_OpaqueArtifactKind, metaclass=_OpaqueArtifactKindEnumTypeWrapper):
+    """The kind of an opaque artifact. An open enum: new values are added in minor versions; a receiver that does not
+    know one keeps and replays the artifact as it is.
+    """
 
-REASONING_ARTIFACT_KIND_UNSPECIFIED: ReasoningArtifactKind.ValueType  # 0
+OPAQUE_ARTIFACT_KIND_UNSPECIFIED: OpaqueArtifactKind.ValueType  # 0
 """The kind was not set; receivers reject such an artifact."""
-REASONING_ARTIFACT_KIND_SIGNATURE: ReasoningArtifactKind.ValueType  # 1
+OPAQUE_ARTIFACT_KIND_SIGNATURE: OpaqueArtifactKind.ValueType  # 1
 """A signature over visible reasoning (Anthropic `thinking.signature`; the reference model's signature)."""
-REASONING_ARTIFACT_KIND_REDACTED_DATA: ReasoningArtifactKind.ValueType  # 2
+OPAQUE_ARTIFACT_KIND_REDACTED_DATA: OpaqueArtifactKind.ValueType  # 2
 """Reasoning the provider redacted and returned encrypted (Anthropic `redacted_thinking.data`)."""
-REASONING_ARTIFACT_KIND_ENCRYPTED_CONTENT: ReasoningArtifactKind.ValueType  # 3
+OPAQUE_ARTIFACT_KIND_ENCRYPTED_CONTENT: OpaqueArtifactKind.ValueType  # 3
 """Encrypted reasoning state (OpenAI Responses `reasoning.encrypted_content`)."""
-REASONING_ARTIFACT_KIND_THOUGHT_SIGNATURE: ReasoningArtifactKind.ValueType  # 4
+OPAQUE_ARTIFACT_KIND_THOUGHT_SIGNATURE: OpaqueArtifactKind.ValueType  # 4
 """A signature over the model's thinking attached to a part (Gemini `thoughtSignature`)."""
-Global___ReasoningArtifactKind: _TypeAlias = ReasoningArtifactKind  # noqa: Y015
+OPAQUE_ARTIFACT_KIND_ENCRYPTED_SEARCH_RESULT: OpaqueArtifactKind.ValueType  # 5
+"""An encrypted search result (Anthropic `web_search_result.encrypted_content`)."""
+OPAQUE_ARTIFACT_KIND_ENCRYPTED_CITATION: OpaqueArtifactKind.ValueType  # 6
+"""An encrypted citation index (Anthropic `citation.encrypted_index`)."""
+OPAQUE_ARTIFACT_KIND_COMPACTION: OpaqueArtifactKind.ValueType  # 7
+"""Compacted conversation state (OpenAI Responses `compaction.encrypted_content`)."""
+Global___OpaqueArtifactKind: _TypeAlias = OpaqueArtifactKind  # noqa: Y015
 
 @_typing.final
 class Message(_message.Message):
@@ -104,14 +175,33 @@ class Message(_message.Message):
     ROLE_FIELD_NUMBER: _builtins.int
     PARTS_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
+    PROVIDER_OPTIONS_FIELD_NUMBER: _builtins.int
+    PHASE_FIELD_NUMBER: _builtins.int
+    TOKEN_IDS_FIELD_NUMBER: _builtins.int
     role: Global___Role.ValueType
     """Who wrote this message."""
     name: _builtins.str
     """An optional participant name, for providers that accept one (OpenAI `name`). Empty means none."""
+    phase: Global___MessagePhase.ValueType
+    """The phase of an assistant message, as the provider reported it; replayed to providers that accept it."""
     @_builtins.property
     def parts(self) -> _containers.RepeatedCompositeFieldContainer[Global___Part]:
         """The parts of the message, in the order the author produced them (for model turns, the provider's order:
         reasoning, text and tool calls interleave exactly as returned).
+        """
+
+    @_builtins.property
+    def provider_options(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProviderOptions]:
+        """Options for this message that only one transport understands (e.g. Anthropic `cache_control` on a system
+        block's message), one entry per transport; the running transport reads its own entry and ignores the others.
+        """
+
+    @_builtins.property
+    def token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The exact token ids an assistant turn was sampled as (`Choice.sampled_tokens.token_ids` of the answer it came
+        from), so that the engine sees the turn as it was generated instead of re-tokenizing its text (multi-turn
+        token-in for RL). Only on assistant messages; a request that sets it needs
+        `CAPABILITY_MULTI_TURN_TOKEN_INPUT`. Empty means the parts are rendered as usual.
         """
 
     def __init__(
@@ -120,10 +210,13 @@ class Message(_message.Message):
         role: Global___Role.ValueType = ...,
         parts: _abc.Iterable[Global___Part] | None = ...,
         name: _builtins.str = ...,
+        provider_options: _abc.Iterable[Global___ProviderOptions] | None = ...,
+        phase: Global___MessagePhase.ValueType = ...,
+        token_ids: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "parts", b"parts", "role", b"role"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "parts", b"parts", "phase", b"phase", "provider_options", b"provider_options", "role", b"role", "token_ids", b"token_ids"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -131,7 +224,10 @@ Global___Message: _TypeAlias = Message  # noqa: Y015
 
 @_typing.final
 class Part(_message.Message):
-    """One piece of a message: exactly one kind of content, plus any opaque reasoning artifacts that belong to it."""
+    """One piece of a message: exactly one kind of content, plus any opaque artifacts that belong to it. New kinds
+    are added in minor versions; a receiver that meets a kind it does not know keeps the part as it is (the
+    unknown field) and a transport that cannot lower it rejects the request naming the part.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -140,13 +236,26 @@ class Part(_message.Message):
     TOOL_CALL_FIELD_NUMBER: _builtins.int
     TOOL_RESULT_FIELD_NUMBER: _builtins.int
     REASONING_FIELD_NUMBER: _builtins.int
+    REFUSAL_FIELD_NUMBER: _builtins.int
+    SERVER_TOOL_CALL_FIELD_NUMBER: _builtins.int
+    SERVER_TOOL_RESULT_FIELD_NUMBER: _builtins.int
+    PROVIDER_PART_FIELD_NUMBER: _builtins.int
+    COMPACTION_FIELD_NUMBER: _builtins.int
     ARTIFACTS_FIELD_NUMBER: _builtins.int
     ITEM_ID_FIELD_NUMBER: _builtins.int
+    CITATIONS_FIELD_NUMBER: _builtins.int
+    PROVIDER_OPTIONS_FIELD_NUMBER: _builtins.int
+    CACHE_BREAKPOINT_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     """Plain text. An empty string is a real part (Gemini can attach a thought signature to an empty text part)."""
+    refusal: _builtins.str
+    """The model's refusal to answer, in its own words (OpenAI chat `message.refusal`, Responses `refusal`
+    content). Never plain text, so that a caller can tell a refusal from an answer.
+    """
     item_id: _builtins.str
     """The provider's own id for the item this part came from, when the provider requires it to be replayed
-    (OpenAI Responses output items such as `msg_...` and `fc_...`). Empty when the provider gives none.
+    (OpenAI Responses output items such as `msg_...`, `fc_...`, `rs_...`, `ws_...`). The one place an item id
+    lives. Empty when the provider gives none.
     """
     @_builtins.property
     def blob(self) -> Global___Blob:
@@ -154,7 +263,7 @@ class Part(_message.Message):
 
     @_builtins.property
     def tool_call(self) -> Global___ToolCall:
-        """A call of a declared tool, made by the model."""
+        """A call of a tool declared by the caller (a function tool), made by the model; the caller runs it."""
 
     @_builtins.property
     def tool_result(self) -> Global___ToolResult:
@@ -165,10 +274,51 @@ class Part(_message.Message):
         """The model's reasoning: visible thinking text or summaries. Its opaque artifacts sit in `artifacts`."""
 
     @_builtins.property
-    def artifacts(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReasoningArtifact]:
-        """Opaque reasoning artifacts that the provider attached to this very part (an Anthropic thinking `signature`,
-        a Gemini `thoughtSignature` on a text or function-call part, ...), in the order received. They are replayed
-        byte for byte, on this part, to the issuer that produced them.
+    def server_tool_call(self) -> Global___ServerToolCall:
+        """A call of a tool that the provider runs itself (Anthropic `server_tool_use`, OpenAI Responses
+        `web_search_call` / `file_search_call` / `code_interpreter_call` / `image_generation_call` / `mcp_call`,
+        Gemini `executableCode`). Nothing is sent back for it; it is replayed to its issuer as it came.
+        """
+
+    @_builtins.property
+    def server_tool_result(self) -> Global___ServerToolResult:
+        """The result of a provider-run tool (Anthropic `*_tool_result` blocks, Gemini `codeExecutionResult`, the
+        results of a Responses hosted-tool item).
+        """
+
+    @_builtins.property
+    def provider_part(self) -> Global___ProviderPart:
+        """Content of a kind the IR does not model yet, carried verbatim so that nothing is dropped and it can be
+        replayed to its issuer.
+        """
+
+    @_builtins.property
+    def compaction(self) -> Global___Compaction:
+        """A marker that the provider compacted the conversation up to here (OpenAI Responses `compaction` items);
+        the compacted state is this part's `OPAQUE_ARTIFACT_KIND_COMPACTION` artifact.
+        """
+
+    @_builtins.property
+    def artifacts(self) -> _containers.RepeatedCompositeFieldContainer[Global___OpaqueArtifact]:
+        """Opaque artifacts that the provider attached to this very part (an Anthropic thinking `signature`, a Gemini
+        `thoughtSignature` on a text or function-call part, the encrypted content of a web search result, ...), in
+        the order received. They are replayed byte for byte, on this part, to the issuer that produced them.
+        """
+
+    @_builtins.property
+    def citations(self) -> _containers.RepeatedCompositeFieldContainer[Global___Citation]:
+        """Sources that a text part cites (Anthropic `citations`, Responses `annotations`, Gemini grounding supports),
+        in the order the provider gave them. Only on text parts.
+        """
+
+    @_builtins.property
+    def provider_options(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProviderOptions]:
+        """Options for this part that only one transport understands, one entry per transport (see `Message`)."""
+
+    @_builtins.property
+    def cache_breakpoint(self) -> Global___CacheBreakpoint:
+        """A prompt-cache breakpoint after this part (Anthropic `cache_control`). Unset means none. A request that sets
+        one needs `CAPABILITY_PROMPT_CACHE_BREAKPOINTS`.
         """
 
     def __init__(
@@ -179,14 +329,22 @@ class Part(_message.Message):
         tool_call: Global___ToolCall | None = ...,
         tool_result: Global___ToolResult | None = ...,
         reasoning: Global___Reasoning | None = ...,
-        artifacts: _abc.Iterable[Global___ReasoningArtifact] | None = ...,
+        refusal: _builtins.str = ...,
+        server_tool_call: Global___ServerToolCall | None = ...,
+        server_tool_result: Global___ServerToolResult | None = ...,
+        provider_part: Global___ProviderPart | None = ...,
+        compaction: Global___Compaction | None = ...,
+        artifacts: _abc.Iterable[Global___OpaqueArtifact] | None = ...,
         item_id: _builtins.str = ...,
+        citations: _abc.Iterable[Global___Citation] | None = ...,
+        provider_options: _abc.Iterable[Global___ProviderOptions] | None = ...,
+        cache_breakpoint: Global___CacheBreakpoint | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["blob", b"blob", "content", b"content", "reasoning", b"reasoning", "text", b"text", "tool_call", b"tool_call", "tool_result", b"tool_result"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["blob", b"blob", "cache_breakpoint", b"cache_breakpoint", "compaction", b"compaction", "content", b"content", "provider_part", b"provider_part", "reasoning", b"reasoning", "refusal", b"refusal", "server_tool_call", b"server_tool_call", "server_tool_result", b"server_tool_result", "text", b"text", "tool_call", b"tool_call", "tool_result", b"tool_result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifacts", b"artifacts", "blob", b"blob", "content", b"content", "item_id", b"item_id", "reasoning", b"reasoning", "text", b"text", "tool_call", b"tool_call", "tool_result", b"tool_result"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifacts", b"artifacts", "blob", b"blob", "cache_breakpoint", b"cache_breakpoint", "citations", b"citations", "compaction", b"compaction", "content", b"content", "item_id", b"item_id", "provider_options", b"provider_options", "provider_part", b"provider_part", "reasoning", b"reasoning", "refusal", b"refusal", "server_tool_call", b"server_tool_call", "server_tool_result", b"server_tool_result", "text", b"text", "tool_call", b"tool_call", "tool_result", b"tool_result"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_content: _TypeAlias = _typing.Literal["text", "blob", "tool_call", "tool_result", "reasoning"]  # noqa: Y015
+    _WhichOneofReturnType_content: _TypeAlias = _typing.Literal["text", "blob", "tool_call", "tool_result", "reasoning", "refusal", "server_tool_call", "server_tool_result", "provider_part", "compaction"]  # noqa: Y015
     _WhichOneofArgType_content: _TypeAlias = _typing.Literal["content", b"content"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_content) -> _WhichOneofReturnType_content | None: ...
 
@@ -226,7 +384,7 @@ Global___Blob: _TypeAlias = Blob  # noqa: Y015
 
 @_typing.final
 class ToolCall(_message.Message):
-    """A call of a tool, as the model produced it."""
+    """A call of a function tool, as the model produced it."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -238,7 +396,7 @@ class ToolCall(_message.Message):
     `functionCall.id`). Empty when the provider gives none.
     """
     name: _builtins.str
-    """The name of the called tool, one of the request's declared tools."""
+    """The name of the called tool, one of the request's declared function tools."""
     arguments_json: _builtins.str
     """The arguments as a JSON text, exactly as the provider produced them (it may be invalid JSON; it is never
     re-encoded unless the provider sent an object, which is then serialized without whitespace).
@@ -325,6 +483,243 @@ class Reasoning(_message.Message):
 Global___Reasoning: _TypeAlias = Reasoning  # noqa: Y015
 
 @_typing.final
+class ServerToolCall(_message.Message):
+    """A call of a tool that the provider ran itself."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    ARGUMENTS_JSON_FIELD_NUMBER: _builtins.int
+    SERVER_LABEL_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """The provider's id of the call, which its result names (Anthropic `srvtoolu_...`, Gemini `executableCode.id`,
+    a Responses item id). Empty when the provider gives none (results then follow their call in order).
+    """
+    name: _builtins.str
+    """The tool's name as the provider reports it (`web_search`, `web_fetch`, `bash_code_execution`,
+    `code_execution`, `file_search`, `image_generation`, `mcp`, ...). An open vocabulary; it need not equal a
+    declared tool's name.
+    """
+    arguments_json: _builtins.str
+    """The call's input as JSON text, verbatim (Anthropic `input`, a Responses item's `action` / `code` / `queries` /
+    `arguments`, Gemini `{language, code}`).
+    """
+    server_label: _builtins.str
+    """The remote server the call went to, for tools that name one (a Responses MCP `server_label`). Empty otherwise."""
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        name: _builtins.str = ...,
+        arguments_json: _builtins.str = ...,
+        server_label: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arguments_json", b"arguments_json", "id", b"id", "name", b"name", "server_label", b"server_label"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ServerToolCall: _TypeAlias = ServerToolCall  # noqa: Y015
+
+@_typing.final
+class ServerToolResult(_message.Message):
+    """The result of a tool that the provider ran itself."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOOL_CALL_ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    RESULT_JSON_FIELD_NUMBER: _builtins.int
+    FAILED_FIELD_NUMBER: _builtins.int
+    tool_call_id: _builtins.str
+    """The id of the call this result belongs to (`ServerToolCall.id`). Empty when the provider gives none."""
+    name: _builtins.str
+    """The tool's name, as on the call."""
+    result_json: _builtins.str
+    """The native result object as JSON text, verbatim except that every opaque payload in it (e.g. a web search
+    result's `encrypted_content`) is moved to the part's `artifacts`, each naming its place with
+    `OpaqueArtifact.json_pointer`. Replay puts them back in place.
+    """
+    failed: _builtins.bool
+    """True when the tool failed (an error result, Gemini `OUTCOME_FAILED`, a Responses item with an `error`)."""
+    @_builtins.property
+    def content(self) -> _containers.RepeatedCompositeFieldContainer[Global___Part]:
+        """The result's readable content, where the provider gives some: program output as text, a fetched document's
+        text, a generated image as a blob.
+        """
+
+    def __init__(
+        self,
+        *,
+        tool_call_id: _builtins.str = ...,
+        name: _builtins.str = ...,
+        content: _abc.Iterable[Global___Part] | None = ...,
+        result_json: _builtins.str = ...,
+        failed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "failed", b"failed", "name", b"name", "result_json", b"result_json", "tool_call_id", b"tool_call_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ServerToolResult: _TypeAlias = ServerToolResult  # noqa: Y015
+
+@_typing.final
+class ProviderPart(_message.Message):
+    """Content of a kind the IR does not model yet, kept verbatim."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    NATIVE_JSON_FIELD_NUMBER: _builtins.int
+    ISSUER_FIELD_NUMBER: _builtins.int
+    type: _builtins.str
+    """The native type, qualified by the transport: `<transport>.<type>`, e.g. `anthropic_messages.container_upload`."""
+    native_json: _builtins.str
+    """The native JSON of the block or item, verbatim."""
+    @_builtins.property
+    def issuer(self) -> Global___Issuer:
+        """Who produced it: the only party it is replayed to. Another transport rejects (or, under
+        `FOREIGN_ARTIFACT_POLICY_DROP`, drops with a warning) a provider part it did not issue.
+        """
+
+    def __init__(
+        self,
+        *,
+        type: _builtins.str = ...,
+        native_json: _builtins.str = ...,
+        issuer: Global___Issuer | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["issuer", b"issuer"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["issuer", b"issuer", "native_json", b"native_json", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProviderPart: _TypeAlias = ProviderPart  # noqa: Y015
+
+@_typing.final
+class Compaction(_message.Message):
+    """A compaction marker; its state travels as an opaque artifact of the part."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Compaction: _TypeAlias = Compaction  # noqa: Y015
+
+@_typing.final
+class Citation(_message.Message):
+    """A source that a span of text cites."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    URL_FIELD_NUMBER: _builtins.int
+    TITLE_FIELD_NUMBER: _builtins.int
+    SOURCE_ID_FIELD_NUMBER: _builtins.int
+    FILENAME_FIELD_NUMBER: _builtins.int
+    CITED_TEXT_FIELD_NUMBER: _builtins.int
+    START_BYTE_FIELD_NUMBER: _builtins.int
+    END_BYTE_FIELD_NUMBER: _builtins.int
+    ARTIFACTS_FIELD_NUMBER: _builtins.int
+    NATIVE_JSON_FIELD_NUMBER: _builtins.int
+    kind: Global___CitationKind.ValueType
+    """What kind of source it is."""
+    url: _builtins.str
+    """The cited URL (web results, URL citations). Empty when the source has none."""
+    title: _builtins.str
+    """The source's title, when the provider gives one."""
+    source_id: _builtins.str
+    """The cited file or document id (Responses `file_id`, an Anthropic document index as decimal). Empty when none."""
+    filename: _builtins.str
+    """The cited file's name, when the provider gives one."""
+    cited_text: _builtins.str
+    """The text quoted from the source (Anthropic `cited_text`), not from the answer. Empty when none."""
+    start_byte: _builtins.int
+    """Where the cited span of the part's text starts, in UTF-8 bytes from the start of the part's text. Unset, with
+    `end_byte` unset, when the citation covers the whole part (Anthropic citations have no offsets). Providers
+    that count characters (Responses annotations) are converted to bytes.
+    """
+    end_byte: _builtins.int
+    """Where the cited span ends (exclusive), in UTF-8 bytes. Equal to `start_byte` for a citation of a position
+    (Responses `file_citation.index`).
+    """
+    native_json: _builtins.str
+    """The native citation as JSON text, verbatim, so that a field the IR does not model is not lost. Empty when the
+    fields above carry all of it.
+    """
+    @_builtins.property
+    def artifacts(self) -> _containers.RepeatedCompositeFieldContainer[Global___OpaqueArtifact]:
+        """Opaque payloads of the citation (Anthropic `encrypted_index`), replayed verbatim to their issuer."""
+
+    def __init__(
+        self,
+        *,
+        kind: Global___CitationKind.ValueType = ...,
+        url: _builtins.str = ...,
+        title: _builtins.str = ...,
+        source_id: _builtins.str = ...,
+        filename: _builtins.str = ...,
+        cited_text: _builtins.str = ...,
+        start_byte: _builtins.int | None = ...,
+        end_byte: _builtins.int | None = ...,
+        artifacts: _abc.Iterable[Global___OpaqueArtifact] | None = ...,
+        native_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_end_byte", b"_end_byte", "_start_byte", b"_start_byte", "end_byte", b"end_byte", "start_byte", b"start_byte"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_end_byte", b"_end_byte", "_start_byte", b"_start_byte", "artifacts", b"artifacts", "cited_text", b"cited_text", "end_byte", b"end_byte", "filename", b"filename", "kind", b"kind", "native_json", b"native_json", "source_id", b"source_id", "start_byte", b"start_byte", "title", b"title", "url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__end_byte: _TypeAlias = _typing.Literal["end_byte"]  # noqa: Y015
+    _WhichOneofArgType__end_byte: _TypeAlias = _typing.Literal["_end_byte", b"_end_byte"]  # noqa: Y015
+    _WhichOneofReturnType__start_byte: _TypeAlias = _typing.Literal["start_byte"]  # noqa: Y015
+    _WhichOneofArgType__start_byte: _TypeAlias = _typing.Literal["_start_byte", b"_start_byte"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__end_byte) -> _WhichOneofReturnType__end_byte | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__start_byte) -> _WhichOneofReturnType__start_byte | None: ...
+
+Global___Citation: _TypeAlias = Citation  # noqa: Y015
+
+@_typing.final
+class CacheBreakpoint(_message.Message):
+    """A prompt-cache breakpoint: the provider may cache the prompt up to and including the part that carries it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TTL_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def ttl(self) -> _duration_pb2.Duration:
+        """How long the cache entry should live (Anthropic `ttl`: 5 minutes or 1 hour). Unset means the provider's
+        default.
+        """
+
+    def __init__(
+        self,
+        *,
+        ttl: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ttl", b"ttl"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ttl", b"ttl"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CacheBreakpoint: _TypeAlias = CacheBreakpoint  # noqa: Y015
+
+@_typing.final
 class Issuer(_message.Message):
     """Who produced an artifact: the only party it may be replayed to."""
 
@@ -351,23 +746,27 @@ class Issuer(_message.Message):
 Global___Issuer: _TypeAlias = Issuer  # noqa: Y015
 
 @_typing.final
-class ReasoningArtifact(_message.Message):
-    """An opaque reasoning artifact, kept exactly as received so that it can be replayed to its issuer."""
+class OpaqueArtifact(_message.Message):
+    """An opaque artifact, kept exactly as received so that it can be replayed to its issuer. Artifacts are never
+    interpreted; a transport checks only their issuer.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     KIND_FIELD_NUMBER: _builtins.int
     DATA_FIELD_NUMBER: _builtins.int
     ISSUER_FIELD_NUMBER: _builtins.int
-    ITEM_ID_FIELD_NUMBER: _builtins.int
-    kind: Global___ReasoningArtifactKind.ValueType
+    JSON_POINTER_FIELD_NUMBER: _builtins.int
+    kind: Global___OpaqueArtifactKind.ValueType
     """What kind of artifact this is."""
     data: _builtins.bytes
     """The artifact exactly as it appeared on the wire. For string-valued artifacts (all current providers) these
     are the UTF-8 bytes of the string, so replay reproduces the same spelling.
     """
-    item_id: _builtins.str
-    """A provider item id that must travel with the artifact (OpenAI Responses reasoning item `rs_...`)."""
+    json_pointer: _builtins.str
+    """Where the artifact sits inside its holder's native JSON (`ServerToolResult.result_json`), as an RFC 6901
+    JSON pointer such as `/content/0/encrypted_content`. Empty when the artifact belongs to the part itself.
+    """
     @_builtins.property
     def issuer(self) -> Global___Issuer:
         """Who issued the artifact."""
@@ -375,15 +774,43 @@ class ReasoningArtifact(_message.Message):
     def __init__(
         self,
         *,
-        kind: Global___ReasoningArtifactKind.ValueType = ...,
+        kind: Global___OpaqueArtifactKind.ValueType = ...,
         data: _builtins.bytes = ...,
         issuer: Global___Issuer | None = ...,
-        item_id: _builtins.str = ...,
+        json_pointer: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["issuer", b"issuer"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "issuer", b"issuer", "item_id", b"item_id", "kind", b"kind"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "issuer", b"issuer", "json_pointer", b"json_pointer", "kind", b"kind"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___ReasoningArtifact: _TypeAlias = ReasoningArtifact  # noqa: Y015
+Global___OpaqueArtifact: _TypeAlias = OpaqueArtifact  # noqa: Y015
+
+@_typing.final
+class ProviderOptions(_message.Message):
+    """Options that only one transport understands, for a request, a message or a part. The transport declares the
+    keys it accepts (`CapabilityManifest.provider_option_keys`).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSPORT_FIELD_NUMBER: _builtins.int
+    OPTIONS_JSON_FIELD_NUMBER: _builtins.int
+    transport: _builtins.str
+    """The transport these options are for, e.g. `vllm`. At most one entry per transport in one list."""
+    options_json: _builtins.str
+    """A JSON object of options, merged into the native request (or message, or part) by that transport."""
+    def __init__(
+        self,
+        *,
+        transport: _builtins.str = ...,
+        options_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["options_json", b"options_json", "transport", b"transport"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProviderOptions: _TypeAlias = ProviderOptions  # noqa: Y015

@@ -22,10 +22,11 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from modelir.v1 import capabilities_pb2 as modelir_dot_v1_dot_capabilities__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17modelir/v1/errors.proto\x12\nmodelir.v1\x1a\x1dmodelir/v1/capabilities.proto\"\x88\x01\n\rResponseError\x12\'\n\x06reason\x18\x01 \x01(\x0e\x32\x17.modelir.v1.ErrorReason\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x13\n\x0bhttp_status\x18\x03 \x01(\x05\x12\x15\n\rprovider_code\x18\x04 \x01(\t\x12\x11\n\tretryable\x18\x05 \x01(\x08\"(\n\x07Warning\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"C\n\x0eLimitViolation\x12\r\n\x05limit\x18\x01 \x01(\t\x12\x0f\n\x07\x61llowed\x18\x02 \x01(\x03\x12\x11\n\trequested\x18\x03 \x01(\x03\"\x98\x01\n\x17UnsupportedCapabilities\x12\r\n\x05model\x18\x01 \x01(\t\x12\'\n\x07missing\x18\x02 \x03(\x0e\x32\x16.modelir.v1.Capability\x12\x34\n\x10limit_violations\x18\x03 \x03(\x0b\x32\x1a.modelir.v1.LimitViolation\x12\x0f\n\x07reasons\x18\x04 \x03(\t\"4\n\x0e\x46ieldViolation\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t*\xd1\x04\n\x0b\x45rrorReason\x12\x1c\n\x18\x45RROR_REASON_UNSPECIFIED\x10\x00\x12 \n\x1c\x45RROR_REASON_INVALID_REQUEST\x10\x01\x12\'\n#ERROR_REASON_UNSUPPORTED_CAPABILITY\x10\x02\x12\x1e\n\x1a\x45RROR_REASON_UNKNOWN_MODEL\x10\x03\x12 \n\x1c\x45RROR_REASON_UNAUTHENTICATED\x10\x04\x12\x1e\n\x1a\x45RROR_REASON_PROVIDER_AUTH\x10\x05\x12\x1d\n\x19\x45RROR_REASON_RATE_LIMITED\x10\x06\x12%\n!ERROR_REASON_PROVIDER_UNAVAILABLE\x10\x07\x12\"\n\x1e\x45RROR_REASON_DEADLINE_EXCEEDED\x10\x08\x12\x1a\n\x16\x45RROR_REASON_CANCELLED\x10\t\x12\"\n\x1e\x45RROR_REASON_PROVIDER_REJECTED\x10\n\x12#\n\x1f\x45RROR_REASON_MALFORMED_RESPONSE\x10\x0b\x12!\n\x1d\x45RROR_REASON_TRUNCATED_STREAM\x10\x0c\x12!\n\x1d\x45RROR_REASON_MISSING_LOGPROBS\x10\r\x12$\n ERROR_REASON_CONSTRAINT_VIOLATED\x10\x0e\x12!\n\x1d\x45RROR_REASON_FOREIGN_ARTIFACT\x10\x0f\x12\x19\n\x15\x45RROR_REASON_INTERNAL\x10\x10\x42r\n\x0e\x64\x65v.modelir.v1B\x0b\x45rrorsProtoP\x01Z#modelir.dev/go/modelir/v1;modelirv1\xa2\x02\x03MXX\xaa\x02\nModelir.V1\xca\x02\nModelir\\V1\xea\x02\x0bModelir::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17modelir/v1/errors.proto\x12\nmodelir.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1dmodelir/v1/capabilities.proto\"\xd0\x02\n\rResponseError\x12\'\n\x06reason\x18\x01 \x01(\x0e\x32\x17.modelir.v1.ErrorReason\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x13\n\x0bhttp_status\x18\x03 \x01(\x05\x12\x15\n\rprovider_code\x18\x04 \x01(\t\x12\x11\n\tretryable\x18\x05 \x01(\x08\x12\x19\n\x0c\x63hoice_index\x18\x06 \x01(\x05H\x00\x88\x01\x01\x12\x39\n\x08metadata\x18\x07 \x03(\x0b\x32\'.modelir.v1.ResponseError.MetadataEntry\x12.\n\x0bretry_delay\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x0f\n\r_choice_index\"(\n\x07Warning\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"C\n\x0eLimitViolation\x12\r\n\x05limit\x18\x01 \x01(\t\x12\x0f\n\x07\x61llowed\x18\x02 \x01(\x03\x12\x11\n\trequested\x18\x03 \x01(\x03\"\x98\x01\n\x17UnsupportedCapabilities\x12\r\n\x05model\x18\x01 \x01(\t\x12\'\n\x07missing\x18\x02 \x03(\x0e\x32\x16.modelir.v1.Capability\x12\x34\n\x10limit_violations\x18\x03 \x03(\x0b\x32\x1a.modelir.v1.LimitViolation\x12\x0f\n\x07reasons\x18\x04 \x03(\t\"4\n\x0e\x46ieldViolation\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t*\xd1\x04\n\x0b\x45rrorReason\x12\x1c\n\x18\x45RROR_REASON_UNSPECIFIED\x10\x00\x12 \n\x1c\x45RROR_REASON_INVALID_REQUEST\x10\x01\x12\'\n#ERROR_REASON_UNSUPPORTED_CAPABILITY\x10\x02\x12\x1e\n\x1a\x45RROR_REASON_UNKNOWN_MODEL\x10\x03\x12 \n\x1c\x45RROR_REASON_UNAUTHENTICATED\x10\x04\x12\x1e\n\x1a\x45RROR_REASON_PROVIDER_AUTH\x10\x05\x12\x1d\n\x19\x45RROR_REASON_RATE_LIMITED\x10\x06\x12%\n!ERROR_REASON_PROVIDER_UNAVAILABLE\x10\x07\x12\"\n\x1e\x45RROR_REASON_DEADLINE_EXCEEDED\x10\x08\x12\x1a\n\x16\x45RROR_REASON_CANCELLED\x10\t\x12\"\n\x1e\x45RROR_REASON_PROVIDER_REJECTED\x10\n\x12#\n\x1f\x45RROR_REASON_MALFORMED_RESPONSE\x10\x0b\x12!\n\x1d\x45RROR_REASON_TRUNCATED_STREAM\x10\x0c\x12!\n\x1d\x45RROR_REASON_MISSING_LOGPROBS\x10\r\x12$\n ERROR_REASON_CONSTRAINT_VIOLATED\x10\x0e\x12!\n\x1d\x45RROR_REASON_FOREIGN_ARTIFACT\x10\x0f\x12\x19\n\x15\x45RROR_REASON_INTERNAL\x10\x10\x42r\n\x0e\x64\x65v.modelir.v1B\x0b\x45rrorsProtoP\x01Z#modelir.dev/go/modelir/v1;modelirv1\xa2\x02\x03MXX\xaa\x02\nModelir.V1\xca\x02\nModelir\\V1\xea\x02\x0bModelir::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,16 +34,20 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'modelir.v1.errors_pb2', _gl
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\016dev.modelir.v1B\013ErrorsProtoP\001Z#modelir.dev/go/modelir/v1;modelirv1\242\002\003MXX\252\002\nModelir.V1\312\002\nModelir\\V1\352\002\013Modelir::V1'
-  _globals['_ERRORREASON']._serialized_start=530
-  _globals['_ERRORREASON']._serialized_end=1123
-  _globals['_RESPONSEERROR']._serialized_start=71
-  _globals['_RESPONSEERROR']._serialized_end=207
-  _globals['_WARNING']._serialized_start=209
-  _globals['_WARNING']._serialized_end=249
-  _globals['_LIMITVIOLATION']._serialized_start=251
-  _globals['_LIMITVIOLATION']._serialized_end=318
-  _globals['_UNSUPPORTEDCAPABILITIES']._serialized_start=321
-  _globals['_UNSUPPORTEDCAPABILITIES']._serialized_end=473
-  _globals['_FIELDVIOLATION']._serialized_start=475
-  _globals['_FIELDVIOLATION']._serialized_end=527
+  _globals['_RESPONSEERROR_METADATAENTRY']._loaded_options = None
+  _globals['_RESPONSEERROR_METADATAENTRY']._serialized_options = b'8\001'
+  _globals['_ERRORREASON']._serialized_start=762
+  _globals['_ERRORREASON']._serialized_end=1355
+  _globals['_RESPONSEERROR']._serialized_start=103
+  _globals['_RESPONSEERROR']._serialized_end=439
+  _globals['_RESPONSEERROR_METADATAENTRY']._serialized_start=375
+  _globals['_RESPONSEERROR_METADATAENTRY']._serialized_end=422
+  _globals['_WARNING']._serialized_start=441
+  _globals['_WARNING']._serialized_end=481
+  _globals['_LIMITVIOLATION']._serialized_start=483
+  _globals['_LIMITVIOLATION']._serialized_end=550
+  _globals['_UNSUPPORTEDCAPABILITIES']._serialized_start=553
+  _globals['_UNSUPPORTEDCAPABILITIES']._serialized_end=705
+  _globals['_FIELDVIOLATION']._serialized_start=707
+  _globals['_FIELDVIOLATION']._serialized_end=759
 # @@protoc_insertion_point(module_scope)

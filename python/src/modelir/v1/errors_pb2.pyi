@@ -5,6 +5,7 @@ isort:skip_file
 
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -72,7 +73,9 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """Why a call failed, or why a response is incomplete. Each reason maps to one gRPC code and one
     `google.rpc.ErrorInfo.reason` (the value's name without the `ERROR_REASON_` prefix, domain `modelir.dev`);
-    the table lives in the SDK's errors module and in the README of the spec.
+    the table is in the spec's README (`proto/README.md`, "The error table") and, as code, in the SDK's errors
+    module. A closed enum within a major version only in meaning: new reasons may be added in minor versions, and a
+    receiver that does not know one treats it as `ERROR_REASON_INTERNAL`.
     """
 
 ERROR_REASON_UNSPECIFIED: ErrorReason.ValueType  # 0
@@ -121,15 +124,41 @@ Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 
 @_typing.final
 class ResponseError(_message.Message):
-    """An error attached to a response whose output is partial or suspect. The partial output stays in the response."""
+    """An error attached to a response whose output is partial or suspect (a soft error), or the failure of a recorded
+    call. The partial output stays in the response. Its shape follows Google's AIP-193 (`ErrorInfo` with a reason,
+    metadata and a retry delay).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class MetadataEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
 
     REASON_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     HTTP_STATUS_FIELD_NUMBER: _builtins.int
     PROVIDER_CODE_FIELD_NUMBER: _builtins.int
     RETRYABLE_FIELD_NUMBER: _builtins.int
+    CHOICE_INDEX_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
+    RETRY_DELAY_FIELD_NUMBER: _builtins.int
     reason: Global___ErrorReason.ValueType
     """Why the response is incomplete."""
     message: _builtins.str
@@ -140,6 +169,22 @@ class ResponseError(_message.Message):
     """The provider's own error code or type, e.g. `overloaded_error`. Empty when none."""
     retryable: _builtins.bool
     """True when retrying the same request may succeed."""
+    choice_index: _builtins.int
+    """The choice this error concerns (e.g. the one whose output breaks its JSON schema). Unset when it concerns the
+    whole response.
+    """
+    @_builtins.property
+    def metadata(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Machine-readable facts about the error, by lower_snake_case key (as `google.rpc.ErrorInfo.metadata`), e.g.
+        `missing_capability`, `limit`. Never credentials.
+        """
+
+    @_builtins.property
+    def retry_delay(self) -> _duration_pb2.Duration:
+        """How long to wait before retrying, when the provider said (`Retry-After`, `google.rpc.RetryInfo`). Unset
+        otherwise.
+        """
+
     def __init__(
         self,
         *,
@@ -148,12 +193,17 @@ class ResponseError(_message.Message):
         http_status: _builtins.int = ...,
         provider_code: _builtins.str = ...,
         retryable: _builtins.bool = ...,
+        choice_index: _builtins.int | None = ...,
+        metadata: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        retry_delay: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_choice_index", b"_choice_index", "choice_index", b"choice_index", "retry_delay", b"retry_delay"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["http_status", b"http_status", "message", b"message", "provider_code", b"provider_code", "reason", b"reason", "retryable", b"retryable"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_choice_index", b"_choice_index", "choice_index", b"choice_index", "http_status", b"http_status", "message", b"message", "metadata", b"metadata", "provider_code", b"provider_code", "reason", b"reason", "retry_delay", b"retry_delay", "retryable", b"retryable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__choice_index: _TypeAlias = _typing.Literal["choice_index"]  # noqa: Y015
+    _WhichOneofArgType__choice_index: _TypeAlias = _typing.Literal["_choice_index", b"_choice_index"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__choice_index) -> _WhichOneofReturnType__choice_index | None: ...
 
 Global___ResponseError: _TypeAlias = ResponseError  # noqa: Y015
 

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19modelir/v1/logprobs.proto\x12\nmodelir.v1\"\xac\x02\n\rTokenLogprobs\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x10\n\x08logprobs\x18\x02 \x03(\x02\x12\x0e\n\x06tokens\x18\x03 \x03(\t\x12\x13\n\x0btoken_bytes\x18\x04 \x01(\x0c\x12\x1a\n\x12token_byte_offsets\x18\x05 \x03(\r\x12\x12\n\ntop_counts\x18\x06 \x03(\r\x12\x15\n\rtop_token_ids\x18\x07 \x03(\x05\x12\x14\n\x0ctop_logprobs\x18\x08 \x03(\x02\x12\x12\n\ntop_tokens\x18\t \x03(\t\x12\x17\n\x0ftop_token_bytes\x18\n \x01(\x0c\x12\x1e\n\x16top_token_byte_offsets\x18\x0b \x03(\r\x12\'\n\x05\x62\x61sis\x18\x0c \x01(\x0e\x32\x18.modelir.v1.LogprobBasis\"\xc1\x01\n\x0bInputScores\x12)\n\x06tokens\x18\x01 \x01(\x0b\x32\x19.modelir.v1.TokenLogprobs\x12\x13\n\x0blogprob_sum\x18\x02 \x01(\x01\x12\x13\n\x0btoken_count\x18\x03 \x01(\x05\x12\x12\n\nbyte_count\x18\x04 \x01(\x03\x12\x12\n\nchar_count\x18\x05 \x01(\x03\x12\x1c\n\x14unscored_token_count\x18\x06 \x01(\x05\x12\x17\n\x0fspan_start_byte\x18\x07 \x01(\x03*n\n\x0cLogprobBasis\x12\x1d\n\x19LOGPROB_BASIS_UNSPECIFIED\x10\x00\x12\x1e\n\x1aLOGPROB_BASIS_PRE_SAMPLING\x10\x01\x12\x1f\n\x1bLOGPROB_BASIS_POST_SAMPLING\x10\x02\x42t\n\x0e\x64\x65v.modelir.v1B\rLogprobsProtoP\x01Z#modelir.dev/go/modelir/v1;modelirv1\xa2\x02\x03MXX\xaa\x02\nModelir.V1\xca\x02\nModelir\\V1\xea\x02\x0bModelir::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19modelir/v1/logprobs.proto\x12\nmodelir.v1\"\xb2\x02\n\rTokenLogprobs\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x16\n\x0etoken_logprobs\x18\x02 \x03(\x02\x12\x0e\n\x06tokens\x18\x03 \x03(\t\x12\x13\n\x0btoken_bytes\x18\x04 \x01(\x0c\x12\x1a\n\x12token_byte_offsets\x18\x05 \x03(\r\x12\x12\n\ntop_counts\x18\x06 \x03(\r\x12\x15\n\rtop_token_ids\x18\x07 \x03(\x05\x12\x14\n\x0ctop_logprobs\x18\x08 \x03(\x02\x12\x12\n\ntop_tokens\x18\t \x03(\t\x12\x17\n\x0ftop_token_bytes\x18\n \x01(\x0c\x12\x1e\n\x16top_token_byte_offsets\x18\x0b \x03(\r\x12\'\n\x05\x62\x61sis\x18\x0c \x01(\x0e\x32\x18.modelir.v1.LogprobBasis\"\xaf\x02\n\x0bInputScores\x12)\n\x06tokens\x18\x01 \x01(\x0b\x32\x19.modelir.v1.TokenLogprobs\x12\x13\n\x0blogprob_sum\x18\x02 \x01(\x01\x12\x1a\n\x12scored_token_count\x18\x03 \x01(\x05\x12\x19\n\x11scored_byte_count\x18\x04 \x01(\x03\x12\x19\n\x11scored_char_count\x18\x05 \x01(\x03\x12\x1c\n\x14unscored_token_count\x18\x06 \x01(\x05\x12\x17\n\x0fspan_start_byte\x18\x07 \x01(\x03\x12\x17\n\x0fspan_byte_count\x18\x08 \x01(\x03\x12\x17\n\x0fspan_char_count\x18\t \x01(\x03\x12%\n\x1d\x66irst_token_straddles_context\x18\n \x01(\x08*n\n\x0cLogprobBasis\x12\x1d\n\x19LOGPROB_BASIS_UNSPECIFIED\x10\x00\x12\x1e\n\x1aLOGPROB_BASIS_PRE_SAMPLING\x10\x01\x12\x1f\n\x1bLOGPROB_BASIS_POST_SAMPLING\x10\x02\x42t\n\x0e\x64\x65v.modelir.v1B\rLogprobsProtoP\x01Z#modelir.dev/go/modelir/v1;modelirv1\xa2\x02\x03MXX\xaa\x02\nModelir.V1\xca\x02\nModelir\\V1\xea\x02\x0bModelir::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,10 +32,10 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'modelir.v1.logprobs_pb2', _
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\016dev.modelir.v1B\rLogprobsProtoP\001Z#modelir.dev/go/modelir/v1;modelirv1\242\002\003MXX\252\002\nModelir.V1\312\002\nModelir\\V1\352\002\013Modelir::V1'
-  _globals['_LOGPROBBASIS']._serialized_start=540
-  _globals['_LOGPROBBASIS']._serialized_end=650
+  _globals['_LOGPROBBASIS']._serialized_start=656
+  _globals['_LOGPROBBASIS']._serialized_end=766
   _globals['_TOKENLOGPROBS']._serialized_start=42
-  _globals['_TOKENLOGPROBS']._serialized_end=342
-  _globals['_INPUTSCORES']._serialized_start=345
-  _globals['_INPUTSCORES']._serialized_end=538
+  _globals['_TOKENLOGPROBS']._serialized_end=348
+  _globals['_INPUTSCORES']._serialized_start=351
+  _globals['_INPUTSCORES']._serialized_end=654
 # @@protoc_insertion_point(module_scope)

@@ -35,7 +35,7 @@ class _LogprobBasisEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_LogprobB
     """
 
 class LogprobBasis(_LogprobBasis, metaclass=_LogprobBasisEnumTypeWrapper):
-    """When a log probability was taken relative to sampling."""
+    """When a log probability was taken relative to sampling. A closed enum."""
 
 LOGPROB_BASIS_UNSPECIFIED: LogprobBasis.ValueType  # 0
 """The provider does not say; for the hosted APIs this is the model's distribution before sampling filters."""
@@ -60,7 +60,7 @@ class TokenLogprobs(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TOKEN_IDS_FIELD_NUMBER: _builtins.int
-    LOGPROBS_FIELD_NUMBER: _builtins.int
+    TOKEN_LOGPROBS_FIELD_NUMBER: _builtins.int
     TOKENS_FIELD_NUMBER: _builtins.int
     TOKEN_BYTES_FIELD_NUMBER: _builtins.int
     TOKEN_BYTE_OFFSETS_FIELD_NUMBER: _builtins.int
@@ -82,8 +82,8 @@ class TokenLogprobs(_message.Message):
         """The token ids, one per token. Empty when the provider does not report ids."""
 
     @_builtins.property
-    def logprobs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
-        """The log probability of each token, one per token."""
+    def token_logprobs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """The log probability of each token (natural log), one per token."""
 
     @_builtins.property
     def tokens(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -125,7 +125,7 @@ class TokenLogprobs(_message.Message):
         self,
         *,
         token_ids: _abc.Iterable[_builtins.int] | None = ...,
-        logprobs: _abc.Iterable[_builtins.float] | None = ...,
+        token_logprobs: _abc.Iterable[_builtins.float] | None = ...,
         tokens: _abc.Iterable[_builtins.str] | None = ...,
         token_bytes: _builtins.bytes = ...,
         token_byte_offsets: _abc.Iterable[_builtins.int] | None = ...,
@@ -139,7 +139,7 @@ class TokenLogprobs(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["basis", b"basis", "logprobs", b"logprobs", "token_byte_offsets", b"token_byte_offsets", "token_bytes", b"token_bytes", "token_ids", b"token_ids", "tokens", b"tokens", "top_counts", b"top_counts", "top_logprobs", b"top_logprobs", "top_token_byte_offsets", b"top_token_byte_offsets", "top_token_bytes", b"top_token_bytes", "top_token_ids", b"top_token_ids", "top_tokens", b"top_tokens"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["basis", b"basis", "token_byte_offsets", b"token_byte_offsets", "token_bytes", b"token_bytes", "token_ids", b"token_ids", "token_logprobs", b"token_logprobs", "tokens", b"tokens", "top_counts", b"top_counts", "top_logprobs", b"top_logprobs", "top_token_byte_offsets", b"top_token_byte_offsets", "top_token_bytes", b"top_token_bytes", "top_token_ids", b"top_token_ids", "top_tokens", b"top_tokens"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -147,33 +147,52 @@ Global___TokenLogprobs: _TypeAlias = TokenLogprobs  # noqa: Y015
 
 @_typing.final
 class InputScores(_message.Message):
-    """The scores of the input (or of a continuation after a context), so that perplexity and bits-per-byte are one
-    division away: bits per byte = -logprob_sum / ln(2) / byte_count.
+    """The scores of the input (or of one continuation after a context), so that perplexity and bits-per-byte are one
+    division away: bits per byte of the scored tokens = -logprob_sum / ln(2) / scored_byte_count, and of a whole
+    document scored from its start = -logprob_sum / ln(2) / span_byte_count (the first token, which has no
+    logprob, is then counted in the bytes but not the sum: the usual convention of lm-eval's rolling loglikelihood
+    is to score from a BOS token, which `unscored_token_count` = 0 shows).
     """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     TOKENS_FIELD_NUMBER: _builtins.int
     LOGPROB_SUM_FIELD_NUMBER: _builtins.int
-    TOKEN_COUNT_FIELD_NUMBER: _builtins.int
-    BYTE_COUNT_FIELD_NUMBER: _builtins.int
-    CHAR_COUNT_FIELD_NUMBER: _builtins.int
+    SCORED_TOKEN_COUNT_FIELD_NUMBER: _builtins.int
+    SCORED_BYTE_COUNT_FIELD_NUMBER: _builtins.int
+    SCORED_CHAR_COUNT_FIELD_NUMBER: _builtins.int
     UNSCORED_TOKEN_COUNT_FIELD_NUMBER: _builtins.int
     SPAN_START_BYTE_FIELD_NUMBER: _builtins.int
+    SPAN_BYTE_COUNT_FIELD_NUMBER: _builtins.int
+    SPAN_CHAR_COUNT_FIELD_NUMBER: _builtins.int
+    FIRST_TOKEN_STRADDLES_CONTEXT_FIELD_NUMBER: _builtins.int
     logprob_sum: _builtins.float
     """The sum of the scored tokens' logprobs, in nats, summed in double precision."""
-    token_count: _builtins.int
+    scored_token_count: _builtins.int
     """How many tokens were scored (the length of `tokens`)."""
-    byte_count: _builtins.int
+    scored_byte_count: _builtins.int
     """How many UTF-8 bytes the scored tokens cover."""
-    char_count: _builtins.int
+    scored_char_count: _builtins.int
     """How many Unicode code points the scored tokens cover."""
     unscored_token_count: _builtins.int
     """Tokens at the start of the requested span that have no logprob (the first token of a prompt scored from its
-    start), which are excluded from the counts and the sum rather than scored as zero.
+    start), which are excluded from the scored counts and the sum rather than scored as zero.
     """
     span_start_byte: _builtins.int
-    """The byte offset in the full input (context plus continuation, UTF-8) where the scored span starts."""
+    """The byte offset in the full input (context plus continuation, UTF-8, as rendered for a conversation) where
+    the scored tokens start.
+    """
+    span_byte_count: _builtins.int
+    """How many UTF-8 bytes the requested span (the continuation, or the whole input) has, unscored tokens
+    included. Equal to `scored_byte_count` when every token of the span is scored and no token straddles the
+    context boundary.
+    """
+    span_char_count: _builtins.int
+    """How many Unicode code points the requested span has, unscored tokens included."""
+    first_token_straddles_context: _builtins.bool
+    """True when the first scored token also covers bytes of the context (tokenizing context + continuation merged
+    the boundary); its logprob is then included, and `span_start_byte` lies before the continuation's start.
+    """
     @_builtins.property
     def tokens(self) -> Global___TokenLogprobs:
         """The scored tokens: ids, logprobs, text and bytes of every token that has a logprob, in order."""
@@ -183,15 +202,18 @@ class InputScores(_message.Message):
         *,
         tokens: Global___TokenLogprobs | None = ...,
         logprob_sum: _builtins.float = ...,
-        token_count: _builtins.int = ...,
-        byte_count: _builtins.int = ...,
-        char_count: _builtins.int = ...,
+        scored_token_count: _builtins.int = ...,
+        scored_byte_count: _builtins.int = ...,
+        scored_char_count: _builtins.int = ...,
         unscored_token_count: _builtins.int = ...,
         span_start_byte: _builtins.int = ...,
+        span_byte_count: _builtins.int = ...,
+        span_char_count: _builtins.int = ...,
+        first_token_straddles_context: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["tokens", b"tokens"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["byte_count", b"byte_count", "char_count", b"char_count", "logprob_sum", b"logprob_sum", "span_start_byte", b"span_start_byte", "token_count", b"token_count", "tokens", b"tokens", "unscored_token_count", b"unscored_token_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_token_straddles_context", b"first_token_straddles_context", "logprob_sum", b"logprob_sum", "scored_byte_count", b"scored_byte_count", "scored_char_count", b"scored_char_count", "scored_token_count", b"scored_token_count", "span_byte_count", b"span_byte_count", "span_char_count", b"span_char_count", "span_start_byte", b"span_start_byte", "tokens", b"tokens", "unscored_token_count", b"unscored_token_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -39,7 +39,7 @@ class _RecordStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RecordSt
     """The call failed; `failure` says why and there is no response."""
 
 class RecordStatus(_RecordStatus, metaclass=_RecordStatusEnumTypeWrapper):
-    """How a recorded call ended."""
+    """How a recorded call ended. A closed enum."""
 
 RECORD_STATUS_UNSPECIFIED: RecordStatus.ValueType  # 0
 """Not set; readers treat such a record as failed."""
@@ -64,7 +64,10 @@ class Record(_message.Message):
     FAILURE_FIELD_NUMBER: _builtins.int
     PROVENANCE_FIELD_NUMBER: _builtins.int
     key: _builtins.str
-    """The request's key, unique within a record file (given in the input, or a stable hash of the request)."""
+    """The request's key, unique within a record file. Opaque: readers compare keys, never derive them. It is the
+    key the caller gave with the request, or, when the caller gave none, the request's position in its input as
+    `#<n>` (decimal, from 0). See "Record files" in `proto/README.md`.
+    """
     status: Global___RecordStatus.ValueType
     """How the call ended."""
     @_builtins.property
@@ -208,10 +211,16 @@ class RecordHeader(_message.Message):
     SDK_VERSION_FIELD_NUMBER: _builtins.int
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     RUN_METADATA_FIELD_NUMBER: _builtins.int
+    IR_DESCRIPTOR_SET_FIELD_NUMBER: _builtins.int
     ir_version: _builtins.str
     """The IR version of the writer; resuming into the file requires the same major.minor."""
     sdk_version: _builtins.str
     """The version of the SDK that created the file."""
+    ir_descriptor_set: _builtins.bytes
+    """The `google.protobuf.FileDescriptorSet` of the IR that wrote the file (every `modelir/v1` file and its
+    imports), serialized, so that a reader of any later release can decode fields it does not know. Empty in
+    files written without it.
+    """
     @_builtins.property
     def create_time(self) -> _timestamp_pb2.Timestamp:
         """When the file was created."""
@@ -227,10 +236,11 @@ class RecordHeader(_message.Message):
         sdk_version: _builtins.str = ...,
         create_time: _timestamp_pb2.Timestamp | None = ...,
         run_metadata: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        ir_descriptor_set: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "ir_version", b"ir_version", "run_metadata", b"run_metadata", "sdk_version", b"sdk_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "ir_descriptor_set", b"ir_descriptor_set", "ir_version", b"ir_version", "run_metadata", b"run_metadata", "sdk_version", b"sdk_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

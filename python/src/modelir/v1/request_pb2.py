@@ -27,7 +27,7 @@ from modelir.v1 import content_pb2 as modelir_dot_v1_dot_content__pb2
 from modelir.v1 import logprobs_pb2 as modelir_dot_v1_dot_logprobs__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18modelir/v1/request.proto\x12\nmodelir.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x18modelir/v1/content.proto\x1a\x19modelir/v1/logprobs.proto\"\xc7\x05\n\x07Request\x12\r\n\x05model\x18\x01 \x01(\t\x12\x10\n\x06prompt\x18\x02 \x01(\tH\x00\x12\x30\n\x0c\x63onversation\x18\x03 \x01(\x0b\x32\x18.modelir.v1.ConversationH\x00\x12)\n\ttoken_ids\x18\x04 \x01(\x0b\x32\x14.modelir.v1.TokenIdsH\x00\x12,\n\x08sampling\x18\x05 \x01(\x0b\x32\x1a.modelir.v1.SamplingParams\x12\x1f\n\x05tools\x18\x06 \x03(\x0b\x32\x10.modelir.v1.Tool\x12+\n\x0btool_choice\x18\x07 \x01(\x0b\x32\x16.modelir.v1.ToolChoice\x12\x30\n\treasoning\x18\x08 \x01(\x0b\x32\x1d.modelir.v1.ReasoningControls\x12*\n\nconstraint\x18\t \x01(\x0b\x32\x16.modelir.v1.Constraint\x12\x0f\n\x07prefill\x18\n \x01(\t\x12(\n\x03\x66im\x18\x0b \x01(\x0b\x32\x1b.modelir.v1.FillInTheMiddle\x12,\n\x08logprobs\x18\x0c \x01(\x0b\x32\x1a.modelir.v1.LogprobOptions\x12\x36\n\rinput_scoring\x18\r \x01(\x0b\x32\x1f.modelir.v1.InputScoringOptions\x12\x35\n\x10provider_options\x18\x0e \x01(\x0b\x32\x1b.modelir.v1.ProviderOptions\x12\x42\n\x17\x66oreign_artifact_policy\x18\x0f \x01(\x0e\x32!.modelir.v1.ForeignArtifactPolicy\x12*\n\x07timeout\x18\x10 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0binclude_raw\x18\x11 \x01(\x08\x42\x07\n\x05input\"5\n\x0c\x43onversation\x12%\n\x08messages\x18\x01 \x03(\x0b\x32\x13.modelir.v1.Message\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\xc4\x03\n\x0eSamplingParams\x12\x18\n\x0btemperature\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\x12\n\x05top_p\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x12\n\x05top_k\x18\x03 \x01(\x05H\x02\x88\x01\x01\x12\x12\n\x05min_p\x18\x04 \x01(\x01H\x03\x88\x01\x01\x12\x1e\n\x11max_output_tokens\x18\x05 \x01(\x05H\x04\x88\x01\x01\x12\x0c\n\x04stop\x18\x06 \x03(\t\x12\x16\n\x0estop_token_ids\x18\x07 \x03(\x05\x12\x11\n\x04seed\x18\x08 \x01(\x03H\x05\x88\x01\x01\x12\x14\n\x0c\x63hoice_count\x18\t \x01(\x05\x12\x1d\n\x10presence_penalty\x18\n \x01(\x01H\x06\x88\x01\x01\x12\x1e\n\x11\x66requency_penalty\x18\x0b \x01(\x01H\x07\x88\x01\x01\x12\x1f\n\x12repetition_penalty\x18\x0c \x01(\x01H\x08\x88\x01\x01\x42\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x08\n\x06_min_pB\x14\n\x12_max_output_tokensB\x07\n\x05_seedB\x13\n\x11_presence_penaltyB\x14\n\x12_frequency_penaltyB\x15\n\x13_repetition_penalty\"Y\n\x04Tool\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x1e\n\x16parameters_json_schema\x18\x03 \x01(\t\x12\x0e\n\x06strict\x18\x04 \x01(\x08\"W\n\nToolChoice\x12*\n\x04mode\x18\x01 \x01(\x0e\x32\x1a.modelir.v1.ToolChoiceModeH\x00\x12\x13\n\ttool_name\x18\x02 \x01(\tH\x00\x42\x08\n\x06\x63hoice\"\xae\x01\n\x11ReasoningControls\x12-\n\x06\x65\x66\x66ort\x18\x01 \x01(\x0e\x32\x1b.modelir.v1.ReasoningEffortH\x00\x12\x17\n\rbudget_tokens\x18\x02 \x01(\x05H\x00\x12-\n\x07summary\x18\x03 \x01(\x0e\x32\x1c.modelir.v1.ReasoningSummary\x12\x18\n\x10include_thoughts\x18\x04 \x01(\x08\x42\x08\n\x06\x61mount\"\xa7\x01\n\nConstraint\x12)\n\x06\x63hoice\x18\x01 \x01(\x0b\x32\x17.modelir.v1.LabelChoiceH\x00\x12\x0f\n\x05regex\x18\x02 \x01(\tH\x00\x12-\n\x0bjson_schema\x18\x03 \x01(\x0b\x32\x16.modelir.v1.JsonSchemaH\x00\x12&\n\x07grammar\x18\x04 \x01(\x0b\x32\x13.modelir.v1.GrammarH\x00\x42\x06\n\x04kind\"\x1d\n\x0bLabelChoice\x12\x0e\n\x06labels\x18\x01 \x03(\t\"?\n\nJsonSchema\x12\x13\n\x0bschema_json\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0e\n\x06strict\x18\x03 \x01(\x08\"D\n\x07Grammar\x12+\n\x07\x64ialect\x18\x01 \x01(\x0e\x32\x1a.modelir.v1.GrammarDialect\x12\x0c\n\x04text\x18\x02 \x01(\t\"!\n\x0f\x46illInTheMiddle\x12\x0e\n\x06suffix\x18\x01 \x01(\t\"c\n\x0eLogprobOptions\x12\r\n\x05top_k\x18\x01 \x01(\x05\x12\x19\n\x11require_token_ids\x18\x02 \x01(\x08\x12\'\n\x05\x62\x61sis\x18\x03 \x01(\x0e\x32\x18.modelir.v1.LogprobBasis\"\x86\x01\n\x13InputScoringOptions\x12\x1b\n\x11\x63ontinuation_text\x18\x01 \x01(\tH\x00\x12\x33\n\x13\x63ontinuation_tokens\x18\x02 \x01(\x0b\x32\x14.modelir.v1.TokenIdsH\x00\x12\r\n\x05top_k\x18\x03 \x01(\x05\x42\x0e\n\x0c\x63ontinuation\":\n\x0fProviderOptions\x12\x11\n\ttransport\x18\x01 \x01(\t\x12\x14\n\x0coptions_json\x18\x02 \x01(\t*\x87\x01\n\x0eToolChoiceMode\x12 \n\x1cTOOL_CHOICE_MODE_UNSPECIFIED\x10\x00\x12\x19\n\x15TOOL_CHOICE_MODE_AUTO\x10\x01\x12\x19\n\x15TOOL_CHOICE_MODE_NONE\x10\x02\x12\x1d\n\x19TOOL_CHOICE_MODE_REQUIRED\x10\x03*\xbe\x01\n\x0fReasoningEffort\x12 \n\x1cREASONING_EFFORT_UNSPECIFIED\x10\x00\x12\x19\n\x15REASONING_EFFORT_NONE\x10\x01\x12\x1c\n\x18REASONING_EFFORT_MINIMAL\x10\x02\x12\x18\n\x14REASONING_EFFORT_LOW\x10\x03\x12\x1b\n\x17REASONING_EFFORT_MEDIUM\x10\x04\x12\x19\n\x15REASONING_EFFORT_HIGH\x10\x05*\x90\x01\n\x10ReasoningSummary\x12!\n\x1dREASONING_SUMMARY_UNSPECIFIED\x10\x00\x12\x1a\n\x16REASONING_SUMMARY_AUTO\x10\x01\x12\x1d\n\x19REASONING_SUMMARY_CONCISE\x10\x02\x12\x1e\n\x1aREASONING_SUMMARY_DETAILED\x10\x03*\x7f\n\x0eGrammarDialect\x12\x1f\n\x1bGRAMMAR_DIALECT_UNSPECIFIED\x10\x00\x12\x18\n\x14GRAMMAR_DIALECT_GBNF\x10\x01\x12\x18\n\x14GRAMMAR_DIALECT_EBNF\x10\x02\x12\x18\n\x14GRAMMAR_DIALECT_LARK\x10\x03*\x86\x01\n\x15\x46oreignArtifactPolicy\x12\'\n#FOREIGN_ARTIFACT_POLICY_UNSPECIFIED\x10\x00\x12\"\n\x1e\x46OREIGN_ARTIFACT_POLICY_REJECT\x10\x01\x12 \n\x1c\x46OREIGN_ARTIFACT_POLICY_DROP\x10\x02\x42s\n\x0e\x64\x65v.modelir.v1B\x0cRequestProtoP\x01Z#modelir.dev/go/modelir/v1;modelirv1\xa2\x02\x03MXX\xaa\x02\nModelir.V1\xca\x02\nModelir\\V1\xea\x02\x0bModelir::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18modelir/v1/request.proto\x12\nmodelir.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x18modelir/v1/content.proto\x1a\x19modelir/v1/logprobs.proto\"\xc1\x06\n\x07Request\x12\r\n\x05model\x18\x01 \x01(\t\x12\x10\n\x06prompt\x18\x02 \x01(\tH\x00\x12\x30\n\x0c\x63onversation\x18\x03 \x01(\x0b\x32\x18.modelir.v1.ConversationH\x00\x12)\n\ttoken_ids\x18\x04 \x01(\x0b\x32\x14.modelir.v1.TokenIdsH\x00\x12,\n\x08sampling\x18\x05 \x01(\x0b\x32\x1a.modelir.v1.SamplingParams\x12\x1f\n\x05tools\x18\x06 \x03(\x0b\x32\x10.modelir.v1.Tool\x12+\n\x0btool_choice\x18\x07 \x01(\x0b\x32\x16.modelir.v1.ToolChoice\x12\x39\n\x12reasoning_controls\x18\x08 \x01(\x0b\x32\x1d.modelir.v1.ReasoningControls\x12*\n\nconstraint\x18\t \x01(\x0b\x32\x16.modelir.v1.Constraint\x12\x0f\n\x07prefill\x18\n \x01(\t\x12(\n\x03\x66im\x18\x0b \x01(\x0b\x32\x1b.modelir.v1.FillInTheMiddle\x12\x33\n\x0flogprob_options\x18\x0c \x01(\x0b\x32\x1a.modelir.v1.LogprobOptions\x12\x36\n\rinput_scoring\x18\r \x01(\x0b\x32\x1f.modelir.v1.InputScoringOptions\x12\x35\n\x10provider_options\x18\x0e \x03(\x0b\x32\x1b.modelir.v1.ProviderOptions\x12\x42\n\x17\x66oreign_artifact_policy\x18\x0f \x01(\x0e\x32!.modelir.v1.ForeignArtifactPolicy\x12*\n\x07timeout\x18\x10 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0binclude_raw\x18\x11 \x01(\x08\x12/\n\x11output_modalities\x18\x12 \x03(\x0e\x32\x14.modelir.v1.Modality\x12\x16\n\x0e\x63\x61\x63hed_content\x18\x13 \x01(\t\x12\x1f\n\x17include_lowered_request\x18\x14 \x01(\x08\x42\x07\n\x05input\"5\n\x0c\x43onversation\x12%\n\x08messages\x18\x01 \x03(\x0b\x32\x13.modelir.v1.Message\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\xeb\x04\n\x0eSamplingParams\x12\x18\n\x0btemperature\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\x12\n\x05top_p\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x12\n\x05top_k\x18\x03 \x01(\x05H\x02\x88\x01\x01\x12\x12\n\x05min_p\x18\x04 \x01(\x01H\x03\x88\x01\x01\x12\x1e\n\x11max_output_tokens\x18\x05 \x01(\x05H\x04\x88\x01\x01\x12\x0c\n\x04stop\x18\x06 \x03(\t\x12\x16\n\x0estop_token_ids\x18\x07 \x03(\x05\x12\x11\n\x04seed\x18\x08 \x01(\x03H\x05\x88\x01\x01\x12\x14\n\x0c\x63hoice_count\x18\t \x01(\x05\x12\x1d\n\x10presence_penalty\x18\n \x01(\x01H\x06\x88\x01\x01\x12\x1e\n\x11\x66requency_penalty\x18\x0b \x01(\x01H\x07\x88\x01\x01\x12\x1f\n\x12repetition_penalty\x18\x0c \x01(\x01H\x08\x88\x01\x01\x12=\n\nlogit_bias\x18\r \x03(\x0b\x32).modelir.v1.SamplingParams.LogitBiasEntry\x12\x1e\n\x11min_output_tokens\x18\x0e \x01(\x05H\t\x88\x01\x01\x1a\x30\n\x0eLogitBiasEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x08\n\x06_min_pB\x14\n\x12_max_output_tokensB\x07\n\x05_seedB\x13\n\x11_presence_penaltyB\x14\n\x12_frequency_penaltyB\x15\n\x13_repetition_penaltyB\x14\n\x12_min_output_tokens\"j\n\x04Tool\x12,\n\x08\x66unction\x18\x01 \x01(\x0b\x32\x18.modelir.v1.FunctionToolH\x00\x12,\n\x08provider\x18\x02 \x01(\x0b\x32\x18.modelir.v1.ProviderToolH\x00\x42\x06\n\x04kind\"a\n\x0c\x46unctionTool\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x1e\n\x16parameters_json_schema\x18\x03 \x01(\t\x12\x0e\n\x06strict\x18\x04 \x01(\x08\"R\n\x0cProviderTool\x12\x11\n\ttransport\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x13\n\x0b\x63onfig_json\x18\x04 \x01(\t\"\x8a\x01\n\nToolChoice\x12*\n\x04mode\x18\x01 \x01(\x0e\x32\x1a.modelir.v1.ToolChoiceModeH\x00\x12\x13\n\ttool_name\x18\x02 \x01(\tH\x00\x12\x31\n\rallowed_tools\x18\x03 \x01(\x0b\x32\x18.modelir.v1.AllowedToolsH\x00\x42\x08\n\x06\x63hoice\"L\n\x0c\x41llowedTools\x12\x12\n\ntool_names\x18\x01 \x03(\t\x12(\n\x04mode\x18\x02 \x01(\x0e\x32\x1a.modelir.v1.ToolChoiceMode\"\xae\x01\n\x11ReasoningControls\x12-\n\x06\x65\x66\x66ort\x18\x01 \x01(\x0e\x32\x1b.modelir.v1.ReasoningEffortH\x00\x12\x17\n\rbudget_tokens\x18\x02 \x01(\x05H\x00\x12-\n\x07summary\x18\x03 \x01(\x0e\x32\x1c.modelir.v1.ReasoningSummary\x12\x18\n\x10include_thoughts\x18\x04 \x01(\x08\x42\x08\n\x06\x61mount\"\xd6\x01\n\nConstraint\x12)\n\x06\x63hoice\x18\x01 \x01(\x0b\x32\x17.modelir.v1.LabelChoiceH\x00\x12\x0f\n\x05regex\x18\x02 \x01(\tH\x00\x12-\n\x0bjson_schema\x18\x03 \x01(\x0b\x32\x16.modelir.v1.JsonSchemaH\x00\x12&\n\x07grammar\x18\x04 \x01(\x0b\x32\x13.modelir.v1.GrammarH\x00\x12-\n\x0bjson_object\x18\x05 \x01(\x0b\x32\x16.modelir.v1.JsonObjectH\x00\x42\x06\n\x04kind\"\x1d\n\x0bLabelChoice\x12\x0e\n\x06labels\x18\x01 \x03(\t\"?\n\nJsonSchema\x12\x13\n\x0bschema_json\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0e\n\x06strict\x18\x03 \x01(\x08\"\x0c\n\nJsonObject\"D\n\x07Grammar\x12+\n\x07\x64ialect\x18\x01 \x01(\x0e\x32\x1a.modelir.v1.GrammarDialect\x12\x0c\n\x04text\x18\x02 \x01(\t\"!\n\x0f\x46illInTheMiddle\x12\x0e\n\x06suffix\x18\x01 \x01(\t\"o\n\x0eLogprobOptions\x12\x19\n\x11top_logprob_count\x18\x01 \x01(\x05\x12\x19\n\x11require_token_ids\x18\x02 \x01(\x08\x12\'\n\x05\x62\x61sis\x18\x03 \x01(\x0e\x32\x18.modelir.v1.LogprobBasis\"\x95\x01\n\x13InputScoringOptions\x12\x19\n\x11top_logprob_count\x18\x03 \x01(\x05\x12/\n\rcontinuations\x18\x04 \x03(\x0b\x32\x18.modelir.v1.ContinuationJ\x04\x08\x01\x10\x02J\x04\x08\x02\x10\x03R\x11\x63ontinuation_textR\x13\x63ontinuation_tokens\"T\n\x0c\x43ontinuation\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12)\n\ttoken_ids\x18\x02 \x01(\x0b\x32\x14.modelir.v1.TokenIdsH\x00\x42\t\n\x07\x63ontent*_\n\x08Modality\x12\x18\n\x14MODALITY_UNSPECIFIED\x10\x00\x12\x11\n\rMODALITY_TEXT\x10\x01\x12\x12\n\x0eMODALITY_IMAGE\x10\x02\x12\x12\n\x0eMODALITY_AUDIO\x10\x03*\x87\x01\n\x0eToolChoiceMode\x12 \n\x1cTOOL_CHOICE_MODE_UNSPECIFIED\x10\x00\x12\x19\n\x15TOOL_CHOICE_MODE_AUTO\x10\x01\x12\x19\n\x15TOOL_CHOICE_MODE_NONE\x10\x02\x12\x1d\n\x19TOOL_CHOICE_MODE_REQUIRED\x10\x03*\xbe\x01\n\x0fReasoningEffort\x12 \n\x1cREASONING_EFFORT_UNSPECIFIED\x10\x00\x12\x19\n\x15REASONING_EFFORT_NONE\x10\x01\x12\x1c\n\x18REASONING_EFFORT_MINIMAL\x10\x02\x12\x18\n\x14REASONING_EFFORT_LOW\x10\x03\x12\x1b\n\x17REASONING_EFFORT_MEDIUM\x10\x04\x12\x19\n\x15REASONING_EFFORT_HIGH\x10\x05*\x90\x01\n\x10ReasoningSummary\x12!\n\x1dREASONING_SUMMARY_UNSPECIFIED\x10\x00\x12\x1a\n\x16REASONING_SUMMARY_AUTO\x10\x01\x12\x1d\n\x19REASONING_SUMMARY_CONCISE\x10\x02\x12\x1e\n\x1aREASONING_SUMMARY_DETAILED\x10\x03*\x7f\n\x0eGrammarDialect\x12\x1f\n\x1bGRAMMAR_DIALECT_UNSPECIFIED\x10\x00\x12\x18\n\x14GRAMMAR_DIALECT_GBNF\x10\x01\x12\x18\n\x14GRAMMAR_DIALECT_EBNF\x10\x02\x12\x18\n\x14GRAMMAR_DIALECT_LARK\x10\x03*\x86\x01\n\x15\x46oreignArtifactPolicy\x12\'\n#FOREIGN_ARTIFACT_POLICY_UNSPECIFIED\x10\x00\x12\"\n\x1e\x46OREIGN_ARTIFACT_POLICY_REJECT\x10\x01\x12 \n\x1c\x46OREIGN_ARTIFACT_POLICY_DROP\x10\x02\x42s\n\x0e\x64\x65v.modelir.v1B\x0cRequestProtoP\x01Z#modelir.dev/go/modelir/v1;modelirv1\xa2\x02\x03MXX\xaa\x02\nModelir.V1\xca\x02\nModelir\\V1\xea\x02\x0bModelir::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,44 +35,58 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'modelir.v1.request_pb2', _g
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\016dev.modelir.v1B\014RequestProtoP\001Z#modelir.dev/go/modelir/v1;modelirv1\242\002\003MXX\252\002\nModelir.V1\312\002\nModelir\\V1\352\002\013Modelir::V1'
-  _globals['_TOOLCHOICEMODE']._serialized_start=2401
-  _globals['_TOOLCHOICEMODE']._serialized_end=2536
-  _globals['_REASONINGEFFORT']._serialized_start=2539
-  _globals['_REASONINGEFFORT']._serialized_end=2729
-  _globals['_REASONINGSUMMARY']._serialized_start=2732
-  _globals['_REASONINGSUMMARY']._serialized_end=2876
-  _globals['_GRAMMARDIALECT']._serialized_start=2878
-  _globals['_GRAMMARDIALECT']._serialized_end=3005
-  _globals['_FOREIGNARTIFACTPOLICY']._serialized_start=3008
-  _globals['_FOREIGNARTIFACTPOLICY']._serialized_end=3142
+  _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._loaded_options = None
+  _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_options = b'8\001'
+  _globals['_MODALITY']._serialized_start=3133
+  _globals['_MODALITY']._serialized_end=3228
+  _globals['_TOOLCHOICEMODE']._serialized_start=3231
+  _globals['_TOOLCHOICEMODE']._serialized_end=3366
+  _globals['_REASONINGEFFORT']._serialized_start=3369
+  _globals['_REASONINGEFFORT']._serialized_end=3559
+  _globals['_REASONINGSUMMARY']._serialized_start=3562
+  _globals['_REASONINGSUMMARY']._serialized_end=3706
+  _globals['_GRAMMARDIALECT']._serialized_start=3708
+  _globals['_GRAMMARDIALECT']._serialized_end=3835
+  _globals['_FOREIGNARTIFACTPOLICY']._serialized_start=3838
+  _globals['_FOREIGNARTIFACTPOLICY']._serialized_end=3972
   _globals['_REQUEST']._serialized_start=126
-  _globals['_REQUEST']._serialized_end=837
-  _globals['_CONVERSATION']._serialized_start=839
-  _globals['_CONVERSATION']._serialized_end=892
-  _globals['_TOKENIDS']._serialized_start=894
-  _globals['_TOKENIDS']._serialized_end=917
-  _globals['_SAMPLINGPARAMS']._serialized_start=920
-  _globals['_SAMPLINGPARAMS']._serialized_end=1372
-  _globals['_TOOL']._serialized_start=1374
-  _globals['_TOOL']._serialized_end=1463
-  _globals['_TOOLCHOICE']._serialized_start=1465
-  _globals['_TOOLCHOICE']._serialized_end=1552
-  _globals['_REASONINGCONTROLS']._serialized_start=1555
-  _globals['_REASONINGCONTROLS']._serialized_end=1729
-  _globals['_CONSTRAINT']._serialized_start=1732
-  _globals['_CONSTRAINT']._serialized_end=1899
-  _globals['_LABELCHOICE']._serialized_start=1901
-  _globals['_LABELCHOICE']._serialized_end=1930
-  _globals['_JSONSCHEMA']._serialized_start=1932
-  _globals['_JSONSCHEMA']._serialized_end=1995
-  _globals['_GRAMMAR']._serialized_start=1997
-  _globals['_GRAMMAR']._serialized_end=2065
-  _globals['_FILLINTHEMIDDLE']._serialized_start=2067
-  _globals['_FILLINTHEMIDDLE']._serialized_end=2100
-  _globals['_LOGPROBOPTIONS']._serialized_start=2102
-  _globals['_LOGPROBOPTIONS']._serialized_end=2201
-  _globals['_INPUTSCORINGOPTIONS']._serialized_start=2204
-  _globals['_INPUTSCORINGOPTIONS']._serialized_end=2338
-  _globals['_PROVIDEROPTIONS']._serialized_start=2340
-  _globals['_PROVIDEROPTIONS']._serialized_end=2398
+  _globals['_REQUEST']._serialized_end=959
+  _globals['_CONVERSATION']._serialized_start=961
+  _globals['_CONVERSATION']._serialized_end=1014
+  _globals['_TOKENIDS']._serialized_start=1016
+  _globals['_TOKENIDS']._serialized_end=1039
+  _globals['_SAMPLINGPARAMS']._serialized_start=1042
+  _globals['_SAMPLINGPARAMS']._serialized_end=1661
+  _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_start=1448
+  _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_end=1496
+  _globals['_TOOL']._serialized_start=1663
+  _globals['_TOOL']._serialized_end=1769
+  _globals['_FUNCTIONTOOL']._serialized_start=1771
+  _globals['_FUNCTIONTOOL']._serialized_end=1868
+  _globals['_PROVIDERTOOL']._serialized_start=1870
+  _globals['_PROVIDERTOOL']._serialized_end=1952
+  _globals['_TOOLCHOICE']._serialized_start=1955
+  _globals['_TOOLCHOICE']._serialized_end=2093
+  _globals['_ALLOWEDTOOLS']._serialized_start=2095
+  _globals['_ALLOWEDTOOLS']._serialized_end=2171
+  _globals['_REASONINGCONTROLS']._serialized_start=2174
+  _globals['_REASONINGCONTROLS']._serialized_end=2348
+  _globals['_CONSTRAINT']._serialized_start=2351
+  _globals['_CONSTRAINT']._serialized_end=2565
+  _globals['_LABELCHOICE']._serialized_start=2567
+  _globals['_LABELCHOICE']._serialized_end=2596
+  _globals['_JSONSCHEMA']._serialized_start=2598
+  _globals['_JSONSCHEMA']._serialized_end=2661
+  _globals['_JSONOBJECT']._serialized_start=2663
+  _globals['_JSONOBJECT']._serialized_end=2675
+  _globals['_GRAMMAR']._serialized_start=2677
+  _globals['_GRAMMAR']._serialized_end=2745
+  _globals['_FILLINTHEMIDDLE']._serialized_start=2747
+  _globals['_FILLINTHEMIDDLE']._serialized_end=2780
+  _globals['_LOGPROBOPTIONS']._serialized_start=2782
+  _globals['_LOGPROBOPTIONS']._serialized_end=2893
+  _globals['_INPUTSCORINGOPTIONS']._serialized_start=2896
+  _globals['_INPUTSCORINGOPTIONS']._serialized_end=3045
+  _globals['_CONTINUATION']._serialized_start=3047
+  _globals['_CONTINUATION']._serialized_end=3131
 # @@protoc_insertion_point(module_scope)

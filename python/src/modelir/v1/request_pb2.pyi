@@ -22,6 +22,34 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _Modality:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ModalityEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Modality.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    MODALITY_UNSPECIFIED: _Modality.ValueType  # 0
+    """Not set."""
+    MODALITY_TEXT: _Modality.ValueType  # 1
+    """Text."""
+    MODALITY_IMAGE: _Modality.ValueType  # 2
+    """Images."""
+    MODALITY_AUDIO: _Modality.ValueType  # 3
+    """Audio."""
+
+class Modality(_Modality, metaclass=_ModalityEnumTypeWrapper):
+    """A kind of content a model can read or write. An open enum: new values are added in minor versions."""
+
+MODALITY_UNSPECIFIED: Modality.ValueType  # 0
+"""Not set."""
+MODALITY_TEXT: Modality.ValueType  # 1
+"""Text."""
+MODALITY_IMAGE: Modality.ValueType  # 2
+"""Images."""
+MODALITY_AUDIO: Modality.ValueType  # 3
+"""Audio."""
+Global___Modality: _TypeAlias = Modality  # noqa: Y015
+
 class _ToolChoiceMode:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -38,7 +66,7 @@ class _ToolChoiceModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ToolCh
     """The model must call at least one tool."""
 
 class ToolChoiceMode(_ToolChoiceMode, metaclass=_ToolChoiceModeEnumTypeWrapper):
-    """How tool calling is constrained."""
+    """How tool calling is constrained. A closed enum."""
 
 TOOL_CHOICE_MODE_UNSPECIFIED: ToolChoiceMode.ValueType  # 0
 """No mode given; see `ToolChoice`."""
@@ -70,7 +98,7 @@ class _ReasoningEffortEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Reaso
     """A lot of reasoning."""
 
 class ReasoningEffort(_ReasoningEffort, metaclass=_ReasoningEffortEnumTypeWrapper):
-    """How hard a model should reason, as a level."""
+    """How hard a model should reason, as a level. A closed enum."""
 
 REASONING_EFFORT_UNSPECIFIED: ReasoningEffort.ValueType  # 0
 """No level given."""
@@ -102,7 +130,7 @@ class _ReasoningSummaryEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Reas
     """A detailed summary."""
 
 class ReasoningSummary(_ReasoningSummary, metaclass=_ReasoningSummaryEnumTypeWrapper):
-    """Which reasoning summaries to return."""
+    """Which reasoning summaries to return. A closed enum."""
 
 REASONING_SUMMARY_UNSPECIFIED: ReasoningSummary.ValueType  # 0
 """No preference; the provider's default (usually none)."""
@@ -130,7 +158,7 @@ class _GrammarDialectEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Gramma
     """Lark grammar syntax (vLLM guided decoding, OpenAI custom tools)."""
 
 class GrammarDialect(_GrammarDialect, metaclass=_GrammarDialectEnumTypeWrapper):
-    """The dialect a grammar is written in."""
+    """The dialect a grammar is written in. An open enum: new dialects are added in minor versions."""
 
 GRAMMAR_DIALECT_UNSPECIFIED: GrammarDialect.ValueType  # 0
 """No dialect given; receivers reject such a grammar."""
@@ -156,7 +184,9 @@ class _ForeignArtifactPolicyEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[
     """Drop the foreign artifacts (and reasoning that cannot travel without them) and record a warning."""
 
 class ForeignArtifactPolicy(_ForeignArtifactPolicy, metaclass=_ForeignArtifactPolicyEnumTypeWrapper):
-    """What happens when a conversation holds reasoning artifacts issued by another transport or model."""
+    """What happens when a conversation holds opaque artifacts or provider parts issued by another transport or
+    model. A closed enum.
+    """
 
 FOREIGN_ARTIFACT_POLICY_UNSPECIFIED: ForeignArtifactPolicy.ValueType  # 0
 """The default, which is to reject the request."""
@@ -181,16 +211,19 @@ class Request(_message.Message):
     SAMPLING_FIELD_NUMBER: _builtins.int
     TOOLS_FIELD_NUMBER: _builtins.int
     TOOL_CHOICE_FIELD_NUMBER: _builtins.int
-    REASONING_FIELD_NUMBER: _builtins.int
+    REASONING_CONTROLS_FIELD_NUMBER: _builtins.int
     CONSTRAINT_FIELD_NUMBER: _builtins.int
     PREFILL_FIELD_NUMBER: _builtins.int
     FIM_FIELD_NUMBER: _builtins.int
-    LOGPROBS_FIELD_NUMBER: _builtins.int
+    LOGPROB_OPTIONS_FIELD_NUMBER: _builtins.int
     INPUT_SCORING_FIELD_NUMBER: _builtins.int
     PROVIDER_OPTIONS_FIELD_NUMBER: _builtins.int
     FOREIGN_ARTIFACT_POLICY_FIELD_NUMBER: _builtins.int
     TIMEOUT_FIELD_NUMBER: _builtins.int
     INCLUDE_RAW_FIELD_NUMBER: _builtins.int
+    OUTPUT_MODALITIES_FIELD_NUMBER: _builtins.int
+    CACHED_CONTENT_FIELD_NUMBER: _builtins.int
+    INCLUDE_LOWERED_REQUEST_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     """The model name as configured on the server or in the SDK (not necessarily the provider's model id)."""
     prompt: _builtins.str
@@ -200,10 +233,18 @@ class Request(_message.Message):
     continuation, never the prefill. Empty means no prefill.
     """
     foreign_artifact_policy: Global___ForeignArtifactPolicy.ValueType
-    """What to do with reasoning artifacts from another issuer in the conversation."""
+    """What to do with artifacts and provider parts from another issuer in the conversation."""
     include_raw: _builtins.bool
-    """When true, the response keeps the provider's raw HTTP status and body (or raw stream events), so that the
-    lift can be re-run later. Off by default because raw bodies can be large.
+    """When true, the response keeps the provider's raw HTTP status, headers and body (or raw stream events), so
+    that the lift can be re-run later. Off by default because raw bodies can be large.
+    """
+    cached_content: _builtins.str
+    """A provider-side cache of prompt content to read from (Gemini `cachedContent`, e.g. `cachedContents/abc`).
+    Empty means none. Needs `CAPABILITY_CACHED_CONTENT`.
+    """
+    include_lowered_request: _builtins.bool
+    """When true (with `include_raw`), the response's raw exchange also keeps the lowered native request body as
+    sent (credentials are never in a body). Off by default.
     """
     @_builtins.property
     def conversation(self) -> Global___Conversation:
@@ -219,15 +260,15 @@ class Request(_message.Message):
 
     @_builtins.property
     def tools(self) -> _containers.RepeatedCompositeFieldContainer[Global___Tool]:
-        """The tools the model may call."""
+        """The tools the model may call: function tools the caller runs, and provider tools the provider runs."""
 
     @_builtins.property
     def tool_choice(self) -> Global___ToolChoice:
         """Whether and which tool the model must call. Unset means the provider default (auto when tools are given)."""
 
     @_builtins.property
-    def reasoning(self) -> Global___ReasoningControls:
-        """How much the model should reason. Unset means the provider default."""
+    def reasoning_controls(self) -> Global___ReasoningControls:
+        """How much the model should reason and which reasoning to return. Unset means the provider default."""
 
     @_builtins.property
     def constraint(self) -> Global___Constraint:
@@ -238,21 +279,31 @@ class Request(_message.Message):
         """Fill-in-the-middle: the model writes what goes between `prompt` (the prefix) and this suffix."""
 
     @_builtins.property
-    def logprobs(self) -> Global___LogprobOptions:
-        """Log probabilities of the sampled tokens. Unset means none are returned."""
+    def logprob_options(self) -> Global___LogprobOptions:
+        """Which log probabilities of the sampled tokens to return. Unset means none are returned."""
 
     @_builtins.property
     def input_scoring(self) -> Global___InputScoringOptions:
         """Scoring of the input itself (prompt log probabilities). Unset means the input is not scored."""
 
     @_builtins.property
-    def provider_options(self) -> Global___ProviderOptions:
-        """Provider-specific options, validated against the transport's declared keys."""
+    def provider_options(self) -> _containers.RepeatedCompositeFieldContainer[_content_pb2.ProviderOptions]:
+        """Provider-specific options, one entry per transport, so that one portable request can carry options for
+        several transports (for fallbacks). The transport that runs the request reads only its own entry, whose keys
+        must all be declared in its manifest (`provider_option_keys`); entries for other transports are ignored. Two
+        entries for one transport are rejected.
+        """
 
     @_builtins.property
     def timeout(self) -> _duration_pb2.Duration:
         """The longest the whole call may take, retries included. Unset means the caller's deadline or the server's
         default.
+        """
+
+    @_builtins.property
+    def output_modalities(self) -> _containers.RepeatedScalarFieldContainer[Global___Modality.ValueType]:
+        """The output modalities asked for besides text (image or audio output). Empty means text only. A request that
+        asks for one needs its `CAPABILITY_*_OUTPUT`.
         """
 
     def __init__(
@@ -265,20 +316,23 @@ class Request(_message.Message):
         sampling: Global___SamplingParams | None = ...,
         tools: _abc.Iterable[Global___Tool] | None = ...,
         tool_choice: Global___ToolChoice | None = ...,
-        reasoning: Global___ReasoningControls | None = ...,
+        reasoning_controls: Global___ReasoningControls | None = ...,
         constraint: Global___Constraint | None = ...,
         prefill: _builtins.str = ...,
         fim: Global___FillInTheMiddle | None = ...,
-        logprobs: Global___LogprobOptions | None = ...,
+        logprob_options: Global___LogprobOptions | None = ...,
         input_scoring: Global___InputScoringOptions | None = ...,
-        provider_options: Global___ProviderOptions | None = ...,
+        provider_options: _abc.Iterable[_content_pb2.ProviderOptions] | None = ...,
         foreign_artifact_policy: Global___ForeignArtifactPolicy.ValueType = ...,
         timeout: _duration_pb2.Duration | None = ...,
         include_raw: _builtins.bool = ...,
+        output_modalities: _abc.Iterable[Global___Modality.ValueType] | None = ...,
+        cached_content: _builtins.str = ...,
+        include_lowered_request: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["constraint", b"constraint", "conversation", b"conversation", "fim", b"fim", "input", b"input", "input_scoring", b"input_scoring", "logprobs", b"logprobs", "prompt", b"prompt", "provider_options", b"provider_options", "reasoning", b"reasoning", "sampling", b"sampling", "timeout", b"timeout", "token_ids", b"token_ids", "tool_choice", b"tool_choice"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["constraint", b"constraint", "conversation", b"conversation", "fim", b"fim", "input", b"input", "input_scoring", b"input_scoring", "logprob_options", b"logprob_options", "prompt", b"prompt", "reasoning_controls", b"reasoning_controls", "sampling", b"sampling", "timeout", b"timeout", "token_ids", b"token_ids", "tool_choice", b"tool_choice"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["constraint", b"constraint", "conversation", b"conversation", "fim", b"fim", "foreign_artifact_policy", b"foreign_artifact_policy", "include_raw", b"include_raw", "input", b"input", "input_scoring", b"input_scoring", "logprobs", b"logprobs", "model", b"model", "prefill", b"prefill", "prompt", b"prompt", "provider_options", b"provider_options", "reasoning", b"reasoning", "sampling", b"sampling", "timeout", b"timeout", "token_ids", b"token_ids", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cached_content", b"cached_content", "constraint", b"constraint", "conversation", b"conversation", "fim", b"fim", "foreign_artifact_policy", b"foreign_artifact_policy", "include_lowered_request", b"include_lowered_request", "include_raw", b"include_raw", "input", b"input", "input_scoring", b"input_scoring", "logprob_options", b"logprob_options", "model", b"model", "output_modalities", b"output_modalities", "prefill", b"prefill", "prompt", b"prompt", "provider_options", b"provider_options", "reasoning_controls", b"reasoning_controls", "sampling", b"sampling", "timeout", b"timeout", "token_ids", b"token_ids", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_input: _TypeAlias = _typing.Literal["prompt", "conversation", "token_ids"]  # noqa: Y015
     _WhichOneofArgType_input: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
@@ -340,6 +394,26 @@ class SamplingParams(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class LogitBiasEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.int
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.int = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     TEMPERATURE_FIELD_NUMBER: _builtins.int
     TOP_P_FIELD_NUMBER: _builtins.int
     TOP_K_FIELD_NUMBER: _builtins.int
@@ -352,12 +426,16 @@ class SamplingParams(_message.Message):
     PRESENCE_PENALTY_FIELD_NUMBER: _builtins.int
     FREQUENCY_PENALTY_FIELD_NUMBER: _builtins.int
     REPETITION_PENALTY_FIELD_NUMBER: _builtins.int
+    LOGIT_BIAS_FIELD_NUMBER: _builtins.int
+    MIN_OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
     temperature: _builtins.float
     """The softmax temperature; 0 means greedy decoding."""
     top_p: _builtins.float
     """Nucleus sampling: keep the smallest set of tokens whose probability sums to at least this (0 to 1)."""
     top_k: _builtins.int
-    """Keep only the k most probable tokens; must be at least 1."""
+    """Top-k sampling: sample only from the k most probable tokens; at least 1. (The number of logprob
+    alternatives is `LogprobOptions.top_logprob_count`, a different thing.)
+    """
     min_p: _builtins.float
     """Drop tokens whose probability is below this fraction of the most probable token's (0 to 1)."""
     max_output_tokens: _builtins.int
@@ -372,6 +450,10 @@ class SamplingParams(_message.Message):
     """OpenAI-style frequency penalty (-2 to 2)."""
     repetition_penalty: _builtins.float
     """Multiplicative repetition penalty of open-weight engines (1 means none)."""
+    min_output_tokens: _builtins.int
+    """The fewest tokens to generate before an end-of-sequence or stop token may end generation (vLLM `min_tokens`,
+    sglang `min_new_tokens`). Unset means none. Needs `CAPABILITY_MIN_OUTPUT_TOKENS`.
+    """
     @_builtins.property
     def stop(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Strings that end generation when produced; the stop string is not part of the output."""
@@ -379,6 +461,12 @@ class SamplingParams(_message.Message):
     @_builtins.property
     def stop_token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Token ids that end generation when sampled."""
+
+    @_builtins.property
+    def logit_bias(self) -> _containers.ScalarMap[_builtins.int, _builtins.float]:
+        """Additive biases on the logits of token ids before sampling (OpenAI `logit_bias`, -100 to 100 there; engines
+        accept any finite value). Needs `CAPABILITY_LOGIT_BIAS`.
+        """
 
     def __init__(
         self,
@@ -395,15 +483,19 @@ class SamplingParams(_message.Message):
         presence_penalty: _builtins.float | None = ...,
         frequency_penalty: _builtins.float | None = ...,
         repetition_penalty: _builtins.float | None = ...,
+        logit_bias: _abc.Mapping[_builtins.int, _builtins.float] | None = ...,
+        min_output_tokens: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_frequency_penalty", b"_frequency_penalty", "_max_output_tokens", b"_max_output_tokens", "_min_p", b"_min_p", "_presence_penalty", b"_presence_penalty", "_repetition_penalty", b"_repetition_penalty", "_seed", b"_seed", "_temperature", b"_temperature", "_top_k", b"_top_k", "_top_p", b"_top_p", "frequency_penalty", b"frequency_penalty", "max_output_tokens", b"max_output_tokens", "min_p", b"min_p", "presence_penalty", b"presence_penalty", "repetition_penalty", b"repetition_penalty", "seed", b"seed", "temperature", b"temperature", "top_k", b"top_k", "top_p", b"top_p"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_frequency_penalty", b"_frequency_penalty", "_max_output_tokens", b"_max_output_tokens", "_min_output_tokens", b"_min_output_tokens", "_min_p", b"_min_p", "_presence_penalty", b"_presence_penalty", "_repetition_penalty", b"_repetition_penalty", "_seed", b"_seed", "_temperature", b"_temperature", "_top_k", b"_top_k", "_top_p", b"_top_p", "frequency_penalty", b"frequency_penalty", "max_output_tokens", b"max_output_tokens", "min_output_tokens", b"min_output_tokens", "min_p", b"min_p", "presence_penalty", b"presence_penalty", "repetition_penalty", b"repetition_penalty", "seed", b"seed", "temperature", b"temperature", "top_k", b"top_k", "top_p", b"top_p"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_frequency_penalty", b"_frequency_penalty", "_max_output_tokens", b"_max_output_tokens", "_min_p", b"_min_p", "_presence_penalty", b"_presence_penalty", "_repetition_penalty", b"_repetition_penalty", "_seed", b"_seed", "_temperature", b"_temperature", "_top_k", b"_top_k", "_top_p", b"_top_p", "choice_count", b"choice_count", "frequency_penalty", b"frequency_penalty", "max_output_tokens", b"max_output_tokens", "min_p", b"min_p", "presence_penalty", b"presence_penalty", "repetition_penalty", b"repetition_penalty", "seed", b"seed", "stop", b"stop", "stop_token_ids", b"stop_token_ids", "temperature", b"temperature", "top_k", b"top_k", "top_p", b"top_p"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_frequency_penalty", b"_frequency_penalty", "_max_output_tokens", b"_max_output_tokens", "_min_output_tokens", b"_min_output_tokens", "_min_p", b"_min_p", "_presence_penalty", b"_presence_penalty", "_repetition_penalty", b"_repetition_penalty", "_seed", b"_seed", "_temperature", b"_temperature", "_top_k", b"_top_k", "_top_p", b"_top_p", "choice_count", b"choice_count", "frequency_penalty", b"frequency_penalty", "logit_bias", b"logit_bias", "max_output_tokens", b"max_output_tokens", "min_output_tokens", b"min_output_tokens", "min_p", b"min_p", "presence_penalty", b"presence_penalty", "repetition_penalty", b"repetition_penalty", "seed", b"seed", "stop", b"stop", "stop_token_ids", b"stop_token_ids", "temperature", b"temperature", "top_k", b"top_k", "top_p", b"top_p"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__frequency_penalty: _TypeAlias = _typing.Literal["frequency_penalty"]  # noqa: Y015
     _WhichOneofArgType__frequency_penalty: _TypeAlias = _typing.Literal["_frequency_penalty", b"_frequency_penalty"]  # noqa: Y015
     _WhichOneofReturnType__max_output_tokens: _TypeAlias = _typing.Literal["max_output_tokens"]  # noqa: Y015
     _WhichOneofArgType__max_output_tokens: _TypeAlias = _typing.Literal["_max_output_tokens", b"_max_output_tokens"]  # noqa: Y015
+    _WhichOneofReturnType__min_output_tokens: _TypeAlias = _typing.Literal["min_output_tokens"]  # noqa: Y015
+    _WhichOneofArgType__min_output_tokens: _TypeAlias = _typing.Literal["_min_output_tokens", b"_min_output_tokens"]  # noqa: Y015
     _WhichOneofReturnType__min_p: _TypeAlias = _typing.Literal["min_p"]  # noqa: Y015
     _WhichOneofArgType__min_p: _TypeAlias = _typing.Literal["_min_p", b"_min_p"]  # noqa: Y015
     _WhichOneofReturnType__presence_penalty: _TypeAlias = _typing.Literal["presence_penalty"]  # noqa: Y015
@@ -423,6 +515,8 @@ class SamplingParams(_message.Message):
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_output_tokens) -> _WhichOneofReturnType__max_output_tokens | None: ...
     @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__min_output_tokens) -> _WhichOneofReturnType__min_output_tokens | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__min_p) -> _WhichOneofReturnType__min_p | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__presence_penalty) -> _WhichOneofReturnType__presence_penalty | None: ...
@@ -441,7 +535,41 @@ Global___SamplingParams: _TypeAlias = SamplingParams  # noqa: Y015
 
 @_typing.final
 class Tool(_message.Message):
-    """A tool (function) that the model may call."""
+    """A tool that the model may use: a function the caller runs, or a tool the provider runs."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FUNCTION_FIELD_NUMBER: _builtins.int
+    PROVIDER_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def function(self) -> Global___FunctionTool:
+        """A function tool: the model calls it, the caller runs it and returns a `ToolResult`."""
+
+    @_builtins.property
+    def provider(self) -> Global___ProviderTool:
+        """A provider tool (web search, code execution, ...): the provider runs it and returns a `ServerToolCall` and
+        `ServerToolResult`. Needs `CAPABILITY_PROVIDER_TOOLS` and a type the manifest lists.
+        """
+
+    def __init__(
+        self,
+        *,
+        function: Global___FunctionTool | None = ...,
+        provider: Global___ProviderTool | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["function", b"function", "kind", b"kind", "provider", b"provider"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["function", b"function", "kind", b"kind", "provider", b"provider"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["function", "provider"]  # noqa: Y015
+    _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
+
+Global___Tool: _TypeAlias = Tool  # noqa: Y015
+
+@_typing.final
+class FunctionTool(_message.Message):
+    """A function tool, declared by the caller."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -471,7 +599,45 @@ class Tool(_message.Message):
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___Tool: _TypeAlias = Tool  # noqa: Y015
+Global___FunctionTool: _TypeAlias = FunctionTool  # noqa: Y015
+
+@_typing.final
+class ProviderTool(_message.Message):
+    """A tool that one provider runs itself."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSPORT_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    CONFIG_JSON_FIELD_NUMBER: _builtins.int
+    transport: _builtins.str
+    """The transport whose provider runs it, e.g. `anthropic_messages`. Another transport rejects the request."""
+    type: _builtins.str
+    """The provider's tool type, verbatim (`web_search_20250305`, `code_execution_20250825`, `web_search`,
+    `googleSearch`, `codeExecution`, ...). It must be one of the manifest's `provider_tool_types`.
+    """
+    name: _builtins.str
+    """The tool's name, where the provider wants one (Anthropic `name`). Empty means the provider's default."""
+    config_json: _builtins.str
+    """The tool's configuration as a JSON object (e.g. `{"max_uses": 3}`), merged into the native declaration.
+    Empty means none.
+    """
+    def __init__(
+        self,
+        *,
+        transport: _builtins.str = ...,
+        type: _builtins.str = ...,
+        name: _builtins.str = ...,
+        config_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_json", b"config_json", "name", b"name", "transport", b"transport", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProviderTool: _TypeAlias = ProviderTool  # noqa: Y015
 
 @_typing.final
 class ToolChoice(_message.Message):
@@ -481,29 +647,65 @@ class ToolChoice(_message.Message):
 
     MODE_FIELD_NUMBER: _builtins.int
     TOOL_NAME_FIELD_NUMBER: _builtins.int
+    ALLOWED_TOOLS_FIELD_NUMBER: _builtins.int
     mode: Global___ToolChoiceMode.ValueType
     """A general mode."""
     tool_name: _builtins.str
     """The model must call the tool with this name."""
+    @_builtins.property
+    def allowed_tools(self) -> Global___AllowedTools:
+        """The model may call only these tools (OpenAI `allowed_tools`). Needs `CAPABILITY_ALLOWED_TOOLS`."""
+
     def __init__(
         self,
         *,
         mode: Global___ToolChoiceMode.ValueType = ...,
         tool_name: _builtins.str = ...,
+        allowed_tools: Global___AllowedTools | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["choice", b"choice", "mode", b"mode", "tool_name", b"tool_name"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["allowed_tools", b"allowed_tools", "choice", b"choice", "mode", b"mode", "tool_name", b"tool_name"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["choice", b"choice", "mode", b"mode", "tool_name", b"tool_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allowed_tools", b"allowed_tools", "choice", b"choice", "mode", b"mode", "tool_name", b"tool_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_choice: _TypeAlias = _typing.Literal["mode", "tool_name"]  # noqa: Y015
+    _WhichOneofReturnType_choice: _TypeAlias = _typing.Literal["mode", "tool_name", "allowed_tools"]  # noqa: Y015
     _WhichOneofArgType_choice: _TypeAlias = _typing.Literal["choice", b"choice"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_choice) -> _WhichOneofReturnType_choice | None: ...
 
 Global___ToolChoice: _TypeAlias = ToolChoice  # noqa: Y015
 
 @_typing.final
+class AllowedTools(_message.Message):
+    """A subset of the declared tools that the model may call."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOOL_NAMES_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    mode: Global___ToolChoiceMode.ValueType
+    """Whether the model may call one of them (`TOOL_CHOICE_MODE_AUTO`, the default when unspecified) or must
+    (`TOOL_CHOICE_MODE_REQUIRED`). `TOOL_CHOICE_MODE_NONE` is rejected.
+    """
+    @_builtins.property
+    def tool_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The names of the allowed tools (function tool names, or provider tool names or types), at least one."""
+
+    def __init__(
+        self,
+        *,
+        tool_names: _abc.Iterable[_builtins.str] | None = ...,
+        mode: Global___ToolChoiceMode.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "tool_names", b"tool_names"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AllowedTools: _TypeAlias = AllowedTools  # noqa: Y015
+
+@_typing.final
 class ReasoningControls(_message.Message):
-    """Controls for a reasoning model."""
+    """Controls for a reasoning model (the reasoning content itself is `Part.reasoning`)."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -514,9 +716,13 @@ class ReasoningControls(_message.Message):
     effort: Global___ReasoningEffort.ValueType
     """A reasoning level (OpenAI `reasoning_effort`, Ollama `think` levels)."""
     budget_tokens: _builtins.int
-    """The most tokens to spend on reasoning (Anthropic `budget_tokens`, Gemini `thinkingBudget`)."""
+    """The most tokens to spend on reasoning (Anthropic `budget_tokens`, Gemini `thinkingBudget`), within the
+    manifest's `min_reasoning_budget_tokens` and `max_reasoning_budget_tokens`.
+    """
     summary: Global___ReasoningSummary.ValueType
-    """Which summaries of the reasoning to return (OpenAI Responses `reasoning.summary`)."""
+    """Which summaries of the reasoning to return (OpenAI Responses `reasoning.summary`). Needs
+    `CAPABILITY_REASONING_SUMMARY`.
+    """
     include_thoughts: _builtins.bool
     """When true, return the reasoning text or thought summaries the provider can show (Gemini
     `includeThoughts`, Ollama `think`).
@@ -549,11 +755,12 @@ class Constraint(_message.Message):
     REGEX_FIELD_NUMBER: _builtins.int
     JSON_SCHEMA_FIELD_NUMBER: _builtins.int
     GRAMMAR_FIELD_NUMBER: _builtins.int
+    JSON_OBJECT_FIELD_NUMBER: _builtins.int
     regex: _builtins.str
     """The output matches this regular expression (the engine's regex dialect, anchored at both ends)."""
     @_builtins.property
     def choice(self) -> Global___LabelChoice:
-        """The output is exactly one of these labels."""
+        """The output is exactly one of these labels (`Choice.constrained_label` names the one chosen)."""
 
     @_builtins.property
     def json_schema(self) -> Global___JsonSchema:
@@ -563,6 +770,10 @@ class Constraint(_message.Message):
     def grammar(self) -> Global___Grammar:
         """The output is derivable from this grammar."""
 
+    @_builtins.property
+    def json_object(self) -> Global___JsonObject:
+        """The output is a JSON object, with no schema (OpenAI `response_format: json_object`, Ollama `format: json`)."""
+
     def __init__(
         self,
         *,
@@ -570,12 +781,13 @@ class Constraint(_message.Message):
         regex: _builtins.str = ...,
         json_schema: Global___JsonSchema | None = ...,
         grammar: Global___Grammar | None = ...,
+        json_object: Global___JsonObject | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["choice", b"choice", "grammar", b"grammar", "json_schema", b"json_schema", "kind", b"kind", "regex", b"regex"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["choice", b"choice", "grammar", b"grammar", "json_object", b"json_object", "json_schema", b"json_schema", "kind", b"kind", "regex", b"regex"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["choice", b"choice", "grammar", b"grammar", "json_schema", b"json_schema", "kind", b"kind", "regex", b"regex"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["choice", b"choice", "grammar", b"grammar", "json_object", b"json_object", "json_schema", b"json_schema", "kind", b"kind", "regex", b"regex"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["choice", "regex", "json_schema", "grammar"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["choice", "regex", "json_schema", "grammar", "json_object"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -636,6 +848,23 @@ class JsonSchema(_message.Message):
 Global___JsonSchema: _TypeAlias = JsonSchema  # noqa: Y015
 
 @_typing.final
+class JsonObject(_message.Message):
+    """A constraint that the output is any JSON object."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JsonObject: _TypeAlias = JsonObject  # noqa: Y015
+
+@_typing.final
 class Grammar(_message.Message):
     """A formal grammar constraint."""
 
@@ -689,10 +918,10 @@ class LogprobOptions(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
-    TOP_K_FIELD_NUMBER: _builtins.int
+    TOP_LOGPROB_COUNT_FIELD_NUMBER: _builtins.int
     REQUIRE_TOKEN_IDS_FIELD_NUMBER: _builtins.int
     BASIS_FIELD_NUMBER: _builtins.int
-    top_k: _builtins.int
+    top_logprob_count: _builtins.int
     """How many most-likely alternatives to return at each position, besides the sampled token. 0 means none."""
     require_token_ids: _builtins.bool
     """When true, token ids are required with the logprobs; transports that cannot give them reject the request."""
@@ -703,13 +932,13 @@ class LogprobOptions(_message.Message):
     def __init__(
         self,
         *,
-        top_k: _builtins.int = ...,
+        top_logprob_count: _builtins.int = ...,
         require_token_ids: _builtins.bool = ...,
         basis: _logprobs_pb2.LogprobBasis.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["basis", b"basis", "require_token_ids", b"require_token_ids", "top_k", b"top_k"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["basis", b"basis", "require_token_ids", b"require_token_ids", "top_logprob_count", b"top_logprob_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -717,62 +946,68 @@ Global___LogprobOptions: _TypeAlias = LogprobOptions  # noqa: Y015
 
 @_typing.final
 class InputScoringOptions(_message.Message):
-    """Scoring of the input: the log probability of each input token given the ones before it."""
+    """Scoring of the input: the log probability of each input token given the ones before it.
 
-    DESCRIPTOR: _descriptor.Descriptor
-
-    CONTINUATION_TEXT_FIELD_NUMBER: _builtins.int
-    CONTINUATION_TOKENS_FIELD_NUMBER: _builtins.int
-    TOP_K_FIELD_NUMBER: _builtins.int
-    continuation_text: _builtins.str
-    """Score only this text, appended directly after the input (the input is then the context)."""
-    top_k: _builtins.int
-    """How many most-likely alternatives to return at each scored position. 0 means none."""
-    @_builtins.property
-    def continuation_tokens(self) -> Global___TokenIds:
-        """Score only these token ids, appended after the input."""
-
-    def __init__(
-        self,
-        *,
-        continuation_text: _builtins.str = ...,
-        continuation_tokens: Global___TokenIds | None = ...,
-        top_k: _builtins.int = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["continuation", b"continuation", "continuation_text", b"continuation_text", "continuation_tokens", b"continuation_tokens"]  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["continuation", b"continuation", "continuation_text", b"continuation_text", "continuation_tokens", b"continuation_tokens", "top_k", b"top_k"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_continuation: _TypeAlias = _typing.Literal["continuation_text", "continuation_tokens"]  # noqa: Y015
-    _WhichOneofArgType_continuation: _TypeAlias = _typing.Literal["continuation", b"continuation"]  # noqa: Y015
-    def WhichOneof(self, oneof_group: _WhichOneofArgType_continuation) -> _WhichOneofReturnType_continuation | None: ...
-
-Global___InputScoringOptions: _TypeAlias = InputScoringOptions  # noqa: Y015
-
-@_typing.final
-class ProviderOptions(_message.Message):
-    """Options that only one transport understands. The transport declares the keys it accepts; a request with
-    another transport or an undeclared key is rejected, never forwarded blindly.
+    Where a continuation sits: after a prompt, directly after its last byte (no separator is added). After a
+    conversation, at the start of the assistant's reply: the conversation is rendered with the chat template and
+    its generation prompt (as for generation), and the continuation is the beginning of the assistant message, so
+    that `score(messages, completion)` scores the completion as the model would have generated it. After token
+    ids, directly after the last id.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
 
-    TRANSPORT_FIELD_NUMBER: _builtins.int
-    OPTIONS_JSON_FIELD_NUMBER: _builtins.int
-    transport: _builtins.str
-    """The transport these options are for, e.g. `vllm`."""
-    options_json: _builtins.str
-    """A JSON object of options, merged into the native request body by the transport."""
+    TOP_LOGPROB_COUNT_FIELD_NUMBER: _builtins.int
+    CONTINUATIONS_FIELD_NUMBER: _builtins.int
+    top_logprob_count: _builtins.int
+    """How many most-likely alternatives to return at each scored position. 0 means none."""
+    @_builtins.property
+    def continuations(self) -> _containers.RepeatedCompositeFieldContainer[Global___Continuation]:
+        """What to score. Empty scores the whole input, whose first token has no logprob and is reported as unscored.
+        Otherwise each continuation is scored separately against the same context (the input), one
+        `Response.input_scores` entry per continuation in this order (N labels, one call).
+        """
+
     def __init__(
         self,
         *,
-        transport: _builtins.str = ...,
-        options_json: _builtins.str = ...,
+        top_logprob_count: _builtins.int = ...,
+        continuations: _abc.Iterable[Global___Continuation] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["options_json", b"options_json", "transport", b"transport"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["continuations", b"continuations", "top_logprob_count", b"top_logprob_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___ProviderOptions: _TypeAlias = ProviderOptions  # noqa: Y015
+Global___InputScoringOptions: _TypeAlias = InputScoringOptions  # noqa: Y015
+
+@_typing.final
+class Continuation(_message.Message):
+    """One continuation to score after the input."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TEXT_FIELD_NUMBER: _builtins.int
+    TOKEN_IDS_FIELD_NUMBER: _builtins.int
+    text: _builtins.str
+    """Text appended after the input (see `InputScoringOptions` for where)."""
+    @_builtins.property
+    def token_ids(self) -> Global___TokenIds:
+        """Token ids appended after the input."""
+
+    def __init__(
+        self,
+        *,
+        text: _builtins.str = ...,
+        token_ids: Global___TokenIds | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "text", b"text", "token_ids", b"token_ids"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "text", b"text", "token_ids", b"token_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_content: _TypeAlias = _typing.Literal["text", "token_ids"]  # noqa: Y015
+    _WhichOneofArgType_content: _TypeAlias = _typing.Literal["content", b"content"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_content) -> _WhichOneofReturnType_content | None: ...
+
+Global___Continuation: _TypeAlias = Continuation  # noqa: Y015

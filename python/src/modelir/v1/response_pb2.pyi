@@ -37,7 +37,7 @@ class _FinishReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FinishRe
     FINISH_REASON_LENGTH: _FinishReason.ValueType  # 2
     """The output token limit was reached."""
     FINISH_REASON_STOP_SEQUENCE: _FinishReason.ValueType  # 3
-    """A stop string or stop token was produced; see `Choice.stop_sequence`."""
+    """A stop string or stop token was produced; see `Choice.stop`."""
     FINISH_REASON_TOOL_CALLS: _FinishReason.ValueType  # 4
     """The model stopped to call tools."""
     FINISH_REASON_CONTENT_FILTER: _FinishReason.ValueType  # 5
@@ -54,7 +54,10 @@ class _FinishReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FinishRe
     """A reason with no normalised equivalent; see `Choice.raw_finish_reason`."""
 
 class FinishReason(_FinishReason, metaclass=_FinishReasonEnumTypeWrapper):
-    """Why generation stopped, normalised across providers. The provider's own words are in `raw_finish_reason`."""
+    """Why generation stopped, normalised across providers. The provider's own words are in `raw_finish_reason`. An
+    open enum: new values are added in minor versions; a receiver that does not know one treats it as
+    `FINISH_REASON_OTHER`.
+    """
 
 FINISH_REASON_UNSPECIFIED: FinishReason.ValueType  # 0
 """The provider gave no reason (e.g. the stream was cut off)."""
@@ -63,7 +66,7 @@ FINISH_REASON_STOP: FinishReason.ValueType  # 1
 FINISH_REASON_LENGTH: FinishReason.ValueType  # 2
 """The output token limit was reached."""
 FINISH_REASON_STOP_SEQUENCE: FinishReason.ValueType  # 3
-"""A stop string or stop token was produced; see `Choice.stop_sequence`."""
+"""A stop string or stop token was produced; see `Choice.stop`."""
 FINISH_REASON_TOOL_CALLS: FinishReason.ValueType  # 4
 """The model stopped to call tools."""
 FINISH_REASON_CONTENT_FILTER: FinishReason.ValueType  # 5
@@ -93,20 +96,30 @@ class Response(_message.Message):
     USAGE_FIELD_NUMBER: _builtins.int
     TIMING_FIELD_NUMBER: _builtins.int
     RAW_FIELD_NUMBER: _builtins.int
-    ERROR_FIELD_NUMBER: _builtins.int
+    ERRORS_FIELD_NUMBER: _builtins.int
     WARNINGS_FIELD_NUMBER: _builtins.int
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _builtins.int
+    PROMPT_FEEDBACK_FIELD_NUMBER: _builtins.int
+    SERVICE_TIER_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """The provider's id for this response (e.g. `chatcmpl-...`, `msg_...`). Empty when none."""
     model: _builtins.str
     """The model id as the provider reported it."""
+    service_tier: _builtins.str
+    """The service tier that actually served the request (OpenAI `service_tier`, e.g. `default`, `flex`,
+    `priority`; Anthropic `usage.service_tier`). An open vocabulary; empty when the provider does not say.
+    """
     @_builtins.property
     def choices(self) -> _containers.RepeatedCompositeFieldContainer[Global___Choice]:
-        """The generated choices, in index order."""
+        """The generated choices, in index order. Empty when the provider generated nothing, e.g. for a blocked prompt
+        (see `prompt_feedback`).
+        """
 
     @_builtins.property
-    def input_scores(self) -> _logprobs_pb2.InputScores:
-        """The scores of the input, when input scoring was requested."""
+    def input_scores(self) -> _containers.RepeatedCompositeFieldContainer[_logprobs_pb2.InputScores]:
+        """The scores of the input, when input scoring was requested: one entry for the whole input, or one per
+        requested continuation, in the request's order.
+        """
 
     @_builtins.property
     def usage(self) -> Global___Usage:
@@ -121,8 +134,11 @@ class Response(_message.Message):
         """The provider's raw answer, when the request asked for it."""
 
     @_builtins.property
-    def error(self) -> _errors_pb2.ResponseError:
-        """Set when the response is partial or suspect (a soft failure); the partial output is kept."""
+    def errors(self) -> _containers.RepeatedCompositeFieldContainer[_errors_pb2.ResponseError]:
+        """Soft errors: set when the response is partial or suspect; the partial output is kept. Several may apply (one
+        choice breaks its JSON schema while another is fine; a stream is cut and misses logprobs), in the order they
+        were found.
+        """
 
     @_builtins.property
     def warnings(self) -> _containers.RepeatedCompositeFieldContainer[_errors_pb2.Warning]:
@@ -132,27 +148,69 @@ class Response(_message.Message):
     def prompt_token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """The token ids of the input as the engine saw it, when the provider reports them (vLLM `prompt_token_ids`)."""
 
+    @_builtins.property
+    def prompt_feedback(self) -> Global___PromptFeedback:
+        """What the provider said about the prompt itself (Gemini `promptFeedback`), when it said anything."""
+
     def __init__(
         self,
         *,
         id: _builtins.str = ...,
         model: _builtins.str = ...,
         choices: _abc.Iterable[Global___Choice] | None = ...,
-        input_scores: _logprobs_pb2.InputScores | None = ...,
+        input_scores: _abc.Iterable[_logprobs_pb2.InputScores] | None = ...,
         usage: Global___Usage | None = ...,
         timing: Global___Timing | None = ...,
         raw: Global___RawExchange | None = ...,
-        error: _errors_pb2.ResponseError | None = ...,
+        errors: _abc.Iterable[_errors_pb2.ResponseError] | None = ...,
         warnings: _abc.Iterable[_errors_pb2.Warning] | None = ...,
         prompt_token_ids: _abc.Iterable[_builtins.int] | None = ...,
+        prompt_feedback: Global___PromptFeedback | None = ...,
+        service_tier: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "input_scores", b"input_scores", "raw", b"raw", "timing", b"timing", "usage", b"usage"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["prompt_feedback", b"prompt_feedback", "raw", b"raw", "timing", b"timing", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["choices", b"choices", "error", b"error", "id", b"id", "input_scores", b"input_scores", "model", b"model", "prompt_token_ids", b"prompt_token_ids", "raw", b"raw", "timing", b"timing", "usage", b"usage", "warnings", b"warnings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["choices", b"choices", "errors", b"errors", "id", b"id", "input_scores", b"input_scores", "model", b"model", "prompt_feedback", b"prompt_feedback", "prompt_token_ids", b"prompt_token_ids", "raw", b"raw", "service_tier", b"service_tier", "timing", b"timing", "usage", b"usage", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Response: _TypeAlias = Response  # noqa: Y015
+
+@_typing.final
+class PromptFeedback(_message.Message):
+    """The provider's verdict on the prompt, independent of any choice."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BLOCKED_FIELD_NUMBER: _builtins.int
+    BLOCK_REASON_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    NATIVE_JSON_FIELD_NUMBER: _builtins.int
+    blocked: _builtins.bool
+    """True when the provider refused to process the prompt at all; the response then has no choices."""
+    block_reason: _builtins.str
+    """The provider's reason, verbatim (Gemini `blockReason`, e.g. `SAFETY`, `PROHIBITED_CONTENT`). Empty when not
+    blocked.
+    """
+    message: _builtins.str
+    """The provider's explanation, when it gives one (Gemini `blockReasonMessage`)."""
+    native_json: _builtins.str
+    """The native feedback object as JSON text, verbatim (safety ratings and anything else it carries)."""
+    def __init__(
+        self,
+        *,
+        blocked: _builtins.bool = ...,
+        block_reason: _builtins.str = ...,
+        message: _builtins.str = ...,
+        native_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_reason", b"block_reason", "blocked", b"blocked", "message", b"message", "native_json", b"native_json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PromptFeedback: _TypeAlias = PromptFeedback  # noqa: Y015
 
 @_typing.final
 class Choice(_message.Message):
@@ -165,7 +223,11 @@ class Choice(_message.Message):
     FINISH_REASON_FIELD_NUMBER: _builtins.int
     RAW_FINISH_REASON_FIELD_NUMBER: _builtins.int
     STOP_SEQUENCE_FIELD_NUMBER: _builtins.int
+    STOP_TOKEN_ID_FIELD_NUMBER: _builtins.int
     LOGPROBS_FIELD_NUMBER: _builtins.int
+    SAMPLED_TOKENS_FIELD_NUMBER: _builtins.int
+    OUTPUT_TOKEN_COUNT_FIELD_NUMBER: _builtins.int
+    CONSTRAINED_LABEL_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     """The choice's index, from 0."""
     finish_reason: Global___FinishReason.ValueType
@@ -173,8 +235,15 @@ class Choice(_message.Message):
     raw_finish_reason: _builtins.str
     """The provider's own finish reason, verbatim (e.g. `end_turn`, `MAX_TOKENS`, `{"type":"length"}`)."""
     stop_sequence: _builtins.str
-    """The stop string or token that ended generation, when the provider says which (vLLM `stop_reason`, Anthropic
-    `stop_sequence`). A token id is written in decimal.
+    """The stop string that ended generation."""
+    stop_token_id: _builtins.int
+    """The stop token id that ended generation (vLLM reports an integer `stop_reason` for these)."""
+    output_token_count: _builtins.int
+    """How many tokens this choice generated, when the provider reports it per choice. Unset otherwise."""
+    constrained_label: _builtins.str
+    """Under a `Constraint.choice`, the label the output is (the text itself stays verbatim in the message, e.g.
+    JSON-quoted where the engine enforces the choice with a JSON schema, so that text, token bytes and logprobs
+    agree). Empty otherwise, or when the output matches no label (a `CONSTRAINT_VIOLATED` soft error).
     """
     @_builtins.property
     def message(self) -> _content_pb2.Message:
@@ -184,6 +253,12 @@ class Choice(_message.Message):
     def logprobs(self) -> _logprobs_pb2.TokenLogprobs:
         """Log probabilities of the sampled tokens, when requested."""
 
+    @_builtins.property
+    def sampled_tokens(self) -> Global___SampledTokens:
+        """The sampled token ids, whenever the provider reports them (whether or not logprobs were asked for), with the
+        part each belongs to.
+        """
+
     def __init__(
         self,
         *,
@@ -192,15 +267,63 @@ class Choice(_message.Message):
         finish_reason: Global___FinishReason.ValueType = ...,
         raw_finish_reason: _builtins.str = ...,
         stop_sequence: _builtins.str = ...,
+        stop_token_id: _builtins.int = ...,
         logprobs: _logprobs_pb2.TokenLogprobs | None = ...,
+        sampled_tokens: Global___SampledTokens | None = ...,
+        output_token_count: _builtins.int | None = ...,
+        constrained_label: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["logprobs", b"logprobs", "message", b"message"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_output_token_count", b"_output_token_count", "logprobs", b"logprobs", "message", b"message", "output_token_count", b"output_token_count", "sampled_tokens", b"sampled_tokens", "stop", b"stop", "stop_sequence", b"stop_sequence", "stop_token_id", b"stop_token_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["finish_reason", b"finish_reason", "index", b"index", "logprobs", b"logprobs", "message", b"message", "raw_finish_reason", b"raw_finish_reason", "stop_sequence", b"stop_sequence"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_output_token_count", b"_output_token_count", "constrained_label", b"constrained_label", "finish_reason", b"finish_reason", "index", b"index", "logprobs", b"logprobs", "message", b"message", "output_token_count", b"output_token_count", "raw_finish_reason", b"raw_finish_reason", "sampled_tokens", b"sampled_tokens", "stop", b"stop", "stop_sequence", b"stop_sequence", "stop_token_id", b"stop_token_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__output_token_count: _TypeAlias = _typing.Literal["output_token_count"]  # noqa: Y015
+    _WhichOneofArgType__output_token_count: _TypeAlias = _typing.Literal["_output_token_count", b"_output_token_count"]  # noqa: Y015
+    _WhichOneofReturnType_stop: _TypeAlias = _typing.Literal["stop_sequence", "stop_token_id"]  # noqa: Y015
+    _WhichOneofArgType_stop: _TypeAlias = _typing.Literal["stop", b"stop"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__output_token_count) -> _WhichOneofReturnType__output_token_count | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_stop) -> _WhichOneofReturnType_stop | None: ...
+
+Global___Choice: _TypeAlias = Choice  # noqa: Y015
+
+@_typing.final
+class SampledTokens(_message.Message):
+    """The token ids a choice was sampled as, in order, each with the part of the message it belongs to, so that a
+    trainer can mask reasoning or tool-call tokens without re-tokenizing.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOKEN_IDS_FIELD_NUMBER: _builtins.int
+    PART_INDEXES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Every sampled token id, in order, including a stop or end-of-sequence token whose text was trimmed from the
+        message. When `Choice.logprobs` has token ids, they are the first entries of this list.
+        """
+
+    @_builtins.property
+    def part_indexes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The index, in `Choice.message.parts`, of the part each token belongs to, one per token; -1 for a token that
+        belongs to no part (a trimmed stop or end-of-sequence token, a template token between parts). Empty when the
+        provider cannot attribute tokens to parts.
+        """
+
+    def __init__(
+        self,
+        *,
+        token_ids: _abc.Iterable[_builtins.int] | None = ...,
+        part_indexes: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["part_indexes", b"part_indexes", "token_ids", b"token_ids"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___Choice: _TypeAlias = Choice  # noqa: Y015
+Global___SampledTokens: _TypeAlias = SampledTokens  # noqa: Y015
 
 @_typing.final
 class Usage(_message.Message):
@@ -208,11 +331,32 @@ class Usage(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class DetailsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     INPUT_TOKEN_COUNT_FIELD_NUMBER: _builtins.int
     OUTPUT_TOKEN_COUNT_FIELD_NUMBER: _builtins.int
     REASONING_TOKEN_COUNT_FIELD_NUMBER: _builtins.int
     CACHE_READ_TOKEN_COUNT_FIELD_NUMBER: _builtins.int
     CACHE_WRITE_TOKEN_COUNT_FIELD_NUMBER: _builtins.int
+    DETAILS_FIELD_NUMBER: _builtins.int
     input_token_count: _builtins.int
     """Every input token the provider processed, including tokens read from or written to a cache."""
     output_token_count: _builtins.int
@@ -223,6 +367,20 @@ class Usage(_message.Message):
     """The part of `input_token_count` read from a prompt cache."""
     cache_write_token_count: _builtins.int
     """The part of `input_token_count` written to a prompt cache."""
+    @_builtins.property
+    def details(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Finer counts that only some providers report, by documented key (an open vocabulary; keys are
+        lower_snake_case and end in their unit):
+        - `cache_write_5m_token_count`, `cache_write_1h_token_count`: cache writes by TTL (Anthropic
+          `cache_creation`);
+        - `tool_use_input_token_count`: input tokens fed back from provider-run tools (Gemini
+          `toolUsePromptTokenCount`), part of `input_token_count`;
+        - `web_search_request_count`, `web_fetch_request_count`: provider-run tool calls (Anthropic
+          `server_tool_use`);
+        - `audio_input_token_count`, `audio_output_token_count`, `image_input_token_count`: per-modality parts;
+        - `accepted_prediction_token_count`, `rejected_prediction_token_count`: OpenAI predicted outputs.
+        """
+
     def __init__(
         self,
         *,
@@ -231,10 +389,11 @@ class Usage(_message.Message):
         reasoning_token_count: _builtins.int | None = ...,
         cache_read_token_count: _builtins.int | None = ...,
         cache_write_token_count: _builtins.int | None = ...,
+        details: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_cache_read_token_count", b"_cache_read_token_count", "_cache_write_token_count", b"_cache_write_token_count", "_input_token_count", b"_input_token_count", "_output_token_count", b"_output_token_count", "_reasoning_token_count", b"_reasoning_token_count", "cache_read_token_count", b"cache_read_token_count", "cache_write_token_count", b"cache_write_token_count", "input_token_count", b"input_token_count", "output_token_count", b"output_token_count", "reasoning_token_count", b"reasoning_token_count"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cache_read_token_count", b"_cache_read_token_count", "_cache_write_token_count", b"_cache_write_token_count", "_input_token_count", b"_input_token_count", "_output_token_count", b"_output_token_count", "_reasoning_token_count", b"_reasoning_token_count", "cache_read_token_count", b"cache_read_token_count", "cache_write_token_count", b"cache_write_token_count", "input_token_count", b"input_token_count", "output_token_count", b"output_token_count", "reasoning_token_count", b"reasoning_token_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cache_read_token_count", b"_cache_read_token_count", "_cache_write_token_count", b"_cache_write_token_count", "_input_token_count", b"_input_token_count", "_output_token_count", b"_output_token_count", "_reasoning_token_count", b"_reasoning_token_count", "cache_read_token_count", b"cache_read_token_count", "cache_write_token_count", b"cache_write_token_count", "details", b"details", "input_token_count", b"input_token_count", "output_token_count", b"output_token_count", "reasoning_token_count", b"reasoning_token_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__cache_read_token_count: _TypeAlias = _typing.Literal["cache_read_token_count"]  # noqa: Y015
     _WhichOneofArgType__cache_read_token_count: _TypeAlias = _typing.Literal["_cache_read_token_count", b"_cache_read_token_count"]  # noqa: Y015
@@ -328,6 +487,8 @@ class RawExchange(_message.Message):
     CONTENT_TYPE_FIELD_NUMBER: _builtins.int
     BODY_FIELD_NUMBER: _builtins.int
     STREAM_EVENTS_FIELD_NUMBER: _builtins.int
+    RESPONSE_HEADERS_FIELD_NUMBER: _builtins.int
+    REQUEST_BODY_FIELD_NUMBER: _builtins.int
     transport: _builtins.str
     """The transport that received it, e.g. `openai_chat`."""
     http_status: _builtins.int
@@ -336,9 +497,19 @@ class RawExchange(_message.Message):
     """The HTTP content type of the answer."""
     body: _builtins.bytes
     """The unary body, byte for byte. Empty for streams."""
+    request_body: _builtins.bytes
+    """The lowered native request body as sent, when `Request.include_lowered_request` asked for it. Empty
+    otherwise.
+    """
     @_builtins.property
     def stream_events(self) -> _containers.RepeatedCompositeFieldContainer[Global___RawStreamEvent]:
         """The stream's events in arrival order. Empty for unary answers."""
+
+    @_builtins.property
+    def response_headers(self) -> _containers.RepeatedCompositeFieldContainer[Global___HttpHeader]:
+        """The answer's HTTP headers in arrival order, names lowercased; credentials and cookies (`set-cookie`,
+        `authorization`, ...) are never kept.
+        """
 
     def __init__(
         self,
@@ -348,14 +519,42 @@ class RawExchange(_message.Message):
         content_type: _builtins.str = ...,
         body: _builtins.bytes = ...,
         stream_events: _abc.Iterable[Global___RawStreamEvent] | None = ...,
+        response_headers: _abc.Iterable[Global___HttpHeader] | None = ...,
+        request_body: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "content_type", b"content_type", "http_status", b"http_status", "stream_events", b"stream_events", "transport", b"transport"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "content_type", b"content_type", "http_status", b"http_status", "request_body", b"request_body", "response_headers", b"response_headers", "stream_events", b"stream_events", "transport", b"transport"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RawExchange: _TypeAlias = RawExchange  # noqa: Y015
+
+@_typing.final
+class HttpHeader(_message.Message):
+    """One HTTP header."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The header's name, lowercased."""
+    value: _builtins.str
+    """The header's value, verbatim."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        value: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HttpHeader: _TypeAlias = HttpHeader  # noqa: Y015
 
 @_typing.final
 class RawStreamEvent(_message.Message):

@@ -127,31 +127,47 @@ class TokenizeRequest(_message.Message):
 
     MODEL_FIELD_NUMBER: _builtins.int
     TEXT_FIELD_NUMBER: _builtins.int
+    CONVERSATION_FIELD_NUMBER: _builtins.int
     CONTEXT_FIELD_NUMBER: _builtins.int
     ADD_SPECIAL_TOKENS_FIELD_NUMBER: _builtins.int
+    ADD_GENERATION_PROMPT_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     """The model whose tokenizer to use."""
     text: _builtins.str
-    """The text to tokenize."""
+    """Text, as a raw prompt."""
     context: _builtins.str
     """Text that comes right before `text`; the answer holds only the tokens that cover `text`, as they come out
-    when `context + text` is tokenized. Empty means none.
+    when `context + text` is tokenized. Empty means none. Not allowed with a conversation.
     """
     add_special_tokens: _builtins.bool
     """When true, add the model's special tokens (such as BOS) as it would for a prompt."""
+    add_generation_prompt: _builtins.bool
+    """With a conversation: when true, end the rendering with the template's generation prompt (the start of the
+    assistant's reply), as for generation; when false, render only the messages.
+    """
+    @_builtins.property
+    def conversation(self) -> _request_pb2.Conversation:
+        """A conversation, rendered through the model's chat template first (needs
+        `CAPABILITY_TOKENIZE_CONVERSATION`).
+        """
+
     def __init__(
         self,
         *,
         model: _builtins.str = ...,
         text: _builtins.str = ...,
+        conversation: _request_pb2.Conversation | None = ...,
         context: _builtins.str = ...,
         add_special_tokens: _builtins.bool = ...,
+        add_generation_prompt: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["conversation", b"conversation", "input", b"input", "text", b"text"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_special_tokens", b"add_special_tokens", "context", b"context", "model", b"model", "text", b"text"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_generation_prompt", b"add_generation_prompt", "add_special_tokens", b"add_special_tokens", "context", b"context", "conversation", b"conversation", "input", b"input", "model", b"model", "text", b"text"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType_input: _TypeAlias = _typing.Literal["text", "conversation"]  # noqa: Y015
+    _WhichOneofArgType_input: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_input) -> _WhichOneofReturnType_input | None: ...
 
 Global___TokenizeRequest: _TypeAlias = TokenizeRequest  # noqa: Y015
 
@@ -162,7 +178,7 @@ class TokenizeResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TOKEN_IDS_FIELD_NUMBER: _builtins.int
-    PIECES_FIELD_NUMBER: _builtins.int
+    TOKENS_FIELD_NUMBER: _builtins.int
     TOKEN_BYTES_FIELD_NUMBER: _builtins.int
     TOKEN_BYTE_OFFSETS_FIELD_NUMBER: _builtins.int
     STRADDLES_CONTEXT_FIELD_NUMBER: _builtins.int
@@ -175,8 +191,8 @@ class TokenizeResponse(_message.Message):
         """The token ids covering the text."""
 
     @_builtins.property
-    def pieces(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Each token's text as the tokenizer spells it, one per token."""
+    def tokens(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Each token's text as the tokenizer spells it, one per token (as `TokenLogprobs.tokens`)."""
 
     @_builtins.property
     def token_byte_offsets(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
@@ -186,14 +202,14 @@ class TokenizeResponse(_message.Message):
         self,
         *,
         token_ids: _abc.Iterable[_builtins.int] | None = ...,
-        pieces: _abc.Iterable[_builtins.str] | None = ...,
+        tokens: _abc.Iterable[_builtins.str] | None = ...,
         token_bytes: _builtins.bytes = ...,
         token_byte_offsets: _abc.Iterable[_builtins.int] | None = ...,
         straddles_context: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["pieces", b"pieces", "straddles_context", b"straddles_context", "token_byte_offsets", b"token_byte_offsets", "token_bytes", b"token_bytes", "token_ids", b"token_ids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["straddles_context", b"straddles_context", "token_byte_offsets", b"token_byte_offsets", "token_bytes", b"token_bytes", "token_ids", b"token_ids", "tokens", b"tokens"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -248,21 +264,29 @@ class ModelInfo(_message.Message):
 
     NAME_FIELD_NUMBER: _builtins.int
     MANIFEST_FIELD_NUMBER: _builtins.int
+    TOKENIZER_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """The name requests use."""
     @_builtins.property
     def manifest(self) -> _capabilities_pb2.CapabilityManifest:
         """The model's capability manifest (its transport's, narrowed by configuration)."""
 
+    @_builtins.property
+    def tokenizer(self) -> _capabilities_pb2.TokenizerInfo:
+        """Facts about the model's tokenizer, where the engine reports them (llama.cpp `/props`, vLLM, the reference
+        model). Unset when unknown.
+        """
+
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         manifest: _capabilities_pb2.CapabilityManifest | None = ...,
+        tokenizer: _capabilities_pb2.TokenizerInfo | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["manifest", b"manifest"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["manifest", b"manifest", "tokenizer", b"tokenizer"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["manifest", b"manifest", "name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["manifest", b"manifest", "name", b"name", "tokenizer", b"tokenizer"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

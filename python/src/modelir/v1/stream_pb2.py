@@ -28,7 +28,7 @@ from modelir.v1 import logprobs_pb2 as modelir_dot_v1_dot_logprobs__pb2
 from modelir.v1 import response_pb2 as modelir_dot_v1_dot_response__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17modelir/v1/stream.proto\x12\nmodelir.v1\x1a\x18modelir/v1/content.proto\x1a\x17modelir/v1/errors.proto\x1a\x19modelir/v1/logprobs.proto\x1a\x19modelir/v1/response.proto\"\x8e\x01\n\x0bStreamEvent\x12(\n\x05start\x18\x01 \x01(\x0b\x32\x17.modelir.v1.StreamStartH\x00\x12&\n\x05\x64\x65lta\x18\x02 \x01(\x0b\x32\x15.modelir.v1.PartDeltaH\x00\x12$\n\x03\x65nd\x18\x03 \x01(\x0b\x32\x15.modelir.v1.StreamEndH\x00\x42\x07\n\x05\x65vent\"(\n\x0bStreamStart\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\"\xc3\x02\n\tPartDelta\x12\x14\n\x0c\x63hoice_index\x18\x01 \x01(\x05\x12\x12\n\npart_index\x18\x02 \x01(\x05\x12\x0e\n\x04text\x18\x03 \x01(\tH\x00\x12/\n\treasoning\x18\x04 \x01(\x0b\x32\x1a.modelir.v1.ReasoningDeltaH\x00\x12.\n\ttool_call\x18\x05 \x01(\x0b\x32\x19.modelir.v1.ToolCallDeltaH\x00\x12 \n\x04\x62lob\x18\x06 \x01(\x0b\x32\x10.modelir.v1.BlobH\x00\x12\x30\n\tartifacts\x18\x07 \x03(\x0b\x32\x1d.modelir.v1.ReasoningArtifact\x12\x0f\n\x07item_id\x18\x08 \x01(\t\x12+\n\x08logprobs\x18\t \x01(\x0b\x32\x19.modelir.v1.TokenLogprobsB\t\n\x07\x63ontent\"a\n\x0eReasoningDelta\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x15\n\rsummary_index\x18\x02 \x01(\x05\x12\x19\n\x0csummary_text\x18\x03 \x01(\tH\x00\x88\x01\x01\x42\x0f\n\r_summary_text\"A\n\rToolCallDelta\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\"\x87\x01\n\x0c\x43hoiceFinish\x12\x14\n\x0c\x63hoice_index\x18\x01 \x01(\x05\x12/\n\rfinish_reason\x18\x02 \x01(\x0e\x32\x18.modelir.v1.FinishReason\x12\x19\n\x11raw_finish_reason\x18\x03 \x01(\t\x12\x15\n\rstop_sequence\x18\x04 \x01(\t\"\xd8\x02\n\tStreamEnd\x12*\n\x08\x66inishes\x18\x01 \x03(\x0b\x32\x18.modelir.v1.ChoiceFinish\x12 \n\x05usage\x18\x02 \x01(\x0b\x32\x11.modelir.v1.Usage\x12-\n\x0cinput_scores\x18\x03 \x01(\x0b\x32\x17.modelir.v1.InputScores\x12\x18\n\x10prompt_token_ids\x18\x04 \x03(\x05\x12\"\n\x06timing\x18\x05 \x01(\x0b\x32\x12.modelir.v1.Timing\x12(\n\x05\x65rror\x18\x06 \x01(\x0b\x32\x19.modelir.v1.ResponseError\x12%\n\x08warnings\x18\x07 \x03(\x0b\x32\x13.modelir.v1.Warning\x12$\n\x03raw\x18\x08 \x01(\x0b\x32\x17.modelir.v1.RawExchange\x12\n\n\x02id\x18\t \x01(\t\x12\r\n\x05model\x18\n \x01(\tBr\n\x0e\x64\x65v.modelir.v1B\x0bStreamProtoP\x01Z#modelir.dev/go/modelir/v1;modelirv1\xa2\x02\x03MXX\xaa\x02\nModelir.V1\xca\x02\nModelir\\V1\xea\x02\x0bModelir::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17modelir/v1/stream.proto\x12\nmodelir.v1\x1a\x18modelir/v1/content.proto\x1a\x17modelir/v1/errors.proto\x1a\x19modelir/v1/logprobs.proto\x1a\x19modelir/v1/response.proto\"\xd2\x01\n\x0bStreamEvent\x12(\n\x05start\x18\x01 \x01(\x0b\x32\x17.modelir.v1.StreamStartH\x00\x12&\n\x05\x64\x65lta\x18\x02 \x01(\x0b\x32\x15.modelir.v1.PartDeltaH\x00\x12$\n\x03\x65nd\x18\x03 \x01(\x0b\x32\x15.modelir.v1.StreamEndH\x00\x12)\n\tpart_done\x18\x04 \x01(\x0b\x32\x14.modelir.v1.PartDoneH\x00\x12\x17\n\x0fsequence_number\x18\x05 \x01(\x03\x42\x07\n\x05\x65vent\"O\n\x0bStreamStart\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12%\n\x08warnings\x18\x03 \x03(\x0b\x32\x13.modelir.v1.Warning\"\xb1\x03\n\tPartDelta\x12\x14\n\x0c\x63hoice_index\x18\x01 \x01(\x05\x12\x12\n\npart_index\x18\x02 \x01(\x05\x12\x0e\n\x04text\x18\x03 \x01(\tH\x00\x12/\n\treasoning\x18\x04 \x01(\x0b\x32\x1a.modelir.v1.ReasoningDeltaH\x00\x12.\n\ttool_call\x18\x05 \x01(\x0b\x32\x19.modelir.v1.ToolCallDeltaH\x00\x12 \n\x04\x62lob\x18\x06 \x01(\x0b\x32\x10.modelir.v1.BlobH\x00\x12\x11\n\x07refusal\x18\n \x01(\tH\x00\x12 \n\x04part\x18\x0b \x01(\x0b\x32\x10.modelir.v1.PartH\x00\x12-\n\tartifacts\x18\x07 \x03(\x0b\x32\x1a.modelir.v1.OpaqueArtifact\x12\x0f\n\x07item_id\x18\x08 \x01(\t\x12+\n\x08logprobs\x18\t \x01(\x0b\x32\x19.modelir.v1.TokenLogprobs\x12\'\n\tcitations\x18\x0c \x03(\x0b\x32\x14.modelir.v1.Citation\x12\x11\n\ttoken_ids\x18\r \x03(\x05\x42\t\n\x07\x63ontent\"4\n\x08PartDone\x12\x14\n\x0c\x63hoice_index\x18\x01 \x01(\x05\x12\x12\n\npart_index\x18\x02 \x01(\x05\"a\n\x0eReasoningDelta\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x15\n\rsummary_index\x18\x02 \x01(\x05\x12\x19\n\x0csummary_text\x18\x03 \x01(\tH\x00\x88\x01\x01\x42\x0f\n\r_summary_text\"A\n\rToolCallDelta\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\"\x9d\x02\n\x0c\x43hoiceFinish\x12\x14\n\x0c\x63hoice_index\x18\x01 \x01(\x05\x12/\n\rfinish_reason\x18\x02 \x01(\x0e\x32\x18.modelir.v1.FinishReason\x12\x19\n\x11raw_finish_reason\x18\x03 \x01(\t\x12\x17\n\rstop_sequence\x18\x04 \x01(\tH\x00\x12\x17\n\rstop_token_id\x18\x05 \x01(\x05H\x00\x12\x1e\n\x16unattributed_token_ids\x18\x06 \x03(\x05\x12\x1f\n\x12output_token_count\x18\x07 \x01(\x03H\x01\x88\x01\x01\x12\x19\n\x11\x63onstrained_label\x18\x08 \x01(\tB\x06\n\x04stopB\x15\n\x13_output_token_count\"\xa4\x03\n\tStreamEnd\x12*\n\x08\x66inishes\x18\x01 \x03(\x0b\x32\x18.modelir.v1.ChoiceFinish\x12 \n\x05usage\x18\x02 \x01(\x0b\x32\x11.modelir.v1.Usage\x12-\n\x0cinput_scores\x18\x03 \x03(\x0b\x32\x17.modelir.v1.InputScores\x12\x18\n\x10prompt_token_ids\x18\x04 \x03(\x05\x12\"\n\x06timing\x18\x05 \x01(\x0b\x32\x12.modelir.v1.Timing\x12)\n\x06\x65rrors\x18\x06 \x03(\x0b\x32\x19.modelir.v1.ResponseError\x12%\n\x08warnings\x18\x07 \x03(\x0b\x32\x13.modelir.v1.Warning\x12$\n\x03raw\x18\x08 \x01(\x0b\x32\x17.modelir.v1.RawExchange\x12\n\n\x02id\x18\t \x01(\t\x12\r\n\x05model\x18\n \x01(\t\x12\x33\n\x0fprompt_feedback\x18\x0b \x01(\x0b\x32\x1a.modelir.v1.PromptFeedback\x12\x14\n\x0cservice_tier\x18\x0c \x01(\tBr\n\x0e\x64\x65v.modelir.v1B\x0bStreamProtoP\x01Z#modelir.dev/go/modelir/v1;modelirv1\xa2\x02\x03MXX\xaa\x02\nModelir.V1\xca\x02\nModelir\\V1\xea\x02\x0bModelir::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,17 +37,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\016dev.modelir.v1B\013StreamProtoP\001Z#modelir.dev/go/modelir/v1;modelirv1\242\002\003MXX\252\002\nModelir.V1\312\002\nModelir\\V1\352\002\013Modelir::V1'
   _globals['_STREAMEVENT']._serialized_start=145
-  _globals['_STREAMEVENT']._serialized_end=287
-  _globals['_STREAMSTART']._serialized_start=289
-  _globals['_STREAMSTART']._serialized_end=329
-  _globals['_PARTDELTA']._serialized_start=332
-  _globals['_PARTDELTA']._serialized_end=655
-  _globals['_REASONINGDELTA']._serialized_start=657
-  _globals['_REASONINGDELTA']._serialized_end=754
-  _globals['_TOOLCALLDELTA']._serialized_start=756
-  _globals['_TOOLCALLDELTA']._serialized_end=821
-  _globals['_CHOICEFINISH']._serialized_start=824
-  _globals['_CHOICEFINISH']._serialized_end=959
-  _globals['_STREAMEND']._serialized_start=962
-  _globals['_STREAMEND']._serialized_end=1306
+  _globals['_STREAMEVENT']._serialized_end=355
+  _globals['_STREAMSTART']._serialized_start=357
+  _globals['_STREAMSTART']._serialized_end=436
+  _globals['_PARTDELTA']._serialized_start=439
+  _globals['_PARTDELTA']._serialized_end=872
+  _globals['_PARTDONE']._serialized_start=874
+  _globals['_PARTDONE']._serialized_end=926
+  _globals['_REASONINGDELTA']._serialized_start=928
+  _globals['_REASONINGDELTA']._serialized_end=1025
+  _globals['_TOOLCALLDELTA']._serialized_start=1027
+  _globals['_TOOLCALLDELTA']._serialized_end=1092
+  _globals['_CHOICEFINISH']._serialized_start=1095
+  _globals['_CHOICEFINISH']._serialized_end=1380
+  _globals['_STREAMEND']._serialized_start=1383
+  _globals['_STREAMEND']._serialized_end=1803
 # @@protoc_insertion_point(module_scope)

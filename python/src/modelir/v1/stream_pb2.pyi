@@ -28,18 +28,27 @@ class StreamEvent(_message.Message):
     provides, gives exactly the `Response` the same exchange gives unstreamed.
 
     The accumulation rules, which every language's accumulator follows (conformance/service proves it):
-    - `start` sets the response's id and model; a non-empty `id` or `model` on `end` replaces them.
+    - `start` sets the response's id and model, and its warnings; a non-empty `id` or `model` on `end` replaces
+      them.
     - A delta whose `part_index` is one past the choice's last part starts a new part; a smaller index extends that
-      part; a larger one is an error. Text, reasoning text, summary text and tool-call arguments are appended;
-      a tool call's id and name are set by the delta that carries them; a blob replaces the part's content.
-    - A delta with no content, artifacts or item id only carries logprobs and starts no part.
+      part; a larger one is an error. Text, refusal, reasoning text, summary text and tool-call arguments are
+      appended; a tool call's id and name are set by the delta that carries them; a blob or a whole `part` replaces
+      the part's content (and a whole part's artifacts, item id and citations are appended to the part's).
+    - A delta with no content, artifacts, citations or item id only carries logprobs or token ids and starts no
+      part.
     - Logprob chunks are concatenated column by column in arrival order. `token_byte_offsets` (and
       `top_token_byte_offsets`) are relative to the chunk's own bytes, so each is rebased by the number of bytes
       that came before; the `basis` is the first chunk's that is not unspecified.
+    - A delta's `token_ids` are appended to the choice's `sampled_tokens.token_ids`, each with the delta's
+      `part_index` (or -1 when the delta starts no part); a finish's `unattributed_token_ids` are appended last,
+      with -1.
+    - `part_done` changes nothing in the response: it says that a part is complete, so that a caller can act on it
+      (run a tool call) before the stream ends.
     - Every accumulated message has the role `ROLE_ASSISTANT`; choices are sorted by index, and a choice named only
       by a `ChoiceFinish` still appears.
-    - `end` carries what is known only at the end (finishes, usage, scores, prompt ids, timing, soft error,
-      warnings, raw); its values are set on the response.
+    - `end` carries what is known only at the end (finishes, usage, scores, prompt ids, timing, soft errors,
+      warnings, raw, prompt feedback, service tier); its values are set on the response (its warnings are appended
+      after the start's).
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -47,6 +56,12 @@ class StreamEvent(_message.Message):
     START_FIELD_NUMBER: _builtins.int
     DELTA_FIELD_NUMBER: _builtins.int
     END_FIELD_NUMBER: _builtins.int
+    PART_DONE_FIELD_NUMBER: _builtins.int
+    SEQUENCE_NUMBER_FIELD_NUMBER: _builtins.int
+    sequence_number: _builtins.int
+    """The event's position in its stream, from 0, increasing by one per event, so that a receiver can detect a lost
+    or reordered event.
+    """
     @_builtins.property
     def start(self) -> Global___StreamStart:
         """The first event: the response's identity."""
@@ -59,18 +74,24 @@ class StreamEvent(_message.Message):
     def end(self) -> Global___StreamEnd:
         """The last event: finish reasons, usage and everything else known only at the end."""
 
+    @_builtins.property
+    def part_done(self) -> Global___PartDone:
+        """A part is complete."""
+
     def __init__(
         self,
         *,
         start: Global___StreamStart | None = ...,
         delta: Global___PartDelta | None = ...,
         end: Global___StreamEnd | None = ...,
+        part_done: Global___PartDone | None = ...,
+        sequence_number: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["delta", b"delta", "end", b"end", "event", b"event", "start", b"start"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["delta", b"delta", "end", b"end", "event", b"event", "part_done", b"part_done", "start", b"start"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["delta", b"delta", "end", b"end", "event", b"event", "start", b"start"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delta", b"delta", "end", b"end", "event", b"event", "part_done", b"part_done", "sequence_number", b"sequence_number", "start", b"start"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["start", "delta", "end"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["start", "delta", "end", "part_done"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
@@ -84,19 +105,27 @@ class StreamStart(_message.Message):
 
     ID_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
+    WARNINGS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """The provider's id for the response (`Response.id`)."""
     model: _builtins.str
     """The model id as the provider reported it (`Response.model`)."""
+    @_builtins.property
+    def warnings(self) -> _containers.RepeatedCompositeFieldContainer[_errors_pb2.Warning]:
+        """Non-fatal remarks already known when the stream starts (e.g. a dropped foreign artifact), which would
+        otherwise wait for the end (`Response.warnings`).
+        """
+
     def __init__(
         self,
         *,
         id: _builtins.str = ...,
         model: _builtins.str = ...,
+        warnings: _abc.Iterable[_errors_pb2.Warning] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "model", b"model"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "model", b"model", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -116,15 +145,21 @@ class PartDelta(_message.Message):
     REASONING_FIELD_NUMBER: _builtins.int
     TOOL_CALL_FIELD_NUMBER: _builtins.int
     BLOB_FIELD_NUMBER: _builtins.int
+    REFUSAL_FIELD_NUMBER: _builtins.int
+    PART_FIELD_NUMBER: _builtins.int
     ARTIFACTS_FIELD_NUMBER: _builtins.int
     ITEM_ID_FIELD_NUMBER: _builtins.int
     LOGPROBS_FIELD_NUMBER: _builtins.int
+    CITATIONS_FIELD_NUMBER: _builtins.int
+    TOKEN_IDS_FIELD_NUMBER: _builtins.int
     choice_index: _builtins.int
     """The choice this delta belongs to."""
     part_index: _builtins.int
     """The index of the part in the choice's message."""
     text: _builtins.str
     """Text appended to a text part."""
+    refusal: _builtins.str
+    """Refusal text appended to a refusal part."""
     item_id: _builtins.str
     """The provider's item id for the part; set once, on any delta of the part."""
     @_builtins.property
@@ -140,12 +175,26 @@ class PartDelta(_message.Message):
         """A complete blob part."""
 
     @_builtins.property
-    def artifacts(self) -> _containers.RepeatedCompositeFieldContainer[_content_pb2.ReasoningArtifact]:
-        """Complete reasoning artifacts, appended to the part's artifacts."""
+    def part(self) -> _content_pb2.Part:
+        """A complete part of any kind (server tool calls and results, provider parts, compaction, and any kind added
+        later), so that a new part kind never needs a new delta kind.
+        """
+
+    @_builtins.property
+    def artifacts(self) -> _containers.RepeatedCompositeFieldContainer[_content_pb2.OpaqueArtifact]:
+        """Complete opaque artifacts, appended to the part's artifacts."""
 
     @_builtins.property
     def logprobs(self) -> _logprobs_pb2.TokenLogprobs:
         """Log probabilities of the tokens of this delta, appended to the choice's logprobs."""
+
+    @_builtins.property
+    def citations(self) -> _containers.RepeatedCompositeFieldContainer[_content_pb2.Citation]:
+        """Complete citations, appended to the part's citations."""
+
+    @_builtins.property
+    def token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The sampled token ids of this delta, appended to the choice's `sampled_tokens`."""
 
     def __init__(
         self,
@@ -156,19 +205,49 @@ class PartDelta(_message.Message):
         reasoning: Global___ReasoningDelta | None = ...,
         tool_call: Global___ToolCallDelta | None = ...,
         blob: _content_pb2.Blob | None = ...,
-        artifacts: _abc.Iterable[_content_pb2.ReasoningArtifact] | None = ...,
+        refusal: _builtins.str = ...,
+        part: _content_pb2.Part | None = ...,
+        artifacts: _abc.Iterable[_content_pb2.OpaqueArtifact] | None = ...,
         item_id: _builtins.str = ...,
         logprobs: _logprobs_pb2.TokenLogprobs | None = ...,
+        citations: _abc.Iterable[_content_pb2.Citation] | None = ...,
+        token_ids: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["blob", b"blob", "content", b"content", "logprobs", b"logprobs", "reasoning", b"reasoning", "text", b"text", "tool_call", b"tool_call"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["blob", b"blob", "content", b"content", "logprobs", b"logprobs", "part", b"part", "reasoning", b"reasoning", "refusal", b"refusal", "text", b"text", "tool_call", b"tool_call"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifacts", b"artifacts", "blob", b"blob", "choice_index", b"choice_index", "content", b"content", "item_id", b"item_id", "logprobs", b"logprobs", "part_index", b"part_index", "reasoning", b"reasoning", "text", b"text", "tool_call", b"tool_call"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifacts", b"artifacts", "blob", b"blob", "choice_index", b"choice_index", "citations", b"citations", "content", b"content", "item_id", b"item_id", "logprobs", b"logprobs", "part", b"part", "part_index", b"part_index", "reasoning", b"reasoning", "refusal", b"refusal", "text", b"text", "token_ids", b"token_ids", "tool_call", b"tool_call"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_content: _TypeAlias = _typing.Literal["text", "reasoning", "tool_call", "blob"]  # noqa: Y015
+    _WhichOneofReturnType_content: _TypeAlias = _typing.Literal["text", "reasoning", "tool_call", "blob", "refusal", "part"]  # noqa: Y015
     _WhichOneofArgType_content: _TypeAlias = _typing.Literal["content", b"content"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_content) -> _WhichOneofReturnType_content | None: ...
 
 Global___PartDelta: _TypeAlias = PartDelta  # noqa: Y015
+
+@_typing.final
+class PartDone(_message.Message):
+    """A part that is complete: no later delta extends it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHOICE_INDEX_FIELD_NUMBER: _builtins.int
+    PART_INDEX_FIELD_NUMBER: _builtins.int
+    choice_index: _builtins.int
+    """The choice the part belongs to."""
+    part_index: _builtins.int
+    """The part's index in the choice's message."""
+    def __init__(
+        self,
+        *,
+        choice_index: _builtins.int = ...,
+        part_index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["choice_index", b"choice_index", "part_index", b"part_index"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartDone: _TypeAlias = PartDone  # noqa: Y015
 
 @_typing.final
 class ReasoningDelta(_message.Message):
@@ -242,6 +321,10 @@ class ChoiceFinish(_message.Message):
     FINISH_REASON_FIELD_NUMBER: _builtins.int
     RAW_FINISH_REASON_FIELD_NUMBER: _builtins.int
     STOP_SEQUENCE_FIELD_NUMBER: _builtins.int
+    STOP_TOKEN_ID_FIELD_NUMBER: _builtins.int
+    UNATTRIBUTED_TOKEN_IDS_FIELD_NUMBER: _builtins.int
+    OUTPUT_TOKEN_COUNT_FIELD_NUMBER: _builtins.int
+    CONSTRAINED_LABEL_FIELD_NUMBER: _builtins.int
     choice_index: _builtins.int
     """The choice's index."""
     finish_reason: _response_pb2.FinishReason.ValueType
@@ -249,7 +332,17 @@ class ChoiceFinish(_message.Message):
     raw_finish_reason: _builtins.str
     """The provider's own reason (`Choice.raw_finish_reason`)."""
     stop_sequence: _builtins.str
-    """The stop string or token that ended it (`Choice.stop_sequence`)."""
+    """The stop string (`Choice.stop_sequence`)."""
+    stop_token_id: _builtins.int
+    """The stop token id (`Choice.stop_token_id`)."""
+    output_token_count: _builtins.int
+    """The choice's own output token count (`Choice.output_token_count`)."""
+    constrained_label: _builtins.str
+    """The chosen label under a choice constraint (`Choice.constrained_label`)."""
+    @_builtins.property
+    def unattributed_token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Sampled tokens that belong to no part, such as a trimmed stop token, appended to `Choice.sampled_tokens`."""
+
     def __init__(
         self,
         *,
@@ -257,12 +350,23 @@ class ChoiceFinish(_message.Message):
         finish_reason: _response_pb2.FinishReason.ValueType = ...,
         raw_finish_reason: _builtins.str = ...,
         stop_sequence: _builtins.str = ...,
+        stop_token_id: _builtins.int = ...,
+        unattributed_token_ids: _abc.Iterable[_builtins.int] | None = ...,
+        output_token_count: _builtins.int | None = ...,
+        constrained_label: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_output_token_count", b"_output_token_count", "output_token_count", b"output_token_count", "stop", b"stop", "stop_sequence", b"stop_sequence", "stop_token_id", b"stop_token_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["choice_index", b"choice_index", "finish_reason", b"finish_reason", "raw_finish_reason", b"raw_finish_reason", "stop_sequence", b"stop_sequence"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_output_token_count", b"_output_token_count", "choice_index", b"choice_index", "constrained_label", b"constrained_label", "finish_reason", b"finish_reason", "output_token_count", b"output_token_count", "raw_finish_reason", b"raw_finish_reason", "stop", b"stop", "stop_sequence", b"stop_sequence", "stop_token_id", b"stop_token_id", "unattributed_token_ids", b"unattributed_token_ids"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__output_token_count: _TypeAlias = _typing.Literal["output_token_count"]  # noqa: Y015
+    _WhichOneofArgType__output_token_count: _TypeAlias = _typing.Literal["_output_token_count", b"_output_token_count"]  # noqa: Y015
+    _WhichOneofReturnType_stop: _TypeAlias = _typing.Literal["stop_sequence", "stop_token_id"]  # noqa: Y015
+    _WhichOneofArgType_stop: _TypeAlias = _typing.Literal["stop", b"stop"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__output_token_count) -> _WhichOneofReturnType__output_token_count | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_stop) -> _WhichOneofReturnType_stop | None: ...
 
 Global___ChoiceFinish: _TypeAlias = ChoiceFinish  # noqa: Y015
 
@@ -277,17 +381,21 @@ class StreamEnd(_message.Message):
     INPUT_SCORES_FIELD_NUMBER: _builtins.int
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _builtins.int
     TIMING_FIELD_NUMBER: _builtins.int
-    ERROR_FIELD_NUMBER: _builtins.int
+    ERRORS_FIELD_NUMBER: _builtins.int
     WARNINGS_FIELD_NUMBER: _builtins.int
     RAW_FIELD_NUMBER: _builtins.int
     ID_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
+    PROMPT_FEEDBACK_FIELD_NUMBER: _builtins.int
+    SERVICE_TIER_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """The provider's id for the response, when it became known only at the end; it replaces the start's."""
     model: _builtins.str
     """The model id the provider reported, when it became known only at the end (llama.cpp's native stream names
     the model in its last event); it replaces the start's.
     """
+    service_tier: _builtins.str
+    """The service tier that served the request (`Response.service_tier`)."""
     @_builtins.property
     def finishes(self) -> _containers.RepeatedCompositeFieldContainer[Global___ChoiceFinish]:
         """How each choice ended, one entry per choice (a choice with no deltas still has one)."""
@@ -297,7 +405,7 @@ class StreamEnd(_message.Message):
         """Token usage for the whole exchange (`Response.usage`)."""
 
     @_builtins.property
-    def input_scores(self) -> _logprobs_pb2.InputScores:
+    def input_scores(self) -> _containers.RepeatedCompositeFieldContainer[_logprobs_pb2.InputScores]:
         """The scores of the input, when requested (`Response.input_scores`)."""
 
     @_builtins.property
@@ -309,8 +417,8 @@ class StreamEnd(_message.Message):
         """Timing of the whole exchange (`Response.timing`)."""
 
     @_builtins.property
-    def error(self) -> _errors_pb2.ResponseError:
-        """A soft error, when the output is partial or suspect (`Response.error`)."""
+    def errors(self) -> _containers.RepeatedCompositeFieldContainer[_errors_pb2.ResponseError]:
+        """Soft errors, when the output is partial or suspect (`Response.errors`)."""
 
     @_builtins.property
     def warnings(self) -> _containers.RepeatedCompositeFieldContainer[_errors_pb2.Warning]:
@@ -320,23 +428,29 @@ class StreamEnd(_message.Message):
     def raw(self) -> _response_pb2.RawExchange:
         """The raw stream, when the request asked for it (`Response.raw`)."""
 
+    @_builtins.property
+    def prompt_feedback(self) -> _response_pb2.PromptFeedback:
+        """What the provider said about the prompt (`Response.prompt_feedback`)."""
+
     def __init__(
         self,
         *,
         finishes: _abc.Iterable[Global___ChoiceFinish] | None = ...,
         usage: _response_pb2.Usage | None = ...,
-        input_scores: _logprobs_pb2.InputScores | None = ...,
+        input_scores: _abc.Iterable[_logprobs_pb2.InputScores] | None = ...,
         prompt_token_ids: _abc.Iterable[_builtins.int] | None = ...,
         timing: _response_pb2.Timing | None = ...,
-        error: _errors_pb2.ResponseError | None = ...,
+        errors: _abc.Iterable[_errors_pb2.ResponseError] | None = ...,
         warnings: _abc.Iterable[_errors_pb2.Warning] | None = ...,
         raw: _response_pb2.RawExchange | None = ...,
         id: _builtins.str = ...,
         model: _builtins.str = ...,
+        prompt_feedback: _response_pb2.PromptFeedback | None = ...,
+        service_tier: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "input_scores", b"input_scores", "raw", b"raw", "timing", b"timing", "usage", b"usage"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["prompt_feedback", b"prompt_feedback", "raw", b"raw", "timing", b"timing", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "finishes", b"finishes", "id", b"id", "input_scores", b"input_scores", "model", b"model", "prompt_token_ids", b"prompt_token_ids", "raw", b"raw", "timing", b"timing", "usage", b"usage", "warnings", b"warnings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["errors", b"errors", "finishes", b"finishes", "id", b"id", "input_scores", b"input_scores", "model", b"model", "prompt_feedback", b"prompt_feedback", "prompt_token_ids", b"prompt_token_ids", "raw", b"raw", "service_tier", b"service_tier", "timing", b"timing", "usage", b"usage", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

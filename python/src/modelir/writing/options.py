@@ -113,7 +113,7 @@ def apply(request: request_pb2.Request, **options: Any) -> request_pb2.Request:
     if get("tool_choice") is not None:
         request.tool_choice.CopyFrom(tool_choice(options["tool_choice"], request.tools))
     if get("reasoning") is not None or get("reasoning_summary") is not None or get("include_thoughts"):
-        request.reasoning.CopyFrom(
+        request.reasoning_controls.CopyFrom(
             reasoning(
                 get("reasoning"), summary=get("reasoning_summary"), include_thoughts=bool(get("include_thoughts"))
             )
@@ -135,9 +135,11 @@ def apply(request: request_pb2.Request, **options: Any) -> request_pb2.Request:
         dialect = enum_value(request_pb2.GrammarDialect, grammar[0], field="grammar[0]")
         request.constraint.grammar.CopyFrom(request_pb2.Grammar(dialect=dialect, text=grammar[1]))
     if get("require_token_ids"):
-        request.logprobs.require_token_ids = True
+        request.logprob_options.require_token_ids = True
     if get("logprob_basis") is not None:
-        request.logprobs.basis = enum_value(logprobs_pb2.LogprobBasis, options["logprob_basis"], field="logprob_basis")
+        request.logprob_options.basis = enum_value(
+            logprobs_pb2.LogprobBasis, options["logprob_basis"], field="logprob_basis"
+        )
     if get("foreign_artifact_policy") is not None:
         request.foreign_artifact_policy = enum_value(
             request_pb2.ForeignArtifactPolicy, options["foreign_artifact_policy"], field="foreign_artifact_policy"

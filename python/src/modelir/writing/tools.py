@@ -64,9 +64,10 @@ def tool(
         raise ArgumentError(field, "a typed function, a pydantic model class, a dict or a Tool", spec)
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", name):
         raise ArgumentError(f"{field}.name", "1-128 letters, digits, '_', '.' or '-'", name)
-    return request_pb2.Tool(
+    function = request_pb2.FunctionTool(
         name=name, description=description or "", parameters_json_schema=json.dumps(schema), strict=strict
     )
+    return request_pb2.Tool(function=function)
 
 
 def tools(specs: Iterable[ToolLike] | ToolLike) -> list[request_pb2.Tool]:
@@ -168,9 +169,9 @@ def tool_choice(value: Any, declared: Sequence[request_pb2.Tool] = (), *, field:
     """A `ToolChoice`: `"auto"`, `"none"`, `"required"`, or the name (or function, or `Tool`) of a declared tool."""
     if isinstance(value, request_pb2.ToolChoice):
         return value
-    names = [t.name for t in declared]
+    names = [t.function.name for t in declared]
     if isinstance(value, request_pb2.Tool):
-        value = value.name
+        value = value.function.name
     elif callable(value) and not isinstance(value, str):
         value = getattr(value, "__name__", value)
     if isinstance(value, str) and value.lower() in short_names(request_pb2.ToolChoiceMode):

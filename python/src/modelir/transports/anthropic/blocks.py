@@ -10,10 +10,11 @@ from typing import Any
 
 import orjson
 
+from modelir import stops
 from modelir.v1 import content_pb2, response_pb2
 
-SIGNATURE = content_pb2.REASONING_ARTIFACT_KIND_SIGNATURE
-REDACTED = content_pb2.REASONING_ARTIFACT_KIND_REDACTED_DATA
+SIGNATURE = content_pb2.OPAQUE_ARTIFACT_KIND_SIGNATURE
+REDACTED = content_pb2.OPAQUE_ARTIFACT_KIND_REDACTED_DATA
 STOP_REASONS = {
     "end_turn": response_pb2.FINISH_REASON_STOP,
     "max_tokens": response_pb2.FINISH_REASON_LENGTH,
@@ -54,7 +55,7 @@ def finish(choice: response_pb2.Choice, stop_reason: str | None, stop_sequence: 
         if stop_reason
         else response_pb2.FINISH_REASON_UNSPECIFIED
     )
-    choice.stop_sequence = stop_sequence or ""
+    stops.set_stop(choice, stop_sequence)
 
 
 def usage(raw: dict[str, Any] | None, usage: response_pb2.Usage) -> None:

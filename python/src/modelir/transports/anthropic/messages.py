@@ -104,9 +104,9 @@ class AnthropicMessages(HttpTransport):
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []
-        if request.HasField("reasoning") and request.reasoning.summary:
+        if request.HasField("reasoning_controls") and request.reasoning_controls.summary:
             reasons.append("Anthropic returns thinking blocks, not summaries on request (reasoning.summary).")
-        if request.reasoning.WhichOneof("amount") == "budget_tokens" and self.model_for(request).startswith(
+        if request.reasoning_controls.WhichOneof("amount") == "budget_tokens" and self.model_for(request).startswith(
             BUDGETLESS_MODELS
         ):
             reasons.append(
@@ -137,7 +137,7 @@ class AnthropicMessages(HttpTransport):
         if budget is None:
             return problems
         field = "reasoning.budget_tokens"
-        if request.reasoning.WhichOneof("amount") == "effort":
+        if request.reasoning_controls.WhichOneof("amount") == "effort":
             field = "reasoning.effort"
             budget_text = f"The effort maps to a thinking budget of {budget} tokens (see EFFORT_BUDGETS), which"
         else:
@@ -158,33 +158,33 @@ class AnthropicMessages(HttpTransport):
 
     def native_effort(self, request: request_pb2.Request) -> str | None:
         """The `output_config.effort` to send: the request's effort, on a model that takes one."""
-        if request.reasoning.WhichOneof("amount") != "effort":
+        if request.reasoning_controls.WhichOneof("amount") != "effort":
             return None
         if not self.model_for(request).startswith(EFFORT_MODELS):
             return None
-        return _NATIVE_EFFORT.get(request.reasoning.effort)
+        return _NATIVE_EFFORT.get(request.reasoning_controls.effort)
 
     def thinking_budget(self, request: request_pb2.Request) -> int | None:
         """The thinking budget to send: the request's own, or its effort's (`EFFORT_BUDGETS`) on a model that does
         not think adaptively; None when no budget goes on the wire."""
-        amount = request.reasoning.WhichOneof("amount")
+        amount = request.reasoning_controls.WhichOneof("amount")
         if amount == "budget_tokens":
-            return request.reasoning.budget_tokens
+            return request.reasoning_controls.budget_tokens
         if amount == "effort" and not self.model_for(request).startswith(ADAPTIVE_THINKING_MODELS):
-            return EFFORT_BUDGETS.get(request.reasoning.effort)
+            return EFFORT_BUDGETS.get(request.reasoning_controls.effort)
         return None
 
     def reasoning_warnings(self, request: request_pb2.Request) -> list[errors_pb2.Warning]:
         """What the lowering did to the request's effort, said in the response (never silently)."""
-        if request.reasoning.WhichOneof("amount") != "effort":
+        if request.reasoning_controls.WhichOneof("amount") != "effort":
             return []
-        effort = request_pb2.ReasoningEffort.Name(request.reasoning.effort)
+        effort = request_pb2.ReasoningEffort.Name(request.reasoning_controls.effort)
         model = self.model_for(request) or "this model"
         native, budget = self.native_effort(request), self.thinking_budget(request)
         if budget is not None:
             sent = f"thinking.budget_tokens = {budget}" + (f" with effort {native!r}" if native else "")
             message = f"{model} thinks under a budget, not an effort: {effort} was sent as {sent} (EFFORT_BUDGETS)."
-        elif native is not None and request.reasoning.effort == request_pb2.REASONING_EFFORT_MINIMAL:
+        elif native is not None and request.reasoning_controls.effort == request_pb2.REASONING_EFFORT_MINIMAL:
             message = f"{model} has no minimal effort: {effort} was sent as effort {native!r}."
         else:
             return []
@@ -230,7 +230,7 @@ class AnthropicMessages(HttpTransport):
             body["output_config"] = {"effort": effort}
         if stream:
             body["stream"] = True
-        body.update(common.provider_options(request))
+        body.update(common.provider_options(request, self.name))
         return HttpRequest(
             "POST", self.path, orjson.dumps(body), (("content-type", "application/json"),), "sse" if stream else None
         )
@@ -314,7 +314,10 @@ def _block(part: content_pb2.Part) -> dict[str, Any]:
 
 
 def _tool(tool: request_pb2.Tool) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": tool.name, "input_schema": common.json_object(tool.parameters_json_schema)}
-    if tool.description:
-        out["description"] = tool.description
+    out: dict[str, Any] = {
+        "name": tool.function.name,
+        "input_schema": common.json_object(tool.function.parameters_json_schema),
+    }
+    if tool.function.description:
+        out["description"] = tool.function.description
     return out

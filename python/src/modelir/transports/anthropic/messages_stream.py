@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from modelir import soft_errors
+from modelir import soft_errors, stops
 from modelir.transports import _common as common
 from modelir.transports.anthropic import blocks
 from modelir.transports.base import RawEvent, StreamLifter
@@ -97,7 +97,7 @@ class MessagesStreamLifter(StreamLifter):
             index = data.get("index", 0)
             state = self.blocks.get(index) or {}
             if state.get("type") == "thinking":
-                artifact = content_pb2.ReasoningArtifact(
+                artifact = content_pb2.OpaqueArtifact(
                     kind=SIGNATURE, data="".join(state["signature"]).encode(), issuer=self.issuer
                 )
                 out.append(
@@ -142,11 +142,13 @@ class MessagesStreamLifter(StreamLifter):
         choice = response_pb2.Choice()
         if self.stop is not None:
             blocks.finish(choice, *self.stop)
-        end.finishes.add(
-            choice_index=0,
-            finish_reason=choice.finish_reason,
-            raw_finish_reason=choice.raw_finish_reason,
-            stop_sequence=choice.stop_sequence,
+        stops.copy_stop(
+            choice,
+            end.finishes.add(
+                choice_index=0,
+                finish_reason=choice.finish_reason,
+                raw_finish_reason=choice.raw_finish_reason,
+            ),
         )
         blocks.usage(self.usage, end.usage)
         if not end.usage.ListFields():

@@ -65,7 +65,7 @@ class GoogleGenAI(HttpTransport):
             f"Gemini takes system text only before the conversation (conversation.messages[{i}])."
             for i in common.late_system_messages(request)
         ]
-        if request.HasField("reasoning") and request.reasoning.summary:
+        if request.HasField("reasoning_controls") and request.reasoning_controls.summary:
             reasons.append("Gemini returns thought summaries with reasoning.include_thoughts, not reasoning.summary.")
         for i, message in enumerate(request.conversation.messages):
             if message.role in common.SYSTEM_ROLES:
@@ -96,15 +96,15 @@ class GoogleGenAI(HttpTransport):
         if request.constraint.WhichOneof("kind") == "json_schema":
             config["responseMimeType"] = "application/json"
             config["responseJsonSchema"] = orjson.loads(request.constraint.json_schema.schema_json)
-        if request.HasField("logprobs"):
+        if request.HasField("logprob_options"):
             config["responseLogprobs"] = True
-            if request.logprobs.top_k:
-                config["logprobs"] = request.logprobs.top_k
-        if request.HasField("reasoning"):
+            if request.logprob_options.top_logprob_count:
+                config["logprobs"] = request.logprob_options.top_logprob_count
+        if request.HasField("reasoning_controls"):
             thinking: dict[str, Any] = {}
-            if request.reasoning.WhichOneof("amount") == "budget_tokens":
-                thinking["thinkingBudget"] = request.reasoning.budget_tokens
-            if request.reasoning.include_thoughts:
+            if request.reasoning_controls.WhichOneof("amount") == "budget_tokens":
+                thinking["thinkingBudget"] = request.reasoning_controls.budget_tokens
+            if request.reasoning_controls.include_thoughts:
                 thinking["includeThoughts"] = True
             config["thinkingConfig"] = thinking
         if config:
@@ -118,7 +118,7 @@ class GoogleGenAI(HttpTransport):
             body["toolConfig"] = {
                 "functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": [request.tool_choice.tool_name]}
             }
-        body.update(common.provider_options(request))
+        body.update(common.provider_options(request, self.name))
         model = self.model_for(request)
         path = (
             f"/v1beta/models/{model}:streamGenerateContent?alt=sse"
@@ -239,9 +239,9 @@ def _wire_part(part: content_pb2.Part) -> dict[str, Any]:
 
 
 def _declaration(tool: request_pb2.Tool) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": tool.name}
-    if tool.description:
-        out["description"] = tool.description
-    if tool.parameters_json_schema:
-        out["parametersJsonSchema"] = orjson.loads(tool.parameters_json_schema)
+    out: dict[str, Any] = {"name": tool.function.name}
+    if tool.function.description:
+        out["description"] = tool.function.description
+    if tool.function.parameters_json_schema:
+        out["parametersJsonSchema"] = orjson.loads(tool.function.parameters_json_schema)
     return out

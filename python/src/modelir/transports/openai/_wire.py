@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from modelir import errors, soft_errors
+from modelir import errors, soft_errors, stops
 from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpTransport, RawEvent, StreamLifter
 from modelir.transports.stream_parts import StreamParts
@@ -76,10 +76,13 @@ def tool_choice(request: request_pb2.Request, named: Any) -> Any:
 
 def function_tool(tool: request_pb2.Tool) -> dict[str, Any]:
     """A function tool's fields (chat nests them under `function`, Responses puts them beside `type`)."""
-    function: dict[str, Any] = {"name": tool.name, "parameters": common.json_object(tool.parameters_json_schema)}
-    if tool.description:
-        function["description"] = tool.description
-    if tool.strict:
+    function: dict[str, Any] = {
+        "name": tool.function.name,
+        "parameters": common.json_object(tool.function.parameters_json_schema),
+    }
+    if tool.function.description:
+        function["description"] = tool.function.description
+    if tool.function.strict:
         function["strict"] = True
     return function
 
@@ -147,17 +150,17 @@ class BodyTransport(HttpTransport):
 
     def finish(
         self, raw_reason: str | None, stop_reason: Any = None
-    ) -> tuple[response_pb2.FinishReason.ValueType, str, str]:
-        """(normalised finish reason, raw finish reason, stop sequence) of a choice or final chunk."""
-        return finish_reason(raw_reason), raw_reason or "", ""
+    ) -> tuple[response_pb2.FinishReason.ValueType, str, stops.Stop]:
+        """(normalised finish reason, raw finish reason, what stopped it) of a choice or final chunk."""
+        return finish_reason(raw_reason), raw_reason or "", None
 
 
-def finish_body(request: request_pb2.Request, body: dict[str, Any], *, stream: bool) -> dict[str, Any]:
+def finish_body(request: request_pb2.Request, body: dict[str, Any], *, stream: bool, transport: str) -> dict[str, Any]:
     """The fields every chat and completions body ends with: streaming with usage, then the provider options."""
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
-    body.update(common.provider_options(request))
+    body.update(common.provider_options(request, transport))
     return body
 
 
@@ -204,12 +207,11 @@ class ChunkStream(StreamLifter):
         end = stream_pb2.StreamEnd()
         for index in sorted(self.finishes):
             raw = self.finishes[index]
-            finish, raw_reason, stop_sequence = self.transport.finish(raw.get("finish_reason"), raw.get("stop_reason"))
+            finish, raw_reason, stop = self.transport.finish(raw.get("finish_reason"), raw.get("stop_reason"))
             if index in self.refused:
                 finish = response_pb2.FINISH_REASON_REFUSAL
-            end.finishes.add(
-                choice_index=index, finish_reason=finish, raw_finish_reason=raw_reason, stop_sequence=stop_sequence
-            )
+            finished = end.finishes.add(choice_index=index, finish_reason=finish, raw_finish_reason=raw_reason)
+            stops.set_stop(finished, stop)
         if self.usage.ListFields():
             end.usage.CopyFrom(self.usage)
         if interrupted or not self.done:

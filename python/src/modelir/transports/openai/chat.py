@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from modelir import content_kinds, soft_errors
+from modelir import content_kinds, soft_errors, stops
 from modelir.content_kinds import CARRIED
 from modelir.soft_errors import Facts
 from modelir.transports import _common as common
@@ -61,10 +61,10 @@ class OpenAIChat(wire.BodyTransport):
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         """What chat completions cannot carry, beyond the catalog and the content kinds."""
         reasons = []
-        if request.HasField("reasoning"):
-            if request.reasoning.include_thoughts and not self.returns_reasoning_text:
+        if request.HasField("reasoning_controls"):
+            if request.reasoning_controls.include_thoughts and not self.returns_reasoning_text:
                 reasons.append("OpenAI chat completions return no reasoning text (reasoning.include_thoughts).")
-            if request.reasoning.summary:
+            if request.reasoning_controls.summary:
                 reasons.append("OpenAI chat completions return no reasoning summaries (reasoning.summary).")
         for i, message in enumerate(request.conversation.messages):
             for j, part in enumerate(message.parts):
@@ -94,18 +94,18 @@ class OpenAIChat(wire.BodyTransport):
         choice = wire.tool_choice(request, lambda name: {"type": "function", "function": {"name": name}})
         if choice is not None:
             body["tool_choice"] = choice
-        if request.reasoning.WhichOneof("amount") == "effort":
-            body["reasoning_effort"] = wire.EFFORTS[request.reasoning.effort]
+        if request.reasoning_controls.WhichOneof("amount") == "effort":
+            body["reasoning_effort"] = wire.EFFORTS[request.reasoning_controls.effort]
         if request.constraint.WhichOneof("kind") == "json_schema":
             body["response_format"] = {
                 "type": "json_schema",
                 "json_schema": wire.json_schema_format(request.constraint.json_schema),
             }
-        if request.HasField("logprobs"):
+        if request.HasField("logprob_options"):
             body["logprobs"] = True
-            if request.logprobs.top_k:
-                body["top_logprobs"] = request.logprobs.top_k
-        return wire.finish_body(request, body, stream=stream)
+            if request.logprob_options.top_logprob_count:
+                body["top_logprobs"] = request.logprob_options.top_logprob_count
+        return wire.finish_body(request, body, stream=stream, transport=self.name)
 
     def _content(self, parts: Any) -> str | list[dict[str, Any]]:
         """A plain string when the parts are one text; the array form otherwise."""
@@ -182,9 +182,8 @@ class OpenAIChat(wire.BodyTransport):
                         id=call.id or "", name=function.name or "", arguments_json=function.arguments or ""
                     )
                 )
-            choice.finish_reason, choice.raw_finish_reason, choice.stop_sequence = self.finish(
-                raw.finish_reason, raw.stop_reason
-            )
+            choice.finish_reason, choice.raw_finish_reason, stop = self.finish(raw.finish_reason, raw.stop_reason)
+            stops.set_stop(choice, stop)
             if message.refusal is not None:
                 choice.finish_reason = response_pb2.FINISH_REASON_REFUSAL
             content = raw.logprobs.content if raw.logprobs is not None else None

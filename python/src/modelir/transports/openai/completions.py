@@ -13,7 +13,7 @@ from __future__ import annotations
 from itertools import chain
 from typing import Any
 
-from modelir import content_kinds, soft_errors
+from modelir import content_kinds, continuations, soft_errors, stops
 from modelir import logprobs as lp
 from modelir.transports import _common as common
 from modelir.transports.base import HttpResponse, RawEvent, StreamLifter
@@ -62,12 +62,12 @@ class OpenAICompletions(wire.BodyTransport):
         common.copy_sampling(request.sampling, body, _SAMPLING)
         if request.HasField("fim"):
             body["suffix"] = request.fim.suffix
-        top_k = max(request.logprobs.top_k, request.input_scoring.top_k)
-        if request.HasField("logprobs") or request.HasField("input_scoring"):
+        top_k = max(request.logprob_options.top_logprob_count, request.input_scoring.top_logprob_count)
+        if request.HasField("logprob_options") or request.HasField("input_scoring"):
             body["logprobs"] = top_k
         if request.HasField("input_scoring"):
             body["echo"] = True
-        return wire.finish_body(request, body, stream=stream)
+        return wire.finish_body(request, body, stream=stream, transport=self.name)
 
     # ---- lift --------------------------------------------------------------------------------------
 
@@ -88,21 +88,22 @@ class OpenAICompletions(wire.BodyTransport):
             choice.message.parts.add(text=text)
             self.lift_finish(raw, choice)
             if logprobs and logprobs.get("tokens"):
-                if request.HasField("logprobs"):
+                if request.HasField("logprob_options"):
                     self.columns(logprobs, out=choice.logprobs)
             elif logprobs is None:
                 facts.lack_logprobs(choice.index)
         wire.usage_from(body.get("usage"), out.usage, input_key="prompt_tokens", output_key="completion_tokens")
         self.lift_extras(request, body, out)
-        if not out.HasField("input_scores"):
+        if not bool(out.input_scores):
             facts.missing_input_scores = "the provider returned no prompt logprobs"
         soft_errors.settle(request, out, facts)
         return out
 
     def lift_finish(self, raw: dict[str, Any], choice: response_pb2.Choice) -> None:
-        choice.finish_reason, choice.raw_finish_reason, choice.stop_sequence = self.finish(
+        choice.finish_reason, choice.raw_finish_reason, stop = self.finish(
             raw.get("finish_reason"), raw.get("stop_reason")
         )
+        stops.set_stop(choice, stop)
 
     def lift_extras(self, request: request_pb2.Request, body: dict[str, Any], out: response_pb2.Response) -> None:
         """Provider extensions beyond OpenAI's shape (none for OpenAI itself)."""
@@ -183,8 +184,8 @@ class OpenAICompletions(wire.BodyTransport):
             )
         scores = out.input_scores
         scores.tokens.CopyFrom(scored)
-        scores.logprob_sum = float(sum(scored.logprobs))
-        scores.token_count = len(scored.logprobs)
+        scores.logprob_sum = float(sum(scored.token_logprobs))
+        scores.token_count = len(scored.token_logprobs)
         scores.byte_count = len(span_text.encode())
         scores.char_count = len(span_text)
         scores.unscored_token_count = unscored
@@ -203,9 +204,7 @@ class OpenAICompletions(wire.BodyTransport):
 
 
 def _continuation(request: request_pb2.Request) -> str:
-    if request.HasField("input_scoring") and request.input_scoring.WhichOneof("continuation") == "continuation_text":
-        return request.input_scoring.continuation_text
-    return ""
+    return continuations.first_text(request)
 
 
 class _CompletionsStreamLifter(wire.ChunkStream):

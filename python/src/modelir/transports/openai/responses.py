@@ -54,7 +54,7 @@ class OpenAIResponses(wire.BodyTransport):
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []
-        if request.reasoning.include_thoughts:
+        if request.reasoning_controls.include_thoughts:
             reasons.append(
                 "OpenAI Responses return reasoning summaries, not reasoning text: use reasoning.summary "
                 "instead of reasoning.include_thoughts."
@@ -109,12 +109,12 @@ class OpenAIResponses(wire.BodyTransport):
         if choice is not None:
             body["tool_choice"] = choice
         include = []
-        if request.HasField("reasoning"):
+        if request.HasField("reasoning_controls"):
             reasoning: dict[str, Any] = {}
-            if request.reasoning.WhichOneof("amount") == "effort":
-                reasoning["effort"] = wire.EFFORTS[request.reasoning.effort]
-            if request.reasoning.summary:
-                reasoning["summary"] = _SUMMARIES[request.reasoning.summary]
+            if request.reasoning_controls.WhichOneof("amount") == "effort":
+                reasoning["effort"] = wire.EFFORTS[request.reasoning_controls.effort]
+            if request.reasoning_controls.summary:
+                reasoning["summary"] = _SUMMARIES[request.reasoning_controls.summary]
             body["reasoning"] = reasoning
             # Without the encrypted content, the reasoning could not be replayed statelessly next turn.
             include.append("reasoning.encrypted_content")
@@ -122,15 +122,15 @@ class OpenAIResponses(wire.BodyTransport):
             body["text"] = {
                 "format": {"type": "json_schema", **wire.json_schema_format(request.constraint.json_schema)}
             }
-        if request.HasField("logprobs"):
+        if request.HasField("logprob_options"):
             include.append("message.output_text.logprobs")
-            if request.logprobs.top_k:
-                body["top_logprobs"] = request.logprobs.top_k
+            if request.logprob_options.top_logprob_count:
+                body["top_logprobs"] = request.logprob_options.top_logprob_count
         if include:
             body["include"] = include
         if stream:
             body["stream"] = True
-        body.update(common.provider_options(request))
+        body.update(common.provider_options(request, self.name))
         return body
 
     def _content(self, parts: list[content_pb2.Part]) -> list[dict[str, Any]] | str:

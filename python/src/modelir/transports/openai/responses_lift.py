@@ -20,7 +20,7 @@ from modelir.v1 import content_pb2, request_pb2, response_pb2
 if TYPE_CHECKING:
     from modelir.transports.openai.responses import OpenAIResponses
 
-ENCRYPTED = content_pb2.REASONING_ARTIFACT_KIND_ENCRYPTED_CONTENT
+ENCRYPTED = content_pb2.OPAQUE_ARTIFACT_KIND_ENCRYPTED_CONTENT
 _INCOMPLETE = {
     "max_output_tokens": response_pb2.FINISH_REASON_LENGTH,
     "content_filter": response_pb2.FINISH_REASON_CONTENT_FILTER,

@@ -99,13 +99,12 @@ class ResponsesStreamLifter(StreamLifter):
                 data, item_id = done.get("encrypted_content"), done.get("id")
             if not data:
                 continue
-            artifact = content_pb2.ReasoningArtifact(
+            artifact = content_pb2.OpaqueArtifact(
                 kind=responses_lift.ENCRYPTED,
                 data=data.encode(),
                 issuer=self.transport.issuer(self.request),
-                item_id=item_id or "",
             )
-            out.append(self._delta({"output_index": output_index}, artifacts=[artifact]))
+            out.append(self._delta({"output_index": output_index}, artifacts=[artifact], item_id=item_id or ""))
         return out
 
     def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
@@ -127,6 +126,6 @@ class ResponsesStreamLifter(StreamLifter):
         if self.error is not None:
             facts.provider_error = self.error
         soft_errors.settle(self.request, settled, facts)
-        if settled.HasField("error"):
-            end.error.CopyFrom(settled.error)
+        if bool(settled.errors):
+            end.errors.extend(settled.errors)
         return [*events, stream_pb2.StreamEvent(end=end)]

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from modelir import stops
 from modelir.transports.reference import scoring, template
 from modelir.transports.reference.json_emitter import emit_json
 from modelir.transports.reference.sampler import Generator, Sampler
@@ -38,7 +39,7 @@ class _Choice:
     reasoning_tokens: int = 0
     finish: int = 0
     raw_finish: str = ""
-    stop_sequence: str = ""
+    stop_sequence: str | int = ""  # a stop string, or a stop token id
 
 
 def generate(request: request_pb2.Request, sealer: Sealer, issuer: content_pb2.Issuer) -> response_pb2.Response:
@@ -61,21 +62,19 @@ def generate(request: request_pb2.Request, sealer: Sealer, issuer: content_pb2.I
         choice = _generate_choice(request, gen, max_tokens, sealer, issuer)
         output_tokens += choice.output_tokens
         reasoning_tokens += choice.reasoning_tokens
-        out = response.choices.add(
-            index=index,
-            finish_reason=choice.finish,
-            raw_finish_reason=choice.raw_finish,
-            stop_sequence=choice.stop_sequence,
-        )
+        out = response.choices.add(index=index, finish_reason=choice.finish, raw_finish_reason=choice.raw_finish)
+        stops.set_stop(out, choice.stop_sequence)
         out.message.role = content_pb2.ROLE_ASSISTANT
         out.message.parts.extend(choice.parts)
-        if request.HasField("logprobs"):
-            out.logprobs.CopyFrom(scoring.columns(choice.scored_prev, choice.scored_ids, request.logprobs.top_k))
+        if request.HasField("logprob_options"):
+            out.logprobs.CopyFrom(
+                scoring.columns(choice.scored_prev, choice.scored_ids, request.logprob_options.top_logprob_count)
+            )
     if request.HasField("input_scoring"):
-        response.input_scores.CopyFrom(scoring.score_input(request, context))
+        response.input_scores.append(scoring.score_input(request, context))
     response.usage.input_token_count = len(context) + len(scoring.continuation(request))
     response.usage.output_token_count = output_tokens
-    if request.HasField("reasoning"):
+    if request.HasField("reasoning_controls"):
         response.usage.reasoning_token_count = reasoning_tokens
     return response
 
@@ -98,13 +97,16 @@ def _generate_choice(
     tool = _tool_to_call(request)
     kind = request.constraint.WhichOneof("kind")
     finish: int = response_pb2.FINISH_REASON_STOP
-    raw, stop_seq = "eos", ""
+    raw = "eos"
+    stop_seq: str | int = ""
     if tool is not None:
-        ok = emit_json(gen, orjson.loads(tool.parameters_json_schema or b'{"type":"object"}'))
+        ok = emit_json(gen, orjson.loads(tool.function.parameters_json_schema or b'{"type":"object"}'))
         arguments = bytes(gen.emitted[answer_start:]).decode()
         call_id = "call_" + hashlib.sha256(f"{choice.output_tokens}:{arguments}".encode()).hexdigest()[:16]
         choice.parts.append(
-            content_pb2.Part(tool_call=content_pb2.ToolCall(id=call_id, name=tool.name, arguments_json=arguments))
+            content_pb2.Part(
+                tool_call=content_pb2.ToolCall(id=call_id, name=tool.function.name, arguments_json=arguments)
+            )
         )
         finish, raw = (
             (response_pb2.FINISH_REASON_TOOL_CALLS, "tool_calls")
@@ -133,7 +135,7 @@ def _generate_choice(
 def _reason(
     request: request_pb2.Request, gen: Generator, choice: _Choice, sealer: Sealer, issuer: content_pb2.Issuer
 ) -> None:
-    controls = request.reasoning
+    controls = request.reasoning_controls
     if controls.WhichOneof("amount") == "budget_tokens":
         length = controls.budget_tokens
     else:
@@ -158,9 +160,9 @@ def _response_id(request: request_pb2.Request) -> str:
 
 
 def _wants_reasoning(request: request_pb2.Request) -> bool:
-    if not request.HasField("reasoning"):
+    if not request.HasField("reasoning_controls"):
         return False
-    controls = request.reasoning
+    controls = request.reasoning_controls
     return not (controls.WhichOneof("amount") == "effort" and controls.effort == request_pb2.REASONING_EFFORT_NONE)
 
 
@@ -178,7 +180,7 @@ def _tool_to_call(request: request_pb2.Request) -> request_pb2.Tool | None:
         return None
     choice = request.tool_choice
     if choice.WhichOneof("choice") == "tool_name":
-        return next(t for t in request.tools if t.name == choice.tool_name)
+        return next(t for t in request.tools if t.function.name == choice.tool_name)
     if choice.WhichOneof("choice") == "mode" and choice.mode == request_pb2.TOOL_CHOICE_MODE_REQUIRED:
         return request.tools[0]
     if request.WhichOneof("input") == "conversation" and request.conversation.messages:
@@ -186,6 +188,6 @@ def _tool_to_call(request: request_pb2.Request) -> request_pb2.Tool | None:
         if last.role == content_pb2.ROLE_USER:
             text = "".join(p.text for p in last.parts if p.WhichOneof("content") == "text")
             for tool in request.tools:
-                if tool.name in text:
+                if tool.function.name in text:
                     return tool
     return None

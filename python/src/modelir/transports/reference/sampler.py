@@ -102,7 +102,7 @@ class Generator:
         weights = np.exp((scores - scores.max()) / self.sampler.temperature)
         return int(self.rng.choice(len(options), p=weights / weights.sum()))
 
-    def free_text(self, limit: int, stop: list[bytes], stop_ids: set[int]) -> tuple[int, str, str]:
+    def free_text(self, limit: int, stop: list[bytes], stop_ids: set[int]) -> tuple[int, str, str | int]:
         """Sample free text until EOS, a stop, or `limit` tokens. Returns (finish, raw finish, stop seq)."""
         cdf = free_cdf(self.sampler)
         start = len(self.emitted)
@@ -120,7 +120,7 @@ class Generator:
                 return response_pb2.FINISH_REASON_STOP, "eos", ""
             if token in stop_ids:
                 self.budget -= 1
-                return response_pb2.FINISH_REASON_STOP_SEQUENCE, "stop_token", str(token)
+                return response_pb2.FINISH_REASON_STOP_SEQUENCE, "stop_token", token
             self._push(token)
             if stop:
                 tail = bytes(self.emitted[max(start, len(self.emitted) - 64) :])

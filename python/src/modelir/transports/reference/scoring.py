@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from modelir import continuations
 from modelir.transports.reference.vocabulary import PIECE_LEN, PIECES, logprob_table, token_ids, top_table
 from modelir.v1 import logprobs_pb2, request_pb2
 
@@ -18,7 +19,7 @@ def columns(prev: list[int], ids: list[int], top_k: int) -> logprobs_pb2.TokenLo
     prev_arr = np.asarray(prev, dtype=np.int64)
     id_arr = np.asarray(ids, dtype=np.int64)
     out.token_ids.extend(ids)
-    out.logprobs.extend(logprob_table()[prev_arr, id_arr].tolist())
+    out.token_logprobs.extend(logprob_table()[prev_arr, id_arr].tolist())
     out.tokens.extend([PIECES[i] for i in ids])
     out.token_bytes = bytes(id_arr[id_arr < 256].astype(np.uint8))
     out.token_byte_offsets.extend(_offsets(id_arr))
@@ -41,14 +42,9 @@ def _offsets(ids: np.ndarray) -> list[int]:
 
 def continuation(request: request_pb2.Request) -> list[int]:
     """The tokens of the span to score after the prompt (none when the whole prompt is scored)."""
-    if not request.HasField("input_scoring"):
-        return []
-    span = request.input_scoring.WhichOneof("continuation")
-    if span == "continuation_text":
-        return token_ids(request.input_scoring.continuation_text)
-    if span == "continuation_tokens":
-        return list(request.input_scoring.continuation_tokens.ids)
-    return []
+    if (ids := continuations.first_tokens(request)) is not None:
+        return ids
+    return token_ids(text) if (text := continuations.first_text(request)) else []
 
 
 def score_input(request: request_pb2.Request, context: list[int]) -> logprobs_pb2.InputScores:
@@ -60,14 +56,14 @@ def score_input(request: request_pb2.Request, context: list[int]) -> logprobs_pb
     else:
         first, unscored = 1, 1  # the first token has no logprob: never scored as zero
     prev, scored = ids[first - 1 : -1], ids[first:]
-    tokens = columns(prev, scored, request.input_scoring.top_k)
+    tokens = columns(prev, scored, request.input_scoring.top_logprob_count)
     token_bytes = tokens.token_bytes
     return logprobs_pb2.InputScores(
         tokens=tokens,
         logprob_sum=float(logprob_table()[prev, scored].sum()),
-        token_count=len(scored),
-        byte_count=len(token_bytes),
-        char_count=int(np.count_nonzero((np.frombuffer(token_bytes, np.uint8) & 0xC0) != 0x80)),
+        scored_token_count=len(scored),
+        scored_byte_count=len(token_bytes),
+        scored_char_count=int(np.count_nonzero((np.frombuffer(token_bytes, np.uint8) & 0xC0) != 0x80)),
         unscored_token_count=unscored,
         span_start_byte=int(PIECE_LEN[ids[:first]].sum()),
     )

@@ -31,23 +31,21 @@ class Sealer:
         """Give a reasoning part its artifact: the text and its signature, or (hidden) the sealed text only."""
         if visible:
             part.reasoning.text = thought
-            part.artifacts.add(
-                kind=content_pb2.REASONING_ARTIFACT_KIND_SIGNATURE, data=self._sign(thought), issuer=issuer
-            )
+            part.artifacts.add(kind=content_pb2.OPAQUE_ARTIFACT_KIND_SIGNATURE, data=self._sign(thought), issuer=issuer)
             return
         sealed = base64.urlsafe_b64encode(thought.encode())
         part.artifacts.add(
-            kind=content_pb2.REASONING_ARTIFACT_KIND_REDACTED_DATA,
+            kind=content_pb2.OPAQUE_ARTIFACT_KIND_REDACTED_DATA,
             data=sealed + b"." + self._sign(sealed.decode()),
             issuer=issuer,
         )
 
-    def unseal(self, artifact: content_pb2.ReasoningArtifact, part: content_pb2.Part) -> str | None:
+    def unseal(self, artifact: content_pb2.OpaqueArtifact, part: content_pb2.Part) -> str | None:
         """The reasoning text an artifact vouches for, or None when it fails its check."""
-        if artifact.kind == content_pb2.REASONING_ARTIFACT_KIND_SIGNATURE:
+        if artifact.kind == content_pb2.OPAQUE_ARTIFACT_KIND_SIGNATURE:
             text = part.reasoning.text
             return text if hmac.compare_digest(artifact.data, self._sign(text)) else None
-        if artifact.kind == content_pb2.REASONING_ARTIFACT_KIND_REDACTED_DATA:
+        if artifact.kind == content_pb2.OPAQUE_ARTIFACT_KIND_REDACTED_DATA:
             sealed, _, mac = artifact.data.partition(b".")
             if not hmac.compare_digest(mac, self._sign(sealed.decode("ascii", "replace"))):
                 return None

@@ -13,7 +13,7 @@ import orjson
 from modelir.transports.reference.vocabulary import BOS, token_ids
 from modelir.v1 import content_pb2, request_pb2
 
-Unseal = Callable[[content_pb2.ReasoningArtifact, content_pb2.Part], str | None]
+Unseal = Callable[[content_pb2.OpaqueArtifact, content_pb2.Part], str | None]
 
 
 def context(request: request_pb2.Request, unseal: Unseal) -> list[int]:
@@ -31,7 +31,11 @@ def render(request: request_pb2.Request, unseal: Unseal) -> str:
     out = []
     if request.tools:
         declared = [
-            {"name": t.name, "description": t.description, "parameters": t.parameters_json_schema}
+            {
+                "name": t.function.name,
+                "description": t.function.description,
+                "parameters": t.function.parameters_json_schema,
+            }
             for t in request.tools
         ]
         out.append(f"<|tools|>\n{orjson.dumps(declared).decode()}\n")

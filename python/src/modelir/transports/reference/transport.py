@@ -80,8 +80,10 @@ class ReferenceModel(LocalTransport):
             reasons += schema_gaps(request.constraint.json_schema.schema_json, "the JSON schema constraint")
         if may_call_tools(request):
             for tool in request.tools:
-                if tool.parameters_json_schema:
-                    reasons += schema_gaps(tool.parameters_json_schema, f"the parameters of tool {tool.name!r}")
+                if tool.function.parameters_json_schema:
+                    reasons += schema_gaps(
+                        tool.function.parameters_json_schema, f"the parameters of tool {tool.function.name!r}"
+                    )
         if request.WhichOneof("input") == "token_ids" and any(t >= VOCAB for t in request.token_ids.ids):
             reasons.append(f"The reference model's vocabulary has {VOCAB} tokens (ids 0 to {VOCAB - 1}).")
         return reasons
@@ -101,7 +103,7 @@ class ReferenceModel(LocalTransport):
         ids = token_ids(request.text)
         if request.add_special_tokens and not request.context:
             ids = [BOS, *ids]
-        out = service_pb2.TokenizeResponse(token_ids=ids, pieces=[PIECES[i] for i in ids])
+        out = service_pb2.TokenizeResponse(token_ids=ids, tokens=[PIECES[i] for i in ids])
         pieces = [PIECE_BYTES[i] for i in ids]
         out.token_bytes = b"".join(pieces)
         out.token_byte_offsets.extend(lp.offsets_of(pieces))
