@@ -102,7 +102,7 @@ def bench_reference_calls(seconds: float) -> list[tuple[str, str, str]]:
         while time.perf_counter() - start < seconds:
             response = await model.arun(request)
             calls += 1
-        tokens = len(response.choices[0].logprobs.logprobs) or response.usage.output_token_count
+        tokens = len(response.choices[0].logprobs.token_logprobs) or response.usage.output_token_count
         return calls / (time.perf_counter() - start), tokens
 
     small_rate, _ = asyncio.run(rate(small))

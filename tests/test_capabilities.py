@@ -15,8 +15,7 @@ def _everything_the_reference_lacks() -> request_pb2.Request:
     request.sampling.presence_penalty = 0.5
     request.sampling.repetition_penalty = 1.1
     request.constraint.regex = "[a-z]+"
-    request.provider_options.transport = "reference"
-    request.provider_options.options_json = '{"x": 1}'
+    request.provider_options.add(transport="reference", options_json='{"x": 1}')
     return request
 
 

@@ -127,7 +127,7 @@ async def test_sigterm_drains_in_flight_calls():
                 events.append(message.event)
             assert await call.code() == grpc.StatusCode.OK
         response = accumulate(events)
-        assert len(response.choices[0].token_logprobs.logprobs) > 1000 and response.choices[0].finish_reason
+        assert len(response.choices[0].logprobs.token_logprobs) > 1000 and response.choices[0].finish_reason
         assert process.wait(15) == 0
         log = process.stderr.read()
         # Shutdown began while the call was in flight, and the call still finished OK.

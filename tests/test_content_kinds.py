@@ -11,8 +11,15 @@ from modelir.v1 import content_pb2, request_pb2
 
 # The reference model (in-process, its own lowering) decides through its manifest: it renders text, reasoning,
 # tool calls and results into its chat template, and refuses blobs because it claims no IMAGE_INPUT.
-REFERENCE_DECISIONS = {"text": "carried", "reasoning": "carried", "tool_call": "carried", "tool_result": "carried"}
-REFERENCE_REFUSED_BY_MANIFEST = {"blob"}
+REFERENCE_DECISIONS = {
+    "text": "carried",
+    "refusal": "carried",
+    "reasoning": "carried",
+    "tool_call": "carried",
+    "tool_result": "carried",
+}
+# Blobs need IMAGE_INPUT; provider-run tools and provider parts need SERVER_TOOL_REPLAY: the manifest lacks both.
+REFERENCE_REFUSED_BY_MANIFEST = {"blob", "server_tool_call", "server_tool_result", "provider_part", "compaction"}
 
 
 def test_the_registry_has_exactly_the_kinds_of_the_spec():

@@ -105,7 +105,7 @@ def test_a_wrong_type_is_an_error_not_a_silent_value():
 )
 def test_logprob_columns_map_none_to_nan_and_vllm_clamps_to_minus_infinity(transport, values, expected):
     transport = getattr(transport, "_completions", transport)
-    column = transport.columns({"tokens": ["t"] * len(values), "token_logprobs": values}).logprobs
+    column = transport.columns({"tokens": ["t"] * len(values), "token_logprobs": values}).token_logprobs
     assert len(column) == len(expected)
     for got, want in zip(column, expected, strict=True):
         assert (math.isnan(got) and math.isnan(want)) or got == want

@@ -74,7 +74,7 @@ async def test_cut_stream_keeps_partial_output_with_soft_error(upstream):
     fake.cut_stream = True
     response = accumulate([e async for e in model.astream(build_request("mini", messages=[("user", "hi")]))])
     assert response.choices[0].message.parts[0].text == ANSWER[0]
-    assert response.error.reason == errors_pb2.ERROR_REASON_TRUNCATED_STREAM
+    assert response.errors[0].reason == errors_pb2.ERROR_REASON_TRUNCATED_STREAM
     assert len(fake.requests) == 1  # never retried once output was delivered
 
 

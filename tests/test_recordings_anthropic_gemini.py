@@ -68,7 +68,7 @@ def test_every_anthropic_recording_lifts():
                 )
             else:
                 response = _stream(transport, exchange.sse)
-                assert not response.HasField("error"), (path.name, response.error)
+                assert not bool(response.errors), (path.name, list(response.errors))
                 deltas = [json.loads(d) for _, d in exchange.sse]
                 text = "".join(d["delta"].get("text", "") for d in deltas if d["type"] == "content_block_delta")
                 assert _text(response) == text
@@ -95,7 +95,7 @@ def test_anthropic_vercel_streams_parse_tool_input():
         )
         assert calls and json.loads(calls[0].arguments_json) == (json.loads(partials) if partials else {})
     text = _stream(AnthropicMessages(), vercel_chunks(folder / "vercel__stream_text.chunks.jsonl", done=False))
-    assert _text(text) and not text.HasField("error")
+    assert _text(text) and not bool(text.errors)
 
 
 def _roundtrip_anthropic(path: str, tmp_path) -> None:
@@ -110,8 +110,12 @@ def _roundtrip_anthropic(path: str, tmp_path) -> None:
     if "thinking" in sent_first:
         request.reasoning_controls.budget_tokens = sent_first["thinking"]["budget_tokens"]
     for tool in sent_first.get("tools", []):
-        request.tools.add(
-            name=tool["name"], description=tool["description"], parameters_json_schema=json.dumps(tool["input_schema"])
+        request.tools.add().function.CopyFrom(
+            request_pb2.FunctionTool(
+                name=tool["name"],
+                description=tool["description"],
+                parameters_json_schema=json.dumps(tool["input_schema"]),
+            )
         )
     if "tool_choice" in sent_first:
         request.tool_choice.mode = request_pb2.TOOL_CHOICE_MODE_AUTO
@@ -171,7 +175,7 @@ def test_every_gemini_recording_lifts():
                     for p in cand.get("content", {}).get("parts", [])
                     if not p.get("thought")
                 )
-                assert _text(response) == text and not response.HasField("error"), path.name
+                assert _text(response) == text and not bool(response.errors), path.name
                 signatures = [
                     p["thoughtSignature"]
                     for c in chunks
@@ -232,7 +236,7 @@ def test_gemini_vercel_recordings():
         GoogleGenAI(),
         vercel_chunks(folder / "vercel__stream_gemini3_thoughtsTokenCount_signature_b.chunks.jsonl", done=False),
     )
-    assert thoughts.usage.reasoning_token_count > 0 and not thoughts.HasField("error")
+    assert thoughts.usage.reasoning_token_count > 0 and not bool(thoughts.errors)
 
 
 def test_gemini_thought_signature_turn_survives_a_record_round_trip(tmp_path):

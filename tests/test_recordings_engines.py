@@ -110,7 +110,7 @@ def test_llamacpp_native_stream_equals_the_final_totals():
     assert list(response.choices[0].logprobs.token_ids) == [
         p["id"] for c in chunks for p in c.get("completion_probabilities", [])
     ]
-    assert not response.HasField("error") and response.model == chunks[-1]["model"]
+    assert not bool(response.errors) and response.model == chunks[-1]["model"]
 
 
 @pytest.mark.parametrize(
@@ -150,7 +150,7 @@ def test_llamacpp_chat_stream_recordings():
         lifter = LLAMA.stream_lifter(request)
         lifted = [e for n, d in events for e in lifter.feed(RawEvent(n, d.encode()))]
         response = accumulate([*lifted, *lifter.close()])
-        assert not response.HasField("error"), (name, response.error)
+        assert not bool(response.errors), (name, list(response.errors))
         assert response.choices[0].raw_finish_reason
 
 
@@ -220,7 +220,7 @@ def test_ollama_recordings():
                 chunks = [json.loads(d) for _, d in lines]
                 key = "response" if "prompt" in sent else "message"
                 text = "".join(c[key] if key == "response" else c[key]["content"] for c in chunks)
-                assert response.choices[0].message.parts[-1].text == text and not response.HasField("error")
+                assert response.choices[0].message.parts[-1].text == text and not bool(response.errors)
                 assert response.usage.output_token_count == chunks[-1]["eval_count"]
                 continue
             body = json.loads(exchange.body)

@@ -37,7 +37,7 @@ def test_recorded_instruct_stream_with_logprobs():
     alternatives = dict(
         zip(logprobs.top_tokens[start : start + 2], logprobs.top_logprobs[start : start + 2], strict=True)
     )
-    assert alternatives["Hello"] > logprobs.logprobs[hi]
+    assert alternatives["Hello"] > logprobs.token_logprobs[hi]
 
 
 def test_recorded_instruct_body_and_stream():
@@ -51,7 +51,7 @@ def test_recorded_instruct_body_and_stream():
     streamed = _lift_stream(OpenAICompletions(), request_pb2.Request(model="m", prompt="x"), events)
     chunks = [json.loads(d) for _, d in events if d != "[DONE]"]
     assert streamed.choices[0].message.parts[0].text == "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
-    assert not streamed.HasField("error")
+    assert not bool(streamed.errors)
 
 
 def test_recorded_vllm_completion_lower_and_lift():

@@ -78,9 +78,9 @@ def test_every_cassette_lifts_and_streams_equal_their_final_object():
             # The real service rounds logprobs in the final object (-1.9e-07 in a delta is -0.0 there), so the
             # values are compared with a tolerance and everything else exactly.
             for a, b in zip(streamed.choices, unary.choices, strict=True):
-                assert a.logprobs.logprobs == pytest.approx(list(b.token_logprobs.logprobs), abs=1e-4)
-                a.logprobs.ClearField("logprobs")
-                b.logprobs.ClearField("logprobs")
+                assert a.logprobs.token_logprobs == pytest.approx(list(b.logprobs.token_logprobs), abs=1e-4)
+                a.logprobs.ClearField("token_logprobs")
+                b.logprobs.ClearField("token_logprobs")
             assert streamed == unary, path.name
             _check_against_body(final, streamed)
     assert seen >= 10
@@ -110,7 +110,7 @@ def test_recorded_stream_error_is_a_soft_error():
         wire_dir("openai_responses") / "vercel__stream_error_insufficient_quota.chunks.jsonl", done=False
     )
     response = _stream(events)
-    assert response.error.provider_code == "insufficient_quota"
+    assert response.errors[0].provider_code == "insufficient_quota"
     assert response.choices[0].finish_reason == response_pb2.FINISH_REASON_ERROR
     body = (wire_dir("openai_responses") / "vercel__error_insufficient_quota.json").read_bytes()
     assert isinstance(TRANSPORT.error(HttpResponse(429, {}, body)), errors.RateLimitedError)
@@ -123,8 +123,10 @@ def test_reasoning_and_tool_call_survive_a_record_round_trip_byte_for_byte(tmp_p
     request.conversation.messages.add(role=content_pb2.ROLE_SYSTEM).parts.add(text=sent_first["instructions"])
     request.conversation.messages.add(role=content_pb2.ROLE_USER).parts.add(text=sent_first["input"][0]["content"])
     for tool in sent_first["tools"]:
-        request.tools.add(
-            name=tool["name"], parameters_json_schema=json.dumps(tool["parameters"]), strict=tool["strict"]
+        request.tools.add().function.CopyFrom(
+            request_pb2.FunctionTool(
+                name=tool["name"], parameters_json_schema=json.dumps(tool["parameters"]), strict=tool["strict"]
+            )
         )
     request.tool_choice.mode = request_pb2.TOOL_CHOICE_MODE_AUTO
     request.reasoning_controls.effort = request_pb2.REASONING_EFFORT_LOW

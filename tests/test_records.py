@@ -25,7 +25,7 @@ def _inputs(path, count: int, *, tokens: int = 8, top_k: int = 0) -> None:
         for i in range(count):
             request = {"prompt": f"prompt number {i}", "sampling": {"maxOutputTokens": tokens, "seed": str(i)}}
             if top_k:
-                request["logprobs"] = {"topK": top_k}
+                request["logprobOptions"] = {"topLogprobCount": top_k}
             handle.write(json.dumps({"key": f"k{i:05d}", "request": request}) + "\n")
 
 
@@ -124,7 +124,7 @@ def test_an_older_minor_file_reads_with_defaults(tmp_path):
 def test_a_record_written_today_reads_back_into_an_identical_response(tmp_path):
     model = Model(ReferenceModel(), name="reference")
     request = build_request("", prompt="Once upon", max_output_tokens=50, top_logprobs=5)
-    request.input_scoring.continuation_text = " a time"
+    request.input_scoring.continuations.add(text=" a time")
     import asyncio
 
     for fmt, name in (("jsonl", "out.jsonl"), ("binary", "out.binpb")):

@@ -27,11 +27,13 @@ SCHEMA = {
     "additionalProperties": False,
 }
 WEATHER = request_pb2.Tool(
-    name="get_weather",
-    description="Weather for a city.",
-    parameters_json_schema=orjson.dumps(
-        {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-    ).decode(),
+    function=request_pb2.FunctionTool(
+        name="get_weather",
+        description="Weather for a city.",
+        parameters_json_schema=orjson.dumps(
+            {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+        ).decode(),
+    )
 )
 
 
@@ -66,7 +68,7 @@ CAPABILITY_REQUESTS = {
     "reasoning_hidden": _reasoning_request(include_thoughts=False),
 }
 _scoring = build_request("reference", prompt="The cat sat on ", max_output_tokens=0)
-_scoring.input_scoring.continuation_text = "the mat ☃"
+_scoring.input_scoring.continuations.add(text="the mat ☃")
 _scoring.input_scoring.top_logprob_count = 3
 CAPABILITY_REQUESTS["input_scoring"] = _scoring
 _stop_ids = build_request("reference", prompt="x", max_output_tokens=300, seed=5)
@@ -120,7 +122,7 @@ async def test_logprobs_are_columnar_and_consistent(reference):
     choice = response.choices[0]
     logprobs = choice.logprobs
     n = len(logprobs.token_ids)
-    assert n == len(logprobs.logprobs) == len(logprobs.tokens) == len(logprobs.token_byte_offsets) > 0
+    assert n == len(logprobs.token_logprobs) == len(logprobs.tokens) == len(logprobs.token_byte_offsets) > 0
     assert lp.text_of(logprobs) == _text(response)
     assert list(logprobs.top_counts) == [20] * n
     top = np.array(logprobs.top_logprobs, dtype=np.float64).reshape(n, 20)
@@ -128,7 +130,7 @@ async def test_logprobs_are_columnar_and_consistent(reference):
     assert np.all(np.diff(top, axis=1) <= 1e-7)  # most likely first
     table = logprob_table()
     ids = [ord("o"), *logprobs.token_ids[:-1]]
-    assert np.allclose(logprobs.logprobs, table[ids, list(logprobs.token_ids)], atol=1e-6)
+    assert np.allclose(logprobs.token_logprobs, table[ids, list(logprobs.token_ids)], atol=1e-6)
 
 
 async def test_choice_constraint_output_is_a_label(reference):
@@ -216,7 +218,7 @@ async def test_input_scoring_of_a_continuation(reference):
     assert score.char_count == len("the mat ☃")
     assert score.scores.unscored_token_count == 0
     assert score.scores.span_start_byte == len(b"The cat sat on ")
-    assert math.isclose(score.logprob_sum, sum(score.scores.tokens.logprobs), rel_tol=1e-5)
+    assert math.isclose(score.logprob_sum, sum(score.scores.tokens.token_logprobs), rel_tol=1e-5)
     assert score.bits_per_byte == pytest.approx(-score.logprob_sum / math.log(2) / score.byte_count)
     assert lp.text_of(score.scores.tokens) == "the mat ☃"
 
@@ -225,10 +227,10 @@ async def test_whole_prompt_scoring_never_scores_the_first_token(reference):
     request = build_request("reference", token_ids=[72, 105, 33], max_output_tokens=0)
     request.input_scoring.SetInParent()
     response = await reference.arun(request)
-    scores = response.input_scores
+    (scores,) = response.input_scores
     assert scores.unscored_token_count == 1
     assert list(scores.tokens.token_ids) == [105, 33]
-    assert scores.byte_count == 2 and scores.span_start_byte == 1
+    assert scores.scored_byte_count == 2 and scores.span_start_byte == 1
 
 
 async def test_tokenize_with_context(reference):

@@ -209,7 +209,7 @@ async def test_an_ndjson_stream_cut_inside_a_line_ends_soft_truncated():
         transport=Ollama(),
     )
     response = await model.arun_streamed(_chat())
-    assert response.error.reason == errors.TruncatedStreamError.reason
+    assert response.errors[0].reason == errors.TruncatedStreamError.reason
     assert response.choices[0].message.parts[0].text == "Hello"
 
 

@@ -55,19 +55,19 @@ def test_logprobs_come_out_as_numpy_columns(reference):
     source = response.choices[0].logprobs
     assert arrays.ids.dtype == np.int32 and arrays.ids.tolist() == list(source.token_ids)
     assert arrays.logprobs.dtype == np.float32 and np.array_equal(
-        arrays.logprobs, np.array(source.logprobs, np.float32)
+        arrays.logprobs, np.array(source.token_logprobs, np.float32)
     )
     assert arrays.top_logprobs.shape == arrays.top_ids.shape == (20, 3)
     assert arrays.top_mask.all()
     assert arrays.top_tokens[0] == list(source.top_tokens[:3])
     assert arrays.text == view(response).text
-    source.logprobs[0] = 0.0  # the arrays are a copy, safe to keep
+    source.token_logprobs[0] = 0.0  # the arrays are a copy, safe to keep
     assert arrays.logprobs[0] != 0.0
 
 
 def test_top_k_is_dense_and_padded_where_a_provider_returned_fewer():
     columns = logprobs_pb2.TokenLogprobs(
-        logprobs=[-0.1, -0.2, -0.3],
+        token_logprobs=[-0.1, -0.2, -0.3],
         tokens=["a", "b", "c"],
         top_counts=[2, 0, 3],
         top_logprobs=[-0.1, -2.0, -0.3, -1.0, -4.0],
@@ -99,7 +99,7 @@ def test_the_summary_is_short(reference):
 
 def test_a_response_without_choices_says_so():
     response = response_pb2.Response()
-    response.error.message = "cut off"
+    response.errors.add(message="cut off")
     with pytest.raises(ValueError, match=r"no choices.*cut off"):
         _ = view(response).text
     with pytest.raises(TypeError, match="reads a modelir Response"):

@@ -21,7 +21,7 @@ def _json_request(**extra) -> request_pb2.Request:
 
 
 def test_the_precedence_is_provider_malformed_cut_short_input_scores_logprobs_constraint():
-    request = _json_request(logprobs=request_pb2.LogprobOptions(), input_scoring=request_pb2.InputScoringOptions())
+    request = _json_request(logprob_options=request_pb2.LogprobOptions(), input_scoring=request_pb2.InputScoringOptions())
     facts = soft_errors.Facts(
         provider_error=soft_errors.provider_error("boom"),
         malformed="a tool input is not JSON",
@@ -63,7 +63,7 @@ def _chat_body(choices) -> bytes:
 
 
 def test_chat_unary_and_stream_agree_missing_logprobs_outranks_a_constraint_violation():
-    request = _json_request(logprobs=request_pb2.LogprobOptions())
+    request = _json_request(logprob_options=request_pb2.LogprobOptions())
     entry = {"token": "{", "logprob": -0.1, "bytes": [123], "top_logprobs": []}
     choices = [
         {"index": 0, "message": {"content": "{"}, "logprobs": {"content": [entry]}, "finish_reason": "length"},
@@ -80,14 +80,14 @@ def test_chat_unary_and_stream_agree_missing_logprobs_outranks_a_constraint_viol
     events = [e for c in chunks for e in lifter.feed(RawEvent("", orjson.dumps(c)))]
     events += lifter.feed(RawEvent("", b"[DONE]")) + lifter.close()
     streamed = accumulate(events)
-    assert unary.error.reason == streamed.error.reason == R.ERROR_REASON_MISSING_LOGPROBS
-    assert "choice 1" in unary.error.message and "choice 1" in streamed.error.message
+    assert unary.errors[0].reason == streamed.errors[0].reason == R.ERROR_REASON_MISSING_LOGPROBS
+    assert "choice 1" in unary.errors[0].message and "choice 1" in streamed.errors[0].message
 
 
 def test_gemini_checks_its_json_schema_constraint_like_every_transport():
     body = {"candidates": [{"content": {"parts": [{"text": '{"a": '}]}, "finishReason": "MAX_TOKENS"}]}
     lifted = GoogleGenAI(provider_model="g").lift(_json_request(), HttpResponse(200, {}, orjson.dumps(body)))
-    assert lifted.error.reason == R.ERROR_REASON_CONSTRAINT_VIOLATED
+    assert lifted.errors[0].reason == R.ERROR_REASON_CONSTRAINT_VIOLATED
     assert lifted.choices[0].message.parts[0].text == '{"a": '  # the partial output is kept
 
 
@@ -100,4 +100,4 @@ def test_responses_checks_the_constraint_whatever_the_finish_reason():
     }
     lifted = OpenAIResponses(provider_model="o").lift(_json_request(), HttpResponse(200, {}, orjson.dumps(body)))
     assert lifted.choices[0].finish_reason == response_pb2.FINISH_REASON_LENGTH
-    assert lifted.error.reason == R.ERROR_REASON_CONSTRAINT_VIOLATED
+    assert lifted.errors[0].reason == R.ERROR_REASON_CONSTRAINT_VIOLATED

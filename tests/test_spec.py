@@ -71,9 +71,10 @@ def fill(msg: Message, depth: int = 0) -> Message:
         value = getattr(msg, field.name)
         if field.message_type is not None:
             if field.message_type.GetOptions().map_entry:
+                key_field = field.message_type.fields_by_name["key"]
                 value_field = field.message_type.fields_by_name["value"]
                 if value_field.message_type is None:
-                    value["k"] = _scalar(value_field, 1)
+                    value[_scalar(key_field, 1)] = _scalar(value_field, 1)
                 continue
             if depth > 3:
                 continue
@@ -152,7 +153,7 @@ def test_logprob_heavy_response_serializes_close_to_packed_minimum():
     top_ids = [(i * 104_729) % 151_000 for i in range(n * k)]
     logprobs = logprobs_pb2.TokenLogprobs(
         token_ids=ids,
-        logprobs=[-(i % 97) / 10 for i in range(n)],
+        token_logprobs=[-(i % 97) / 10 for i in range(n)],
         token_bytes=bytes(i % 251 for i in range(n)),
         token_byte_offsets=list(range(n)),
         top_counts=[k] * n,

@@ -205,7 +205,7 @@ async def test_soft_error_of_a_cut_stream(otel, upstream):
     fake, model = upstream
     fake.cut_stream = True
     events = [e async for e in model.astream(build_request("mini", messages=[("user", "hi")]))]
-    assert events[-1].end.error.reason  # the partial output came back with its soft error
+    assert events[-1].end.errors[0].reason  # the partial output came back with its soft error
     (call,) = otel.finished("chat mini")
     assert call.status.status_code == StatusCode.ERROR
     assert call.attributes["error.type"] == "TRUNCATED_STREAM"
@@ -259,7 +259,7 @@ async def test_stream_stopped_early_ends_its_span_without_an_error(otel, upstrea
 async def test_rejection_before_any_io(otel, upstream):
     fake, model = upstream
     request = build_request("mini", prompt="The cat", max_output_tokens=0)
-    request.input_scoring.continuation_text = " sat"
+    request.input_scoring.continuations.add(text=" sat")
     with pytest.raises(errors.UnsupportedCapabilityError) as caught:
         await model.arun(request)
     assert fake.requests == [] and otel.finished("POST") == []

@@ -157,10 +157,10 @@ async def _score(model, prompt: str, continuation: str | None = None, top_k: int
     request = build_request("tiny", prompt=prompt, max_output_tokens=1)
     request.input_scoring.SetInParent()
     if continuation is not None:
-        request.input_scoring.continuation_text = continuation
+        request.input_scoring.continuations.add(text=continuation)
     request.input_scoring.top_logprob_count = top_k
     response = await model.arun(request)
-    assert not response.HasField("error"), response.error.message
+    assert not bool(response.errors), response.errors[0].message
     return response
 
 
@@ -171,7 +171,7 @@ async def test_whole_prompt_scores_and_bits_per_byte_equal_the_in_process_truth(
     # The server echoes no BOS and gives the first prompt token no logprob (OpenAI's convention): unscored.
     assert scores.unscored_token_count == 1
     expected = [p["logprob"] for p in entry["positions"][1:]]
-    _compare(list(scores.tokens.logprobs), expected)
+    _compare(list(scores.tokens.token_logprobs), expected)
     first_scored_byte = _spans(entry)[2][0]
     assert scores.span_start_byte == first_scored_byte
     assert scores.byte_count == len(prompt.encode()) - first_scored_byte
@@ -190,7 +190,7 @@ async def test_a_continuation_is_scored_from_the_servers_own_token_offsets(model
     first = next(i for i, (_, end) in enumerate(_spans(entry)) if i and end > boundary)
     expected = _continuation_truth(entry, context)
     scores = (await _score(model, context, continuation)).input_scores
-    _compare(list(scores.tokens.logprobs), expected)
+    _compare(list(scores.tokens.token_logprobs), expected)
     start = _spans(entry)[first][0]
     assert scores.span_start_byte == start
     assert scores.byte_count == len((context + continuation).encode()) - start
@@ -200,7 +200,7 @@ async def test_a_continuation_is_scored_from_the_servers_own_token_offsets(model
 async def test_top_k_alternatives_are_the_models_most_likely_tokens(model, truth):
     prompt = PROMPTS[1]
     entry = truth[prompt]
-    tokens = (await _score(model, prompt, top_k=3)).input_scores.tokens
+    tokens = (await _score(model, prompt, top_k=3)).input_scores[0].tokens
     start = 0
     for i, count in enumerate(tokens.top_counts):
         end = start + count
@@ -224,9 +224,9 @@ async def test_generation_with_sampled_logprobs_and_a_stop_sequence(model):
     text = choice.message.parts[0].text
     assert "e" not in text
     assert choice.finish_reason in (response_pb2.FINISH_REASON_STOP, response_pb2.FINISH_REASON_STOP_SEQUENCE)
-    assert len(choice.logprobs.logprobs) == len(choice.logprobs.tokens) > 0
+    assert len(choice.logprobs.token_logprobs) == len(choice.logprobs.tokens) > 0
     assert all(c <= 3 for c in choice.logprobs.top_counts)
-    assert response.usage.output_token_count == len(choice.logprobs.logprobs)
+    assert response.usage.output_token_count == len(choice.logprobs.token_logprobs)
 
 
 async def test_stream_accumulates_to_the_unary_answer(model):
@@ -234,7 +234,7 @@ async def test_stream_accumulates_to_the_unary_answer(model):
     unary = await model.arun(request)
     streamed = accumulate([event async for event in model.astream(request)])
     assert streamed.choices[0].message.parts[0].text == unary.choices[0].message.parts[0].text
-    assert list(streamed.choices[0].token_logprobs.logprobs) == pytest.approx(list(unary.choices[0].logprobs.logprobs))
+    assert list(streamed.choices[0].logprobs.token_logprobs) == pytest.approx(list(unary.choices[0].logprobs.token_logprobs))
     assert streamed.choices[0].finish_reason == unary.choices[0].finish_reason
 
 

@@ -170,7 +170,7 @@ async def test_classify_uses_the_choice_and_post_sampling_logprobs(model):
 
 async def test_rejections_before_any_request(model):
     scoring = build_request("tiny", prompt="The cat sat on", max_output_tokens=1)
-    scoring.input_scoring.continuation_text = " the mat"
+    scoring.input_scoring.continuations.add(text=" the mat")
     with pytest.raises(UnsupportedCapabilityError, match="INPUT_SCORING"):
         await model.arun(scoring)  # never answered with output-only logprobs
     fim = build_request("tiny", prompt="a")

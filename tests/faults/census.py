@@ -88,8 +88,8 @@ async def _call(model, mode: str) -> tuple[str, str, str]:
         return f"raised:{_reason(exc.reason)}", partial, exc.message
     except Exception as exc:  # what the suite exists to find
         return f"untyped:{type(exc).__name__}", "", str(exc)
-    if response.HasField("error"):
-        return f"soft:{_reason(response.error.reason)}", _text(response), response.error.message
+    if bool(response.errors):
+        return f"soft:{_reason(response.errors[0].reason)}", _text(response), response.errors[0].message
     return "ok", _text(response), ""
 
 

@@ -99,7 +99,7 @@ def test_what_the_ir_cannot_say_is_refused_by_name(config, named):
 
 def _issued(kind: int, data: bytes) -> content_pb2.OpaqueArtifact:
     return content_pb2.OpaqueArtifact(
-        kind=kind, data=data, issuer=content_pb2.Issuer(transport="google_genai", model="gemini"), item_id="it-1"
+        kind=kind, data=data, issuer=content_pb2.Issuer(transport="google_genai", model="gemini")
     )
 
 

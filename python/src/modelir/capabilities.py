@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from modelir import content_kinds
-from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, logprobs_pb2, request_pb2
+from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, logprobs_pb2, request_pb2, service_pb2
 
 
 @dataclass(slots=True)
@@ -27,6 +27,12 @@ class Requirements:
     # Transport -> the provider option keys the request gives it (one entry per transport; `unsupported` checks
     # only the entry of the manifest's transport, so one portable request can carry options for several).
     provider_option_keys: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # (transport, type) of each provider tool.
+    provider_tools: list[tuple[str, str]] = field(default_factory=list)
+    # (place, media type) of each blob part.
+    media_types: list[tuple[str, str]] = field(default_factory=list)
+    # The reasoning budget asked for, checked against the manifest's minimum.
+    reasoning_budget: int = 0
     # What the request holds that no capability names and no model can run (unknown content kinds).
     reasons: list[str] = field(default_factory=list)
 
@@ -77,14 +83,31 @@ def requirements(request: request_pb2.Request, *, streaming: bool = False) -> Re
     if s.choice_count > 1:
         need(capabilities_pb2.CAPABILITY_MULTIPLE_CHOICES)
         req.use_limit("max_choices", s.choice_count)
+    if s.logit_bias:
+        need(capabilities_pb2.CAPABILITY_LOGIT_BIAS)
+    if s.HasField("min_output_tokens"):
+        need(capabilities_pb2.CAPABILITY_MIN_OUTPUT_TOKENS)
 
-    if request.tools:
-        need(capabilities_pb2.CAPABILITY_TOOLS)
+    for tool in request.tools:
+        if tool.WhichOneof("kind") == "provider":
+            need(capabilities_pb2.CAPABILITY_PROVIDER_TOOLS)
+            req.provider_tools.append((tool.provider.transport, tool.provider.type))
+        else:
+            need(capabilities_pb2.CAPABILITY_TOOLS)
     choice = request.tool_choice.WhichOneof("choice")
     if choice == "tool_name" or (
         choice == "mode" and request.tool_choice.mode == request_pb2.TOOL_CHOICE_MODE_REQUIRED
     ):
         need(capabilities_pb2.CAPABILITY_TOOL_CHOICE)
+    elif choice == "allowed_tools":
+        need(capabilities_pb2.CAPABILITY_ALLOWED_TOOLS)
+        if request.tool_choice.allowed_tools.mode == request_pb2.TOOL_CHOICE_MODE_REQUIRED:
+            need(capabilities_pb2.CAPABILITY_TOOL_CHOICE)
+    for modality in request.output_modalities:
+        if modality in _OUTPUT_CAPABILITY:
+            need(_OUTPUT_CAPABILITY[modality])
+    if request.cached_content:
+        need(capabilities_pb2.CAPABILITY_CACHED_CONTENT)
 
     if request.HasField("reasoning_controls"):
         need(capabilities_pb2.CAPABILITY_REASONING)
@@ -93,6 +116,10 @@ def requirements(request: request_pb2.Request, *, streaming: bool = False) -> Re
             need(capabilities_pb2.CAPABILITY_REASONING_EFFORT)
         elif amount == "budget_tokens":
             need(capabilities_pb2.CAPABILITY_REASONING_BUDGET)
+            req.use_limit("max_reasoning_budget_tokens", request.reasoning_controls.budget_tokens)
+            req.reasoning_budget = request.reasoning_controls.budget_tokens
+        if request.reasoning_controls.summary:
+            need(capabilities_pb2.CAPABILITY_REASONING_SUMMARY)
 
     kind = request.constraint.WhichOneof("kind")
     if kind is not None:
@@ -116,10 +143,40 @@ def requirements(request: request_pb2.Request, *, streaming: bool = False) -> Re
         if request.input_scoring.top_logprob_count > 0:
             need(capabilities_pb2.CAPABILITY_TOP_K_LOGPROBS)
             req.use_limit("max_top_logprobs", request.input_scoring.top_logprob_count)
-    for entry in request.provider_options:
-        options = orjson.loads(entry.options_json or b"{}")
-        req.provider_option_keys[entry.transport] = tuple(sorted(options)) if isinstance(options, dict) else ()
+    _provider_option_needs(request.provider_options, req)
     return req
+
+
+def _provider_option_needs(entries: Iterable[content_pb2.ProviderOptions], req: Requirements) -> None:
+    for entry in entries:
+        options = orjson.loads(entry.options_json or b"{}")
+        keys = tuple(sorted(options)) if isinstance(options, dict) else ()
+        req.provider_option_keys[entry.transport] = tuple(
+            sorted({*req.provider_option_keys.get(entry.transport, ()), *keys})
+        )
+
+
+_OUTPUT_CAPABILITY = {
+    request_pb2.MODALITY_IMAGE: capabilities_pb2.CAPABILITY_IMAGE_OUTPUT,
+    request_pb2.MODALITY_AUDIO: capabilities_pb2.CAPABILITY_AUDIO_OUTPUT,
+}
+# A blob's capability follows its media type's top-level type; anything else (PDF, plain text) is a document.
+_MEDIA_CAPABILITY = {
+    "image": capabilities_pb2.CAPABILITY_IMAGE_INPUT,
+    "audio": capabilities_pb2.CAPABILITY_AUDIO_INPUT,
+    "video": capabilities_pb2.CAPABILITY_VIDEO_INPUT,
+}
+
+
+def blob_capability(mime_type: str) -> capabilities_pb2.Capability.ValueType:
+    """The input capability a blob of this media type needs."""
+    return _MEDIA_CAPABILITY.get(mime_type.partition("/")[0].lower(), capabilities_pb2.CAPABILITY_DOCUMENT_INPUT)
+
+
+def media_type_accepted(mime_type: str, accepted: Iterable[str]) -> bool:
+    """Whether `mime_type` matches one of the manifest's `input_media_types` (exact, or `type/*`)."""
+    mime = mime_type.lower()
+    return any(a == mime or (a.endswith("/*") and mime.startswith(a[:-1])) for a in accepted)
 
 
 _CONSTRAINT_CAPABILITY = {
@@ -127,6 +184,7 @@ _CONSTRAINT_CAPABILITY = {
     "regex": capabilities_pb2.CAPABILITY_CONSTRAINT_REGEX,
     "json_schema": capabilities_pb2.CAPABILITY_CONSTRAINT_JSON_SCHEMA,
     "grammar": capabilities_pb2.CAPABILITY_CONSTRAINT_GRAMMAR,
+    "json_object": capabilities_pb2.CAPABILITY_CONSTRAINT_JSON_OBJECT,
 }
 
 
@@ -134,12 +192,21 @@ def _conversation_needs(conversation: request_pb2.Conversation, req: Requirement
     for i, message in enumerate(conversation.messages):
         if message.role in (content_pb2.ROLE_SYSTEM, content_pb2.ROLE_DEVELOPER):
             req.capabilities.add(capabilities_pb2.CAPABILITY_SYSTEM_MESSAGES)
+        if message.token_ids:
+            req.capabilities.add(capabilities_pb2.CAPABILITY_MULTI_TURN_TOKEN_INPUT)
+        _provider_option_needs(message.provider_options, req)
         for where, part in content_kinds.parts_of(message):
+            _provider_option_needs(part.provider_options, req)
+            if part.HasField("cache_breakpoint"):
+                req.capabilities.add(capabilities_pb2.CAPABILITY_PROMPT_CACHE_BREAKPOINTS)
             name = part.WhichOneof("content")
             kind = content_kinds.KINDS.get(name) if name is not None else None
             if kind is None and name is not None:
                 # Fail closed: a kind this SDK does not know cannot be checked, so it cannot be sent.
                 req.reasons.append(f"The content kind {name!r} is not known (conversation.messages[{i}].{where}).")
+            elif name == "blob":
+                req.capabilities.add(blob_capability(part.blob.mime_type))
+                req.media_types.append((f"conversation.messages[{i}].{where}", part.blob.mime_type))
             elif kind is not None and kind.capability:
                 req.capabilities.add(kind.capability)
             if part.artifacts:
@@ -177,6 +244,23 @@ def unsupported(
     if basis and basis not in manifest.logprob_bases:
         name = logprobs_pb2.LogprobBasis.Name(basis)
         reasons.append(f"This model cannot report logprobs with basis {name}.")
+    if capabilities_pb2.CAPABILITY_PROVIDER_TOOLS in have:
+        for transport, tool_type in req.provider_tools:
+            if transport != manifest.transport:
+                reasons.append(f"The provider tool {tool_type!r} is for {transport!r}, not {manifest.transport!r}.")
+            elif tool_type not in manifest.provider_tool_types:
+                reasons.append(f"The provider tool type {tool_type!r} is not accepted.")
+    if manifest.input_media_types:
+        for place, mime in req.media_types:
+            if not media_type_accepted(mime, manifest.input_media_types):
+                reasons.append(f"The media type {mime!r} is not accepted ({place}).")
+    least = manifest.limits.min_reasoning_budget_tokens
+    if req.reasoning_budget and least and req.reasoning_budget < least:
+        violations.append(
+            errors_pb2.LimitViolation(
+                limit="min_reasoning_budget_tokens", allowed=least, requested=req.reasoning_budget
+            )
+        )
     keys = req.provider_option_keys.get(manifest.transport)
     if keys is not None:  # entries for other transports are ignored: they are for fallbacks
         if capabilities_pb2.CAPABILITY_PROVIDER_OPTIONS not in have:
@@ -199,3 +283,13 @@ def narrow(manifest: capabilities_pb2.CapabilityManifest, remove: Iterable[int])
     del narrowed.capabilities[:]
     narrowed.capabilities.extend(c for c in manifest.capabilities if c not in removed)
     return narrowed
+
+
+def tokenize_missing(
+    request: service_pb2.TokenizeRequest | None, manifest: capabilities_pb2.CapabilityManifest
+) -> list[capabilities_pb2.Capability.ValueType]:
+    """The capabilities a tokenize request (None: detokenize) needs that `manifest` lacks."""
+    need = [capabilities_pb2.CAPABILITY_TOKENIZE]
+    if request is not None and request.WhichOneof("input") == "conversation":
+        need.append(capabilities_pb2.CAPABILITY_TOKENIZE_CONVERSATION)
+    return [c for c in need if c not in manifest.capabilities]

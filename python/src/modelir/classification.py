@@ -152,7 +152,7 @@ async def _by_logprobs(
             request.sampling.top_p = 1.0
         if C.CAPABILITY_MIN_P in have:
             request.sampling.min_p = 0.0
-        request.logprobs.basis = basis
+        request.logprob_options.basis = basis
         return request
 
     bases = [logprobs_pb2.LOGPROB_BASIS_UNSPECIFIED]
@@ -188,7 +188,7 @@ async def _by_logprobs(
 async def _by_scoring(model: ModelInterface, messages: list | str, labels: list[str]) -> Classification:
     async def score(label: str) -> float:
         request = _request(model, messages, max_output_tokens=0)
-        request.input_scoring.continuation_text = label
+        request.input_scoring.continuations.add(text=label)
         return (await model.arun(request)).input_scores[0].logprob_sum
 
     sums = dict(zip(labels, await asyncio.gather(*(score(label) for label in labels)), strict=True))

@@ -19,6 +19,7 @@ from google.protobuf import json_format
 
 from modelir import errors
 from modelir.accumulate import accumulate
+from modelir.capabilities import tokenize_missing
 from modelir.pipeline import Pipeline
 from modelir.registry import build_transport, registry
 from modelir.transports.base import HttpResponse, HttpTransport, RawEvent
@@ -80,13 +81,18 @@ def run_case(transport_name: str, path: Path) -> CaseResult:
             _check_tokenize(fixture, transport, problems)
             result.passed = not problems
             return result
-        request = json_format.Parse(orjson.dumps(fixture["request"]), request_pb2.Request())
         streaming = fixture.get("mode") == "stream"
         if fixture.get("operation") == "tokenize":
-            claimed = capabilities_pb2.CAPABILITY_TOKENIZE in transport.manifest().capabilities
-            if claimed or fixture["expected_rejection"].get("missing") != ["TOKENIZE"]:
-                problems.append("the manifest claims TOKENIZE, or the fixture does not expect it to be missing")
-        elif "expected_rejection" in fixture:
+            tokenize = json_format.Parse(
+                orjson.dumps(fixture.get("tokenize_request", {})), service_pb2.TokenizeRequest()
+            )
+            missing = sorted(errors.capability_name(c) for c in tokenize_missing(tokenize, transport.manifest()))
+            if missing != sorted(fixture["expected_rejection"].get("missing", [])):
+                problems.append(f"tokenize: missing capabilities {missing}, expected {fixture['expected_rejection']}")
+            result.passed = not problems
+            return result
+        request = json_format.Parse(orjson.dumps(fixture["request"]), request_pb2.Request())
+        if "expected_rejection" in fixture:
             _check_rejection(fixture["expected_rejection"], transport, request, streaming, problems)
         else:
             _check_exchange(fixture, transport, request, streaming, problems)

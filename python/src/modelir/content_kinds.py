@@ -144,6 +144,45 @@ def _unfold_tool_call(part: content_pb2.Part, size: int) -> list[stream_pb2.Part
     return deltas
 
 
+def _fold_refusal(buffer: PartBuffer, delta: stream_pb2.PartDelta) -> None:
+    buffer.pieces.append(delta.refusal)
+    if not buffer.part.HasField("refusal"):
+        buffer.part.refusal = ""
+
+
+def _finish_refusal(buffer: PartBuffer) -> None:
+    buffer.part.refusal = "".join(buffer.pieces)
+
+
+def _unfold_refusal(part: content_pb2.Part, size: int) -> list[stream_pb2.PartDelta]:
+    return [stream_pb2.PartDelta(refusal=piece) for piece in _chunks(part.refusal, size)]
+
+
+def _unfold_whole(part: content_pb2.Part, size: int) -> list[stream_pb2.PartDelta]:
+    return [stream_pb2.PartDelta(part=part)]
+
+
+_TEXT_LIKE = ("text", "refusal")  # kinds whose streamed fragments are joined from `PartBuffer.pieces`
+
+
+def fold_whole_part(buffer: PartBuffer, whole: content_pb2.Part) -> None:
+    """Fold a delta that carries a whole part (`PartDelta.part`): its content replaces the part's; its artifacts,
+    citations and provider options are appended, its item id and cache breakpoint set."""
+    kind = whole.WhichOneof("content")
+    if kind in _TEXT_LIKE:
+        buffer.pieces[:] = [getattr(whole, kind)]
+        setattr(buffer.part, kind, "")
+    elif kind is not None:
+        getattr(buffer.part, kind).CopyFrom(getattr(whole, kind))
+    buffer.part.artifacts.extend(whole.artifacts)
+    buffer.part.citations.extend(whole.citations)
+    buffer.part.provider_options.extend(whole.provider_options)
+    if whole.item_id:
+        buffer.part.item_id = whole.item_id
+    if whole.HasField("cache_breakpoint"):
+        buffer.part.cache_breakpoint.CopyFrom(whole.cache_breakpoint)
+
+
 def _fold_blob(buffer: PartBuffer, delta: stream_pb2.PartDelta) -> None:
     buffer.part.blob.CopyFrom(delta.blob)
 
@@ -176,6 +215,29 @@ KINDS: Mapping[str, ContentKind] = {
             _finish_reasoning,
             _unfold_reasoning,
         ),
+        ContentKind(
+            "refusal",
+            capabilities_pb2.CAPABILITY_UNSPECIFIED,
+            _assistant_only("refusal", "Only assistant messages hold refusals."),
+            _fold_refusal,
+            _finish_refusal,
+            _unfold_refusal,
+        ),
+        # Provider-run tools and provider parts stream as whole parts (`PartDelta.part`), never as fragments.
+        *(
+            ContentKind(
+                name,
+                capabilities_pb2.CAPABILITY_SERVER_TOOL_REPLAY,
+                _assistant_only(name, f"Only assistant messages hold {name} parts."),
+                None,
+                None,
+                _unfold_whole,
+            )
+            for name in ("server_tool_call", "server_tool_result", "compaction")
+        ),
+        ContentKind(
+            "provider_part", capabilities_pb2.CAPABILITY_SERVER_TOOL_REPLAY, _no_problems, None, None, _unfold_whole
+        ),
     )
 }
 
@@ -185,9 +247,20 @@ def decide(**decisions: str) -> Mapping[str, str]:
     return MappingProxyType(decisions)
 
 
-# The decisions of a transport that has a lowering for every kind: named one by one, so that a kind added to the
-# spec is decided here, consciously, for all of them (the test of the registry fails until it is).
-EVERY_KIND_CARRIED = decide(text=CARRIED, blob=CARRIED, tool_call=CARRIED, tool_result=CARRIED, reasoning=CARRIED)
+# The kinds a chat transport lowers from the start: text, media, function tools and reasoning.
+_FIRST_KINDS = ("text", "blob", "tool_call", "tool_result", "reasoning")
+# The kinds that came with the v1 cut, refused by a transport until it lowers them.
+_V1_KINDS = ("refusal", "server_tool_call", "server_tool_result", "provider_part", "compaction")
+
+
+def chat_kinds(transport: str, **carried: str) -> Mapping[str, str]:
+    """The decisions of a chat transport: the first five kinds carried, the rest refused naming the transport,
+    unless `carried` decides them (`CARRIED` or another sentence). Every kind is named, so that a kind added to
+    the spec is decided consciously for every transport (the test of the registry fails until it is)."""
+    decisions = dict.fromkeys(_FIRST_KINDS, CARRIED)
+    decisions.update({k: f"{transport} cannot replay {k} parts" for k in _V1_KINDS})
+    decisions.update(carried)
+    return MappingProxyType(decisions)
 
 
 def none_carried(transport: str) -> Mapping[str, str]:

@@ -26,7 +26,7 @@ def offsets_of(pieces: Sequence[bytes]) -> list[int]:
     return [0, *accumulate(map(len, pieces[:-1]))] if pieces else []
 
 
-_COLUMNS = ("token_ids", "logprobs", "tokens", "top_counts", "top_token_ids", "top_logprobs", "top_tokens")
+_COLUMNS = ("token_ids", "token_logprobs", "tokens", "top_counts", "top_token_ids", "top_logprobs", "top_tokens")
 _BYTE_COLUMNS = (("token_bytes", "token_byte_offsets"), ("top_token_bytes", "top_token_byte_offsets"))
 
 

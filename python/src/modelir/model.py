@@ -16,7 +16,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from modelir import errors, media_policy, pipeline, telemetry
+from modelir import capabilities, errors, media_policy, pipeline, telemetry
 from modelir.executor import Executor
 from modelir.interface import ModelInterface
 from modelir.limiter import BaseLimiter, Limiter
@@ -225,9 +225,9 @@ class Model(ModelInterface):
 
     # ---- tokenize ------------------------------------------------------------------------------------
 
-    def _require_tokenize(self) -> None:
-        if capabilities_pb2.CAPABILITY_TOKENIZE not in self._manifest.capabilities:
-            gaps = errors_pb2.UnsupportedCapabilities(model=self.name, missing=[capabilities_pb2.CAPABILITY_TOKENIZE])
+    def _require_tokenize(self, request: service_pb2.TokenizeRequest | None = None) -> None:
+        if missing := capabilities.tokenize_missing(request, self._manifest):
+            gaps = errors_pb2.UnsupportedCapabilities(model=self.name, missing=missing)
             raise errors.UnsupportedCapabilityError(gaps)
 
     async def adetokenize(self, token_ids: list[int]) -> str:
@@ -265,7 +265,7 @@ class Model(ModelInterface):
         return await self.adetokenize(list(tokens.token_ids)) == text
 
     async def atokenize_request(self, request: service_pb2.TokenizeRequest) -> service_pb2.TokenizeResponse:
-        self._require_tokenize()
+        self._require_tokenize(request)
         transport = self.transport
         if isinstance(transport, LocalTransport):
             return await transport.tokenize(request)

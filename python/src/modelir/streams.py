@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from modelir import errors, stops
 from modelir import logprobs as lp
-from modelir.content_kinds import KINDS, PartBuffer
+from modelir.content_kinds import KINDS, PartBuffer, fold_whole_part
 from modelir.v1 import content_pb2, logprobs_pb2, response_pb2, stream_pb2
 
 
@@ -23,6 +23,13 @@ class _ChoiceBuffer:
     parts: list[PartBuffer] = field(default_factory=list)
     logprobs: list[logprobs_pb2.TokenLogprobs] = field(default_factory=list)
     finish: stream_pb2.ChoiceFinish | None = None
+    token_ids: list[int] = field(default_factory=list)
+    part_indexes: list[int] = field(default_factory=list)
+
+    def add_tokens(self, ids: Iterable[int], part_index: int) -> None:
+        before = len(self.token_ids)
+        self.token_ids.extend(ids)
+        self.part_indexes.extend([part_index] * (len(self.token_ids) - before))
 
 
 class StreamAccumulator:
@@ -41,6 +48,7 @@ class StreamAccumulator:
         elif kind == "start":
             self._response.id = event.start.id
             self._response.model = event.start.model
+            self._response.warnings.extend(event.start.warnings)
         elif kind == "end":
             self._add_end(event.end)
 
@@ -60,7 +68,8 @@ class StreamAccumulator:
         if delta.HasField("logprobs"):
             choice.logprobs.append(delta.logprobs)
         content = delta.WhichOneof("content")
-        if content is None and not delta.artifacts and not delta.item_id:
+        if content is None and not delta.artifacts and not delta.item_id and not delta.citations:
+            choice.add_tokens(delta.token_ids, max(delta.part_index, -1))  # starts no part; -1: tokens of none
             return
         if delta.part_index == len(choice.parts):
             choice.parts.append(PartBuffer(content_pb2.Part()))
@@ -69,14 +78,18 @@ class StreamAccumulator:
                 f"stream delta skips to part {delta.part_index} of {len(choice.parts)} (choice {delta.choice_index})"
             )
         buffer = choice.parts[delta.part_index]
-        if content is not None:
+        if content == "part":
+            fold_whole_part(buffer, delta.part)
+        elif content is not None:
             fold = KINDS[content].fold
             if fold is None:
                 raise errors.MalformedResponseError(f"a stream delta carries a {content} part, which never streams")
             fold(buffer, delta)
         buffer.part.artifacts.extend(delta.artifacts)
+        buffer.part.citations.extend(delta.citations)
         if delta.item_id:
             buffer.part.item_id = delta.item_id
+        choice.add_tokens(delta.token_ids, delta.part_index)
 
     def _add_end(self, end: stream_pb2.StreamEnd) -> None:
         self.ended = True
@@ -86,7 +99,9 @@ class StreamAccumulator:
         if end.model:
             r.model = end.model
         for finish in end.finishes:
-            self._choice(finish.choice_index).finish = finish
+            buffer = self._choice(finish.choice_index)
+            buffer.finish = finish
+            buffer.add_tokens(finish.unattributed_token_ids, -1)
         if end.HasField("usage"):
             r.usage.CopyFrom(end.usage)
         r.input_scores.extend(end.input_scores)
@@ -97,6 +112,10 @@ class StreamAccumulator:
         r.warnings.extend(end.warnings)
         if end.HasField("raw"):
             r.raw.CopyFrom(end.raw)
+        if end.HasField("prompt_feedback"):
+            r.prompt_feedback.CopyFrom(end.prompt_feedback)
+        if end.service_tier:
+            r.service_tier = end.service_tier
 
     def response(self) -> response_pb2.Response:
         """The accumulated response. Callable at any time: before the end it holds the partial output."""
@@ -115,10 +134,18 @@ class StreamAccumulator:
                     finish(PartBuffer(part, pb.pieces, pb.summaries))
             if buffer.logprobs:
                 choice.logprobs.CopyFrom(lp.concat(buffer.logprobs))
+            if buffer.token_ids:
+                choice.sampled_tokens.token_ids.extend(buffer.token_ids)
+                if any(i >= 0 for i in buffer.part_indexes):  # attributed: otherwise the provider could not say
+                    choice.sampled_tokens.part_indexes.extend(buffer.part_indexes)
             if buffer.finish is not None:
-                choice.finish_reason = buffer.finish.finish_reason
-                choice.raw_finish_reason = buffer.finish.raw_finish_reason
-                stops.copy_stop(buffer.finish, choice)
+                ended = buffer.finish
+                choice.finish_reason = ended.finish_reason
+                choice.raw_finish_reason = ended.raw_finish_reason
+                stops.copy_stop(ended, choice)
+                if ended.HasField("output_token_count"):
+                    choice.output_token_count = ended.output_token_count
+                choice.constrained_label = ended.constrained_label
         return out
 
 
@@ -139,10 +166,25 @@ def _part_deltas(choice_index: int, part_index: int, part: content_pb2.Part, siz
     for delta in deltas:
         delta.choice_index = choice_index
         delta.part_index = part_index
-    deltas[-1].artifacts.extend(part.artifacts)
-    if part.item_id:
-        deltas[0].item_id = part.item_id
+    if deltas[-1].WhichOneof("content") != "part":  # a whole part carries its own artifacts and citations
+        deltas[-1].artifacts.extend(part.artifacts)
+        deltas[-1].citations.extend(part.citations)
+        if part.item_id:
+            deltas[0].item_id = part.item_id
     return deltas
+
+
+def _token_runs(choice: response_pb2.Choice) -> list[tuple[int, list[int]]]:
+    """The sampled tokens as runs of (part index, ids), in order; all -1 when the provider did not attribute them."""
+    tokens = choice.sampled_tokens
+    indexes = list(tokens.part_indexes) or [-1] * len(tokens.token_ids)
+    runs: list[tuple[int, list[int]]] = []
+    for token, index in zip(tokens.token_ids, indexes, strict=True):
+        if runs and runs[-1][0] == index:
+            runs[-1][1].append(token)
+        else:
+            runs.append((index, [token]))
+    return runs
 
 
 def events_from_response(response: response_pb2.Response, *, chunk_size: int = 16) -> Iterator[stream_pb2.StreamEvent]:
@@ -158,12 +200,22 @@ def events_from_response(response: response_pb2.Response, *, chunk_size: int = 1
         text_deltas = [d for d in deltas if d.WhichOneof("content") == "text"]
         for delta, chunk in zip(text_deltas, chunks, strict=False):
             delta.logprobs.CopyFrom(chunk)
+        # Each run of sampled tokens rides on the last delta of its part, or on a delta of its own (no part).
+        last_of_part = {d.part_index: d for d in deltas}
+        loose: list[stream_pb2.PartDelta] = []
+        for index, ids in _token_runs(choice):
+            if index >= 0 and index in last_of_part and not loose:
+                last_of_part[index].token_ids.extend(ids)
+            else:
+                loose.append(stream_pb2.PartDelta(choice_index=choice.index, part_index=index, token_ids=ids))
         for delta in deltas:
             yield stream_pb2.StreamEvent(delta=delta)
         for chunk in chunks[len(text_deltas) :]:
             yield stream_pb2.StreamEvent(
                 delta=stream_pb2.PartDelta(choice_index=choice.index, part_index=0, logprobs=chunk)
             )
+        for delta in loose:
+            yield stream_pb2.StreamEvent(delta=delta)
     end = stream_pb2.StreamEnd(
         usage=response.usage if response.HasField("usage") else None,
         input_scores=response.input_scores,
@@ -173,15 +225,19 @@ def events_from_response(response: response_pb2.Response, *, chunk_size: int = 1
     )
     end.prompt_token_ids.extend(response.prompt_token_ids)
     end.warnings.extend(response.warnings)
+    if response.HasField("prompt_feedback"):
+        end.prompt_feedback.CopyFrom(response.prompt_feedback)
+    end.service_tier = response.service_tier
     for choice in response.choices:
-        stops.copy_stop(
-            choice,
-            end.finishes.add(
-                choice_index=choice.index,
-                finish_reason=choice.finish_reason,
-                raw_finish_reason=choice.raw_finish_reason,
-            ),
+        finish = end.finishes.add(
+            choice_index=choice.index,
+            finish_reason=choice.finish_reason,
+            raw_finish_reason=choice.raw_finish_reason,
+            constrained_label=choice.constrained_label,
         )
+        stops.copy_stop(choice, finish)
+        if choice.HasField("output_token_count"):
+            finish.output_token_count = choice.output_token_count
     yield stream_pb2.StreamEvent(end=end)
 
 

@@ -74,17 +74,37 @@ def _problems(req: request_pb2.Request) -> Iterator[tuple[str, str]]:
 
     yield from _sampling_problems(req)
 
-    names = [t.function.name for t in req.tools]
+    functions = [t.function.name for t in req.tools if t.WhichOneof("kind") == "function"]
+    names = functions + [t.provider.name or t.provider.type for t in req.tools if t.WhichOneof("kind") == "provider"]
     for i, tool in enumerate(req.tools):
-        if not tool.function.name:
-            yield f"tools[{i}].name", "Every tool needs a name."
-        elif names.count(tool.function.name) > 1:
-            yield f"tools[{i}].name", f"The tool name {tool.function.name!r} is declared more than once."
-        if tool.function.parameters_json_schema and not _json_object(tool.function.parameters_json_schema):
-            yield f"tools[{i}].parameters_json_schema", "The parameters schema must be a JSON object."
+        kind = tool.WhichOneof("kind")
+        if kind is None:
+            yield f"tools[{i}]", "A tool is a function tool or a provider tool."
+        elif kind == "provider":
+            if not tool.provider.transport:
+                yield f"tools[{i}].provider.transport", "Name the transport whose provider runs the tool."
+            if not tool.provider.type:
+                yield f"tools[{i}].provider.type", "Name the provider's tool type."
+            if tool.provider.config_json and not _json_object(tool.provider.config_json):
+                yield f"tools[{i}].provider.config_json", "The tool's configuration must be a JSON object."
+        elif not tool.function.name:
+            yield f"tools[{i}].function.name", "Every tool needs a name."
+        elif functions.count(tool.function.name) > 1:
+            yield f"tools[{i}].function.name", f"The tool name {tool.function.name!r} is declared more than once."
+        elif tool.function.parameters_json_schema and not _json_object(tool.function.parameters_json_schema):
+            yield f"tools[{i}].function.parameters_json_schema", "The parameters schema must be a JSON object."
     choice = req.tool_choice.WhichOneof("choice")
     if choice == "tool_name" and req.tool_choice.tool_name not in names:
         yield "tool_choice.tool_name", f"No tool named {req.tool_choice.tool_name!r} is declared."
+    if choice == "allowed_tools":
+        allowed = req.tool_choice.allowed_tools
+        if not allowed.tool_names:
+            yield "tool_choice.allowed_tools.tool_names", "Name at least one allowed tool."
+        for j, name in enumerate(allowed.tool_names):
+            if name not in names:
+                yield f"tool_choice.allowed_tools.tool_names[{j}]", f"No tool named {name!r} is declared."
+        if allowed.mode == request_pb2.TOOL_CHOICE_MODE_NONE:
+            yield "tool_choice.allowed_tools.mode", "Allowed tools with mode NONE allow nothing: use mode NONE."
     if choice is not None and not req.tools:
         yield "tool_choice", "A tool choice needs declared tools."
 

@@ -108,10 +108,12 @@ def to_request(
     request = request_pb2.Request(model=model)
     request.conversation.messages.extend(_message(m) for m in messages)
     for tool in tools:
-        request.tools.add(
-            name=tool.name,
-            description=tool.description,
-            parameters_json_schema=tool.parameters.model_dump_json(exclude_none=True),
+        request.tools.add().function.CopyFrom(
+            request_pb2.FunctionTool(
+                name=tool.name,
+                description=tool.description,
+                parameters_json_schema=tool.parameters.model_dump_json(exclude_none=True),
+            )
         )
     if tools:
         if isinstance(tool_choice, ToolFunction):

@@ -64,7 +64,7 @@ class Ollama(HttpTransport):
     )
     limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=1)
     provider_option_keys = PROVIDER_OPTION_KEYS
-    part_kinds = content_kinds.EVERY_KIND_CARRIED  # reasoning goes as `thinking` text; artifacts are refused below
+    part_kinds = content_kinds.chat_kinds("Ollama")  # reasoning goes as `thinking` text; artifacts are refused below
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []

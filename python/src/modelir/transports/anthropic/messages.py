@@ -100,7 +100,7 @@ class AnthropicMessages(HttpTransport):
     )
     limits = capabilities_pb2.ModelLimits(max_choices=1)
     provider_option_keys = PROVIDER_OPTION_KEYS
-    part_kinds = content_kinds.EVERY_KIND_CARRIED
+    part_kinds = content_kinds.chat_kinds("Anthropic Messages")
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []

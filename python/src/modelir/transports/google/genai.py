@@ -58,7 +58,7 @@ class GoogleGenAI(HttpTransport):
     )
     limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=8, max_stop_sequences=5)
     provider_option_keys = PROVIDER_OPTION_KEYS
-    part_kinds = content_kinds.EVERY_KIND_CARRIED
+    part_kinds = content_kinds.chat_kinds("Gemini")
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = [

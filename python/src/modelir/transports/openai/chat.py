@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from modelir import content_kinds, soft_errors, stops
-from modelir.content_kinds import CARRIED
 from modelir.soft_errors import Facts
 from modelir.transports import _common as common
 from modelir.transports.base import HttpResponse, StreamLifter
@@ -48,12 +47,8 @@ class OpenAIChat(wire.BodyTransport):
     )
     limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=128, max_stop_sequences=4)
     provider_option_keys = PROVIDER_OPTION_KEYS
-    part_kinds = content_kinds.decide(
-        text=CARRIED,
-        blob=CARRIED,
-        tool_call=CARRIED,
-        tool_result=CARRIED,
-        reasoning="OpenAI chat completions cannot replay reasoning",
+    part_kinds = content_kinds.chat_kinds(
+        "OpenAI chat completions", reasoning="OpenAI chat completions cannot replay reasoning"
     )
     # What a dialect's server adds to this wire (structured, so that dialects need no filtering of reasons).
     returns_reasoning_text: ClassVar[bool] = False

@@ -182,13 +182,16 @@ class OpenAICompletions(wire.BodyTransport):
                 code="scoring_token_straddles_boundary",
                 message="the first scored token also covers the end of the context",
             )
-        scores = out.input_scores
+        scores = out.input_scores.add()
         scores.tokens.CopyFrom(scored)
         scores.logprob_sum = float(sum(scored.token_logprobs))
-        scores.token_count = len(scored.token_logprobs)
-        scores.byte_count = len(span_text.encode())
-        scores.char_count = len(span_text)
+        scores.scored_token_count = len(scored.token_logprobs)
+        scores.scored_byte_count = len(span_text.encode())
+        scores.scored_char_count = len(span_text)
         scores.unscored_token_count = unscored
+        span = _continuation(request) or prompt
+        scores.span_byte_count, scores.span_char_count = len(span.encode()), len(span)
+        scores.first_token_straddles_context = first < n_prompt and offsets[first] < boundary
         scores.span_start_byte = len(prompt[: offsets[first]].encode()) if first < n_prompt else len(prompt.encode())
         rest = {k: v[n_prompt:] for k, v in logprobs.items() if isinstance(v, list)}
         return generated, rest

@@ -46,11 +46,11 @@ class OpenAIResponses(wire.BodyTransport):
     path = "/responses"
     capabilities = capability_set(
         COMMON | CHAT_WITH_TOOLS | LOGPROBS,
-        "REASONING REASONING_EFFORT CONSTRAINT_JSON_SCHEMA",
+        "REASONING REASONING_EFFORT REASONING_SUMMARY CONSTRAINT_JSON_SCHEMA",
     )
     limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=1)
     provider_option_keys = PROVIDER_OPTION_KEYS
-    part_kinds = content_kinds.EVERY_KIND_CARRIED
+    part_kinds = content_kinds.chat_kinds("OpenAI Responses")
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []

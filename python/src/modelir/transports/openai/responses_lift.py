@@ -81,9 +81,7 @@ def lift_object(
             part = choice.message.parts.add(item_id=item.id or "")
             part.reasoning.summary.extend(s.text for s in item.summary or ())
             if item.encrypted_content:
-                part.artifacts.add(
-                    kind=ENCRYPTED, data=item.encrypted_content.encode(), issuer=issuer, item_id=part.item_id
-                )
+                part.artifacts.add(kind=ENCRYPTED, data=item.encrypted_content.encode(), issuer=issuer)
             if not part.HasField("reasoning"):
                 part.reasoning.SetInParent()
         elif isinstance(item, typed.MessageItem):

@@ -46,6 +46,8 @@ def render(request: request_pb2.Request, unseal: Unseal) -> str:
             kind = part.WhichOneof("content")
             if kind == "text":
                 body.append(part.text)
+            elif kind == "refusal":
+                body.append(f"<refusal>{part.refusal}</refusal>")
             elif kind == "reasoning":
                 text = part.reasoning.text
                 for artifact in part.artifacts:

@@ -25,6 +25,7 @@ _CAPABILITIES = sorted(
         capabilities_pb2.CAPABILITY_REASONING,
         capabilities_pb2.CAPABILITY_REASONING_EFFORT,
         capabilities_pb2.CAPABILITY_REASONING_BUDGET,
+        capabilities_pb2.CAPABILITY_REASONING_SUMMARY,
         capabilities_pb2.CAPABILITY_PREFILL,
         capabilities_pb2.CAPABILITY_INPUT_SCORING,
         capabilities_pb2.CAPABILITY_SAMPLED_LOGPROBS,
