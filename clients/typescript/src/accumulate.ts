@@ -24,6 +24,12 @@ interface ChoiceBuffer {
 /** The part index a token gets when its delta starts no part (and every unattributed token of a finish). */
 const NO_PART = -1;
 
+/** `target.push(...source)` without spreading: a spread of a few hundred thousand items (32k tokens with top-20
+ * alternatives in one chunk) overflows V8's stack. */
+function append<T>(target: T[], source: readonly T[], map?: (item: T) => T): void {
+  for (const item of source) target.push(map ? map(item) : item);
+}
+
 function joinBytes(chunks: Uint8Array[]): Uint8Array {
   const out = new Uint8Array(chunks.reduce((n, c) => n + c.length, 0));
   let at = 0;
@@ -44,21 +50,29 @@ export function concatLogprobs(chunks: TokenLogprobs[]): TokenLogprobs {
   let topBase = 0;
   for (const c of chunks) {
     if (!out.basis) out.basis = c.basis;
-    out.tokenIds.push(...c.tokenIds);
-    out.tokenLogprobs.push(...c.tokenLogprobs);
-    out.tokens.push(...c.tokens);
-    out.tokenByteOffsets.push(...c.tokenByteOffsets.map((o) => o + base));
+    const [shift, topShift] = [base, topBase];
+    append(out.tokenIds, c.tokenIds);
+    append(out.tokenLogprobs, c.tokenLogprobs);
+    append(out.tokens, c.tokens);
+    append(out.tokenByteOffsets, c.tokenByteOffsets, (o) => o + shift);
     base += c.tokenBytes.length;
-    out.topCounts.push(...c.topCounts);
-    out.topTokenIds.push(...c.topTokenIds);
-    out.topLogprobs.push(...c.topLogprobs);
-    out.topTokens.push(...c.topTokens);
-    out.topTokenByteOffsets.push(...c.topTokenByteOffsets.map((o) => o + topBase));
+    append(out.topCounts, c.topCounts);
+    append(out.topTokenIds, c.topTokenIds);
+    append(out.topLogprobs, c.topLogprobs);
+    append(out.topTokens, c.topTokens);
+    append(out.topTokenByteOffsets, c.topTokenByteOffsets, (o) => o + topShift);
     topBase += c.topTokenBytes.length;
   }
   out.tokenBytes = joinBytes(chunks.map((c) => c.tokenBytes));
   out.topTokenBytes = joinBytes(chunks.map((c) => c.topTokenBytes));
   return out;
+}
+
+// "A delta's `token_ids` are appended to the choice's `sampled_tokens.token_ids`, each with the delta's `part_index`
+// (or -1 when the delta starts no part)"
+function addTokens(choice: ChoiceBuffer, ids: readonly number[], partIndex: number): void {
+  append(choice.tokenIds, ids);
+  for (let i = 0; i < ids.length; i++) choice.partIndexes.push(partIndex);
 }
 
 /** A stream that breaks the accumulation rules (a delta that skips a part). */
@@ -98,7 +112,7 @@ export class StreamAccumulator {
     const content = delta.content;
     // "A delta with no content, artifacts, citations or item id only carries logprobs or token ids and starts no part."
     if (content.case === undefined && !delta.artifacts.length && !delta.citations.length && !delta.itemId) {
-      for (const id of delta.tokenIds) choice.tokenIds.push(id), choice.partIndexes.push(NO_PART);
+      addTokens(choice, delta.tokenIds, NO_PART);
       return;
     }
     if (delta.partIndex === choice.parts.length) choice.parts.push(create(PartSchema));
@@ -154,7 +168,7 @@ export class StreamAccumulator {
     part.artifacts.push(...delta.artifacts);
     part.citations.push(...delta.citations);
     if (delta.itemId) part.itemId = delta.itemId;
-    for (const id of delta.tokenIds) choice.tokenIds.push(id), choice.partIndexes.push(delta.partIndex);
+    addTokens(choice, delta.tokenIds, delta.partIndex);
   }
 
   private addEnd(end: StreamEnd): void {

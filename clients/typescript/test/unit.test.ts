@@ -178,6 +178,23 @@ test("the accumulated response never aliases the events (a whole part extended l
   assert.equal((whole.event.value as { content: { value: { content: { value: { text: string } } } } }).content.value.content.value.text, "a");
 });
 
+test("a chunk of 32k tokens with 20 alternatives each accumulates (no argument spread overflows the stack)", () => {
+  const n = 32_768;
+  const chunk = create(TokenLogprobsSchema, {
+    tokenIds: Array.from({ length: n }, (_, i) => i),
+    tokenLogprobs: new Array(n).fill(-1),
+    topCounts: new Array(n).fill(20),
+    topTokenIds: new Array(n * 20).fill(7),
+    topLogprobs: new Array(n * 20).fill(-2),
+  });
+  const delta = create(StreamEventSchema, {
+    event: { case: "delta", value: { content: { case: "text", value: "x" }, logprobs: chunk, tokenIds: chunk.tokenIds } },
+  });
+  const response = new StreamAccumulator().add(delta).result();
+  assert.equal(response.choices[0]?.logprobs?.topLogprobs.length, n * 20);
+  assert.equal(response.choices[0]?.sampledTokens?.partIndexes.length, n);
+});
+
 test("the comparison rules", () => {
   assert.deepEqual(differences({ x: 0.1 }, { x: 0.10000000149011612 }), []);
   assert.deepEqual(differences({ x: "NaN" }, { x: NaN }), []);
