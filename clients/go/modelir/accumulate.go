@@ -11,7 +11,7 @@ import (
 	v1 "modelir.dev/go/modelir/v1"
 )
 
-// noPart is the part index of a token whose delta starts no part, and of every unattributed token of a finish.
+// noPart is the part index of a token of no part (a finish's unattributed tokens, a delta's with part_index -1).
 const noPart = -1
 
 // Accumulator folds StreamGenerate events into the Response the same request gives unary, by the accumulation
@@ -100,9 +100,9 @@ func (a *Accumulator) addDelta(delta *v1.PartDelta) error {
 		choice.logprobs = append(choice.logprobs, delta.Logprobs)
 	}
 	// "A delta with no content, artifacts, citations or item id only carries logprobs or token ids and starts no
-	// part."
+	// part; its `part_index` may then be -1 (token ids of no part)."
 	if delta.GetContent() == nil && len(delta.GetArtifacts()) == 0 && len(delta.GetCitations()) == 0 && delta.GetItemId() == "" {
-		choice.addTokens(delta.GetTokenIds(), noPart)
+		choice.addTokens(delta.GetTokenIds(), max(delta.GetPartIndex(), noPart))
 		return nil
 	}
 	index := delta.GetPartIndex()
@@ -151,14 +151,21 @@ func (a *Accumulator) addDelta(delta *v1.PartDelta) error {
 		buffer.replace(&v1.Part{Content: &v1.Part_Blob{Blob: content.Blob}})
 	case *v1.PartDelta_Part:
 		// "a whole `part` replaces the part's content (and a whole part's artifacts, item id and citations are
-		// appended to the part's)"; cloned, since later deltas may extend it
+		// appended to the part's)"; cloned, since later deltas may extend it. As Python's fold, a whole part without
+		// content keeps the part's, and its provider options and cache breakpoint travel too.
 		whole := proto.Clone(content.Part).(*v1.Part)
-		buffer.replace(whole)
+		if whole.Content != nil {
+			buffer.replace(whole)
+		}
 		part.Artifacts = append(part.Artifacts, whole.Artifacts...)
 		if whole.ItemId != "" {
 			part.ItemId = whole.ItemId
 		}
 		part.Citations = append(part.Citations, whole.Citations...)
+		part.ProviderOptions = append(part.ProviderOptions, whole.ProviderOptions...)
+		if whole.CacheBreakpoint != nil {
+			part.CacheBreakpoint = whole.CacheBreakpoint
+		}
 	}
 	part.Artifacts = append(part.Artifacts, delta.GetArtifacts()...)
 	part.Citations = append(part.Citations, delta.GetCitations()...)
@@ -170,7 +177,7 @@ func (a *Accumulator) addDelta(delta *v1.PartDelta) error {
 }
 
 // "A delta's `token_ids` are appended to the choice's `sampled_tokens.token_ids`, each with the delta's
-// `part_index` (or -1 when the delta starts no part)"
+// `part_index` as its part index"
 func (c *choiceBuffer) addTokens(ids []int32, partIndex int32) {
 	c.tokenIDs = append(c.tokenIDs, ids...)
 	for range ids {
@@ -253,6 +260,10 @@ func (a *Accumulator) Response() *v1.Response {
 			}
 		}
 		if len(tokenIDs) > 0 {
+			// "When no token has a part index of 0 or more, `sampled_tokens.part_indexes` stays empty"
+			if !slices.ContainsFunc(partIndexes, func(i int32) bool { return i >= 0 }) {
+				partIndexes = nil
+			}
 			choice.SampledTokens = &v1.SampledTokens{TokenIds: tokenIDs, PartIndexes: partIndexes}
 		}
 		out.Choices = append(out.Choices, choice)

@@ -145,7 +145,7 @@ func TestAccumulationVectors(t *testing.T) {
 			}
 			first := modelir.Completion{Response: acc.Response()}
 			ids, parts := first.SampledTokens()
-			if len(ids) != len(parts) || (c.Name == "every_rule" && first.Refusal() != "I cannot.") {
+			if (len(parts) > 0 && len(ids) != len(parts)) || (c.Name == "every_rule" && first.Refusal() != "I cannot.") {
 				t.Fatalf("accessors: %v %v %q", ids, parts, first.Refusal())
 			}
 		})

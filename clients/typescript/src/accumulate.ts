@@ -21,7 +21,7 @@ interface ChoiceBuffer {
   finish?: ChoiceFinish;
 }
 
-/** The part index a token gets when its delta starts no part (and every unattributed token of a finish). */
+/** The part index of a token of no part (a finish's unattributed tokens, a delta's with `part_index` -1). */
 const NO_PART = -1;
 
 /** `target.push(...source)` without spreading: a spread of a few hundred thousand items (32k tokens with top-20
@@ -69,7 +69,7 @@ export function concatLogprobs(chunks: TokenLogprobs[]): TokenLogprobs {
 }
 
 // "A delta's `token_ids` are appended to the choice's `sampled_tokens.token_ids`, each with the delta's `part_index`
-// (or -1 when the delta starts no part)"
+// as its part index"
 function addTokens(choice: ChoiceBuffer, ids: readonly number[], partIndex: number): void {
   append(choice.tokenIds, ids);
   for (let i = 0; i < ids.length; i++) choice.partIndexes.push(partIndex);
@@ -110,9 +110,10 @@ export class StreamAccumulator {
     const choice = this.choice(delta.choiceIndex);
     if (delta.logprobs) choice.logprobs.push(delta.logprobs);
     const content = delta.content;
-    // "A delta with no content, artifacts, citations or item id only carries logprobs or token ids and starts no part."
+    // "A delta with no content, artifacts, citations or item id only carries logprobs or token ids and starts no
+    // part; its `part_index` may then be -1 (token ids of no part)."
     if (content.case === undefined && !delta.artifacts.length && !delta.citations.length && !delta.itemId) {
-      addTokens(choice, delta.tokenIds, NO_PART);
+      addTokens(choice, delta.tokenIds, Math.max(delta.partIndex, NO_PART));
       return;
     }
     if (delta.partIndex === choice.parts.length) choice.parts.push(create(PartSchema));
@@ -156,12 +157,15 @@ export class StreamAccumulator {
         break;
       case "part": {
         // "a whole `part` replaces the part's content (and a whole part's artifacts, item id and citations are
-        // appended to the part's)"
+        // appended to the part's)"; as Python's fold, a whole part without content keeps the part's, and its
+        // provider options and cache breakpoint travel too
         const whole = clone(PartSchema, content.value); // later deltas may extend it: never alias the event
-        part.content = whole.content;
+        if (whole.content.case !== undefined) part.content = whole.content;
         part.artifacts.push(...whole.artifacts);
         if (whole.itemId) part.itemId = whole.itemId;
         part.citations.push(...whole.citations);
+        part.providerOptions.push(...whole.providerOptions);
+        if (whole.cacheBreakpoint) part.cacheBreakpoint = whole.cacheBreakpoint;
         break;
       }
     }
@@ -209,7 +213,10 @@ export class StreamAccumulator {
         rawFinishReason: finish?.rawFinishReason,
         stop: finish ? { ...finish.stop } : undefined,
         logprobs: buffer.logprobs.length ? concatLogprobs(buffer.logprobs) : undefined,
-        sampledTokens: tokenIds.length ? create(SampledTokensSchema, { tokenIds, partIndexes }) : undefined,
+        // "When no token has a part index of 0 or more, `sampled_tokens.part_indexes` stays empty"
+        sampledTokens: tokenIds.length
+          ? create(SampledTokensSchema, { tokenIds, partIndexes: partIndexes.some((i) => i >= 0) ? partIndexes : [] })
+          : undefined,
         outputTokenCount: finish?.outputTokenCount,
         constrainedLabel: finish?.constrainedLabel,
       });

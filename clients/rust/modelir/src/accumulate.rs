@@ -8,7 +8,7 @@ use crate::v1::part::Content;
 use crate::v1::part_delta::Content as Delta;
 use crate::v1::stream_event::Event;
 
-/// The part index of a token whose delta starts no part, and of every unattributed token of a finish.
+/// The part index of a token of no part (a finish's unattributed tokens, a delta's with `part_index` -1).
 const NO_PART: i32 = -1;
 
 #[derive(Default)]
@@ -22,7 +22,7 @@ struct ChoiceBuffer {
 
 impl ChoiceBuffer {
     /// "A delta's `token_ids` are appended to the choice's `sampled_tokens.token_ids`, each with the delta's
-    /// `part_index` (or -1 when the delta starts no part)"
+    /// `part_index` as its part index"
     fn add_tokens(&mut self, ids: Vec<i32>, part_index: i32) {
         self.part_indexes.extend(std::iter::repeat_n(part_index, ids.len()));
         self.token_ids.extend(ids);
@@ -107,13 +107,13 @@ impl Accumulator {
             choice.logprobs.push(lp);
         }
         // "A delta with no content, artifacts, citations or item id only carries logprobs or token ids and starts
-        // no part."
+        // no part; its `part_index` may then be -1 (token ids of no part)."
         if delta.content.is_none()
             && delta.artifacts.is_empty()
             && delta.citations.is_empty()
             && delta.item_id.is_empty()
         {
-            choice.add_tokens(delta.token_ids, NO_PART);
+            choice.add_tokens(delta.token_ids, delta.part_index.max(NO_PART));
             return Ok(());
         }
         let index = delta.part_index;
@@ -167,14 +167,21 @@ impl Accumulator {
             }
             Some(Delta::Blob(blob)) => part.content = Some(Content::Blob(blob)),
             // "a whole `part` replaces the part's content (and a whole part's artifacts, item id and citations are
-            // appended to the part's)"
+            // appended to the part's)"; as Python's fold, a whole part without content keeps the part's, and its
+            // provider options and cache breakpoint travel too
             Some(Delta::Part(whole)) => {
-                part.content = whole.content;
+                if whole.content.is_some() {
+                    part.content = whole.content;
+                }
                 part.artifacts.extend(whole.artifacts);
                 if !whole.item_id.is_empty() {
                     part.item_id = whole.item_id;
                 }
                 part.citations.extend(whole.citations);
+                part.provider_options.extend(whole.provider_options);
+                if whole.cache_breakpoint.is_some() {
+                    part.cache_breakpoint = whole.cache_breakpoint;
+                }
             }
             None => {}
         }
@@ -202,6 +209,10 @@ impl Accumulator {
                 let mut part_indexes = buffer.part_indexes.clone();
                 part_indexes.extend(std::iter::repeat_n(NO_PART, finish.unattributed_token_ids.len()));
                 token_ids.extend(&finish.unattributed_token_ids);
+                // "When no token has a part index of 0 or more, `sampled_tokens.part_indexes` stays empty"
+                if !part_indexes.iter().any(|&i| i >= 0) {
+                    part_indexes.clear();
+                }
                 v1::Choice {
                     index,
                     message: Some(v1::Message {

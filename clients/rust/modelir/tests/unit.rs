@@ -161,7 +161,7 @@ fn the_accumulation_vectors() {
             common::differences(&case["response"], &common::to_json(&response, "modelir.v1.Response"), "$", &[]);
         assert!(problems.is_empty(), "{name}:\n{}", problems.join("\n"));
         let (ids, parts) = response.first().sampled_tokens();
-        assert_eq!(ids.len(), parts.len(), "{name}");
+        assert!(parts.is_empty() || ids.len() == parts.len(), "{name}");
         if name == "every_rule" {
             assert_eq!(response.first().refusal(), "I cannot.");
         }
