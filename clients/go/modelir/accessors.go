@@ -17,6 +17,21 @@ func Text(choice *v1.Choice) string {
 	return b.String()
 }
 
+// Refusal is every refusal part of the choice, joined in order (empty when the model did not refuse).
+func Refusal(choice *v1.Choice) string {
+	var b strings.Builder
+	for _, part := range choice.GetMessage().GetParts() {
+		b.WriteString(part.GetRefusal())
+	}
+	return b.String()
+}
+
+// SampledTokens are the choice's sampled token ids (whether or not logprobs were asked for) and, one per token,
+// the index of the message part each belongs to (-1 for none; empty when the provider cannot attribute tokens).
+func SampledTokens(choice *v1.Choice) (tokenIDs, partIndexes []int32) {
+	return choice.GetSampledTokens().GetTokenIds(), choice.GetSampledTokens().GetPartIndexes()
+}
+
 // ToolCalls are the choice's tool calls, in the order the model made them.
 func ToolCalls(choice *v1.Choice) []*v1.ToolCall {
 	var calls []*v1.ToolCall
@@ -53,7 +68,7 @@ type Logprobs struct {
 // Columns views a TokenLogprobs as Logprobs.
 func Columns(lp *v1.TokenLogprobs) Logprobs {
 	return Logprobs{
-		TokenIDs: lp.GetTokenIds(), Logprobs: lp.GetLogprobs(), Tokens: lp.GetTokens(),
+		TokenIDs: lp.GetTokenIds(), Logprobs: lp.GetTokenLogprobs(), Tokens: lp.GetTokens(),
 		TokenBytes: byteSlices(lp.GetTokenBytes(), lp.GetTokenByteOffsets()),
 		TopCounts:  lp.GetTopCounts(), TopTokenIDs: lp.GetTopTokenIds(), TopLogprobs: lp.GetTopLogprobs(),
 		TopTokens: lp.GetTopTokens(),
@@ -84,6 +99,12 @@ func (c Completion) first() *v1.Choice {
 
 // Text of the first choice.
 func (c Completion) Text() string { return Text(c.first()) }
+
+// Refusal of the first choice.
+func (c Completion) Refusal() string { return Refusal(c.first()) }
+
+// SampledTokens of the first choice.
+func (c Completion) SampledTokens() (tokenIDs, partIndexes []int32) { return SampledTokens(c.first()) }
 
 // ToolCalls of the first choice.
 func (c Completion) ToolCalls() []*v1.ToolCall { return ToolCalls(c.first()) }

@@ -11,26 +11,39 @@ import (
 	v1 "modelir.dev/go/modelir/v1"
 )
 
-// Accumulator folds StreamGenerate events into the Response the same request gives unary, by the rules of
-// stream.proto: a delta whose part_index is one past the last starts a part; text, reasoning and tool-call
-// arguments append; logprob chunks concatenate with byte offsets rebased; the basis comes from the first chunk;
-// the role is assistant; the end event's id and model replace the start's.
+// noPart is the part index of a token of no part (a finish's unattributed tokens, a delta's with part_index -1).
+const noPart = -1
+
+// Accumulator folds StreamGenerate events into the Response the same request gives unary, by the accumulation
+// rules in the comment of StreamEvent (stream.proto), which are normative; each rule is quoted where it is applied.
+// Text fragments are buffered in builders and joined once, in Response, so long streams stay linear.
 type Accumulator struct {
 	response v1.Response
 	choices  map[int32]*choiceBuffer
-	Ended    bool
+	// Ended is true once the end event arrived.
+	Ended bool
 }
 
+// partBuffer is one part being folded: the appended kinds keep their fragments in builders.
 type partBuffer struct {
-	part                  *v1.Part
-	text, reasoning, args strings.Builder
-	summaries             []*strings.Builder
+	part                           *v1.Part
+	text, refusal, reasoning, args strings.Builder
+	summaries                      []*strings.Builder
 }
 
 type choiceBuffer struct {
-	parts    []*partBuffer
-	logprobs []*v1.TokenLogprobs
-	finish   *v1.ChoiceFinish
+	parts       []*partBuffer
+	logprobs    []*v1.TokenLogprobs
+	tokenIDs    []int32
+	partIndexes []int32
+	finish      *v1.ChoiceFinish
+}
+
+// StreamOrderError is a stream that breaks the accumulation rules (a delta that skips a part).
+type StreamOrderError struct{ Choice, PartIndex, Parts int32 }
+
+func (e *StreamOrderError) Error() string {
+	return fmt.Sprintf("stream delta skips to part %d of %d (choice %d)", e.PartIndex, e.Parts, e.Choice)
 }
 
 func (a *Accumulator) choice(index int32) *choiceBuffer {
@@ -47,26 +60,38 @@ func (a *Accumulator) choice(index int32) *choiceBuffer {
 func (a *Accumulator) Add(event *v1.StreamEvent) error {
 	switch e := event.GetEvent().(type) {
 	case *v1.StreamEvent_Start:
+		// "`start` sets the response's id and model, and its warnings"
 		a.response.Id, a.response.Model = e.Start.GetId(), e.Start.GetModel()
+		a.response.Warnings = append(a.response.Warnings, e.Start.GetWarnings()...)
 	case *v1.StreamEvent_Delta:
 		return a.addDelta(e.Delta)
 	case *v1.StreamEvent_End:
-		end, r := e.End, &a.response
-		a.Ended = true
-		if end.GetId() != "" {
-			r.Id = end.GetId()
-		}
-		if end.GetModel() != "" {
-			r.Model = end.GetModel()
-		}
-		for _, finish := range end.GetFinishes() {
-			a.choice(finish.GetChoiceIndex()).finish = finish
-		}
-		r.Usage, r.InputScores, r.Timing, r.Error, r.Raw = end.Usage, end.InputScores, end.Timing, end.Error, end.Raw
-		r.PromptTokenIds = append(r.PromptTokenIds, end.GetPromptTokenIds()...)
-		r.Warnings = append(r.Warnings, end.GetWarnings()...)
+		a.addEnd(e.End)
 	}
+	// "`part_done` changes nothing in the response"
 	return nil
+}
+
+func (a *Accumulator) addEnd(end *v1.StreamEnd) {
+	r := &a.response
+	a.Ended = true
+	// "a non-empty `id` or `model` on `end` replaces them"
+	if end.GetId() != "" {
+		r.Id = end.GetId()
+	}
+	if end.GetModel() != "" {
+		r.Model = end.GetModel()
+	}
+	for _, finish := range end.GetFinishes() {
+		a.choice(finish.GetChoiceIndex()).finish = finish
+	}
+	// "its values are set on the response (its warnings are appended after the start's)"
+	r.Usage, r.Timing, r.Raw, r.PromptFeedback = end.Usage, end.Timing, end.Raw, end.PromptFeedback
+	r.InputScores = slices.Clone(end.GetInputScores())
+	r.PromptTokenIds = slices.Clone(end.GetPromptTokenIds())
+	r.Errors = slices.Clone(end.GetErrors())
+	r.ServiceTier = end.GetServiceTier()
+	r.Warnings = append(r.Warnings, end.GetWarnings()...)
 }
 
 func (a *Accumulator) addDelta(delta *v1.PartDelta) error {
@@ -74,26 +99,34 @@ func (a *Accumulator) addDelta(delta *v1.PartDelta) error {
 	if delta.Logprobs != nil {
 		choice.logprobs = append(choice.logprobs, delta.Logprobs)
 	}
-	if delta.GetContent() == nil && len(delta.GetArtifacts()) == 0 && delta.GetItemId() == "" {
+	// "A delta with no content, artifacts, citations or item id only carries logprobs or token ids and starts no
+	// part; its `part_index` may then be -1 (token ids of no part)."
+	if delta.GetContent() == nil && len(delta.GetArtifacts()) == 0 && len(delta.GetCitations()) == 0 && delta.GetItemId() == "" {
+		choice.addTokens(delta.GetTokenIds(), max(delta.GetPartIndex(), noPart))
 		return nil
 	}
-	index := int(delta.GetPartIndex())
-	if index == len(choice.parts) {
+	index := delta.GetPartIndex()
+	if int(index) == len(choice.parts) {
 		choice.parts = append(choice.parts, &partBuffer{part: &v1.Part{}})
-	} else if index > len(choice.parts) {
-		return fmt.Errorf("stream delta skips to part %d of %d", index, len(choice.parts))
+	} else if int(index) > len(choice.parts) || index < 0 {
+		return &StreamOrderError{Choice: delta.GetChoiceIndex(), PartIndex: index, Parts: int32(len(choice.parts))}
 	}
 	buffer := choice.parts[index]
 	part := buffer.part
 	switch content := delta.GetContent().(type) {
 	case *v1.PartDelta_Text:
-		buffer.text.WriteString(content.Text)
 		if _, ok := part.Content.(*v1.Part_Text); !ok {
-			part.Content = &v1.Part_Text{}
+			buffer.replace(&v1.Part{Content: &v1.Part_Text{}})
 		}
+		buffer.text.WriteString(content.Text)
+	case *v1.PartDelta_Refusal:
+		if _, ok := part.Content.(*v1.Part_Refusal); !ok {
+			buffer.replace(&v1.Part{Content: &v1.Part_Refusal{}})
+		}
+		buffer.refusal.WriteString(content.Refusal)
 	case *v1.PartDelta_Reasoning:
 		if part.GetReasoning() == nil {
-			part.Content = &v1.Part_Reasoning{Reasoning: &v1.Reasoning{}}
+			buffer.replace(&v1.Part{Content: &v1.Part_Reasoning{Reasoning: &v1.Reasoning{}}})
 		}
 		buffer.reasoning.WriteString(content.Reasoning.GetText())
 		if content.Reasoning.SummaryText != nil {
@@ -104,7 +137,7 @@ func (a *Accumulator) addDelta(delta *v1.PartDelta) error {
 		}
 	case *v1.PartDelta_ToolCall:
 		if part.GetToolCall() == nil {
-			part.Content = &v1.Part_ToolCall{ToolCall: &v1.ToolCall{}}
+			buffer.replace(&v1.Part{Content: &v1.Part_ToolCall{ToolCall: &v1.ToolCall{}}})
 		}
 		call := part.GetToolCall()
 		if content.ToolCall.GetId() != "" {
@@ -115,13 +148,81 @@ func (a *Accumulator) addDelta(delta *v1.PartDelta) error {
 		}
 		buffer.args.WriteString(content.ToolCall.GetArgumentsJson())
 	case *v1.PartDelta_Blob:
-		part.Content = &v1.Part_Blob{Blob: content.Blob}
+		buffer.replace(&v1.Part{Content: &v1.Part_Blob{Blob: content.Blob}})
+	case *v1.PartDelta_Part:
+		// "a whole `part` replaces the part's content (and a whole part's artifacts, item id and citations are
+		// appended to the part's)"; cloned, since later deltas may extend it. As Python's fold, a whole part without
+		// content keeps the part's, and its provider options and cache breakpoint travel too.
+		whole := proto.Clone(content.Part).(*v1.Part)
+		if whole.Content != nil {
+			buffer.replace(whole)
+		}
+		part.Artifacts = append(part.Artifacts, whole.Artifacts...)
+		if whole.ItemId != "" {
+			part.ItemId = whole.ItemId
+		}
+		part.Citations = append(part.Citations, whole.Citations...)
+		part.ProviderOptions = append(part.ProviderOptions, whole.ProviderOptions...)
+		if whole.CacheBreakpoint != nil {
+			part.CacheBreakpoint = whole.CacheBreakpoint
+		}
 	}
 	part.Artifacts = append(part.Artifacts, delta.GetArtifacts()...)
+	part.Citations = append(part.Citations, delta.GetCitations()...)
 	if delta.GetItemId() != "" {
 		part.ItemId = delta.GetItemId()
 	}
+	choice.addTokens(delta.GetTokenIds(), index)
 	return nil
+}
+
+// "A delta's `token_ids` are appended to the choice's `sampled_tokens.token_ids`, each with the delta's
+// `part_index` as its part index"
+func (c *choiceBuffer) addTokens(ids []int32, partIndex int32) {
+	c.tokenIDs = append(c.tokenIDs, ids...)
+	for range ids {
+		c.partIndexes = append(c.partIndexes, partIndex)
+	}
+}
+
+// replace gives the part the content of `from` and moves the appended kinds' text into the builders, so that
+// later fragments extend the new content.
+func (b *partBuffer) replace(from *v1.Part) {
+	b.part.Content = from.Content
+	b.text.Reset()
+	b.refusal.Reset()
+	b.reasoning.Reset()
+	b.args.Reset()
+	b.summaries = nil
+	b.text.WriteString(from.GetText())
+	b.refusal.WriteString(from.GetRefusal())
+	b.reasoning.WriteString(from.GetReasoning().GetText())
+	for _, s := range from.GetReasoning().GetSummary() {
+		summary := &strings.Builder{}
+		summary.WriteString(s)
+		b.summaries = append(b.summaries, summary)
+	}
+	b.args.WriteString(from.GetToolCall().GetArgumentsJson())
+}
+
+// built is the part with its builders' text written in.
+func (b *partBuffer) built() *v1.Part {
+	part := proto.Clone(b.part).(*v1.Part)
+	switch content := part.Content.(type) {
+	case *v1.Part_Text:
+		content.Text = b.text.String()
+	case *v1.Part_Refusal:
+		content.Refusal = b.refusal.String()
+	case *v1.Part_Reasoning:
+		content.Reasoning.Text = b.reasoning.String()
+		content.Reasoning.Summary = nil
+		for _, s := range b.summaries {
+			content.Reasoning.Summary = append(content.Reasoning.Summary, s.String())
+		}
+	case *v1.Part_ToolCall:
+		content.ToolCall.ArgumentsJson = b.args.String()
+	}
+	return part
 }
 
 // Response is the accumulated response; before the end event it holds the partial output.
@@ -134,34 +235,44 @@ func (a *Accumulator) Response() *v1.Response {
 	slices.Sort(indexes)
 	for _, index := range indexes {
 		buffer := a.choices[index]
+		// "Every accumulated message has the role `ROLE_ASSISTANT`; choices are sorted by index, and a choice named
+		// only by a `ChoiceFinish` still appears."
 		choice := &v1.Choice{Index: index, Message: &v1.Message{Role: v1.Role_ROLE_ASSISTANT}}
 		for _, pb := range buffer.parts {
-			part := proto.Clone(pb.part).(*v1.Part)
-			switch content := part.Content.(type) {
-			case *v1.Part_Text:
-				content.Text = pb.text.String()
-			case *v1.Part_Reasoning:
-				content.Reasoning.Text = pb.reasoning.String()
-				for _, s := range pb.summaries {
-					content.Reasoning.Summary = append(content.Reasoning.Summary, s.String())
-				}
-			case *v1.Part_ToolCall:
-				content.ToolCall.ArgumentsJson = pb.args.String()
-			}
-			choice.Message.Parts = append(choice.Message.Parts, part)
+			choice.Message.Parts = append(choice.Message.Parts, pb.built())
 		}
 		if len(buffer.logprobs) > 0 {
 			choice.Logprobs = ConcatLogprobs(buffer.logprobs)
 		}
+		tokenIDs, partIndexes := slices.Clone(buffer.tokenIDs), slices.Clone(buffer.partIndexes)
 		if f := buffer.finish; f != nil {
-			choice.FinishReason, choice.RawFinishReason, choice.StopSequence = f.GetFinishReason(), f.GetRawFinishReason(), f.GetStopSequence()
+			choice.FinishReason, choice.RawFinishReason = f.GetFinishReason(), f.GetRawFinishReason()
+			switch stop := f.GetStop().(type) {
+			case *v1.ChoiceFinish_StopSequence:
+				choice.Stop = &v1.Choice_StopSequence{StopSequence: stop.StopSequence}
+			case *v1.ChoiceFinish_StopTokenId:
+				choice.Stop = &v1.Choice_StopTokenId{StopTokenId: stop.StopTokenId}
+			}
+			choice.OutputTokenCount, choice.ConstrainedLabel = f.OutputTokenCount, f.GetConstrainedLabel()
+			// "a finish's `unattributed_token_ids` are appended last, with -1"
+			for _, id := range f.GetUnattributedTokenIds() {
+				tokenIDs, partIndexes = append(tokenIDs, id), append(partIndexes, noPart)
+			}
+		}
+		if len(tokenIDs) > 0 {
+			// "When no token has a part index of 0 or more, `sampled_tokens.part_indexes` stays empty"
+			if !slices.ContainsFunc(partIndexes, func(i int32) bool { return i >= 0 }) {
+				partIndexes = nil
+			}
+			choice.SampledTokens = &v1.SampledTokens{TokenIds: tokenIDs, PartIndexes: partIndexes}
 		}
 		out.Choices = append(out.Choices, choice)
 	}
 	return out
 }
 
-// ConcatLogprobs joins consecutive logprob chunks (stream deltas) into one, shifting the byte offsets.
+// ConcatLogprobs joins consecutive logprob chunks (stream deltas) into one: columns concatenated in arrival order,
+// byte offsets rebased by the bytes that came before, the basis of the first chunk that has one.
 func ConcatLogprobs(chunks []*v1.TokenLogprobs) *v1.TokenLogprobs {
 	out := &v1.TokenLogprobs{}
 	for _, c := range chunks {
@@ -170,7 +281,7 @@ func ConcatLogprobs(chunks []*v1.TokenLogprobs) *v1.TokenLogprobs {
 		}
 		base, topBase := uint32(len(out.TokenBytes)), uint32(len(out.TopTokenBytes))
 		out.TokenIds = append(out.TokenIds, c.GetTokenIds()...)
-		out.Logprobs = append(out.Logprobs, c.GetLogprobs()...)
+		out.TokenLogprobs = append(out.TokenLogprobs, c.GetTokenLogprobs()...)
 		out.Tokens = append(out.Tokens, c.GetTokens()...)
 		for _, o := range c.GetTokenByteOffsets() {
 			out.TokenByteOffsets = append(out.TokenByteOffsets, o+base)

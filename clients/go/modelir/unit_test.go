@@ -2,8 +2,11 @@ package modelir_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
+	"os"
+	"strings"
 	"testing"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -74,8 +77,8 @@ func TestAccumulationRebasesOffsetsAndTheEndWins(t *testing.T) {
 	}
 	events := []*v1.StreamEvent{
 		{Event: &v1.StreamEvent_Start{Start: &v1.StreamStart{Id: "a", Model: "m"}}},
-		delta(0, "h", &v1.TokenLogprobs{TokenIds: []int32{104}, Logprobs: []float32{-0.5}, TokenBytes: []byte("h"), TokenByteOffsets: []uint32{0}, Basis: v1.LogprobBasis_LOGPROB_BASIS_POST_SAMPLING}),
-		delta(0, "é", &v1.TokenLogprobs{TokenIds: []int32{195, 169}, Logprobs: []float32{-1, -2}, TokenBytes: []byte("é"), TokenByteOffsets: []uint32{0, 1}}),
+		delta(0, "h", &v1.TokenLogprobs{TokenIds: []int32{104}, TokenLogprobs: []float32{-0.5}, TokenBytes: []byte("h"), TokenByteOffsets: []uint32{0}, Basis: v1.LogprobBasis_LOGPROB_BASIS_POST_SAMPLING}),
+		delta(0, "é", &v1.TokenLogprobs{TokenIds: []int32{195, 169}, TokenLogprobs: []float32{-1, -2}, TokenBytes: []byte("é"), TokenByteOffsets: []uint32{0, 1}}),
 		delta(1, &v1.ToolCallDelta{Id: "c", Name: "f", ArgumentsJson: `{"a":`}, nil),
 		delta(1, &v1.ToolCallDelta{ArgumentsJson: `1}`}, nil),
 		{Event: &v1.StreamEvent_End{End: &v1.StreamEnd{Id: "b", Finishes: []*v1.ChoiceFinish{{FinishReason: v1.FinishReason_FINISH_REASON_STOP}}}}},
@@ -95,6 +98,74 @@ func TestAccumulationRebasesOffsetsAndTheEndWins(t *testing.T) {
 		r.GetChoices()[0].GetMessage().GetRole() != v1.Role_ROLE_ASSISTANT ||
 		r.GetChoices()[0].GetFinishReason() != v1.FinishReason_FINISH_REASON_STOP {
 		t.Fatalf("accumulated %v", r.Response)
+	}
+}
+
+// TestAccumulationVectors folds the hand-written streams of clients/testdata (the rules of stream.proto) and
+// compares the result by the suite's rules.
+func TestAccumulationVectors(t *testing.T) {
+	raw, err := os.ReadFile("../../testdata/stream_accumulation.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vectors struct {
+		Cases []struct {
+			Name     string            `json:"name"`
+			Events   []json.RawMessage `json:"events"`
+			Response json.RawMessage   `json:"response"`
+			Error    string            `json:"error"`
+		} `json:"cases"`
+	}
+	if err := json.Unmarshal(raw, &vectors); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range vectors.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			var acc modelir.Accumulator
+			var failed error
+			for _, raw := range c.Events {
+				var event v1.StreamEvent
+				parse(t, raw, &event)
+				if failed = acc.Add(&event); failed != nil {
+					break
+				}
+			}
+			var order *modelir.StreamOrderError
+			if c.Error != "" {
+				if !errors.As(failed, &order) || !strings.Contains(failed.Error(), c.Error) {
+					t.Fatalf("expected an error with %q, got %v", c.Error, failed)
+				}
+				return
+			}
+			if failed != nil || !acc.Ended {
+				t.Fatalf("failed %v, ended %v", failed, acc.Ended)
+			}
+			if problems := differences(decode(t, c.Response), toJSON(t, acc.Response()), "$", nil); len(problems) > 0 {
+				t.Error(strings.Join(problems, "\n"))
+			}
+			first := modelir.Completion{Response: acc.Response()}
+			ids, parts := first.SampledTokens()
+			if (len(parts) > 0 && len(ids) != len(parts)) || (c.Name == "every_rule" && first.Refusal() != "I cannot.") {
+				t.Fatalf("accessors: %v %v %q", ids, parts, first.Refusal())
+			}
+		})
+	}
+}
+
+func TestAWholePartIsNeverAliased(t *testing.T) {
+	whole := &v1.Part{Content: &v1.Part_Reasoning{Reasoning: &v1.Reasoning{Text: "a"}}}
+	var acc modelir.Accumulator
+	for _, d := range []*v1.PartDelta{
+		{Content: &v1.PartDelta_Part{Part: whole}},
+		{Content: &v1.PartDelta_Reasoning{Reasoning: &v1.ReasoningDelta{Text: "b"}}},
+	} {
+		if err := acc.Add(&v1.StreamEvent{Event: &v1.StreamEvent_Delta{Delta: d}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := modelir.Completion{Response: acc.Response()}.Reasoning()
+	if got != "ab" || whole.GetReasoning().GetText() != "a" {
+		t.Fatalf("accumulated %q, event now %q", got, whole.GetReasoning().GetText())
 	}
 }
 

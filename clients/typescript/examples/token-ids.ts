@@ -6,7 +6,7 @@ const response = await client.generate({
   model: "reference",
   input: { case: "prompt", value: "Once upon a time" },
   sampling: { maxOutputTokens: 8 },
-  logprobs: { requireTokenIds: true },
+  logprobOptions: { requireTokenIds: true },
 });
 const { tokenIds, logprobs } = new Completion(response).logprobs;
 console.log(tokenIds, logprobs);

@@ -1,4 +1,5 @@
-// Reading a Response the way the Python SDK does: text, tool calls, reasoning, and logprobs as typed arrays.
+// Reading a Response the way the Python SDK does: text, refusals, tool calls, reasoning, logprobs and sampled tokens
+// as typed arrays.
 import type { Choice, Response } from "./gen/modelir/v1/response_pb";
 import type { ToolCall } from "./gen/modelir/v1/content_pb";
 import type { TokenLogprobs } from "./gen/modelir/v1/logprobs_pb";
@@ -24,7 +25,7 @@ function slices(bytes: Uint8Array, offsets: readonly number[]): Uint8Array[] {
 export function logprobColumns(logprobs: TokenLogprobs | undefined): LogprobColumns {
   return {
     tokenIds: Int32Array.from(logprobs?.tokenIds ?? []),
-    logprobs: Float32Array.from(logprobs?.logprobs ?? []),
+    logprobs: Float32Array.from(logprobs?.tokenLogprobs ?? []),
     tokens: [...(logprobs?.tokens ?? [])],
     tokenBytes: logprobs ? slices(logprobs.tokenBytes, logprobs.tokenByteOffsets) : [],
     topCounts: Uint32Array.from(logprobs?.topCounts ?? []),
@@ -34,6 +35,13 @@ export function logprobColumns(logprobs: TokenLogprobs | undefined): LogprobColu
   };
 }
 
+/** A choice's sampled tokens as typed arrays: the ids, and the index of the message part each belongs to (-1 for
+ * none, such as a trimmed stop token; empty when the provider cannot attribute tokens to parts). */
+export interface SampledTokenColumns {
+  tokenIds: Int32Array;
+  partIndexes: Int32Array;
+}
+
 /** One choice of a response, with the accessors. */
 export class ChoiceView {
   constructor(readonly choice: Choice) {}
@@ -41,6 +49,11 @@ export class ChoiceView {
   /** Every text part, joined in order. */
   get text(): string {
     return this.choice.message?.parts.map((p) => (p.content.case === "text" ? p.content.value : "")).join("") ?? "";
+  }
+
+  /** Every refusal part, joined in order (empty when the model did not refuse). */
+  get refusal(): string {
+    return this.choice.message?.parts.map((p) => (p.content.case === "refusal" ? p.content.value : "")).join("") ?? "";
   }
 
   /** The tool calls, in the order the model made them. */
@@ -58,6 +71,14 @@ export class ChoiceView {
   /** The sampled tokens' logprobs as typed arrays (empty when none were asked for). */
   get logprobs(): LogprobColumns {
     return logprobColumns(this.choice.logprobs);
+  }
+
+  /** The sampled token ids with their parts (whether or not logprobs were asked for), as typed arrays. */
+  get sampledTokens(): SampledTokenColumns {
+    return {
+      tokenIds: Int32Array.from(this.choice.sampledTokens?.tokenIds ?? []),
+      partIndexes: Int32Array.from(this.choice.sampledTokens?.partIndexes ?? []),
+    };
   }
 
   /** The sampled text rebuilt from the token bytes (never by joining token strings). */
@@ -80,8 +101,14 @@ export class Completion {
   get text(): string {
     return this.first.text;
   }
+  get refusal(): string {
+    return this.first.refusal;
+  }
   get toolCalls(): ToolCall[] {
     return this.first.toolCalls;
+  }
+  get sampledTokens(): SampledTokenColumns {
+    return this.first.sampledTokens;
   }
   get reasoning(): string {
     return this.first.reasoning;

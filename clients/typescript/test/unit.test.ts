@@ -1,7 +1,10 @@
 // Unit tests of the TypeScript client: the IR version rule, typed errors, accessors, accumulation, comparison.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { create } from "@bufbuild/protobuf";
+import { readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { create, fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import {
   accumulate,
@@ -16,7 +19,9 @@ import {
   IR_VERSION,
   ModelirError,
   ResponseSchema,
+  StreamAccumulator,
   StreamEventSchema,
+  StreamOrderError,
   UnsupportedCapabilitiesSchema,
   UnsupportedCapabilityError,
   TokenLogprobsSchema,
@@ -82,7 +87,7 @@ test("rich status details decode into typed errors", () => {
 
 const logprobs = create(TokenLogprobsSchema, {
   tokenIds: [104, 195, 169],
-  logprobs: [-0.5, -1.25, -0.125],
+  tokenLogprobs: [-0.5, -1.25, -0.125],
   tokens: ["h", "<0xC3>", "<0xA9>"],
   tokenBytes: new Uint8Array([104, 195, 169]),
   tokenByteOffsets: [0, 1, 2],
@@ -115,8 +120,8 @@ test("accessors give text, tool calls, reasoning and typed logprob arrays", () =
 });
 
 test("accumulation joins deltas, rebases logprob byte offsets per delta and lets the end event win", async () => {
-  const first = create(TokenLogprobsSchema, { ...logprobs, tokenIds: [104], logprobs: [-0.5], tokens: ["h"], tokenBytes: new Uint8Array([104]), tokenByteOffsets: [0], basis: 2 });
-  const second = create(TokenLogprobsSchema, { tokenIds: [195, 169], logprobs: [-1.25, -0.125], tokens: ["<0xC3>", "<0xA9>"], tokenBytes: new Uint8Array([195, 169]), tokenByteOffsets: [0, 1] });
+  const first = create(TokenLogprobsSchema, { ...logprobs, tokenIds: [104], tokenLogprobs: [-0.5], tokens: ["h"], tokenBytes: new Uint8Array([104]), tokenByteOffsets: [0], basis: 2 });
+  const second = create(TokenLogprobsSchema, { tokenIds: [195, 169], tokenLogprobs: [-1.25, -0.125], tokens: ["<0xC3>", "<0xA9>"], tokenBytes: new Uint8Array([195, 169]), tokenByteOffsets: [0, 1] });
   const events = [
     create(StreamEventSchema, { event: { case: "start", value: { id: "a", model: "m" } } }),
     create(StreamEventSchema, { event: { case: "delta", value: { content: { case: "text", value: "h" }, logprobs: first } } }),
@@ -135,6 +140,59 @@ test("accumulation joins deltas, rebases logprob byte offsets per delta and lets
   assert.equal(response.choices[0]?.logprobs?.basis, 2);
   assert.equal(response.choices[0]?.message?.role, 4);
   assert.equal(response.choices[0]?.finishReason, 1);
+});
+
+interface AccumulationCase {
+  name: string;
+  events: JsonValue[];
+  response?: JsonValue;
+  error?: string;
+}
+
+const VECTORS = join(dirname(fileURLToPath(import.meta.url)), "../../testdata/stream_accumulation.json");
+for (const c of JSON.parse(readFileSync(VECTORS, "utf8")).cases as AccumulationCase[]) {
+  test(`stream accumulation vector ${c.name}`, () => {
+    const acc = new StreamAccumulator();
+    const fold = () => {
+      for (const event of c.events) acc.add(fromJson(StreamEventSchema, event));
+    };
+    if (c.error !== undefined) {
+      assert.throws(fold, (e: unknown) => e instanceof StreamOrderError && e.message.includes(c.error!));
+      return;
+    }
+    fold();
+    assert.ok(acc.ended);
+    const problems = differences(c.response!, toJson(ResponseSchema, acc.result()));
+    assert.deepEqual(problems, [], problems.join("\n"));
+  });
+}
+
+test("the accumulated response never aliases the events (a whole part extended later)", () => {
+  const whole = create(StreamEventSchema, {
+    event: { case: "delta", value: { content: { case: "part", value: { content: { case: "reasoning", value: { text: "a" } } } } } },
+  });
+  const more = create(StreamEventSchema, { event: { case: "delta", value: { content: { case: "reasoning", value: { text: "b" } } } } });
+  const acc = new StreamAccumulator().add(whole).add(more);
+  const result = acc.result();
+  assert.equal(result.choices[0]?.message?.parts[0]?.content.value && (result.choices[0].message.parts[0].content.value as { text: string }).text, "ab");
+  assert.equal((whole.event.value as { content: { value: { content: { value: { text: string } } } } }).content.value.content.value.text, "a");
+});
+
+test("a chunk of 32k tokens with 20 alternatives each accumulates (no argument spread overflows the stack)", () => {
+  const n = 32_768;
+  const chunk = create(TokenLogprobsSchema, {
+    tokenIds: Array.from({ length: n }, (_, i) => i),
+    tokenLogprobs: new Array(n).fill(-1),
+    topCounts: new Array(n).fill(20),
+    topTokenIds: new Array(n * 20).fill(7),
+    topLogprobs: new Array(n * 20).fill(-2),
+  });
+  const delta = create(StreamEventSchema, {
+    event: { case: "delta", value: { content: { case: "text", value: "x" }, logprobs: chunk, tokenIds: chunk.tokenIds } },
+  });
+  const response = new StreamAccumulator().add(delta).result();
+  assert.equal(response.choices[0]?.logprobs?.topLogprobs.length, n * 20);
+  assert.equal(response.choices[0]?.sampledTokens?.partIndexes.length, n);
 });
 
 test("the comparison rules", () => {

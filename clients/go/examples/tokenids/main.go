@@ -19,10 +19,10 @@ func main() {
 	defer client.Close()
 	max := int32(8)
 	response, err := client.Generate(ctx, &v1.Request{
-		Model:    "reference",
-		Input:    &v1.Request_Prompt{Prompt: "Once upon a time"},
-		Sampling: &v1.SamplingParams{MaxOutputTokens: &max},
-		Logprobs: &v1.LogprobOptions{RequireTokenIds: true},
+		Model:          "reference",
+		Input:          &v1.Request_Prompt{Prompt: "Once upon a time"},
+		Sampling:       &v1.SamplingParams{MaxOutputTokens: &max},
+		LogprobOptions: &v1.LogprobOptions{RequireTokenIds: true},
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -23,6 +23,11 @@ const (
 
 // A feature of the IR that a transport and model may honour. A request that needs a capability its model's
 // manifest lacks is rejected before any network call.
+//
+// An open enum that grows additively: new capabilities are added in minor versions as the IR grows; existing
+// values never change meaning. A receiver that does not know a value in a manifest ignores it (it cannot have
+// asked for the feature); the SDK computes a request's needs with its own catalog, so an older client never
+// sends a need it cannot name.
 type Capability int32
 
 const (
@@ -34,7 +39,7 @@ const (
 	Capability_CAPABILITY_CHAT Capability = 2
 	// Token ids as input (`Request.token_ids`).
 	Capability_CAPABILITY_TOKEN_INPUT Capability = 3
-	// Image and other blob parts in input messages.
+	// Image blob parts in input messages (the accepted media types are `CapabilityManifest.input_media_types`).
 	Capability_CAPABILITY_IMAGE_INPUT Capability = 4
 	// Tool declarations, tool calls and tool results.
 	Capability_CAPABILITY_TOOLS Capability = 5
@@ -96,6 +101,39 @@ const (
 	Capability_CAPABILITY_PROVIDER_OPTIONS Capability = 33
 	// System and developer messages.
 	Capability_CAPABILITY_SYSTEM_MESSAGES Capability = 34
+	// Audio blob parts in input messages.
+	Capability_CAPABILITY_AUDIO_INPUT Capability = 35
+	// Video blob parts in input messages.
+	Capability_CAPABILITY_VIDEO_INPUT Capability = 36
+	// Document blob parts (PDF, plain text documents) in input messages.
+	Capability_CAPABILITY_DOCUMENT_INPUT Capability = 37
+	// Image output (`Request.output_modalities` with `MODALITY_IMAGE`).
+	Capability_CAPABILITY_IMAGE_OUTPUT Capability = 38
+	// Audio output (`Request.output_modalities` with `MODALITY_AUDIO`).
+	Capability_CAPABILITY_AUDIO_OUTPUT Capability = 39
+	// Reasoning summaries (`ReasoningControls.summary`).
+	Capability_CAPABILITY_REASONING_SUMMARY Capability = 40
+	// Logit biases (`SamplingParams.logit_bias`).
+	Capability_CAPABILITY_LOGIT_BIAS Capability = 41
+	// A minimum output length (`SamplingParams.min_output_tokens`).
+	Capability_CAPABILITY_MIN_OUTPUT_TOKENS Capability = 42
+	// Assistant turns given back as the token ids they were sampled as (`Message.token_ids`).
+	Capability_CAPABILITY_MULTI_TURN_TOKEN_INPUT Capability = 43
+	// Provider-run tools (`Tool.provider`), of the types the manifest lists.
+	Capability_CAPABILITY_PROVIDER_TOOLS Capability = 44
+	// Restricting tool calls to a subset of the declared tools (`ToolChoice.allowed_tools`).
+	Capability_CAPABILITY_ALLOWED_TOOLS Capability = 45
+	// Prompt-cache breakpoints on parts (`Part.cache_breakpoint`).
+	Capability_CAPABILITY_PROMPT_CACHE_BREAKPOINTS Capability = 46
+	// Reading a provider-side prompt cache (`Request.cached_content`).
+	Capability_CAPABILITY_CACHED_CONTENT Capability = 47
+	// A JSON object constraint with no schema (`Constraint.json_object`).
+	Capability_CAPABILITY_CONSTRAINT_JSON_OBJECT Capability = 48
+	// Tokenizing a conversation through the model's chat template (`TokenizeRequest.conversation`).
+	Capability_CAPABILITY_TOKENIZE_CONVERSATION Capability = 49
+	// Replaying provider-run tool calls and their results, and provider parts, to their issuer
+	// (`Part.server_tool_call`, `Part.server_tool_result`, `Part.provider_part` in the input).
+	Capability_CAPABILITY_SERVER_TOOL_REPLAY Capability = 50
 )
 
 // Enum value maps for Capability.
@@ -136,6 +174,22 @@ var (
 		32: "CAPABILITY_REPETITION_PENALTY",
 		33: "CAPABILITY_PROVIDER_OPTIONS",
 		34: "CAPABILITY_SYSTEM_MESSAGES",
+		35: "CAPABILITY_AUDIO_INPUT",
+		36: "CAPABILITY_VIDEO_INPUT",
+		37: "CAPABILITY_DOCUMENT_INPUT",
+		38: "CAPABILITY_IMAGE_OUTPUT",
+		39: "CAPABILITY_AUDIO_OUTPUT",
+		40: "CAPABILITY_REASONING_SUMMARY",
+		41: "CAPABILITY_LOGIT_BIAS",
+		42: "CAPABILITY_MIN_OUTPUT_TOKENS",
+		43: "CAPABILITY_MULTI_TURN_TOKEN_INPUT",
+		44: "CAPABILITY_PROVIDER_TOOLS",
+		45: "CAPABILITY_ALLOWED_TOOLS",
+		46: "CAPABILITY_PROMPT_CACHE_BREAKPOINTS",
+		47: "CAPABILITY_CACHED_CONTENT",
+		48: "CAPABILITY_CONSTRAINT_JSON_OBJECT",
+		49: "CAPABILITY_TOKENIZE_CONVERSATION",
+		50: "CAPABILITY_SERVER_TOOL_REPLAY",
 	}
 	Capability_value = map[string]int32{
 		"CAPABILITY_UNSPECIFIED":                  0,
@@ -173,6 +227,22 @@ var (
 		"CAPABILITY_REPETITION_PENALTY":           32,
 		"CAPABILITY_PROVIDER_OPTIONS":             33,
 		"CAPABILITY_SYSTEM_MESSAGES":              34,
+		"CAPABILITY_AUDIO_INPUT":                  35,
+		"CAPABILITY_VIDEO_INPUT":                  36,
+		"CAPABILITY_DOCUMENT_INPUT":               37,
+		"CAPABILITY_IMAGE_OUTPUT":                 38,
+		"CAPABILITY_AUDIO_OUTPUT":                 39,
+		"CAPABILITY_REASONING_SUMMARY":            40,
+		"CAPABILITY_LOGIT_BIAS":                   41,
+		"CAPABILITY_MIN_OUTPUT_TOKENS":            42,
+		"CAPABILITY_MULTI_TURN_TOKEN_INPUT":       43,
+		"CAPABILITY_PROVIDER_TOOLS":               44,
+		"CAPABILITY_ALLOWED_TOOLS":                45,
+		"CAPABILITY_PROMPT_CACHE_BREAKPOINTS":     46,
+		"CAPABILITY_CACHED_CONTENT":               47,
+		"CAPABILITY_CONSTRAINT_JSON_OBJECT":       48,
+		"CAPABILITY_TOKENIZE_CONVERSATION":        49,
+		"CAPABILITY_SERVER_TOOL_REPLAY":           50,
 	}
 )
 
@@ -216,8 +286,14 @@ type ModelLimits struct {
 	MaxOutputTokens int32 `protobuf:"varint,4,opt,name=max_output_tokens,json=maxOutputTokens,proto3" json:"max_output_tokens,omitempty"`
 	// The most tokens of input plus output the model can attend to.
 	ContextWindowTokens int32 `protobuf:"varint,5,opt,name=context_window_tokens,json=contextWindowTokens,proto3" json:"context_window_tokens,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The fewest reasoning tokens a budget may ask for (`ReasoningControls.budget_tokens`; Anthropic: 1024).
+	MinReasoningBudgetTokens int32 `protobuf:"varint,6,opt,name=min_reasoning_budget_tokens,json=minReasoningBudgetTokens,proto3" json:"min_reasoning_budget_tokens,omitempty"`
+	// The most reasoning tokens a budget may ask for.
+	MaxReasoningBudgetTokens int32 `protobuf:"varint,7,opt,name=max_reasoning_budget_tokens,json=maxReasoningBudgetTokens,proto3" json:"max_reasoning_budget_tokens,omitempty"`
+	// The most input tokens per request.
+	MaxInputTokens int32 `protobuf:"varint,8,opt,name=max_input_tokens,json=maxInputTokens,proto3" json:"max_input_tokens,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ModelLimits) Reset() {
@@ -285,6 +361,27 @@ func (x *ModelLimits) GetContextWindowTokens() int32 {
 	return 0
 }
 
+func (x *ModelLimits) GetMinReasoningBudgetTokens() int32 {
+	if x != nil {
+		return x.MinReasoningBudgetTokens
+	}
+	return 0
+}
+
+func (x *ModelLimits) GetMaxReasoningBudgetTokens() int32 {
+	if x != nil {
+		return x.MaxReasoningBudgetTokens
+	}
+	return 0
+}
+
+func (x *ModelLimits) GetMaxInputTokens() int32 {
+	if x != nil {
+		return x.MaxInputTokens
+	}
+	return 0
+}
+
 // What a transport, for one configured model, honours.
 type CapabilityManifest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -301,9 +398,16 @@ type CapabilityManifest struct {
 	// The provider option keys accepted, when `CAPABILITY_PROVIDER_OPTIONS` is claimed.
 	ProviderOptionKeys []string `protobuf:"bytes,6,rep,name=provider_option_keys,json=providerOptionKeys,proto3" json:"provider_option_keys,omitempty"`
 	// The logprob bases a request may ask for (`LogprobOptions.basis`). Empty means only the provider default.
-	LogprobBases  []LogprobBasis `protobuf:"varint,7,rep,packed,name=logprob_bases,json=logprobBases,proto3,enum=modelir.v1.LogprobBasis" json:"logprob_bases,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LogprobBases []LogprobBasis `protobuf:"varint,7,rep,packed,name=logprob_bases,json=logprobBases,proto3,enum=modelir.v1.LogprobBasis" json:"logprob_bases,omitempty"`
+	// The media types accepted in input blob parts, exact (`image/png`) or by top-level type (`image/*`), when any
+	// `CAPABILITY_*_INPUT` media capability is claimed. A blob of another type is rejected before any call.
+	InputMediaTypes []string `protobuf:"bytes,8,rep,name=input_media_types,json=inputMediaTypes,proto3" json:"input_media_types,omitempty"`
+	// The provider tool types accepted (`ProviderTool.type`), when `CAPABILITY_PROVIDER_TOOLS` is claimed.
+	ProviderToolTypes []string `protobuf:"bytes,9,rep,name=provider_tool_types,json=providerToolTypes,proto3" json:"provider_tool_types,omitempty"`
+	// The output modalities besides text that a request may ask for (`Request.output_modalities`).
+	OutputModalities []Modality `protobuf:"varint,10,rep,packed,name=output_modalities,json=outputModalities,proto3,enum=modelir.v1.Modality" json:"output_modalities,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CapabilityManifest) Reset() {
@@ -385,19 +489,107 @@ func (x *CapabilityManifest) GetLogprobBases() []LogprobBasis {
 	return nil
 }
 
+func (x *CapabilityManifest) GetInputMediaTypes() []string {
+	if x != nil {
+		return x.InputMediaTypes
+	}
+	return nil
+}
+
+func (x *CapabilityManifest) GetProviderToolTypes() []string {
+	if x != nil {
+		return x.ProviderToolTypes
+	}
+	return nil
+}
+
+func (x *CapabilityManifest) GetOutputModalities() []Modality {
+	if x != nil {
+		return x.OutputModalities
+	}
+	return nil
+}
+
+// Facts about a model's tokenizer, where the engine reports them.
+type TokenizerInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The number of token ids in the vocabulary (ids run from 0 to this minus one). 0 when not reported.
+	VocabularySize int32 `protobuf:"varint,1,opt,name=vocabulary_size,json=vocabularySize,proto3" json:"vocabulary_size,omitempty"`
+	// The beginning-of-sequence token id, when the tokenizer has one.
+	BosTokenId *int32 `protobuf:"varint,2,opt,name=bos_token_id,json=bosTokenId,proto3,oneof" json:"bos_token_id,omitempty"`
+	// The end-of-sequence token ids (a chat model may have several, e.g. `<|im_end|>` and `<|endoftext|>`).
+	EosTokenIds   []int32 `protobuf:"varint,3,rep,packed,name=eos_token_ids,json=eosTokenIds,proto3" json:"eos_token_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenizerInfo) Reset() {
+	*x = TokenizerInfo{}
+	mi := &file_modelir_v1_capabilities_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenizerInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenizerInfo) ProtoMessage() {}
+
+func (x *TokenizerInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_modelir_v1_capabilities_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenizerInfo.ProtoReflect.Descriptor instead.
+func (*TokenizerInfo) Descriptor() ([]byte, []int) {
+	return file_modelir_v1_capabilities_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TokenizerInfo) GetVocabularySize() int32 {
+	if x != nil {
+		return x.VocabularySize
+	}
+	return 0
+}
+
+func (x *TokenizerInfo) GetBosTokenId() int32 {
+	if x != nil && x.BosTokenId != nil {
+		return *x.BosTokenId
+	}
+	return 0
+}
+
+func (x *TokenizerInfo) GetEosTokenIds() []int32 {
+	if x != nil {
+		return x.EosTokenIds
+	}
+	return nil
+}
+
 var File_modelir_v1_capabilities_proto protoreflect.FileDescriptor
 
 const file_modelir_v1_capabilities_proto_rawDesc = "" +
 	"\n" +
 	"\x1dmodelir/v1/capabilities.proto\x12\n" +
-	"modelir.v1\x1a\x19modelir/v1/logprobs.proto\x1a\x18modelir/v1/request.proto\"\xe6\x01\n" +
+	"modelir.v1\x1a\x19modelir/v1/logprobs.proto\x1a\x18modelir/v1/request.proto\"\x8e\x03\n" +
 	"\vModelLimits\x12(\n" +
 	"\x10max_top_logprobs\x18\x01 \x01(\x05R\x0emaxTopLogprobs\x12\x1f\n" +
 	"\vmax_choices\x18\x02 \x01(\x05R\n" +
 	"maxChoices\x12,\n" +
 	"\x12max_stop_sequences\x18\x03 \x01(\x05R\x10maxStopSequences\x12*\n" +
 	"\x11max_output_tokens\x18\x04 \x01(\x05R\x0fmaxOutputTokens\x122\n" +
-	"\x15context_window_tokens\x18\x05 \x01(\x05R\x13contextWindowTokens\"\x84\x03\n" +
+	"\x15context_window_tokens\x18\x05 \x01(\x05R\x13contextWindowTokens\x12=\n" +
+	"\x1bmin_reasoning_budget_tokens\x18\x06 \x01(\x05R\x18minReasoningBudgetTokens\x12=\n" +
+	"\x1bmax_reasoning_budget_tokens\x18\a \x01(\x05R\x18maxReasoningBudgetTokens\x12(\n" +
+	"\x10max_input_tokens\x18\b \x01(\x05R\x0emaxInputTokens\"\xa3\x04\n" +
 	"\x12CapabilityManifest\x12\x1c\n" +
 	"\ttransport\x18\x01 \x01(\tR\ttransport\x12+\n" +
 	"\x11transport_version\x18\x02 \x01(\tR\x10transportVersion\x12:\n" +
@@ -405,7 +597,17 @@ const file_modelir_v1_capabilities_proto_rawDesc = "" +
 	"\x06limits\x18\x04 \x01(\v2\x17.modelir.v1.ModelLimitsR\x06limits\x12E\n" +
 	"\x10grammar_dialects\x18\x05 \x03(\x0e2\x1a.modelir.v1.GrammarDialectR\x0fgrammarDialects\x120\n" +
 	"\x14provider_option_keys\x18\x06 \x03(\tR\x12providerOptionKeys\x12=\n" +
-	"\rlogprob_bases\x18\a \x03(\x0e2\x18.modelir.v1.LogprobBasisR\flogprobBases*\x98\b\n" +
+	"\rlogprob_bases\x18\a \x03(\x0e2\x18.modelir.v1.LogprobBasisR\flogprobBases\x12*\n" +
+	"\x11input_media_types\x18\b \x03(\tR\x0finputMediaTypes\x12.\n" +
+	"\x13provider_tool_types\x18\t \x03(\tR\x11providerToolTypes\x12A\n" +
+	"\x11output_modalities\x18\n" +
+	" \x03(\x0e2\x14.modelir.v1.ModalityR\x10outputModalities\"\x94\x01\n" +
+	"\rTokenizerInfo\x12'\n" +
+	"\x0fvocabulary_size\x18\x01 \x01(\x05R\x0evocabularySize\x12%\n" +
+	"\fbos_token_id\x18\x02 \x01(\x05H\x00R\n" +
+	"bosTokenId\x88\x01\x01\x12\"\n" +
+	"\reos_token_ids\x18\x03 \x03(\x05R\veosTokenIdsB\x0f\n" +
+	"\r_bos_token_id*\xa4\f\n" +
 	"\n" +
 	"Capability\x12\x1a\n" +
 	"\x16CAPABILITY_UNSPECIFIED\x10\x00\x12\x19\n" +
@@ -443,7 +645,23 @@ const file_modelir_v1_capabilities_proto_rawDesc = "" +
 	"'CAPABILITY_PRESENCE_FREQUENCY_PENALTIES\x10\x1f\x12!\n" +
 	"\x1dCAPABILITY_REPETITION_PENALTY\x10 \x12\x1f\n" +
 	"\x1bCAPABILITY_PROVIDER_OPTIONS\x10!\x12\x1e\n" +
-	"\x1aCAPABILITY_SYSTEM_MESSAGES\x10\"Bx\n" +
+	"\x1aCAPABILITY_SYSTEM_MESSAGES\x10\"\x12\x1a\n" +
+	"\x16CAPABILITY_AUDIO_INPUT\x10#\x12\x1a\n" +
+	"\x16CAPABILITY_VIDEO_INPUT\x10$\x12\x1d\n" +
+	"\x19CAPABILITY_DOCUMENT_INPUT\x10%\x12\x1b\n" +
+	"\x17CAPABILITY_IMAGE_OUTPUT\x10&\x12\x1b\n" +
+	"\x17CAPABILITY_AUDIO_OUTPUT\x10'\x12 \n" +
+	"\x1cCAPABILITY_REASONING_SUMMARY\x10(\x12\x19\n" +
+	"\x15CAPABILITY_LOGIT_BIAS\x10)\x12 \n" +
+	"\x1cCAPABILITY_MIN_OUTPUT_TOKENS\x10*\x12%\n" +
+	"!CAPABILITY_MULTI_TURN_TOKEN_INPUT\x10+\x12\x1d\n" +
+	"\x19CAPABILITY_PROVIDER_TOOLS\x10,\x12\x1c\n" +
+	"\x18CAPABILITY_ALLOWED_TOOLS\x10-\x12'\n" +
+	"#CAPABILITY_PROMPT_CACHE_BREAKPOINTS\x10.\x12\x1d\n" +
+	"\x19CAPABILITY_CACHED_CONTENT\x10/\x12%\n" +
+	"!CAPABILITY_CONSTRAINT_JSON_OBJECT\x100\x12$\n" +
+	" CAPABILITY_TOKENIZE_CONVERSATION\x101\x12!\n" +
+	"\x1dCAPABILITY_SERVER_TOOL_REPLAY\x102Bx\n" +
 	"\x0edev.modelir.v1B\x11CapabilitiesProtoP\x01Z#modelir.dev/go/modelir/v1;modelirv1\xa2\x02\x03MXX\xaa\x02\n" +
 	"Modelir.V1\xca\x02\n" +
 	"Modelir\\V1\xea\x02\vModelir::V1b\x06proto3"
@@ -461,24 +679,27 @@ func file_modelir_v1_capabilities_proto_rawDescGZIP() []byte {
 }
 
 var file_modelir_v1_capabilities_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_modelir_v1_capabilities_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_modelir_v1_capabilities_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_modelir_v1_capabilities_proto_goTypes = []any{
 	(Capability)(0),            // 0: modelir.v1.Capability
 	(*ModelLimits)(nil),        // 1: modelir.v1.ModelLimits
 	(*CapabilityManifest)(nil), // 2: modelir.v1.CapabilityManifest
-	(GrammarDialect)(0),        // 3: modelir.v1.GrammarDialect
-	(LogprobBasis)(0),          // 4: modelir.v1.LogprobBasis
+	(*TokenizerInfo)(nil),      // 3: modelir.v1.TokenizerInfo
+	(GrammarDialect)(0),        // 4: modelir.v1.GrammarDialect
+	(LogprobBasis)(0),          // 5: modelir.v1.LogprobBasis
+	(Modality)(0),              // 6: modelir.v1.Modality
 }
 var file_modelir_v1_capabilities_proto_depIdxs = []int32{
 	0, // 0: modelir.v1.CapabilityManifest.capabilities:type_name -> modelir.v1.Capability
 	1, // 1: modelir.v1.CapabilityManifest.limits:type_name -> modelir.v1.ModelLimits
-	3, // 2: modelir.v1.CapabilityManifest.grammar_dialects:type_name -> modelir.v1.GrammarDialect
-	4, // 3: modelir.v1.CapabilityManifest.logprob_bases:type_name -> modelir.v1.LogprobBasis
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	4, // 2: modelir.v1.CapabilityManifest.grammar_dialects:type_name -> modelir.v1.GrammarDialect
+	5, // 3: modelir.v1.CapabilityManifest.logprob_bases:type_name -> modelir.v1.LogprobBasis
+	6, // 4: modelir.v1.CapabilityManifest.output_modalities:type_name -> modelir.v1.Modality
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_modelir_v1_capabilities_proto_init() }
@@ -488,13 +709,14 @@ func file_modelir_v1_capabilities_proto_init() {
 	}
 	file_modelir_v1_logprobs_proto_init()
 	file_modelir_v1_request_proto_init()
+	file_modelir_v1_capabilities_proto_msgTypes[2].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_modelir_v1_capabilities_proto_rawDesc), len(file_modelir_v1_capabilities_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   2,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -9,6 +9,7 @@ package modelirv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -21,7 +22,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// The author of a message in a conversation.
+// The author of a message in a conversation. A closed enum: a new role would change every transport.
 type Role int32
 
 const (
@@ -88,65 +89,190 @@ func (Role) EnumDescriptor() ([]byte, []int) {
 	return file_modelir_v1_content_proto_rawDescGZIP(), []int{0}
 }
 
-// The kind of an opaque reasoning artifact.
-type ReasoningArtifactKind int32
+// Which phase of an agentic turn an assistant message belongs to (OpenAI Responses `phase`). An open enum: new
+// values are added in minor versions, and a receiver that does not know one treats it as unspecified.
+type MessagePhase int32
 
 const (
-	// The kind was not set; receivers reject such an artifact.
-	ReasoningArtifactKind_REASONING_ARTIFACT_KIND_UNSPECIFIED ReasoningArtifactKind = 0
-	// A signature over visible reasoning (Anthropic `thinking.signature`; the reference model's signature).
-	ReasoningArtifactKind_REASONING_ARTIFACT_KIND_SIGNATURE ReasoningArtifactKind = 1
-	// Reasoning the provider redacted and returned encrypted (Anthropic `redacted_thinking.data`).
-	ReasoningArtifactKind_REASONING_ARTIFACT_KIND_REDACTED_DATA ReasoningArtifactKind = 2
-	// Encrypted reasoning state (OpenAI Responses `reasoning.encrypted_content`).
-	ReasoningArtifactKind_REASONING_ARTIFACT_KIND_ENCRYPTED_CONTENT ReasoningArtifactKind = 3
-	// A signature over the model's thinking attached to a part (Gemini `thoughtSignature`).
-	ReasoningArtifactKind_REASONING_ARTIFACT_KIND_THOUGHT_SIGNATURE ReasoningArtifactKind = 4
+	// The provider gave no phase.
+	MessagePhase_MESSAGE_PHASE_UNSPECIFIED MessagePhase = 0
+	// Intermediate commentary written while the model works (Responses `commentary`).
+	MessagePhase_MESSAGE_PHASE_COMMENTARY MessagePhase = 1
+	// The final answer of the turn (Responses `final_answer`).
+	MessagePhase_MESSAGE_PHASE_FINAL_ANSWER MessagePhase = 2
 )
 
-// Enum value maps for ReasoningArtifactKind.
+// Enum value maps for MessagePhase.
 var (
-	ReasoningArtifactKind_name = map[int32]string{
-		0: "REASONING_ARTIFACT_KIND_UNSPECIFIED",
-		1: "REASONING_ARTIFACT_KIND_SIGNATURE",
-		2: "REASONING_ARTIFACT_KIND_REDACTED_DATA",
-		3: "REASONING_ARTIFACT_KIND_ENCRYPTED_CONTENT",
-		4: "REASONING_ARTIFACT_KIND_THOUGHT_SIGNATURE",
+	MessagePhase_name = map[int32]string{
+		0: "MESSAGE_PHASE_UNSPECIFIED",
+		1: "MESSAGE_PHASE_COMMENTARY",
+		2: "MESSAGE_PHASE_FINAL_ANSWER",
 	}
-	ReasoningArtifactKind_value = map[string]int32{
-		"REASONING_ARTIFACT_KIND_UNSPECIFIED":       0,
-		"REASONING_ARTIFACT_KIND_SIGNATURE":         1,
-		"REASONING_ARTIFACT_KIND_REDACTED_DATA":     2,
-		"REASONING_ARTIFACT_KIND_ENCRYPTED_CONTENT": 3,
-		"REASONING_ARTIFACT_KIND_THOUGHT_SIGNATURE": 4,
+	MessagePhase_value = map[string]int32{
+		"MESSAGE_PHASE_UNSPECIFIED":  0,
+		"MESSAGE_PHASE_COMMENTARY":   1,
+		"MESSAGE_PHASE_FINAL_ANSWER": 2,
 	}
 )
 
-func (x ReasoningArtifactKind) Enum() *ReasoningArtifactKind {
-	p := new(ReasoningArtifactKind)
+func (x MessagePhase) Enum() *MessagePhase {
+	p := new(MessagePhase)
 	*p = x
 	return p
 }
 
-func (x ReasoningArtifactKind) String() string {
+func (x MessagePhase) String() string {
 	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
 }
 
-func (ReasoningArtifactKind) Descriptor() protoreflect.EnumDescriptor {
+func (MessagePhase) Descriptor() protoreflect.EnumDescriptor {
 	return file_modelir_v1_content_proto_enumTypes[1].Descriptor()
 }
 
-func (ReasoningArtifactKind) Type() protoreflect.EnumType {
+func (MessagePhase) Type() protoreflect.EnumType {
 	return &file_modelir_v1_content_proto_enumTypes[1]
 }
 
-func (x ReasoningArtifactKind) Number() protoreflect.EnumNumber {
+func (x MessagePhase) Number() protoreflect.EnumNumber {
 	return protoreflect.EnumNumber(x)
 }
 
-// Deprecated: Use ReasoningArtifactKind.Descriptor instead.
-func (ReasoningArtifactKind) EnumDescriptor() ([]byte, []int) {
+// Deprecated: Use MessagePhase.Descriptor instead.
+func (MessagePhase) EnumDescriptor() ([]byte, []int) {
 	return file_modelir_v1_content_proto_rawDescGZIP(), []int{1}
+}
+
+// The kind of a cited source. An open enum: new values are added in minor versions; a receiver that does not know
+// one treats it as unspecified and reads `native_json`.
+type CitationKind int32
+
+const (
+	// The kind is not known.
+	CitationKind_CITATION_KIND_UNSPECIFIED CitationKind = 0
+	// A web page (Responses `url_citation`, Anthropic `web_search_result_location`, a Gemini web grounding chunk).
+	CitationKind_CITATION_KIND_URL CitationKind = 1
+	// A document given in the request (Anthropic `char_location` / `page_location` / `content_block_location`).
+	CitationKind_CITATION_KIND_DOCUMENT CitationKind = 2
+	// An uploaded file (Responses `file_citation` / `container_file_citation`).
+	CitationKind_CITATION_KIND_FILE CitationKind = 3
+)
+
+// Enum value maps for CitationKind.
+var (
+	CitationKind_name = map[int32]string{
+		0: "CITATION_KIND_UNSPECIFIED",
+		1: "CITATION_KIND_URL",
+		2: "CITATION_KIND_DOCUMENT",
+		3: "CITATION_KIND_FILE",
+	}
+	CitationKind_value = map[string]int32{
+		"CITATION_KIND_UNSPECIFIED": 0,
+		"CITATION_KIND_URL":         1,
+		"CITATION_KIND_DOCUMENT":    2,
+		"CITATION_KIND_FILE":        3,
+	}
+)
+
+func (x CitationKind) Enum() *CitationKind {
+	p := new(CitationKind)
+	*p = x
+	return p
+}
+
+func (x CitationKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CitationKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_modelir_v1_content_proto_enumTypes[2].Descriptor()
+}
+
+func (CitationKind) Type() protoreflect.EnumType {
+	return &file_modelir_v1_content_proto_enumTypes[2]
+}
+
+func (x CitationKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CitationKind.Descriptor instead.
+func (CitationKind) EnumDescriptor() ([]byte, []int) {
+	return file_modelir_v1_content_proto_rawDescGZIP(), []int{2}
+}
+
+// The kind of an opaque artifact. An open enum: new values are added in minor versions; a receiver that does not
+// know one keeps and replays the artifact as it is.
+type OpaqueArtifactKind int32
+
+const (
+	// The kind was not set; receivers reject such an artifact.
+	OpaqueArtifactKind_OPAQUE_ARTIFACT_KIND_UNSPECIFIED OpaqueArtifactKind = 0
+	// A signature over visible reasoning (Anthropic `thinking.signature`; the reference model's signature).
+	OpaqueArtifactKind_OPAQUE_ARTIFACT_KIND_SIGNATURE OpaqueArtifactKind = 1
+	// Reasoning the provider redacted and returned encrypted (Anthropic `redacted_thinking.data`).
+	OpaqueArtifactKind_OPAQUE_ARTIFACT_KIND_REDACTED_DATA OpaqueArtifactKind = 2
+	// Encrypted reasoning state (OpenAI Responses `reasoning.encrypted_content`).
+	OpaqueArtifactKind_OPAQUE_ARTIFACT_KIND_ENCRYPTED_CONTENT OpaqueArtifactKind = 3
+	// A signature over the model's thinking attached to a part (Gemini `thoughtSignature`).
+	OpaqueArtifactKind_OPAQUE_ARTIFACT_KIND_THOUGHT_SIGNATURE OpaqueArtifactKind = 4
+	// An encrypted search result (Anthropic `web_search_result.encrypted_content`).
+	OpaqueArtifactKind_OPAQUE_ARTIFACT_KIND_ENCRYPTED_SEARCH_RESULT OpaqueArtifactKind = 5
+	// An encrypted citation index (Anthropic `citation.encrypted_index`).
+	OpaqueArtifactKind_OPAQUE_ARTIFACT_KIND_ENCRYPTED_CITATION OpaqueArtifactKind = 6
+	// Compacted conversation state (OpenAI Responses `compaction.encrypted_content`).
+	OpaqueArtifactKind_OPAQUE_ARTIFACT_KIND_COMPACTION OpaqueArtifactKind = 7
+)
+
+// Enum value maps for OpaqueArtifactKind.
+var (
+	OpaqueArtifactKind_name = map[int32]string{
+		0: "OPAQUE_ARTIFACT_KIND_UNSPECIFIED",
+		1: "OPAQUE_ARTIFACT_KIND_SIGNATURE",
+		2: "OPAQUE_ARTIFACT_KIND_REDACTED_DATA",
+		3: "OPAQUE_ARTIFACT_KIND_ENCRYPTED_CONTENT",
+		4: "OPAQUE_ARTIFACT_KIND_THOUGHT_SIGNATURE",
+		5: "OPAQUE_ARTIFACT_KIND_ENCRYPTED_SEARCH_RESULT",
+		6: "OPAQUE_ARTIFACT_KIND_ENCRYPTED_CITATION",
+		7: "OPAQUE_ARTIFACT_KIND_COMPACTION",
+	}
+	OpaqueArtifactKind_value = map[string]int32{
+		"OPAQUE_ARTIFACT_KIND_UNSPECIFIED":             0,
+		"OPAQUE_ARTIFACT_KIND_SIGNATURE":               1,
+		"OPAQUE_ARTIFACT_KIND_REDACTED_DATA":           2,
+		"OPAQUE_ARTIFACT_KIND_ENCRYPTED_CONTENT":       3,
+		"OPAQUE_ARTIFACT_KIND_THOUGHT_SIGNATURE":       4,
+		"OPAQUE_ARTIFACT_KIND_ENCRYPTED_SEARCH_RESULT": 5,
+		"OPAQUE_ARTIFACT_KIND_ENCRYPTED_CITATION":      6,
+		"OPAQUE_ARTIFACT_KIND_COMPACTION":              7,
+	}
+)
+
+func (x OpaqueArtifactKind) Enum() *OpaqueArtifactKind {
+	p := new(OpaqueArtifactKind)
+	*p = x
+	return p
+}
+
+func (x OpaqueArtifactKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (OpaqueArtifactKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_modelir_v1_content_proto_enumTypes[3].Descriptor()
+}
+
+func (OpaqueArtifactKind) Type() protoreflect.EnumType {
+	return &file_modelir_v1_content_proto_enumTypes[3]
+}
+
+func (x OpaqueArtifactKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use OpaqueArtifactKind.Descriptor instead.
+func (OpaqueArtifactKind) EnumDescriptor() ([]byte, []int) {
+	return file_modelir_v1_content_proto_rawDescGZIP(), []int{3}
 }
 
 // One turn of a conversation: who wrote it and its parts in order.
@@ -158,7 +284,17 @@ type Message struct {
 	// reasoning, text and tool calls interleave exactly as returned).
 	Parts []*Part `protobuf:"bytes,2,rep,name=parts,proto3" json:"parts,omitempty"`
 	// An optional participant name, for providers that accept one (OpenAI `name`). Empty means none.
-	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// Options for this message that only one transport understands (e.g. Anthropic `cache_control` on a system
+	// block's message), one entry per transport; the running transport reads its own entry and ignores the others.
+	ProviderOptions []*ProviderOptions `protobuf:"bytes,4,rep,name=provider_options,json=providerOptions,proto3" json:"provider_options,omitempty"`
+	// The phase of an assistant message, as the provider reported it; replayed to providers that accept it.
+	Phase MessagePhase `protobuf:"varint,5,opt,name=phase,proto3,enum=modelir.v1.MessagePhase" json:"phase,omitempty"`
+	// The exact token ids an assistant turn was sampled as (`Choice.sampled_tokens.token_ids` of the answer it came
+	// from), so that the engine sees the turn as it was generated instead of re-tokenizing its text (multi-turn
+	// token-in for RL). Only on assistant messages; a request that sets it needs
+	// `CAPABILITY_MULTI_TURN_TOKEN_INPUT`. Empty means the parts are rendered as usual.
+	TokenIds      []int32 `protobuf:"varint,6,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -214,7 +350,30 @@ func (x *Message) GetName() string {
 	return ""
 }
 
-// One piece of a message: exactly one kind of content, plus any opaque reasoning artifacts that belong to it.
+func (x *Message) GetProviderOptions() []*ProviderOptions {
+	if x != nil {
+		return x.ProviderOptions
+	}
+	return nil
+}
+
+func (x *Message) GetPhase() MessagePhase {
+	if x != nil {
+		return x.Phase
+	}
+	return MessagePhase_MESSAGE_PHASE_UNSPECIFIED
+}
+
+func (x *Message) GetTokenIds() []int32 {
+	if x != nil {
+		return x.TokenIds
+	}
+	return nil
+}
+
+// One piece of a message: exactly one kind of content, plus any opaque artifacts that belong to it. New kinds
+// are added in minor versions; a receiver that meets a kind it does not know keeps the part as it is (the
+// unknown field) and a transport that cannot lower it rejects the request naming the part.
 type Part struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The content of this part.
@@ -226,16 +385,30 @@ type Part struct {
 	//	*Part_ToolCall
 	//	*Part_ToolResult
 	//	*Part_Reasoning
+	//	*Part_Refusal
+	//	*Part_ServerToolCall
+	//	*Part_ServerToolResult
+	//	*Part_ProviderPart
+	//	*Part_Compaction
 	Content isPart_Content `protobuf_oneof:"content"`
-	// Opaque reasoning artifacts that the provider attached to this very part (an Anthropic thinking `signature`,
-	// a Gemini `thoughtSignature` on a text or function-call part, ...), in the order received. They are replayed
-	// byte for byte, on this part, to the issuer that produced them.
-	Artifacts []*ReasoningArtifact `protobuf:"bytes,6,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
+	// Opaque artifacts that the provider attached to this very part (an Anthropic thinking `signature`, a Gemini
+	// `thoughtSignature` on a text or function-call part, the encrypted content of a web search result, ...), in
+	// the order received. They are replayed byte for byte, on this part, to the issuer that produced them.
+	Artifacts []*OpaqueArtifact `protobuf:"bytes,6,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
 	// The provider's own id for the item this part came from, when the provider requires it to be replayed
-	// (OpenAI Responses output items such as `msg_...` and `fc_...`). Empty when the provider gives none.
-	ItemId        string `protobuf:"bytes,7,opt,name=item_id,json=itemId,proto3" json:"item_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// (OpenAI Responses output items such as `msg_...`, `fc_...`, `rs_...`, `ws_...`). The one place an item id
+	// lives. Empty when the provider gives none.
+	ItemId string `protobuf:"bytes,7,opt,name=item_id,json=itemId,proto3" json:"item_id,omitempty"`
+	// Sources that a text part cites (Anthropic `citations`, Responses `annotations`, Gemini grounding supports),
+	// in the order the provider gave them. Only on text parts.
+	Citations []*Citation `protobuf:"bytes,12,rep,name=citations,proto3" json:"citations,omitempty"`
+	// Options for this part that only one transport understands, one entry per transport (see `Message`).
+	ProviderOptions []*ProviderOptions `protobuf:"bytes,13,rep,name=provider_options,json=providerOptions,proto3" json:"provider_options,omitempty"`
+	// A prompt-cache breakpoint after this part (Anthropic `cache_control`). Unset means none. A request that sets
+	// one needs `CAPABILITY_PROMPT_CACHE_BREAKPOINTS`.
+	CacheBreakpoint *CacheBreakpoint `protobuf:"bytes,14,opt,name=cache_breakpoint,json=cacheBreakpoint,proto3" json:"cache_breakpoint,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Part) Reset() {
@@ -320,7 +493,52 @@ func (x *Part) GetReasoning() *Reasoning {
 	return nil
 }
 
-func (x *Part) GetArtifacts() []*ReasoningArtifact {
+func (x *Part) GetRefusal() string {
+	if x != nil {
+		if x, ok := x.Content.(*Part_Refusal); ok {
+			return x.Refusal
+		}
+	}
+	return ""
+}
+
+func (x *Part) GetServerToolCall() *ServerToolCall {
+	if x != nil {
+		if x, ok := x.Content.(*Part_ServerToolCall); ok {
+			return x.ServerToolCall
+		}
+	}
+	return nil
+}
+
+func (x *Part) GetServerToolResult() *ServerToolResult {
+	if x != nil {
+		if x, ok := x.Content.(*Part_ServerToolResult); ok {
+			return x.ServerToolResult
+		}
+	}
+	return nil
+}
+
+func (x *Part) GetProviderPart() *ProviderPart {
+	if x != nil {
+		if x, ok := x.Content.(*Part_ProviderPart); ok {
+			return x.ProviderPart
+		}
+	}
+	return nil
+}
+
+func (x *Part) GetCompaction() *Compaction {
+	if x != nil {
+		if x, ok := x.Content.(*Part_Compaction); ok {
+			return x.Compaction
+		}
+	}
+	return nil
+}
+
+func (x *Part) GetArtifacts() []*OpaqueArtifact {
 	if x != nil {
 		return x.Artifacts
 	}
@@ -332,6 +550,27 @@ func (x *Part) GetItemId() string {
 		return x.ItemId
 	}
 	return ""
+}
+
+func (x *Part) GetCitations() []*Citation {
+	if x != nil {
+		return x.Citations
+	}
+	return nil
+}
+
+func (x *Part) GetProviderOptions() []*ProviderOptions {
+	if x != nil {
+		return x.ProviderOptions
+	}
+	return nil
+}
+
+func (x *Part) GetCacheBreakpoint() *CacheBreakpoint {
+	if x != nil {
+		return x.CacheBreakpoint
+	}
+	return nil
 }
 
 type isPart_Content interface {
@@ -349,7 +588,7 @@ type Part_Blob struct {
 }
 
 type Part_ToolCall struct {
-	// A call of a declared tool, made by the model.
+	// A call of a tool declared by the caller (a function tool), made by the model; the caller runs it.
 	ToolCall *ToolCall `protobuf:"bytes,3,opt,name=tool_call,json=toolCall,proto3,oneof"`
 }
 
@@ -363,6 +602,37 @@ type Part_Reasoning struct {
 	Reasoning *Reasoning `protobuf:"bytes,5,opt,name=reasoning,proto3,oneof"`
 }
 
+type Part_Refusal struct {
+	// The model's refusal to answer, in its own words (OpenAI chat `message.refusal`, Responses `refusal`
+	// content). Never plain text, so that a caller can tell a refusal from an answer.
+	Refusal string `protobuf:"bytes,8,opt,name=refusal,proto3,oneof"`
+}
+
+type Part_ServerToolCall struct {
+	// A call of a tool that the provider runs itself (Anthropic `server_tool_use`, OpenAI Responses
+	// `web_search_call` / `file_search_call` / `code_interpreter_call` / `image_generation_call` / `mcp_call`,
+	// Gemini `executableCode`). Nothing is sent back for it; it is replayed to its issuer as it came.
+	ServerToolCall *ServerToolCall `protobuf:"bytes,9,opt,name=server_tool_call,json=serverToolCall,proto3,oneof"`
+}
+
+type Part_ServerToolResult struct {
+	// The result of a provider-run tool (Anthropic `*_tool_result` blocks, Gemini `codeExecutionResult`, the
+	// results of a Responses hosted-tool item).
+	ServerToolResult *ServerToolResult `protobuf:"bytes,10,opt,name=server_tool_result,json=serverToolResult,proto3,oneof"`
+}
+
+type Part_ProviderPart struct {
+	// Content of a kind the IR does not model yet, carried verbatim so that nothing is dropped and it can be
+	// replayed to its issuer.
+	ProviderPart *ProviderPart `protobuf:"bytes,11,opt,name=provider_part,json=providerPart,proto3,oneof"`
+}
+
+type Part_Compaction struct {
+	// A marker that the provider compacted the conversation up to here (OpenAI Responses `compaction` items);
+	// the compacted state is this part's `OPAQUE_ARTIFACT_KIND_COMPACTION` artifact.
+	Compaction *Compaction `protobuf:"bytes,15,opt,name=compaction,proto3,oneof"`
+}
+
 func (*Part_Text) isPart_Content() {}
 
 func (*Part_Blob) isPart_Content() {}
@@ -372,6 +642,16 @@ func (*Part_ToolCall) isPart_Content() {}
 func (*Part_ToolResult) isPart_Content() {}
 
 func (*Part_Reasoning) isPart_Content() {}
+
+func (*Part_Refusal) isPart_Content() {}
+
+func (*Part_ServerToolCall) isPart_Content() {}
+
+func (*Part_ServerToolResult) isPart_Content() {}
+
+func (*Part_ProviderPart) isPart_Content() {}
+
+func (*Part_Compaction) isPart_Content() {}
 
 // Binary data with its media type, inline or by reference.
 type Blob struct {
@@ -469,13 +749,13 @@ func (*Blob_Data) isBlob_Source() {}
 
 func (*Blob_Uri) isBlob_Source() {}
 
-// A call of a tool, as the model produced it.
+// A call of a function tool, as the model produced it.
 type ToolCall struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The id that links this call to its result (OpenAI `call_id`/`id`, Anthropic `tool_use.id`, Gemini
 	// `functionCall.id`). Empty when the provider gives none.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// The name of the called tool, one of the request's declared tools.
+	// The name of the called tool, one of the request's declared function tools.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// The arguments as a JSON text, exactly as the provider produced them (it may be invalid JSON; it is never
 	// re-encoded unless the provider sent an object, which is then serialized without whitespace).
@@ -664,6 +944,448 @@ func (x *Reasoning) GetSummary() []string {
 	return nil
 }
 
+// A call of a tool that the provider ran itself.
+type ServerToolCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The provider's id of the call, which its result names (Anthropic `srvtoolu_...`, Gemini `executableCode.id`,
+	// a Responses item id). Empty when the provider gives none (results then follow their call in order).
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The tool's name as the provider reports it (`web_search`, `web_fetch`, `bash_code_execution`,
+	// `code_execution`, `file_search`, `image_generation`, `mcp`, ...). An open vocabulary; it need not equal a
+	// declared tool's name.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The call's input as JSON text, verbatim (Anthropic `input`, a Responses item's `action` / `code` / `queries` /
+	// `arguments`, Gemini `{language, code}`).
+	ArgumentsJson string `protobuf:"bytes,3,opt,name=arguments_json,json=argumentsJson,proto3" json:"arguments_json,omitempty"`
+	// The remote server the call went to, for tools that name one (a Responses MCP `server_label`). Empty otherwise.
+	ServerLabel   string `protobuf:"bytes,4,opt,name=server_label,json=serverLabel,proto3" json:"server_label,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServerToolCall) Reset() {
+	*x = ServerToolCall{}
+	mi := &file_modelir_v1_content_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServerToolCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServerToolCall) ProtoMessage() {}
+
+func (x *ServerToolCall) ProtoReflect() protoreflect.Message {
+	mi := &file_modelir_v1_content_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServerToolCall.ProtoReflect.Descriptor instead.
+func (*ServerToolCall) Descriptor() ([]byte, []int) {
+	return file_modelir_v1_content_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ServerToolCall) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ServerToolCall) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ServerToolCall) GetArgumentsJson() string {
+	if x != nil {
+		return x.ArgumentsJson
+	}
+	return ""
+}
+
+func (x *ServerToolCall) GetServerLabel() string {
+	if x != nil {
+		return x.ServerLabel
+	}
+	return ""
+}
+
+// The result of a tool that the provider ran itself.
+type ServerToolResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The id of the call this result belongs to (`ServerToolCall.id`). Empty when the provider gives none.
+	ToolCallId string `protobuf:"bytes,1,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	// The tool's name, as on the call.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The result's readable content, where the provider gives some: program output as text, a fetched document's
+	// text, a generated image as a blob.
+	Content []*Part `protobuf:"bytes,3,rep,name=content,proto3" json:"content,omitempty"`
+	// The native result object as JSON text, verbatim except that every opaque payload in it (e.g. a web search
+	// result's `encrypted_content`) is moved to the part's `artifacts`, each naming its place with
+	// `OpaqueArtifact.json_pointer`. Replay puts them back in place.
+	ResultJson string `protobuf:"bytes,4,opt,name=result_json,json=resultJson,proto3" json:"result_json,omitempty"`
+	// True when the tool failed (an error result, Gemini `OUTCOME_FAILED`, a Responses item with an `error`).
+	Failed        bool `protobuf:"varint,5,opt,name=failed,proto3" json:"failed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServerToolResult) Reset() {
+	*x = ServerToolResult{}
+	mi := &file_modelir_v1_content_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServerToolResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServerToolResult) ProtoMessage() {}
+
+func (x *ServerToolResult) ProtoReflect() protoreflect.Message {
+	mi := &file_modelir_v1_content_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServerToolResult.ProtoReflect.Descriptor instead.
+func (*ServerToolResult) Descriptor() ([]byte, []int) {
+	return file_modelir_v1_content_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ServerToolResult) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
+func (x *ServerToolResult) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ServerToolResult) GetContent() []*Part {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
+func (x *ServerToolResult) GetResultJson() string {
+	if x != nil {
+		return x.ResultJson
+	}
+	return ""
+}
+
+func (x *ServerToolResult) GetFailed() bool {
+	if x != nil {
+		return x.Failed
+	}
+	return false
+}
+
+// Content of a kind the IR does not model yet, kept verbatim.
+type ProviderPart struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The native type, qualified by the transport: `<transport>.<type>`, e.g. `anthropic_messages.container_upload`.
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// The native JSON of the block or item, verbatim.
+	NativeJson string `protobuf:"bytes,2,opt,name=native_json,json=nativeJson,proto3" json:"native_json,omitempty"`
+	// Who produced it: the only party it is replayed to. Another transport rejects (or, under
+	// `FOREIGN_ARTIFACT_POLICY_DROP`, drops with a warning) a provider part it did not issue.
+	Issuer        *Issuer `protobuf:"bytes,3,opt,name=issuer,proto3" json:"issuer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProviderPart) Reset() {
+	*x = ProviderPart{}
+	mi := &file_modelir_v1_content_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProviderPart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProviderPart) ProtoMessage() {}
+
+func (x *ProviderPart) ProtoReflect() protoreflect.Message {
+	mi := &file_modelir_v1_content_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProviderPart.ProtoReflect.Descriptor instead.
+func (*ProviderPart) Descriptor() ([]byte, []int) {
+	return file_modelir_v1_content_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ProviderPart) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *ProviderPart) GetNativeJson() string {
+	if x != nil {
+		return x.NativeJson
+	}
+	return ""
+}
+
+func (x *ProviderPart) GetIssuer() *Issuer {
+	if x != nil {
+		return x.Issuer
+	}
+	return nil
+}
+
+// A compaction marker; its state travels as an opaque artifact of the part.
+type Compaction struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Compaction) Reset() {
+	*x = Compaction{}
+	mi := &file_modelir_v1_content_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Compaction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Compaction) ProtoMessage() {}
+
+func (x *Compaction) ProtoReflect() protoreflect.Message {
+	mi := &file_modelir_v1_content_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Compaction.ProtoReflect.Descriptor instead.
+func (*Compaction) Descriptor() ([]byte, []int) {
+	return file_modelir_v1_content_proto_rawDescGZIP(), []int{9}
+}
+
+// A source that a span of text cites.
+type Citation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What kind of source it is.
+	Kind CitationKind `protobuf:"varint,1,opt,name=kind,proto3,enum=modelir.v1.CitationKind" json:"kind,omitempty"`
+	// The cited URL (web results, URL citations). Empty when the source has none.
+	Url string `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	// The source's title, when the provider gives one.
+	Title string `protobuf:"bytes,3,opt,name=title,proto3" json:"title,omitempty"`
+	// The cited file or document id (Responses `file_id`, an Anthropic document index as decimal). Empty when none.
+	SourceId string `protobuf:"bytes,4,opt,name=source_id,json=sourceId,proto3" json:"source_id,omitempty"`
+	// The cited file's name, when the provider gives one.
+	Filename string `protobuf:"bytes,5,opt,name=filename,proto3" json:"filename,omitempty"`
+	// The text quoted from the source (Anthropic `cited_text`), not from the answer. Empty when none.
+	CitedText string `protobuf:"bytes,6,opt,name=cited_text,json=citedText,proto3" json:"cited_text,omitempty"`
+	// Where the cited span of the part's text starts, in UTF-8 bytes from the start of the part's text. Unset, with
+	// `end_byte` unset, when the citation covers the whole part (Anthropic citations have no offsets). Providers
+	// that count characters (Responses annotations) are converted to bytes.
+	StartByte *uint32 `protobuf:"varint,7,opt,name=start_byte,json=startByte,proto3,oneof" json:"start_byte,omitempty"`
+	// Where the cited span ends (exclusive), in UTF-8 bytes. Equal to `start_byte` for a citation of a position
+	// (Responses `file_citation.index`).
+	EndByte *uint32 `protobuf:"varint,8,opt,name=end_byte,json=endByte,proto3,oneof" json:"end_byte,omitempty"`
+	// Opaque payloads of the citation (Anthropic `encrypted_index`), replayed verbatim to their issuer.
+	Artifacts []*OpaqueArtifact `protobuf:"bytes,9,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
+	// The native citation as JSON text, verbatim, so that a field the IR does not model is not lost. Empty when the
+	// fields above carry all of it.
+	NativeJson    string `protobuf:"bytes,10,opt,name=native_json,json=nativeJson,proto3" json:"native_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Citation) Reset() {
+	*x = Citation{}
+	mi := &file_modelir_v1_content_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Citation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Citation) ProtoMessage() {}
+
+func (x *Citation) ProtoReflect() protoreflect.Message {
+	mi := &file_modelir_v1_content_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Citation.ProtoReflect.Descriptor instead.
+func (*Citation) Descriptor() ([]byte, []int) {
+	return file_modelir_v1_content_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Citation) GetKind() CitationKind {
+	if x != nil {
+		return x.Kind
+	}
+	return CitationKind_CITATION_KIND_UNSPECIFIED
+}
+
+func (x *Citation) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *Citation) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *Citation) GetSourceId() string {
+	if x != nil {
+		return x.SourceId
+	}
+	return ""
+}
+
+func (x *Citation) GetFilename() string {
+	if x != nil {
+		return x.Filename
+	}
+	return ""
+}
+
+func (x *Citation) GetCitedText() string {
+	if x != nil {
+		return x.CitedText
+	}
+	return ""
+}
+
+func (x *Citation) GetStartByte() uint32 {
+	if x != nil && x.StartByte != nil {
+		return *x.StartByte
+	}
+	return 0
+}
+
+func (x *Citation) GetEndByte() uint32 {
+	if x != nil && x.EndByte != nil {
+		return *x.EndByte
+	}
+	return 0
+}
+
+func (x *Citation) GetArtifacts() []*OpaqueArtifact {
+	if x != nil {
+		return x.Artifacts
+	}
+	return nil
+}
+
+func (x *Citation) GetNativeJson() string {
+	if x != nil {
+		return x.NativeJson
+	}
+	return ""
+}
+
+// A prompt-cache breakpoint: the provider may cache the prompt up to and including the part that carries it.
+type CacheBreakpoint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How long the cache entry should live (Anthropic `ttl`: 5 minutes or 1 hour). Unset means the provider's
+	// default.
+	Ttl           *durationpb.Duration `protobuf:"bytes,1,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CacheBreakpoint) Reset() {
+	*x = CacheBreakpoint{}
+	mi := &file_modelir_v1_content_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CacheBreakpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CacheBreakpoint) ProtoMessage() {}
+
+func (x *CacheBreakpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_modelir_v1_content_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CacheBreakpoint.ProtoReflect.Descriptor instead.
+func (*CacheBreakpoint) Descriptor() ([]byte, []int) {
+	return file_modelir_v1_content_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *CacheBreakpoint) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
 // Who produced an artifact: the only party it may be replayed to.
 type Issuer struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -677,7 +1399,7 @@ type Issuer struct {
 
 func (x *Issuer) Reset() {
 	*x = Issuer{}
-	mi := &file_modelir_v1_content_proto_msgTypes[6]
+	mi := &file_modelir_v1_content_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +1411,7 @@ func (x *Issuer) String() string {
 func (*Issuer) ProtoMessage() {}
 
 func (x *Issuer) ProtoReflect() protoreflect.Message {
-	mi := &file_modelir_v1_content_proto_msgTypes[6]
+	mi := &file_modelir_v1_content_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +1424,7 @@ func (x *Issuer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Issuer.ProtoReflect.Descriptor instead.
 func (*Issuer) Descriptor() ([]byte, []int) {
-	return file_modelir_v1_content_proto_rawDescGZIP(), []int{6}
+	return file_modelir_v1_content_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Issuer) GetTransport() string {
@@ -719,37 +1441,39 @@ func (x *Issuer) GetModel() string {
 	return ""
 }
 
-// An opaque reasoning artifact, kept exactly as received so that it can be replayed to its issuer.
-type ReasoningArtifact struct {
+// An opaque artifact, kept exactly as received so that it can be replayed to its issuer. Artifacts are never
+// interpreted; a transport checks only their issuer.
+type OpaqueArtifact struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// What kind of artifact this is.
-	Kind ReasoningArtifactKind `protobuf:"varint,1,opt,name=kind,proto3,enum=modelir.v1.ReasoningArtifactKind" json:"kind,omitempty"`
+	Kind OpaqueArtifactKind `protobuf:"varint,1,opt,name=kind,proto3,enum=modelir.v1.OpaqueArtifactKind" json:"kind,omitempty"`
 	// The artifact exactly as it appeared on the wire. For string-valued artifacts (all current providers) these
 	// are the UTF-8 bytes of the string, so replay reproduces the same spelling.
 	Data []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
 	// Who issued the artifact.
 	Issuer *Issuer `protobuf:"bytes,3,opt,name=issuer,proto3" json:"issuer,omitempty"`
-	// A provider item id that must travel with the artifact (OpenAI Responses reasoning item `rs_...`).
-	ItemId        string `protobuf:"bytes,4,opt,name=item_id,json=itemId,proto3" json:"item_id,omitempty"`
+	// Where the artifact sits inside its holder's native JSON (`ServerToolResult.result_json`), as an RFC 6901
+	// JSON pointer such as `/content/0/encrypted_content`. Empty when the artifact belongs to the part itself.
+	JsonPointer   string `protobuf:"bytes,5,opt,name=json_pointer,json=jsonPointer,proto3" json:"json_pointer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *ReasoningArtifact) Reset() {
-	*x = ReasoningArtifact{}
-	mi := &file_modelir_v1_content_proto_msgTypes[7]
+func (x *OpaqueArtifact) Reset() {
+	*x = OpaqueArtifact{}
+	mi := &file_modelir_v1_content_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *ReasoningArtifact) String() string {
+func (x *OpaqueArtifact) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*ReasoningArtifact) ProtoMessage() {}
+func (*OpaqueArtifact) ProtoMessage() {}
 
-func (x *ReasoningArtifact) ProtoReflect() protoreflect.Message {
-	mi := &file_modelir_v1_content_proto_msgTypes[7]
+func (x *OpaqueArtifact) ProtoReflect() protoreflect.Message {
+	mi := &file_modelir_v1_content_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -760,35 +1484,91 @@ func (x *ReasoningArtifact) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use ReasoningArtifact.ProtoReflect.Descriptor instead.
-func (*ReasoningArtifact) Descriptor() ([]byte, []int) {
-	return file_modelir_v1_content_proto_rawDescGZIP(), []int{7}
+// Deprecated: Use OpaqueArtifact.ProtoReflect.Descriptor instead.
+func (*OpaqueArtifact) Descriptor() ([]byte, []int) {
+	return file_modelir_v1_content_proto_rawDescGZIP(), []int{13}
 }
 
-func (x *ReasoningArtifact) GetKind() ReasoningArtifactKind {
+func (x *OpaqueArtifact) GetKind() OpaqueArtifactKind {
 	if x != nil {
 		return x.Kind
 	}
-	return ReasoningArtifactKind_REASONING_ARTIFACT_KIND_UNSPECIFIED
+	return OpaqueArtifactKind_OPAQUE_ARTIFACT_KIND_UNSPECIFIED
 }
 
-func (x *ReasoningArtifact) GetData() []byte {
+func (x *OpaqueArtifact) GetData() []byte {
 	if x != nil {
 		return x.Data
 	}
 	return nil
 }
 
-func (x *ReasoningArtifact) GetIssuer() *Issuer {
+func (x *OpaqueArtifact) GetIssuer() *Issuer {
 	if x != nil {
 		return x.Issuer
 	}
 	return nil
 }
 
-func (x *ReasoningArtifact) GetItemId() string {
+func (x *OpaqueArtifact) GetJsonPointer() string {
 	if x != nil {
-		return x.ItemId
+		return x.JsonPointer
+	}
+	return ""
+}
+
+// Options that only one transport understands, for a request, a message or a part. The transport declares the
+// keys it accepts (`CapabilityManifest.provider_option_keys`).
+type ProviderOptions struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The transport these options are for, e.g. `vllm`. At most one entry per transport in one list.
+	Transport string `protobuf:"bytes,1,opt,name=transport,proto3" json:"transport,omitempty"`
+	// A JSON object of options, merged into the native request (or message, or part) by that transport.
+	OptionsJson   string `protobuf:"bytes,2,opt,name=options_json,json=optionsJson,proto3" json:"options_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProviderOptions) Reset() {
+	*x = ProviderOptions{}
+	mi := &file_modelir_v1_content_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProviderOptions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProviderOptions) ProtoMessage() {}
+
+func (x *ProviderOptions) ProtoReflect() protoreflect.Message {
+	mi := &file_modelir_v1_content_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProviderOptions.ProtoReflect.Descriptor instead.
+func (*ProviderOptions) Descriptor() ([]byte, []int) {
+	return file_modelir_v1_content_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ProviderOptions) GetTransport() string {
+	if x != nil {
+		return x.Transport
+	}
+	return ""
+}
+
+func (x *ProviderOptions) GetOptionsJson() string {
+	if x != nil {
+		return x.OptionsJson
 	}
 	return ""
 }
@@ -798,20 +1578,34 @@ var File_modelir_v1_content_proto protoreflect.FileDescriptor
 const file_modelir_v1_content_proto_rawDesc = "" +
 	"\n" +
 	"\x18modelir/v1/content.proto\x12\n" +
-	"modelir.v1\"k\n" +
+	"modelir.v1\x1a\x1egoogle/protobuf/duration.proto\"\x80\x02\n" +
 	"\aMessage\x12$\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x10.modelir.v1.RoleR\x04role\x12&\n" +
 	"\x05parts\x18\x02 \x03(\v2\x10.modelir.v1.PartR\x05parts\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\"\xcc\x02\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12F\n" +
+	"\x10provider_options\x18\x04 \x03(\v2\x1b.modelir.v1.ProviderOptionsR\x0fproviderOptions\x12.\n" +
+	"\x05phase\x18\x05 \x01(\x0e2\x18.modelir.v1.MessagePhaseR\x05phase\x12\x1b\n" +
+	"\ttoken_ids\x18\x06 \x03(\x05R\btokenIds\"\xba\x06\n" +
 	"\x04Part\x12\x14\n" +
 	"\x04text\x18\x01 \x01(\tH\x00R\x04text\x12&\n" +
 	"\x04blob\x18\x02 \x01(\v2\x10.modelir.v1.BlobH\x00R\x04blob\x123\n" +
 	"\ttool_call\x18\x03 \x01(\v2\x14.modelir.v1.ToolCallH\x00R\btoolCall\x129\n" +
 	"\vtool_result\x18\x04 \x01(\v2\x16.modelir.v1.ToolResultH\x00R\n" +
 	"toolResult\x125\n" +
-	"\treasoning\x18\x05 \x01(\v2\x15.modelir.v1.ReasoningH\x00R\treasoning\x12;\n" +
-	"\tartifacts\x18\x06 \x03(\v2\x1d.modelir.v1.ReasoningArtifactR\tartifacts\x12\x17\n" +
-	"\aitem_id\x18\a \x01(\tR\x06itemIdB\t\n" +
+	"\treasoning\x18\x05 \x01(\v2\x15.modelir.v1.ReasoningH\x00R\treasoning\x12\x1a\n" +
+	"\arefusal\x18\b \x01(\tH\x00R\arefusal\x12F\n" +
+	"\x10server_tool_call\x18\t \x01(\v2\x1a.modelir.v1.ServerToolCallH\x00R\x0eserverToolCall\x12L\n" +
+	"\x12server_tool_result\x18\n" +
+	" \x01(\v2\x1c.modelir.v1.ServerToolResultH\x00R\x10serverToolResult\x12?\n" +
+	"\rprovider_part\x18\v \x01(\v2\x18.modelir.v1.ProviderPartH\x00R\fproviderPart\x128\n" +
+	"\n" +
+	"compaction\x18\x0f \x01(\v2\x16.modelir.v1.CompactionH\x00R\n" +
+	"compaction\x128\n" +
+	"\tartifacts\x18\x06 \x03(\v2\x1a.modelir.v1.OpaqueArtifactR\tartifacts\x12\x17\n" +
+	"\aitem_id\x18\a \x01(\tR\x06itemId\x122\n" +
+	"\tcitations\x18\f \x03(\v2\x14.modelir.v1.CitationR\tcitations\x12F\n" +
+	"\x10provider_options\x18\r \x03(\v2\x1b.modelir.v1.ProviderOptionsR\x0fproviderOptions\x12F\n" +
+	"\x10cache_breakpoint\x18\x0e \x01(\v2\x1b.modelir.v1.CacheBreakpointR\x0fcacheBreakpointB\t\n" +
 	"\acontent\"W\n" +
 	"\x04Blob\x12\x1b\n" +
 	"\tmime_type\x18\x01 \x01(\tR\bmimeType\x12\x14\n" +
@@ -831,28 +1625,82 @@ const file_modelir_v1_content_proto_rawDesc = "" +
 	"\x06failed\x18\x04 \x01(\bR\x06failed\"9\n" +
 	"\tReasoning\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x18\n" +
-	"\asummary\x18\x02 \x03(\tR\asummary\"<\n" +
+	"\asummary\x18\x02 \x03(\tR\asummary\"~\n" +
+	"\x0eServerToolCall\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
+	"\x0earguments_json\x18\x03 \x01(\tR\rargumentsJson\x12!\n" +
+	"\fserver_label\x18\x04 \x01(\tR\vserverLabel\"\xad\x01\n" +
+	"\x10ServerToolResult\x12 \n" +
+	"\ftool_call_id\x18\x01 \x01(\tR\n" +
+	"toolCallId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12*\n" +
+	"\acontent\x18\x03 \x03(\v2\x10.modelir.v1.PartR\acontent\x12\x1f\n" +
+	"\vresult_json\x18\x04 \x01(\tR\n" +
+	"resultJson\x12\x16\n" +
+	"\x06failed\x18\x05 \x01(\bR\x06failed\"o\n" +
+	"\fProviderPart\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1f\n" +
+	"\vnative_json\x18\x02 \x01(\tR\n" +
+	"nativeJson\x12*\n" +
+	"\x06issuer\x18\x03 \x01(\v2\x12.modelir.v1.IssuerR\x06issuer\"\f\n" +
+	"\n" +
+	"Compaction\"\xf3\x02\n" +
+	"\bCitation\x12,\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x18.modelir.v1.CitationKindR\x04kind\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12\x14\n" +
+	"\x05title\x18\x03 \x01(\tR\x05title\x12\x1b\n" +
+	"\tsource_id\x18\x04 \x01(\tR\bsourceId\x12\x1a\n" +
+	"\bfilename\x18\x05 \x01(\tR\bfilename\x12\x1d\n" +
+	"\n" +
+	"cited_text\x18\x06 \x01(\tR\tcitedText\x12\"\n" +
+	"\n" +
+	"start_byte\x18\a \x01(\rH\x00R\tstartByte\x88\x01\x01\x12\x1e\n" +
+	"\bend_byte\x18\b \x01(\rH\x01R\aendByte\x88\x01\x01\x128\n" +
+	"\tartifacts\x18\t \x03(\v2\x1a.modelir.v1.OpaqueArtifactR\tartifacts\x12\x1f\n" +
+	"\vnative_json\x18\n" +
+	" \x01(\tR\n" +
+	"nativeJsonB\r\n" +
+	"\v_start_byteB\v\n" +
+	"\t_end_byte\">\n" +
+	"\x0fCacheBreakpoint\x12+\n" +
+	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"<\n" +
 	"\x06Issuer\x12\x1c\n" +
 	"\ttransport\x18\x01 \x01(\tR\ttransport\x12\x14\n" +
-	"\x05model\x18\x02 \x01(\tR\x05model\"\xa3\x01\n" +
-	"\x11ReasoningArtifact\x125\n" +
-	"\x04kind\x18\x01 \x01(\x0e2!.modelir.v1.ReasoningArtifactKindR\x04kind\x12\x12\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\"\xb6\x01\n" +
+	"\x0eOpaqueArtifact\x122\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x1e.modelir.v1.OpaqueArtifactKindR\x04kind\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12*\n" +
-	"\x06issuer\x18\x03 \x01(\v2\x12.modelir.v1.IssuerR\x06issuer\x12\x17\n" +
-	"\aitem_id\x18\x04 \x01(\tR\x06itemId*s\n" +
+	"\x06issuer\x18\x03 \x01(\v2\x12.modelir.v1.IssuerR\x06issuer\x12!\n" +
+	"\fjson_pointer\x18\x05 \x01(\tR\vjsonPointerJ\x04\b\x04\x10\x05R\aitem_id\"R\n" +
+	"\x0fProviderOptions\x12\x1c\n" +
+	"\ttransport\x18\x01 \x01(\tR\ttransport\x12!\n" +
+	"\foptions_json\x18\x02 \x01(\tR\voptionsJson*s\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_SYSTEM\x10\x01\x12\x12\n" +
 	"\x0eROLE_DEVELOPER\x10\x02\x12\r\n" +
 	"\tROLE_USER\x10\x03\x12\x12\n" +
 	"\x0eROLE_ASSISTANT\x10\x04\x12\r\n" +
-	"\tROLE_TOOL\x10\x05*\xf0\x01\n" +
-	"\x15ReasoningArtifactKind\x12'\n" +
-	"#REASONING_ARTIFACT_KIND_UNSPECIFIED\x10\x00\x12%\n" +
-	"!REASONING_ARTIFACT_KIND_SIGNATURE\x10\x01\x12)\n" +
-	"%REASONING_ARTIFACT_KIND_REDACTED_DATA\x10\x02\x12-\n" +
-	")REASONING_ARTIFACT_KIND_ENCRYPTED_CONTENT\x10\x03\x12-\n" +
-	")REASONING_ARTIFACT_KIND_THOUGHT_SIGNATURE\x10\x04Bs\n" +
+	"\tROLE_TOOL\x10\x05*k\n" +
+	"\fMessagePhase\x12\x1d\n" +
+	"\x19MESSAGE_PHASE_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18MESSAGE_PHASE_COMMENTARY\x10\x01\x12\x1e\n" +
+	"\x1aMESSAGE_PHASE_FINAL_ANSWER\x10\x02*x\n" +
+	"\fCitationKind\x12\x1d\n" +
+	"\x19CITATION_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11CITATION_KIND_URL\x10\x01\x12\x1a\n" +
+	"\x16CITATION_KIND_DOCUMENT\x10\x02\x12\x16\n" +
+	"\x12CITATION_KIND_FILE\x10\x03*\xe2\x02\n" +
+	"\x12OpaqueArtifactKind\x12$\n" +
+	" OPAQUE_ARTIFACT_KIND_UNSPECIFIED\x10\x00\x12\"\n" +
+	"\x1eOPAQUE_ARTIFACT_KIND_SIGNATURE\x10\x01\x12&\n" +
+	"\"OPAQUE_ARTIFACT_KIND_REDACTED_DATA\x10\x02\x12*\n" +
+	"&OPAQUE_ARTIFACT_KIND_ENCRYPTED_CONTENT\x10\x03\x12*\n" +
+	"&OPAQUE_ARTIFACT_KIND_THOUGHT_SIGNATURE\x10\x04\x120\n" +
+	",OPAQUE_ARTIFACT_KIND_ENCRYPTED_SEARCH_RESULT\x10\x05\x12+\n" +
+	"'OPAQUE_ARTIFACT_KIND_ENCRYPTED_CITATION\x10\x06\x12#\n" +
+	"\x1fOPAQUE_ARTIFACT_KIND_COMPACTION\x10\aBs\n" +
 	"\x0edev.modelir.v1B\fContentProtoP\x01Z#modelir.dev/go/modelir/v1;modelirv1\xa2\x02\x03MXX\xaa\x02\n" +
 	"Modelir.V1\xca\x02\n" +
 	"Modelir\\V1\xea\x02\vModelir::V1b\x06proto3"
@@ -869,36 +1717,60 @@ func file_modelir_v1_content_proto_rawDescGZIP() []byte {
 	return file_modelir_v1_content_proto_rawDescData
 }
 
-var file_modelir_v1_content_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_modelir_v1_content_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_modelir_v1_content_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_modelir_v1_content_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_modelir_v1_content_proto_goTypes = []any{
-	(Role)(0),                  // 0: modelir.v1.Role
-	(ReasoningArtifactKind)(0), // 1: modelir.v1.ReasoningArtifactKind
-	(*Message)(nil),            // 2: modelir.v1.Message
-	(*Part)(nil),               // 3: modelir.v1.Part
-	(*Blob)(nil),               // 4: modelir.v1.Blob
-	(*ToolCall)(nil),           // 5: modelir.v1.ToolCall
-	(*ToolResult)(nil),         // 6: modelir.v1.ToolResult
-	(*Reasoning)(nil),          // 7: modelir.v1.Reasoning
-	(*Issuer)(nil),             // 8: modelir.v1.Issuer
-	(*ReasoningArtifact)(nil),  // 9: modelir.v1.ReasoningArtifact
+	(Role)(0),                   // 0: modelir.v1.Role
+	(MessagePhase)(0),           // 1: modelir.v1.MessagePhase
+	(CitationKind)(0),           // 2: modelir.v1.CitationKind
+	(OpaqueArtifactKind)(0),     // 3: modelir.v1.OpaqueArtifactKind
+	(*Message)(nil),             // 4: modelir.v1.Message
+	(*Part)(nil),                // 5: modelir.v1.Part
+	(*Blob)(nil),                // 6: modelir.v1.Blob
+	(*ToolCall)(nil),            // 7: modelir.v1.ToolCall
+	(*ToolResult)(nil),          // 8: modelir.v1.ToolResult
+	(*Reasoning)(nil),           // 9: modelir.v1.Reasoning
+	(*ServerToolCall)(nil),      // 10: modelir.v1.ServerToolCall
+	(*ServerToolResult)(nil),    // 11: modelir.v1.ServerToolResult
+	(*ProviderPart)(nil),        // 12: modelir.v1.ProviderPart
+	(*Compaction)(nil),          // 13: modelir.v1.Compaction
+	(*Citation)(nil),            // 14: modelir.v1.Citation
+	(*CacheBreakpoint)(nil),     // 15: modelir.v1.CacheBreakpoint
+	(*Issuer)(nil),              // 16: modelir.v1.Issuer
+	(*OpaqueArtifact)(nil),      // 17: modelir.v1.OpaqueArtifact
+	(*ProviderOptions)(nil),     // 18: modelir.v1.ProviderOptions
+	(*durationpb.Duration)(nil), // 19: google.protobuf.Duration
 }
 var file_modelir_v1_content_proto_depIdxs = []int32{
 	0,  // 0: modelir.v1.Message.role:type_name -> modelir.v1.Role
-	3,  // 1: modelir.v1.Message.parts:type_name -> modelir.v1.Part
-	4,  // 2: modelir.v1.Part.blob:type_name -> modelir.v1.Blob
-	5,  // 3: modelir.v1.Part.tool_call:type_name -> modelir.v1.ToolCall
-	6,  // 4: modelir.v1.Part.tool_result:type_name -> modelir.v1.ToolResult
-	7,  // 5: modelir.v1.Part.reasoning:type_name -> modelir.v1.Reasoning
-	9,  // 6: modelir.v1.Part.artifacts:type_name -> modelir.v1.ReasoningArtifact
-	3,  // 7: modelir.v1.ToolResult.content:type_name -> modelir.v1.Part
-	1,  // 8: modelir.v1.ReasoningArtifact.kind:type_name -> modelir.v1.ReasoningArtifactKind
-	8,  // 9: modelir.v1.ReasoningArtifact.issuer:type_name -> modelir.v1.Issuer
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	5,  // 1: modelir.v1.Message.parts:type_name -> modelir.v1.Part
+	18, // 2: modelir.v1.Message.provider_options:type_name -> modelir.v1.ProviderOptions
+	1,  // 3: modelir.v1.Message.phase:type_name -> modelir.v1.MessagePhase
+	6,  // 4: modelir.v1.Part.blob:type_name -> modelir.v1.Blob
+	7,  // 5: modelir.v1.Part.tool_call:type_name -> modelir.v1.ToolCall
+	8,  // 6: modelir.v1.Part.tool_result:type_name -> modelir.v1.ToolResult
+	9,  // 7: modelir.v1.Part.reasoning:type_name -> modelir.v1.Reasoning
+	10, // 8: modelir.v1.Part.server_tool_call:type_name -> modelir.v1.ServerToolCall
+	11, // 9: modelir.v1.Part.server_tool_result:type_name -> modelir.v1.ServerToolResult
+	12, // 10: modelir.v1.Part.provider_part:type_name -> modelir.v1.ProviderPart
+	13, // 11: modelir.v1.Part.compaction:type_name -> modelir.v1.Compaction
+	17, // 12: modelir.v1.Part.artifacts:type_name -> modelir.v1.OpaqueArtifact
+	14, // 13: modelir.v1.Part.citations:type_name -> modelir.v1.Citation
+	18, // 14: modelir.v1.Part.provider_options:type_name -> modelir.v1.ProviderOptions
+	15, // 15: modelir.v1.Part.cache_breakpoint:type_name -> modelir.v1.CacheBreakpoint
+	5,  // 16: modelir.v1.ToolResult.content:type_name -> modelir.v1.Part
+	5,  // 17: modelir.v1.ServerToolResult.content:type_name -> modelir.v1.Part
+	16, // 18: modelir.v1.ProviderPart.issuer:type_name -> modelir.v1.Issuer
+	2,  // 19: modelir.v1.Citation.kind:type_name -> modelir.v1.CitationKind
+	17, // 20: modelir.v1.Citation.artifacts:type_name -> modelir.v1.OpaqueArtifact
+	19, // 21: modelir.v1.CacheBreakpoint.ttl:type_name -> google.protobuf.Duration
+	3,  // 22: modelir.v1.OpaqueArtifact.kind:type_name -> modelir.v1.OpaqueArtifactKind
+	16, // 23: modelir.v1.OpaqueArtifact.issuer:type_name -> modelir.v1.Issuer
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_modelir_v1_content_proto_init() }
@@ -912,18 +1784,24 @@ func file_modelir_v1_content_proto_init() {
 		(*Part_ToolCall)(nil),
 		(*Part_ToolResult)(nil),
 		(*Part_Reasoning)(nil),
+		(*Part_Refusal)(nil),
+		(*Part_ServerToolCall)(nil),
+		(*Part_ServerToolResult)(nil),
+		(*Part_ProviderPart)(nil),
+		(*Part_Compaction)(nil),
 	}
 	file_modelir_v1_content_proto_msgTypes[2].OneofWrappers = []any{
 		(*Blob_Data)(nil),
 		(*Blob_Uri)(nil),
 	}
+	file_modelir_v1_content_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_modelir_v1_content_proto_rawDesc), len(file_modelir_v1_content_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   8,
+			NumEnums:      4,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -9,6 +9,7 @@ package modelirv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -23,7 +24,9 @@ const (
 
 // Why a call failed, or why a response is incomplete. Each reason maps to one gRPC code and one
 // `google.rpc.ErrorInfo.reason` (the value's name without the `ERROR_REASON_` prefix, domain `modelir.dev`);
-// the table lives in the SDK's errors module and in the README of the spec.
+// the table is in the spec's README (`proto/README.md`, "The error table") and, as code, in the SDK's errors
+// module. A closed enum within a major version only in meaning: new reasons may be added in minor versions, and a
+// receiver that does not know one treats it as `ERROR_REASON_INTERNAL`.
 type ErrorReason int32
 
 const (
@@ -136,7 +139,9 @@ func (ErrorReason) EnumDescriptor() ([]byte, []int) {
 	return file_modelir_v1_errors_proto_rawDescGZIP(), []int{0}
 }
 
-// An error attached to a response whose output is partial or suspect. The partial output stays in the response.
+// An error attached to a response whose output is partial or suspect (a soft error), or the failure of a recorded
+// call. The partial output stays in the response. Its shape follows Google's AIP-193 (`ErrorInfo` with a reason,
+// metadata and a retry delay).
 type ResponseError struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Why the response is incomplete.
@@ -148,7 +153,16 @@ type ResponseError struct {
 	// The provider's own error code or type, e.g. `overloaded_error`. Empty when none.
 	ProviderCode string `protobuf:"bytes,4,opt,name=provider_code,json=providerCode,proto3" json:"provider_code,omitempty"`
 	// True when retrying the same request may succeed.
-	Retryable     bool `protobuf:"varint,5,opt,name=retryable,proto3" json:"retryable,omitempty"`
+	Retryable bool `protobuf:"varint,5,opt,name=retryable,proto3" json:"retryable,omitempty"`
+	// The choice this error concerns (e.g. the one whose output breaks its JSON schema). Unset when it concerns the
+	// whole response.
+	ChoiceIndex *int32 `protobuf:"varint,6,opt,name=choice_index,json=choiceIndex,proto3,oneof" json:"choice_index,omitempty"`
+	// Machine-readable facts about the error, by lower_snake_case key (as `google.rpc.ErrorInfo.metadata`), e.g.
+	// `missing_capability`, `limit`. Never credentials.
+	Metadata map[string]string `protobuf:"bytes,7,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// How long to wait before retrying, when the provider said (`Retry-After`, `google.rpc.RetryInfo`). Unset
+	// otherwise.
+	RetryDelay    *durationpb.Duration `protobuf:"bytes,8,opt,name=retry_delay,json=retryDelay,proto3" json:"retry_delay,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -216,6 +230,27 @@ func (x *ResponseError) GetRetryable() bool {
 		return x.Retryable
 	}
 	return false
+}
+
+func (x *ResponseError) GetChoiceIndex() int32 {
+	if x != nil && x.ChoiceIndex != nil {
+		return *x.ChoiceIndex
+	}
+	return 0
+}
+
+func (x *ResponseError) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *ResponseError) GetRetryDelay() *durationpb.Duration {
+	if x != nil {
+		return x.RetryDelay
+	}
+	return nil
 }
 
 // A non-fatal remark about how a request was carried out.
@@ -471,14 +506,22 @@ var File_modelir_v1_errors_proto protoreflect.FileDescriptor
 const file_modelir_v1_errors_proto_rawDesc = "" +
 	"\n" +
 	"\x17modelir/v1/errors.proto\x12\n" +
-	"modelir.v1\x1a\x1dmodelir/v1/capabilities.proto\"\xbe\x01\n" +
+	"modelir.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1dmodelir/v1/capabilities.proto\"\xb5\x03\n" +
 	"\rResponseError\x12/\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x17.modelir.v1.ErrorReasonR\x06reason\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1f\n" +
 	"\vhttp_status\x18\x03 \x01(\x05R\n" +
 	"httpStatus\x12#\n" +
 	"\rprovider_code\x18\x04 \x01(\tR\fproviderCode\x12\x1c\n" +
-	"\tretryable\x18\x05 \x01(\bR\tretryable\"7\n" +
+	"\tretryable\x18\x05 \x01(\bR\tretryable\x12&\n" +
+	"\fchoice_index\x18\x06 \x01(\x05H\x00R\vchoiceIndex\x88\x01\x01\x12C\n" +
+	"\bmetadata\x18\a \x03(\v2'.modelir.v1.ResponseError.MetadataEntryR\bmetadata\x12:\n" +
+	"\vretry_delay\x18\b \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryDelay\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x0f\n" +
+	"\r_choice_index\"7\n" +
 	"\aWarning\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"^\n" +
@@ -530,7 +573,7 @@ func file_modelir_v1_errors_proto_rawDescGZIP() []byte {
 }
 
 var file_modelir_v1_errors_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_modelir_v1_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_modelir_v1_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_modelir_v1_errors_proto_goTypes = []any{
 	(ErrorReason)(0),                // 0: modelir.v1.ErrorReason
 	(*ResponseError)(nil),           // 1: modelir.v1.ResponseError
@@ -538,17 +581,21 @@ var file_modelir_v1_errors_proto_goTypes = []any{
 	(*LimitViolation)(nil),          // 3: modelir.v1.LimitViolation
 	(*UnsupportedCapabilities)(nil), // 4: modelir.v1.UnsupportedCapabilities
 	(*FieldViolation)(nil),          // 5: modelir.v1.FieldViolation
-	(Capability)(0),                 // 6: modelir.v1.Capability
+	nil,                             // 6: modelir.v1.ResponseError.MetadataEntry
+	(*durationpb.Duration)(nil),     // 7: google.protobuf.Duration
+	(Capability)(0),                 // 8: modelir.v1.Capability
 }
 var file_modelir_v1_errors_proto_depIdxs = []int32{
 	0, // 0: modelir.v1.ResponseError.reason:type_name -> modelir.v1.ErrorReason
-	6, // 1: modelir.v1.UnsupportedCapabilities.missing:type_name -> modelir.v1.Capability
-	3, // 2: modelir.v1.UnsupportedCapabilities.limit_violations:type_name -> modelir.v1.LimitViolation
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	6, // 1: modelir.v1.ResponseError.metadata:type_name -> modelir.v1.ResponseError.MetadataEntry
+	7, // 2: modelir.v1.ResponseError.retry_delay:type_name -> google.protobuf.Duration
+	8, // 3: modelir.v1.UnsupportedCapabilities.missing:type_name -> modelir.v1.Capability
+	3, // 4: modelir.v1.UnsupportedCapabilities.limit_violations:type_name -> modelir.v1.LimitViolation
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_modelir_v1_errors_proto_init() }
@@ -557,13 +604,14 @@ func file_modelir_v1_errors_proto_init() {
 		return
 	}
 	file_modelir_v1_capabilities_proto_init()
+	file_modelir_v1_errors_proto_msgTypes[0].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_modelir_v1_errors_proto_rawDesc), len(file_modelir_v1_errors_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -21,7 +21,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// When a log probability was taken relative to sampling.
+// When a log probability was taken relative to sampling. A closed enum.
 type LogprobBasis int32
 
 const (
@@ -85,8 +85,8 @@ type TokenLogprobs struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The token ids, one per token. Empty when the provider does not report ids.
 	TokenIds []int32 `protobuf:"varint,1,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
-	// The log probability of each token, one per token.
-	Logprobs []float32 `protobuf:"fixed32,2,rep,packed,name=logprobs,proto3" json:"logprobs,omitempty"`
+	// The log probability of each token (natural log), one per token.
+	TokenLogprobs []float32 `protobuf:"fixed32,2,rep,packed,name=token_logprobs,json=tokenLogprobs,proto3" json:"token_logprobs,omitempty"`
 	// Each token's text as the provider spells it, one per token (it may be a lossy rendering of a partial UTF-8
 	// sequence).
 	Tokens []string `protobuf:"bytes,3,rep,name=tokens,proto3" json:"tokens,omitempty"`
@@ -152,9 +152,9 @@ func (x *TokenLogprobs) GetTokenIds() []int32 {
 	return nil
 }
 
-func (x *TokenLogprobs) GetLogprobs() []float32 {
+func (x *TokenLogprobs) GetTokenLogprobs() []float32 {
 	if x != nil {
-		return x.Logprobs
+		return x.TokenLogprobs
 	}
 	return nil
 }
@@ -229,8 +229,11 @@ func (x *TokenLogprobs) GetBasis() LogprobBasis {
 	return LogprobBasis_LOGPROB_BASIS_UNSPECIFIED
 }
 
-// The scores of the input (or of a continuation after a context), so that perplexity and bits-per-byte are one
-// division away: bits per byte = -logprob_sum / ln(2) / byte_count.
+// The scores of the input (or of one continuation after a context), so that perplexity and bits-per-byte are one
+// division away: bits per byte of the scored tokens = -logprob_sum / ln(2) / scored_byte_count, and of a whole
+// document scored from its start = -logprob_sum / ln(2) / span_byte_count (the first token, which has no
+// logprob, is then counted in the bytes but not the sum: the usual convention of lm-eval's rolling loglikelihood
+// is to score from a BOS token, which `unscored_token_count` = 0 shows).
 type InputScores struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The scored tokens: ids, logprobs, text and bytes of every token that has a logprob, in order.
@@ -238,18 +241,28 @@ type InputScores struct {
 	// The sum of the scored tokens' logprobs, in nats, summed in double precision.
 	LogprobSum float64 `protobuf:"fixed64,2,opt,name=logprob_sum,json=logprobSum,proto3" json:"logprob_sum,omitempty"`
 	// How many tokens were scored (the length of `tokens`).
-	TokenCount int32 `protobuf:"varint,3,opt,name=token_count,json=tokenCount,proto3" json:"token_count,omitempty"`
+	ScoredTokenCount int32 `protobuf:"varint,3,opt,name=scored_token_count,json=scoredTokenCount,proto3" json:"scored_token_count,omitempty"`
 	// How many UTF-8 bytes the scored tokens cover.
-	ByteCount int64 `protobuf:"varint,4,opt,name=byte_count,json=byteCount,proto3" json:"byte_count,omitempty"`
+	ScoredByteCount int64 `protobuf:"varint,4,opt,name=scored_byte_count,json=scoredByteCount,proto3" json:"scored_byte_count,omitempty"`
 	// How many Unicode code points the scored tokens cover.
-	CharCount int64 `protobuf:"varint,5,opt,name=char_count,json=charCount,proto3" json:"char_count,omitempty"`
+	ScoredCharCount int64 `protobuf:"varint,5,opt,name=scored_char_count,json=scoredCharCount,proto3" json:"scored_char_count,omitempty"`
 	// Tokens at the start of the requested span that have no logprob (the first token of a prompt scored from its
-	// start), which are excluded from the counts and the sum rather than scored as zero.
+	// start), which are excluded from the scored counts and the sum rather than scored as zero.
 	UnscoredTokenCount int32 `protobuf:"varint,6,opt,name=unscored_token_count,json=unscoredTokenCount,proto3" json:"unscored_token_count,omitempty"`
-	// The byte offset in the full input (context plus continuation, UTF-8) where the scored span starts.
+	// The byte offset in the full input (context plus continuation, UTF-8, as rendered for a conversation) where
+	// the scored tokens start.
 	SpanStartByte int64 `protobuf:"varint,7,opt,name=span_start_byte,json=spanStartByte,proto3" json:"span_start_byte,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// How many UTF-8 bytes the requested span (the continuation, or the whole input) has, unscored tokens
+	// included. Equal to `scored_byte_count` when every token of the span is scored and no token straddles the
+	// context boundary.
+	SpanByteCount int64 `protobuf:"varint,8,opt,name=span_byte_count,json=spanByteCount,proto3" json:"span_byte_count,omitempty"`
+	// How many Unicode code points the requested span has, unscored tokens included.
+	SpanCharCount int64 `protobuf:"varint,9,opt,name=span_char_count,json=spanCharCount,proto3" json:"span_char_count,omitempty"`
+	// True when the first scored token also covers bytes of the context (tokenizing context + continuation merged
+	// the boundary); its logprob is then included, and `span_start_byte` lies before the continuation's start.
+	FirstTokenStraddlesContext bool `protobuf:"varint,10,opt,name=first_token_straddles_context,json=firstTokenStraddlesContext,proto3" json:"first_token_straddles_context,omitempty"`
+	unknownFields              protoimpl.UnknownFields
+	sizeCache                  protoimpl.SizeCache
 }
 
 func (x *InputScores) Reset() {
@@ -296,23 +309,23 @@ func (x *InputScores) GetLogprobSum() float64 {
 	return 0
 }
 
-func (x *InputScores) GetTokenCount() int32 {
+func (x *InputScores) GetScoredTokenCount() int32 {
 	if x != nil {
-		return x.TokenCount
+		return x.ScoredTokenCount
 	}
 	return 0
 }
 
-func (x *InputScores) GetByteCount() int64 {
+func (x *InputScores) GetScoredByteCount() int64 {
 	if x != nil {
-		return x.ByteCount
+		return x.ScoredByteCount
 	}
 	return 0
 }
 
-func (x *InputScores) GetCharCount() int64 {
+func (x *InputScores) GetScoredCharCount() int64 {
 	if x != nil {
-		return x.CharCount
+		return x.ScoredCharCount
 	}
 	return 0
 }
@@ -331,15 +344,36 @@ func (x *InputScores) GetSpanStartByte() int64 {
 	return 0
 }
 
+func (x *InputScores) GetSpanByteCount() int64 {
+	if x != nil {
+		return x.SpanByteCount
+	}
+	return 0
+}
+
+func (x *InputScores) GetSpanCharCount() int64 {
+	if x != nil {
+		return x.SpanCharCount
+	}
+	return 0
+}
+
+func (x *InputScores) GetFirstTokenStraddlesContext() bool {
+	if x != nil {
+		return x.FirstTokenStraddlesContext
+	}
+	return false
+}
+
 var File_modelir_v1_logprobs_proto protoreflect.FileDescriptor
 
 const file_modelir_v1_logprobs_proto_rawDesc = "" +
 	"\n" +
 	"\x19modelir/v1/logprobs.proto\x12\n" +
-	"modelir.v1\"\xc1\x03\n" +
+	"modelir.v1\"\xcc\x03\n" +
 	"\rTokenLogprobs\x12\x1b\n" +
-	"\ttoken_ids\x18\x01 \x03(\x05R\btokenIds\x12\x1a\n" +
-	"\blogprobs\x18\x02 \x03(\x02R\blogprobs\x12\x16\n" +
+	"\ttoken_ids\x18\x01 \x03(\x05R\btokenIds\x12%\n" +
+	"\x0etoken_logprobs\x18\x02 \x03(\x02R\rtokenLogprobs\x12\x16\n" +
 	"\x06tokens\x18\x03 \x03(\tR\x06tokens\x12\x1f\n" +
 	"\vtoken_bytes\x18\x04 \x01(\fR\n" +
 	"tokenBytes\x12,\n" +
@@ -353,19 +387,20 @@ const file_modelir_v1_logprobs_proto_rawDesc = "" +
 	"\x0ftop_token_bytes\x18\n" +
 	" \x01(\fR\rtopTokenBytes\x123\n" +
 	"\x16top_token_byte_offsets\x18\v \x03(\rR\x13topTokenByteOffsets\x12.\n" +
-	"\x05basis\x18\f \x01(\x0e2\x18.modelir.v1.LogprobBasisR\x05basis\"\x9a\x02\n" +
+	"\x05basis\x18\f \x01(\x0e2\x18.modelir.v1.LogprobBasisR\x05basis\"\xd4\x03\n" +
 	"\vInputScores\x121\n" +
 	"\x06tokens\x18\x01 \x01(\v2\x19.modelir.v1.TokenLogprobsR\x06tokens\x12\x1f\n" +
 	"\vlogprob_sum\x18\x02 \x01(\x01R\n" +
-	"logprobSum\x12\x1f\n" +
-	"\vtoken_count\x18\x03 \x01(\x05R\n" +
-	"tokenCount\x12\x1d\n" +
-	"\n" +
-	"byte_count\x18\x04 \x01(\x03R\tbyteCount\x12\x1d\n" +
-	"\n" +
-	"char_count\x18\x05 \x01(\x03R\tcharCount\x120\n" +
+	"logprobSum\x12,\n" +
+	"\x12scored_token_count\x18\x03 \x01(\x05R\x10scoredTokenCount\x12*\n" +
+	"\x11scored_byte_count\x18\x04 \x01(\x03R\x0fscoredByteCount\x12*\n" +
+	"\x11scored_char_count\x18\x05 \x01(\x03R\x0fscoredCharCount\x120\n" +
 	"\x14unscored_token_count\x18\x06 \x01(\x05R\x12unscoredTokenCount\x12&\n" +
-	"\x0fspan_start_byte\x18\a \x01(\x03R\rspanStartByte*n\n" +
+	"\x0fspan_start_byte\x18\a \x01(\x03R\rspanStartByte\x12&\n" +
+	"\x0fspan_byte_count\x18\b \x01(\x03R\rspanByteCount\x12&\n" +
+	"\x0fspan_char_count\x18\t \x01(\x03R\rspanCharCount\x12A\n" +
+	"\x1dfirst_token_straddles_context\x18\n" +
+	" \x01(\bR\x1afirstTokenStraddlesContext*n\n" +
 	"\fLogprobBasis\x12\x1d\n" +
 	"\x19LOGPROB_BASIS_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aLOGPROB_BASIS_PRE_SAMPLING\x10\x01\x12\x1f\n" +

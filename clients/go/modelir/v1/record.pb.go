@@ -22,7 +22,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// How a recorded call ended.
+// How a recorded call ended. A closed enum.
 type RecordStatus int32
 
 const (
@@ -82,7 +82,9 @@ func (RecordStatus) EnumDescriptor() ([]byte, []int) {
 // One persisted call: the request, its response or failure, and where it came from.
 type Record struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The request's key, unique within a record file (given in the input, or a stable hash of the request).
+	// The request's key, unique within a record file. Opaque: readers compare keys, never derive them. It is the
+	// key the caller gave with the request, or, when the caller gave none, the request's position in its input as
+	// `#<n>` (decimal, from 0). See "Record files" in `proto/README.md`.
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	// The request as it was sent to the model.
 	Request *Request `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
@@ -329,9 +331,13 @@ type RecordHeader struct {
 	// When the file was created.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// Free-form metadata about the run (command line, model, host), never credentials.
-	RunMetadata   map[string]string `protobuf:"bytes,4,rep,name=run_metadata,json=runMetadata,proto3" json:"run_metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RunMetadata map[string]string `protobuf:"bytes,4,rep,name=run_metadata,json=runMetadata,proto3" json:"run_metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The `google.protobuf.FileDescriptorSet` of the IR that wrote the file (every `modelir/v1` file and its
+	// imports), serialized, so that a reader of any later release can decode fields it does not know. Empty in
+	// files written without it.
+	IrDescriptorSet []byte `protobuf:"bytes,5,opt,name=ir_descriptor_set,json=irDescriptorSet,proto3" json:"ir_descriptor_set,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RecordHeader) Reset() {
@@ -388,6 +394,13 @@ func (x *RecordHeader) GetCreateTime() *timestamppb.Timestamp {
 func (x *RecordHeader) GetRunMetadata() map[string]string {
 	if x != nil {
 		return x.RunMetadata
+	}
+	return nil
+}
+
+func (x *RecordHeader) GetIrDescriptorSet() []byte {
+	if x != nil {
+		return x.IrDescriptorSet
 	}
 	return nil
 }
@@ -511,7 +524,7 @@ const file_modelir_v1_record_proto_rawDesc = "" +
 	"\btrace_id\x18\n" +
 	" \x01(\tR\atraceId\x12\x17\n" +
 	"\aspan_id\x18\v \x01(\tR\x06spanId\x12.\n" +
-	"\x13provider_request_id\x18\f \x01(\tR\x11providerRequestId\"\x99\x02\n" +
+	"\x13provider_request_id\x18\f \x01(\tR\x11providerRequestId\"\xc5\x02\n" +
 	"\fRecordHeader\x12\x1d\n" +
 	"\n" +
 	"ir_version\x18\x01 \x01(\tR\tirVersion\x12\x1f\n" +
@@ -519,7 +532,8 @@ const file_modelir_v1_record_proto_rawDesc = "" +
 	"sdkVersion\x12;\n" +
 	"\vcreate_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12L\n" +
-	"\frun_metadata\x18\x04 \x03(\v2).modelir.v1.RecordHeader.RunMetadataEntryR\vrunMetadata\x1a>\n" +
+	"\frun_metadata\x18\x04 \x03(\v2).modelir.v1.RecordHeader.RunMetadataEntryR\vrunMetadata\x12*\n" +
+	"\x11ir_descriptor_set\x18\x05 \x01(\fR\x0firDescriptorSet\x1a>\n" +
 	"\x10RunMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"|\n" +

@@ -22,7 +22,64 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// How tool calling is constrained.
+// A kind of content a model can read or write. An open enum: new values are added in minor versions.
+type Modality int32
+
+const (
+	// Not set.
+	Modality_MODALITY_UNSPECIFIED Modality = 0
+	// Text.
+	Modality_MODALITY_TEXT Modality = 1
+	// Images.
+	Modality_MODALITY_IMAGE Modality = 2
+	// Audio.
+	Modality_MODALITY_AUDIO Modality = 3
+)
+
+// Enum value maps for Modality.
+var (
+	Modality_name = map[int32]string{
+		0: "MODALITY_UNSPECIFIED",
+		1: "MODALITY_TEXT",
+		2: "MODALITY_IMAGE",
+		3: "MODALITY_AUDIO",
+	}
+	Modality_value = map[string]int32{
+		"MODALITY_UNSPECIFIED": 0,
+		"MODALITY_TEXT":        1,
+		"MODALITY_IMAGE":       2,
+		"MODALITY_AUDIO":       3,
+	}
+)
+
+func (x Modality) Enum() *Modality {
+	p := new(Modality)
+	*p = x
+	return p
+}
+
+func (x Modality) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Modality) Descriptor() protoreflect.EnumDescriptor {
+	return file_modelir_v1_request_proto_enumTypes[0].Descriptor()
+}
+
+func (Modality) Type() protoreflect.EnumType {
+	return &file_modelir_v1_request_proto_enumTypes[0]
+}
+
+func (x Modality) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Modality.Descriptor instead.
+func (Modality) EnumDescriptor() ([]byte, []int) {
+	return file_modelir_v1_request_proto_rawDescGZIP(), []int{0}
+}
+
+// How tool calling is constrained. A closed enum.
 type ToolChoiceMode int32
 
 const (
@@ -63,11 +120,11 @@ func (x ToolChoiceMode) String() string {
 }
 
 func (ToolChoiceMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_modelir_v1_request_proto_enumTypes[0].Descriptor()
+	return file_modelir_v1_request_proto_enumTypes[1].Descriptor()
 }
 
 func (ToolChoiceMode) Type() protoreflect.EnumType {
-	return &file_modelir_v1_request_proto_enumTypes[0]
+	return &file_modelir_v1_request_proto_enumTypes[1]
 }
 
 func (x ToolChoiceMode) Number() protoreflect.EnumNumber {
@@ -76,10 +133,10 @@ func (x ToolChoiceMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ToolChoiceMode.Descriptor instead.
 func (ToolChoiceMode) EnumDescriptor() ([]byte, []int) {
-	return file_modelir_v1_request_proto_rawDescGZIP(), []int{0}
+	return file_modelir_v1_request_proto_rawDescGZIP(), []int{1}
 }
 
-// How hard a model should reason, as a level.
+// How hard a model should reason, as a level. A closed enum.
 type ReasoningEffort int32
 
 const (
@@ -128,11 +185,11 @@ func (x ReasoningEffort) String() string {
 }
 
 func (ReasoningEffort) Descriptor() protoreflect.EnumDescriptor {
-	return file_modelir_v1_request_proto_enumTypes[1].Descriptor()
+	return file_modelir_v1_request_proto_enumTypes[2].Descriptor()
 }
 
 func (ReasoningEffort) Type() protoreflect.EnumType {
-	return &file_modelir_v1_request_proto_enumTypes[1]
+	return &file_modelir_v1_request_proto_enumTypes[2]
 }
 
 func (x ReasoningEffort) Number() protoreflect.EnumNumber {
@@ -141,10 +198,10 @@ func (x ReasoningEffort) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ReasoningEffort.Descriptor instead.
 func (ReasoningEffort) EnumDescriptor() ([]byte, []int) {
-	return file_modelir_v1_request_proto_rawDescGZIP(), []int{1}
+	return file_modelir_v1_request_proto_rawDescGZIP(), []int{2}
 }
 
-// Which reasoning summaries to return.
+// Which reasoning summaries to return. A closed enum.
 type ReasoningSummary int32
 
 const (
@@ -185,11 +242,11 @@ func (x ReasoningSummary) String() string {
 }
 
 func (ReasoningSummary) Descriptor() protoreflect.EnumDescriptor {
-	return file_modelir_v1_request_proto_enumTypes[2].Descriptor()
+	return file_modelir_v1_request_proto_enumTypes[3].Descriptor()
 }
 
 func (ReasoningSummary) Type() protoreflect.EnumType {
-	return &file_modelir_v1_request_proto_enumTypes[2]
+	return &file_modelir_v1_request_proto_enumTypes[3]
 }
 
 func (x ReasoningSummary) Number() protoreflect.EnumNumber {
@@ -198,10 +255,10 @@ func (x ReasoningSummary) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ReasoningSummary.Descriptor instead.
 func (ReasoningSummary) EnumDescriptor() ([]byte, []int) {
-	return file_modelir_v1_request_proto_rawDescGZIP(), []int{2}
+	return file_modelir_v1_request_proto_rawDescGZIP(), []int{3}
 }
 
-// The dialect a grammar is written in.
+// The dialect a grammar is written in. An open enum: new dialects are added in minor versions.
 type GrammarDialect int32
 
 const (
@@ -242,11 +299,11 @@ func (x GrammarDialect) String() string {
 }
 
 func (GrammarDialect) Descriptor() protoreflect.EnumDescriptor {
-	return file_modelir_v1_request_proto_enumTypes[3].Descriptor()
+	return file_modelir_v1_request_proto_enumTypes[4].Descriptor()
 }
 
 func (GrammarDialect) Type() protoreflect.EnumType {
-	return &file_modelir_v1_request_proto_enumTypes[3]
+	return &file_modelir_v1_request_proto_enumTypes[4]
 }
 
 func (x GrammarDialect) Number() protoreflect.EnumNumber {
@@ -255,10 +312,11 @@ func (x GrammarDialect) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GrammarDialect.Descriptor instead.
 func (GrammarDialect) EnumDescriptor() ([]byte, []int) {
-	return file_modelir_v1_request_proto_rawDescGZIP(), []int{3}
+	return file_modelir_v1_request_proto_rawDescGZIP(), []int{4}
 }
 
-// What happens when a conversation holds reasoning artifacts issued by another transport or model.
+// What happens when a conversation holds opaque artifacts or provider parts issued by another transport or
+// model. A closed enum.
 type ForeignArtifactPolicy int32
 
 const (
@@ -295,11 +353,11 @@ func (x ForeignArtifactPolicy) String() string {
 }
 
 func (ForeignArtifactPolicy) Descriptor() protoreflect.EnumDescriptor {
-	return file_modelir_v1_request_proto_enumTypes[4].Descriptor()
+	return file_modelir_v1_request_proto_enumTypes[5].Descriptor()
 }
 
 func (ForeignArtifactPolicy) Type() protoreflect.EnumType {
-	return &file_modelir_v1_request_proto_enumTypes[4]
+	return &file_modelir_v1_request_proto_enumTypes[5]
 }
 
 func (x ForeignArtifactPolicy) Number() protoreflect.EnumNumber {
@@ -308,7 +366,7 @@ func (x ForeignArtifactPolicy) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ForeignArtifactPolicy.Descriptor instead.
 func (ForeignArtifactPolicy) EnumDescriptor() ([]byte, []int) {
-	return file_modelir_v1_request_proto_rawDescGZIP(), []int{4}
+	return file_modelir_v1_request_proto_rawDescGZIP(), []int{5}
 }
 
 // One provider-neutral request to a language model. Every field is either honoured by the transport that runs
@@ -327,12 +385,12 @@ type Request struct {
 	Input isRequest_Input `protobuf_oneof:"input"`
 	// How to sample the output.
 	Sampling *SamplingParams `protobuf:"bytes,5,opt,name=sampling,proto3" json:"sampling,omitempty"`
-	// The tools the model may call.
+	// The tools the model may call: function tools the caller runs, and provider tools the provider runs.
 	Tools []*Tool `protobuf:"bytes,6,rep,name=tools,proto3" json:"tools,omitempty"`
 	// Whether and which tool the model must call. Unset means the provider default (auto when tools are given).
 	ToolChoice *ToolChoice `protobuf:"bytes,7,opt,name=tool_choice,json=toolChoice,proto3" json:"tool_choice,omitempty"`
-	// How much the model should reason. Unset means the provider default.
-	Reasoning *ReasoningControls `protobuf:"bytes,8,opt,name=reasoning,proto3" json:"reasoning,omitempty"`
+	// How much the model should reason and which reasoning to return. Unset means the provider default.
+	ReasoningControls *ReasoningControls `protobuf:"bytes,8,opt,name=reasoning_controls,json=reasoningControls,proto3" json:"reasoning_controls,omitempty"`
 	// A constraint that the output must satisfy. Unset means free output.
 	Constraint *Constraint `protobuf:"bytes,9,opt,name=constraint,proto3" json:"constraint,omitempty"`
 	// Text that the assistant's reply starts with; the model continues it. The response holds only the
@@ -340,22 +398,34 @@ type Request struct {
 	Prefill string `protobuf:"bytes,10,opt,name=prefill,proto3" json:"prefill,omitempty"`
 	// Fill-in-the-middle: the model writes what goes between `prompt` (the prefix) and this suffix.
 	Fim *FillInTheMiddle `protobuf:"bytes,11,opt,name=fim,proto3" json:"fim,omitempty"`
-	// Log probabilities of the sampled tokens. Unset means none are returned.
-	Logprobs *LogprobOptions `protobuf:"bytes,12,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
+	// Which log probabilities of the sampled tokens to return. Unset means none are returned.
+	LogprobOptions *LogprobOptions `protobuf:"bytes,12,opt,name=logprob_options,json=logprobOptions,proto3" json:"logprob_options,omitempty"`
 	// Scoring of the input itself (prompt log probabilities). Unset means the input is not scored.
 	InputScoring *InputScoringOptions `protobuf:"bytes,13,opt,name=input_scoring,json=inputScoring,proto3" json:"input_scoring,omitempty"`
-	// Provider-specific options, validated against the transport's declared keys.
-	ProviderOptions *ProviderOptions `protobuf:"bytes,14,opt,name=provider_options,json=providerOptions,proto3" json:"provider_options,omitempty"`
-	// What to do with reasoning artifacts from another issuer in the conversation.
+	// Provider-specific options, one entry per transport, so that one portable request can carry options for
+	// several transports (for fallbacks). The transport that runs the request reads only its own entry, whose keys
+	// must all be declared in its manifest (`provider_option_keys`); entries for other transports are ignored. Two
+	// entries for one transport are rejected.
+	ProviderOptions []*ProviderOptions `protobuf:"bytes,14,rep,name=provider_options,json=providerOptions,proto3" json:"provider_options,omitempty"`
+	// What to do with artifacts and provider parts from another issuer in the conversation.
 	ForeignArtifactPolicy ForeignArtifactPolicy `protobuf:"varint,15,opt,name=foreign_artifact_policy,json=foreignArtifactPolicy,proto3,enum=modelir.v1.ForeignArtifactPolicy" json:"foreign_artifact_policy,omitempty"`
 	// The longest the whole call may take, retries included. Unset means the caller's deadline or the server's
 	// default.
 	Timeout *durationpb.Duration `protobuf:"bytes,16,opt,name=timeout,proto3" json:"timeout,omitempty"`
-	// When true, the response keeps the provider's raw HTTP status and body (or raw stream events), so that the
-	// lift can be re-run later. Off by default because raw bodies can be large.
-	IncludeRaw    bool `protobuf:"varint,17,opt,name=include_raw,json=includeRaw,proto3" json:"include_raw,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// When true, the response keeps the provider's raw HTTP status, headers and body (or raw stream events), so
+	// that the lift can be re-run later. Off by default because raw bodies can be large.
+	IncludeRaw bool `protobuf:"varint,17,opt,name=include_raw,json=includeRaw,proto3" json:"include_raw,omitempty"`
+	// The output modalities asked for besides text (image or audio output). Empty means text only. A request that
+	// asks for one needs its `CAPABILITY_*_OUTPUT`.
+	OutputModalities []Modality `protobuf:"varint,18,rep,packed,name=output_modalities,json=outputModalities,proto3,enum=modelir.v1.Modality" json:"output_modalities,omitempty"`
+	// A provider-side cache of prompt content to read from (Gemini `cachedContent`, e.g. `cachedContents/abc`).
+	// Empty means none. Needs `CAPABILITY_CACHED_CONTENT`.
+	CachedContent string `protobuf:"bytes,19,opt,name=cached_content,json=cachedContent,proto3" json:"cached_content,omitempty"`
+	// When true (with `include_raw`), the response's raw exchange also keeps the lowered native request body as
+	// sent (credentials are never in a body). Off by default.
+	IncludeLoweredRequest bool `protobuf:"varint,20,opt,name=include_lowered_request,json=includeLoweredRequest,proto3" json:"include_lowered_request,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *Request) Reset() {
@@ -450,9 +520,9 @@ func (x *Request) GetToolChoice() *ToolChoice {
 	return nil
 }
 
-func (x *Request) GetReasoning() *ReasoningControls {
+func (x *Request) GetReasoningControls() *ReasoningControls {
 	if x != nil {
-		return x.Reasoning
+		return x.ReasoningControls
 	}
 	return nil
 }
@@ -478,9 +548,9 @@ func (x *Request) GetFim() *FillInTheMiddle {
 	return nil
 }
 
-func (x *Request) GetLogprobs() *LogprobOptions {
+func (x *Request) GetLogprobOptions() *LogprobOptions {
 	if x != nil {
-		return x.Logprobs
+		return x.LogprobOptions
 	}
 	return nil
 }
@@ -492,7 +562,7 @@ func (x *Request) GetInputScoring() *InputScoringOptions {
 	return nil
 }
 
-func (x *Request) GetProviderOptions() *ProviderOptions {
+func (x *Request) GetProviderOptions() []*ProviderOptions {
 	if x != nil {
 		return x.ProviderOptions
 	}
@@ -516,6 +586,27 @@ func (x *Request) GetTimeout() *durationpb.Duration {
 func (x *Request) GetIncludeRaw() bool {
 	if x != nil {
 		return x.IncludeRaw
+	}
+	return false
+}
+
+func (x *Request) GetOutputModalities() []Modality {
+	if x != nil {
+		return x.OutputModalities
+	}
+	return nil
+}
+
+func (x *Request) GetCachedContent() string {
+	if x != nil {
+		return x.CachedContent
+	}
+	return ""
+}
+
+func (x *Request) GetIncludeLoweredRequest() bool {
+	if x != nil {
+		return x.IncludeLoweredRequest
 	}
 	return false
 }
@@ -644,7 +735,8 @@ type SamplingParams struct {
 	Temperature *float64 `protobuf:"fixed64,1,opt,name=temperature,proto3,oneof" json:"temperature,omitempty"`
 	// Nucleus sampling: keep the smallest set of tokens whose probability sums to at least this (0 to 1).
 	TopP *float64 `protobuf:"fixed64,2,opt,name=top_p,json=topP,proto3,oneof" json:"top_p,omitempty"`
-	// Keep only the k most probable tokens; must be at least 1.
+	// Top-k sampling: sample only from the k most probable tokens; at least 1. (The number of logprob
+	// alternatives is `LogprobOptions.top_logprob_count`, a different thing.)
 	TopK *int32 `protobuf:"varint,3,opt,name=top_k,json=topK,proto3,oneof" json:"top_k,omitempty"`
 	// Drop tokens whose probability is below this fraction of the most probable token's (0 to 1).
 	MinP *float64 `protobuf:"fixed64,4,opt,name=min_p,json=minP,proto3,oneof" json:"min_p,omitempty"`
@@ -664,8 +756,14 @@ type SamplingParams struct {
 	FrequencyPenalty *float64 `protobuf:"fixed64,11,opt,name=frequency_penalty,json=frequencyPenalty,proto3,oneof" json:"frequency_penalty,omitempty"`
 	// Multiplicative repetition penalty of open-weight engines (1 means none).
 	RepetitionPenalty *float64 `protobuf:"fixed64,12,opt,name=repetition_penalty,json=repetitionPenalty,proto3,oneof" json:"repetition_penalty,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Additive biases on the logits of token ids before sampling (OpenAI `logit_bias`, -100 to 100 there; engines
+	// accept any finite value). Needs `CAPABILITY_LOGIT_BIAS`.
+	LogitBias map[int32]float64 `protobuf:"bytes,13,rep,name=logit_bias,json=logitBias,proto3" json:"logit_bias,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	// The fewest tokens to generate before an end-of-sequence or stop token may end generation (vLLM `min_tokens`,
+	// sglang `min_new_tokens`). Unset means none. Needs `CAPABILITY_MIN_OUTPUT_TOKENS`.
+	MinOutputTokens *int32 `protobuf:"varint,14,opt,name=min_output_tokens,json=minOutputTokens,proto3,oneof" json:"min_output_tokens,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SamplingParams) Reset() {
@@ -782,17 +880,30 @@ func (x *SamplingParams) GetRepetitionPenalty() float64 {
 	return 0
 }
 
-// A tool (function) that the model may call.
+func (x *SamplingParams) GetLogitBias() map[int32]float64 {
+	if x != nil {
+		return x.LogitBias
+	}
+	return nil
+}
+
+func (x *SamplingParams) GetMinOutputTokens() int32 {
+	if x != nil && x.MinOutputTokens != nil {
+		return *x.MinOutputTokens
+	}
+	return 0
+}
+
+// A tool that the model may use: a function the caller runs, or a tool the provider runs.
 type Tool struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The tool's name, unique within the request.
-	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// What the tool does, for the model to read.
-	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
-	// The JSON Schema of the tool's arguments, as JSON text. Empty means the tool takes no arguments.
-	ParametersJsonSchema string `protobuf:"bytes,3,opt,name=parameters_json_schema,json=parametersJsonSchema,proto3" json:"parameters_json_schema,omitempty"`
-	// When true, ask the provider to enforce the schema exactly (OpenAI `strict`).
-	Strict        bool `protobuf:"varint,4,opt,name=strict,proto3" json:"strict,omitempty"`
+	// The kind of tool.
+	//
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*Tool_Function
+	//	*Tool_Provider
+	Kind          isTool_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -827,32 +938,196 @@ func (*Tool) Descriptor() ([]byte, []int) {
 	return file_modelir_v1_request_proto_rawDescGZIP(), []int{4}
 }
 
-func (x *Tool) GetName() string {
+func (x *Tool) GetKind() isTool_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *Tool) GetFunction() *FunctionTool {
+	if x != nil {
+		if x, ok := x.Kind.(*Tool_Function); ok {
+			return x.Function
+		}
+	}
+	return nil
+}
+
+func (x *Tool) GetProvider() *ProviderTool {
+	if x != nil {
+		if x, ok := x.Kind.(*Tool_Provider); ok {
+			return x.Provider
+		}
+	}
+	return nil
+}
+
+type isTool_Kind interface {
+	isTool_Kind()
+}
+
+type Tool_Function struct {
+	// A function tool: the model calls it, the caller runs it and returns a `ToolResult`.
+	Function *FunctionTool `protobuf:"bytes,1,opt,name=function,proto3,oneof"`
+}
+
+type Tool_Provider struct {
+	// A provider tool (web search, code execution, ...): the provider runs it and returns a `ServerToolCall` and
+	// `ServerToolResult`. Needs `CAPABILITY_PROVIDER_TOOLS` and a type the manifest lists.
+	Provider *ProviderTool `protobuf:"bytes,2,opt,name=provider,proto3,oneof"`
+}
+
+func (*Tool_Function) isTool_Kind() {}
+
+func (*Tool_Provider) isTool_Kind() {}
+
+// A function tool, declared by the caller.
+type FunctionTool struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tool's name, unique within the request.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// What the tool does, for the model to read.
+	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// The JSON Schema of the tool's arguments, as JSON text. Empty means the tool takes no arguments.
+	ParametersJsonSchema string `protobuf:"bytes,3,opt,name=parameters_json_schema,json=parametersJsonSchema,proto3" json:"parameters_json_schema,omitempty"`
+	// When true, ask the provider to enforce the schema exactly (OpenAI `strict`).
+	Strict        bool `protobuf:"varint,4,opt,name=strict,proto3" json:"strict,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FunctionTool) Reset() {
+	*x = FunctionTool{}
+	mi := &file_modelir_v1_request_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FunctionTool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FunctionTool) ProtoMessage() {}
+
+func (x *FunctionTool) ProtoReflect() protoreflect.Message {
+	mi := &file_modelir_v1_request_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FunctionTool.ProtoReflect.Descriptor instead.
+func (*FunctionTool) Descriptor() ([]byte, []int) {
+	return file_modelir_v1_request_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *FunctionTool) GetName() string {
 	if x != nil {
 		return x.Name
 	}
 	return ""
 }
 
-func (x *Tool) GetDescription() string {
+func (x *FunctionTool) GetDescription() string {
 	if x != nil {
 		return x.Description
 	}
 	return ""
 }
 
-func (x *Tool) GetParametersJsonSchema() string {
+func (x *FunctionTool) GetParametersJsonSchema() string {
 	if x != nil {
 		return x.ParametersJsonSchema
 	}
 	return ""
 }
 
-func (x *Tool) GetStrict() bool {
+func (x *FunctionTool) GetStrict() bool {
 	if x != nil {
 		return x.Strict
 	}
 	return false
+}
+
+// A tool that one provider runs itself.
+type ProviderTool struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The transport whose provider runs it, e.g. `anthropic_messages`. Another transport rejects the request.
+	Transport string `protobuf:"bytes,1,opt,name=transport,proto3" json:"transport,omitempty"`
+	// The provider's tool type, verbatim (`web_search_20250305`, `code_execution_20250825`, `web_search`,
+	// `googleSearch`, `codeExecution`, ...). It must be one of the manifest's `provider_tool_types`.
+	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	// The tool's name, where the provider wants one (Anthropic `name`). Empty means the provider's default.
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// The tool's configuration as a JSON object (e.g. `{"max_uses": 3}`), merged into the native declaration.
+	// Empty means none.
+	ConfigJson    string `protobuf:"bytes,4,opt,name=config_json,json=configJson,proto3" json:"config_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProviderTool) Reset() {
+	*x = ProviderTool{}
+	mi := &file_modelir_v1_request_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProviderTool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProviderTool) ProtoMessage() {}
+
+func (x *ProviderTool) ProtoReflect() protoreflect.Message {
+	mi := &file_modelir_v1_request_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProviderTool.ProtoReflect.Descriptor instead.
+func (*ProviderTool) Descriptor() ([]byte, []int) {
+	return file_modelir_v1_request_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ProviderTool) GetTransport() string {
+	if x != nil {
+		return x.Transport
+	}
+	return ""
+}
+
+func (x *ProviderTool) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *ProviderTool) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ProviderTool) GetConfigJson() string {
+	if x != nil {
+		return x.ConfigJson
+	}
+	return ""
 }
 
 // Whether and which tool the model must call.
@@ -864,6 +1139,7 @@ type ToolChoice struct {
 	//
 	//	*ToolChoice_Mode
 	//	*ToolChoice_ToolName
+	//	*ToolChoice_AllowedTools
 	Choice        isToolChoice_Choice `protobuf_oneof:"choice"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -871,7 +1147,7 @@ type ToolChoice struct {
 
 func (x *ToolChoice) Reset() {
 	*x = ToolChoice{}
-	mi := &file_modelir_v1_request_proto_msgTypes[5]
+	mi := &file_modelir_v1_request_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -883,7 +1159,7 @@ func (x *ToolChoice) String() string {
 func (*ToolChoice) ProtoMessage() {}
 
 func (x *ToolChoice) ProtoReflect() protoreflect.Message {
-	mi := &file_modelir_v1_request_proto_msgTypes[5]
+	mi := &file_modelir_v1_request_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -896,7 +1172,7 @@ func (x *ToolChoice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolChoice.ProtoReflect.Descriptor instead.
 func (*ToolChoice) Descriptor() ([]byte, []int) {
-	return file_modelir_v1_request_proto_rawDescGZIP(), []int{5}
+	return file_modelir_v1_request_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ToolChoice) GetChoice() isToolChoice_Choice {
@@ -924,6 +1200,15 @@ func (x *ToolChoice) GetToolName() string {
 	return ""
 }
 
+func (x *ToolChoice) GetAllowedTools() *AllowedTools {
+	if x != nil {
+		if x, ok := x.Choice.(*ToolChoice_AllowedTools); ok {
+			return x.AllowedTools
+		}
+	}
+	return nil
+}
+
 type isToolChoice_Choice interface {
 	isToolChoice_Choice()
 }
@@ -938,11 +1223,74 @@ type ToolChoice_ToolName struct {
 	ToolName string `protobuf:"bytes,2,opt,name=tool_name,json=toolName,proto3,oneof"`
 }
 
+type ToolChoice_AllowedTools struct {
+	// The model may call only these tools (OpenAI `allowed_tools`). Needs `CAPABILITY_ALLOWED_TOOLS`.
+	AllowedTools *AllowedTools `protobuf:"bytes,3,opt,name=allowed_tools,json=allowedTools,proto3,oneof"`
+}
+
 func (*ToolChoice_Mode) isToolChoice_Choice() {}
 
 func (*ToolChoice_ToolName) isToolChoice_Choice() {}
 
-// Controls for a reasoning model.
+func (*ToolChoice_AllowedTools) isToolChoice_Choice() {}
+
+// A subset of the declared tools that the model may call.
+type AllowedTools struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The names of the allowed tools (function tool names, or provider tool names or types), at least one.
+	ToolNames []string `protobuf:"bytes,1,rep,name=tool_names,json=toolNames,proto3" json:"tool_names,omitempty"`
+	// Whether the model may call one of them (`TOOL_CHOICE_MODE_AUTO`, the default when unspecified) or must
+	// (`TOOL_CHOICE_MODE_REQUIRED`). `TOOL_CHOICE_MODE_NONE` is rejected.
+	Mode          ToolChoiceMode `protobuf:"varint,2,opt,name=mode,proto3,enum=modelir.v1.ToolChoiceMode" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AllowedTools) Reset() {
+	*x = AllowedTools{}
+	mi := &file_modelir_v1_request_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AllowedTools) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AllowedTools) ProtoMessage() {}
+
+func (x *AllowedTools) ProtoReflect() protoreflect.Message {
+	mi := &file_modelir_v1_request_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AllowedTools.ProtoReflect.Descriptor instead.
+func (*AllowedTools) Descriptor() ([]byte, []int) {
+	return file_modelir_v1_request_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *AllowedTools) GetToolNames() []string {
+	if x != nil {
+		return x.ToolNames
+	}
+	return nil
+}
+
+func (x *AllowedTools) GetMode() ToolChoiceMode {
+	if x != nil {
+		return x.Mode
+	}
+	return ToolChoiceMode_TOOL_CHOICE_MODE_UNSPECIFIED
+}
+
+// Controls for a reasoning model (the reasoning content itself is `Part.reasoning`).
 type ReasoningControls struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// How much to reason: a level, or a token budget.
@@ -952,7 +1300,8 @@ type ReasoningControls struct {
 	//	*ReasoningControls_Effort
 	//	*ReasoningControls_BudgetTokens
 	Amount isReasoningControls_Amount `protobuf_oneof:"amount"`
-	// Which summaries of the reasoning to return (OpenAI Responses `reasoning.summary`).
+	// Which summaries of the reasoning to return (OpenAI Responses `reasoning.summary`). Needs
+	// `CAPABILITY_REASONING_SUMMARY`.
 	Summary ReasoningSummary `protobuf:"varint,3,opt,name=summary,proto3,enum=modelir.v1.ReasoningSummary" json:"summary,omitempty"`
 	// When true, return the reasoning text or thought summaries the provider can show (Gemini
 	// `includeThoughts`, Ollama `think`).
@@ -963,7 +1312,7 @@ type ReasoningControls struct {
 
 func (x *ReasoningControls) Reset() {
 	*x = ReasoningControls{}
-	mi := &file_modelir_v1_request_proto_msgTypes[6]
+	mi := &file_modelir_v1_request_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -975,7 +1324,7 @@ func (x *ReasoningControls) String() string {
 func (*ReasoningControls) ProtoMessage() {}
 
 func (x *ReasoningControls) ProtoReflect() protoreflect.Message {
-	mi := &file_modelir_v1_request_proto_msgTypes[6]
+	mi := &file_modelir_v1_request_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -988,7 +1337,7 @@ func (x *ReasoningControls) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasoningControls.ProtoReflect.Descriptor instead.
 func (*ReasoningControls) Descriptor() ([]byte, []int) {
-	return file_modelir_v1_request_proto_rawDescGZIP(), []int{6}
+	return file_modelir_v1_request_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReasoningControls) GetAmount() isReasoningControls_Amount {
@@ -1040,7 +1389,8 @@ type ReasoningControls_Effort struct {
 }
 
 type ReasoningControls_BudgetTokens struct {
-	// The most tokens to spend on reasoning (Anthropic `budget_tokens`, Gemini `thinkingBudget`).
+	// The most tokens to spend on reasoning (Anthropic `budget_tokens`, Gemini `thinkingBudget`), within the
+	// manifest's `min_reasoning_budget_tokens` and `max_reasoning_budget_tokens`.
 	BudgetTokens int32 `protobuf:"varint,2,opt,name=budget_tokens,json=budgetTokens,proto3,oneof"`
 }
 
@@ -1059,6 +1409,7 @@ type Constraint struct {
 	//	*Constraint_Regex
 	//	*Constraint_JsonSchema
 	//	*Constraint_Grammar
+	//	*Constraint_JsonObject
 	Kind          isConstraint_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1066,7 +1417,7 @@ type Constraint struct {
 
 func (x *Constraint) Reset() {
 	*x = Constraint{}
-	mi := &file_modelir_v1_request_proto_msgTypes[7]
+	mi := &file_modelir_v1_request_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1078,7 +1429,7 @@ func (x *Constraint) String() string {
 func (*Constraint) ProtoMessage() {}
 
 func (x *Constraint) ProtoReflect() protoreflect.Message {
-	mi := &file_modelir_v1_request_proto_msgTypes[7]
+	mi := &file_modelir_v1_request_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1091,7 +1442,7 @@ func (x *Constraint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Constraint.ProtoReflect.Descriptor instead.
 func (*Constraint) Descriptor() ([]byte, []int) {
-	return file_modelir_v1_request_proto_rawDescGZIP(), []int{7}
+	return file_modelir_v1_request_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Constraint) GetKind() isConstraint_Kind {
@@ -1137,12 +1488,21 @@ func (x *Constraint) GetGrammar() *Grammar {
 	return nil
 }
 
+func (x *Constraint) GetJsonObject() *JsonObject {
+	if x != nil {
+		if x, ok := x.Kind.(*Constraint_JsonObject); ok {
+			return x.JsonObject
+		}
+	}
+	return nil
+}
+
 type isConstraint_Kind interface {
 	isConstraint_Kind()
 }
 
 type Constraint_Choice struct {
-	// The output is exactly one of these labels.
+	// The output is exactly one of these labels (`Choice.constrained_label` names the one chosen).
 	Choice *LabelChoice `protobuf:"bytes,1,opt,name=choice,proto3,oneof"`
 }
 
@@ -1161,6 +1521,11 @@ type Constraint_Grammar struct {
 	Grammar *Grammar `protobuf:"bytes,4,opt,name=grammar,proto3,oneof"`
 }
 
+type Constraint_JsonObject struct {
+	// The output is a JSON object, with no schema (OpenAI `response_format: json_object`, Ollama `format: json`).
+	JsonObject *JsonObject `protobuf:"bytes,5,opt,name=json_object,json=jsonObject,proto3,oneof"`
+}
+
 func (*Constraint_Choice) isConstraint_Kind() {}
 
 func (*Constraint_Regex) isConstraint_Kind() {}
@@ -1168,6 +1533,8 @@ func (*Constraint_Regex) isConstraint_Kind() {}
 func (*Constraint_JsonSchema) isConstraint_Kind() {}
 
 func (*Constraint_Grammar) isConstraint_Kind() {}
+
+func (*Constraint_JsonObject) isConstraint_Kind() {}
 
 // A choice among labels.
 type LabelChoice struct {
@@ -1180,7 +1547,7 @@ type LabelChoice struct {
 
 func (x *LabelChoice) Reset() {
 	*x = LabelChoice{}
-	mi := &file_modelir_v1_request_proto_msgTypes[8]
+	mi := &file_modelir_v1_request_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1192,7 +1559,7 @@ func (x *LabelChoice) String() string {
 func (*LabelChoice) ProtoMessage() {}
 
 func (x *LabelChoice) ProtoReflect() protoreflect.Message {
-	mi := &file_modelir_v1_request_proto_msgTypes[8]
+	mi := &file_modelir_v1_request_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1205,7 +1572,7 @@ func (x *LabelChoice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelChoice.ProtoReflect.Descriptor instead.
 func (*LabelChoice) Descriptor() ([]byte, []int) {
-	return file_modelir_v1_request_proto_rawDescGZIP(), []int{8}
+	return file_modelir_v1_request_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LabelChoice) GetLabels() []string {
@@ -1230,7 +1597,7 @@ type JsonSchema struct {
 
 func (x *JsonSchema) Reset() {
 	*x = JsonSchema{}
-	mi := &file_modelir_v1_request_proto_msgTypes[9]
+	mi := &file_modelir_v1_request_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1609,7 @@ func (x *JsonSchema) String() string {
 func (*JsonSchema) ProtoMessage() {}
 
 func (x *JsonSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_modelir_v1_request_proto_msgTypes[9]
+	mi := &file_modelir_v1_request_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1622,7 @@ func (x *JsonSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JsonSchema.ProtoReflect.Descriptor instead.
 func (*JsonSchema) Descriptor() ([]byte, []int) {
-	return file_modelir_v1_request_proto_rawDescGZIP(), []int{9}
+	return file_modelir_v1_request_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *JsonSchema) GetSchemaJson() string {
@@ -1279,6 +1646,43 @@ func (x *JsonSchema) GetStrict() bool {
 	return false
 }
 
+// A constraint that the output is any JSON object.
+type JsonObject struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JsonObject) Reset() {
+	*x = JsonObject{}
+	mi := &file_modelir_v1_request_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JsonObject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JsonObject) ProtoMessage() {}
+
+func (x *JsonObject) ProtoReflect() protoreflect.Message {
+	mi := &file_modelir_v1_request_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JsonObject.ProtoReflect.Descriptor instead.
+func (*JsonObject) Descriptor() ([]byte, []int) {
+	return file_modelir_v1_request_proto_rawDescGZIP(), []int{13}
+}
+
 // A formal grammar constraint.
 type Grammar struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1292,7 +1696,7 @@ type Grammar struct {
 
 func (x *Grammar) Reset() {
 	*x = Grammar{}
-	mi := &file_modelir_v1_request_proto_msgTypes[10]
+	mi := &file_modelir_v1_request_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1304,7 +1708,7 @@ func (x *Grammar) String() string {
 func (*Grammar) ProtoMessage() {}
 
 func (x *Grammar) ProtoReflect() protoreflect.Message {
-	mi := &file_modelir_v1_request_proto_msgTypes[10]
+	mi := &file_modelir_v1_request_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1317,7 +1721,7 @@ func (x *Grammar) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grammar.ProtoReflect.Descriptor instead.
 func (*Grammar) Descriptor() ([]byte, []int) {
-	return file_modelir_v1_request_proto_rawDescGZIP(), []int{10}
+	return file_modelir_v1_request_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Grammar) GetDialect() GrammarDialect {
@@ -1345,7 +1749,7 @@ type FillInTheMiddle struct {
 
 func (x *FillInTheMiddle) Reset() {
 	*x = FillInTheMiddle{}
-	mi := &file_modelir_v1_request_proto_msgTypes[11]
+	mi := &file_modelir_v1_request_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1761,7 @@ func (x *FillInTheMiddle) String() string {
 func (*FillInTheMiddle) ProtoMessage() {}
 
 func (x *FillInTheMiddle) ProtoReflect() protoreflect.Message {
-	mi := &file_modelir_v1_request_proto_msgTypes[11]
+	mi := &file_modelir_v1_request_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1774,7 @@ func (x *FillInTheMiddle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FillInTheMiddle.ProtoReflect.Descriptor instead.
 func (*FillInTheMiddle) Descriptor() ([]byte, []int) {
-	return file_modelir_v1_request_proto_rawDescGZIP(), []int{11}
+	return file_modelir_v1_request_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FillInTheMiddle) GetSuffix() string {
@@ -1384,7 +1788,7 @@ func (x *FillInTheMiddle) GetSuffix() string {
 type LogprobOptions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// How many most-likely alternatives to return at each position, besides the sampled token. 0 means none.
-	TopK int32 `protobuf:"varint,1,opt,name=top_k,json=topK,proto3" json:"top_k,omitempty"`
+	TopLogprobCount int32 `protobuf:"varint,1,opt,name=top_logprob_count,json=topLogprobCount,proto3" json:"top_logprob_count,omitempty"`
 	// When true, token ids are required with the logprobs; transports that cannot give them reject the request.
 	RequireTokenIds bool `protobuf:"varint,2,opt,name=require_token_ids,json=requireTokenIds,proto3" json:"require_token_ids,omitempty"`
 	// Which distribution the logprobs are taken from. Unset means the provider's default (see
@@ -1396,7 +1800,7 @@ type LogprobOptions struct {
 
 func (x *LogprobOptions) Reset() {
 	*x = LogprobOptions{}
-	mi := &file_modelir_v1_request_proto_msgTypes[12]
+	mi := &file_modelir_v1_request_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1812,7 @@ func (x *LogprobOptions) String() string {
 func (*LogprobOptions) ProtoMessage() {}
 
 func (x *LogprobOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_modelir_v1_request_proto_msgTypes[12]
+	mi := &file_modelir_v1_request_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,12 +1825,12 @@ func (x *LogprobOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogprobOptions.ProtoReflect.Descriptor instead.
 func (*LogprobOptions) Descriptor() ([]byte, []int) {
-	return file_modelir_v1_request_proto_rawDescGZIP(), []int{12}
+	return file_modelir_v1_request_proto_rawDescGZIP(), []int{16}
 }
 
-func (x *LogprobOptions) GetTopK() int32 {
+func (x *LogprobOptions) GetTopLogprobCount() int32 {
 	if x != nil {
-		return x.TopK
+		return x.TopLogprobCount
 	}
 	return 0
 }
@@ -1446,24 +1850,27 @@ func (x *LogprobOptions) GetBasis() LogprobBasis {
 }
 
 // Scoring of the input: the log probability of each input token given the ones before it.
+//
+// Where a continuation sits: after a prompt, directly after its last byte (no separator is added). After a
+// conversation, at the start of the assistant's reply: the conversation is rendered with the chat template and
+// its generation prompt (as for generation), and the continuation is the beginning of the assistant message, so
+// that `score(messages, completion)` scores the completion as the model would have generated it. After token
+// ids, directly after the last id.
 type InputScoringOptions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// What to score. Unset scores the whole input; its first token has no logprob and is reported as unscored.
-	//
-	// Types that are valid to be assigned to Continuation:
-	//
-	//	*InputScoringOptions_ContinuationText
-	//	*InputScoringOptions_ContinuationTokens
-	Continuation isInputScoringOptions_Continuation `protobuf_oneof:"continuation"`
 	// How many most-likely alternatives to return at each scored position. 0 means none.
-	TopK          int32 `protobuf:"varint,3,opt,name=top_k,json=topK,proto3" json:"top_k,omitempty"`
+	TopLogprobCount int32 `protobuf:"varint,3,opt,name=top_logprob_count,json=topLogprobCount,proto3" json:"top_logprob_count,omitempty"`
+	// What to score. Empty scores the whole input, whose first token has no logprob and is reported as unscored.
+	// Otherwise each continuation is scored separately against the same context (the input), one
+	// `Response.input_scores` entry per continuation in this order (N labels, one call).
+	Continuations []*Continuation `protobuf:"bytes,4,rep,name=continuations,proto3" json:"continuations,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InputScoringOptions) Reset() {
 	*x = InputScoringOptions{}
-	mi := &file_modelir_v1_request_proto_msgTypes[13]
+	mi := &file_modelir_v1_request_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1475,7 +1882,7 @@ func (x *InputScoringOptions) String() string {
 func (*InputScoringOptions) ProtoMessage() {}
 
 func (x *InputScoringOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_modelir_v1_request_proto_msgTypes[13]
+	mi := &file_modelir_v1_request_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1488,86 +1895,52 @@ func (x *InputScoringOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputScoringOptions.ProtoReflect.Descriptor instead.
 func (*InputScoringOptions) Descriptor() ([]byte, []int) {
-	return file_modelir_v1_request_proto_rawDescGZIP(), []int{13}
+	return file_modelir_v1_request_proto_rawDescGZIP(), []int{17}
 }
 
-func (x *InputScoringOptions) GetContinuation() isInputScoringOptions_Continuation {
+func (x *InputScoringOptions) GetTopLogprobCount() int32 {
 	if x != nil {
-		return x.Continuation
-	}
-	return nil
-}
-
-func (x *InputScoringOptions) GetContinuationText() string {
-	if x != nil {
-		if x, ok := x.Continuation.(*InputScoringOptions_ContinuationText); ok {
-			return x.ContinuationText
-		}
-	}
-	return ""
-}
-
-func (x *InputScoringOptions) GetContinuationTokens() *TokenIds {
-	if x != nil {
-		if x, ok := x.Continuation.(*InputScoringOptions_ContinuationTokens); ok {
-			return x.ContinuationTokens
-		}
-	}
-	return nil
-}
-
-func (x *InputScoringOptions) GetTopK() int32 {
-	if x != nil {
-		return x.TopK
+		return x.TopLogprobCount
 	}
 	return 0
 }
 
-type isInputScoringOptions_Continuation interface {
-	isInputScoringOptions_Continuation()
+func (x *InputScoringOptions) GetContinuations() []*Continuation {
+	if x != nil {
+		return x.Continuations
+	}
+	return nil
 }
 
-type InputScoringOptions_ContinuationText struct {
-	// Score only this text, appended directly after the input (the input is then the context).
-	ContinuationText string `protobuf:"bytes,1,opt,name=continuation_text,json=continuationText,proto3,oneof"`
-}
-
-type InputScoringOptions_ContinuationTokens struct {
-	// Score only these token ids, appended after the input.
-	ContinuationTokens *TokenIds `protobuf:"bytes,2,opt,name=continuation_tokens,json=continuationTokens,proto3,oneof"`
-}
-
-func (*InputScoringOptions_ContinuationText) isInputScoringOptions_Continuation() {}
-
-func (*InputScoringOptions_ContinuationTokens) isInputScoringOptions_Continuation() {}
-
-// Options that only one transport understands. The transport declares the keys it accepts; a request with
-// another transport or an undeclared key is rejected, never forwarded blindly.
-type ProviderOptions struct {
+// One continuation to score after the input.
+type Continuation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The transport these options are for, e.g. `vllm`.
-	Transport string `protobuf:"bytes,1,opt,name=transport,proto3" json:"transport,omitempty"`
-	// A JSON object of options, merged into the native request body by the transport.
-	OptionsJson   string `protobuf:"bytes,2,opt,name=options_json,json=optionsJson,proto3" json:"options_json,omitempty"`
+	// The continuation.
+	//
+	// Types that are valid to be assigned to Content:
+	//
+	//	*Continuation_Text
+	//	*Continuation_TokenIds
+	Content       isContinuation_Content `protobuf_oneof:"content"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *ProviderOptions) Reset() {
-	*x = ProviderOptions{}
-	mi := &file_modelir_v1_request_proto_msgTypes[14]
+func (x *Continuation) Reset() {
+	*x = Continuation{}
+	mi := &file_modelir_v1_request_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *ProviderOptions) String() string {
+func (x *Continuation) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*ProviderOptions) ProtoMessage() {}
+func (*Continuation) ProtoMessage() {}
 
-func (x *ProviderOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_modelir_v1_request_proto_msgTypes[14]
+func (x *Continuation) ProtoReflect() protoreflect.Message {
+	mi := &file_modelir_v1_request_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,31 +1951,60 @@ func (x *ProviderOptions) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use ProviderOptions.ProtoReflect.Descriptor instead.
-func (*ProviderOptions) Descriptor() ([]byte, []int) {
-	return file_modelir_v1_request_proto_rawDescGZIP(), []int{14}
+// Deprecated: Use Continuation.ProtoReflect.Descriptor instead.
+func (*Continuation) Descriptor() ([]byte, []int) {
+	return file_modelir_v1_request_proto_rawDescGZIP(), []int{18}
 }
 
-func (x *ProviderOptions) GetTransport() string {
+func (x *Continuation) GetContent() isContinuation_Content {
 	if x != nil {
-		return x.Transport
+		return x.Content
+	}
+	return nil
+}
+
+func (x *Continuation) GetText() string {
+	if x != nil {
+		if x, ok := x.Content.(*Continuation_Text); ok {
+			return x.Text
+		}
 	}
 	return ""
 }
 
-func (x *ProviderOptions) GetOptionsJson() string {
+func (x *Continuation) GetTokenIds() *TokenIds {
 	if x != nil {
-		return x.OptionsJson
+		if x, ok := x.Content.(*Continuation_TokenIds); ok {
+			return x.TokenIds
+		}
 	}
-	return ""
+	return nil
 }
+
+type isContinuation_Content interface {
+	isContinuation_Content()
+}
+
+type Continuation_Text struct {
+	// Text appended after the input (see `InputScoringOptions` for where).
+	Text string `protobuf:"bytes,1,opt,name=text,proto3,oneof"`
+}
+
+type Continuation_TokenIds struct {
+	// Token ids appended after the input.
+	TokenIds *TokenIds `protobuf:"bytes,2,opt,name=token_ids,json=tokenIds,proto3,oneof"`
+}
+
+func (*Continuation_Text) isContinuation_Content() {}
+
+func (*Continuation_TokenIds) isContinuation_Content() {}
 
 var File_modelir_v1_request_proto protoreflect.FileDescriptor
 
 const file_modelir_v1_request_proto_rawDesc = "" +
 	"\n" +
 	"\x18modelir/v1/request.proto\x12\n" +
-	"modelir.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x18modelir/v1/content.proto\x1a\x19modelir/v1/logprobs.proto\"\x85\a\n" +
+	"modelir.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x18modelir/v1/content.proto\x1a\x19modelir/v1/logprobs.proto\"\xc5\b\n" +
 	"\aRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x18\n" +
 	"\x06prompt\x18\x02 \x01(\tH\x00R\x06prompt\x12>\n" +
@@ -1611,26 +2013,29 @@ const file_modelir_v1_request_proto_rawDesc = "" +
 	"\bsampling\x18\x05 \x01(\v2\x1a.modelir.v1.SamplingParamsR\bsampling\x12&\n" +
 	"\x05tools\x18\x06 \x03(\v2\x10.modelir.v1.ToolR\x05tools\x127\n" +
 	"\vtool_choice\x18\a \x01(\v2\x16.modelir.v1.ToolChoiceR\n" +
-	"toolChoice\x12;\n" +
-	"\treasoning\x18\b \x01(\v2\x1d.modelir.v1.ReasoningControlsR\treasoning\x126\n" +
+	"toolChoice\x12L\n" +
+	"\x12reasoning_controls\x18\b \x01(\v2\x1d.modelir.v1.ReasoningControlsR\x11reasoningControls\x126\n" +
 	"\n" +
 	"constraint\x18\t \x01(\v2\x16.modelir.v1.ConstraintR\n" +
 	"constraint\x12\x18\n" +
 	"\aprefill\x18\n" +
 	" \x01(\tR\aprefill\x12-\n" +
-	"\x03fim\x18\v \x01(\v2\x1b.modelir.v1.FillInTheMiddleR\x03fim\x126\n" +
-	"\blogprobs\x18\f \x01(\v2\x1a.modelir.v1.LogprobOptionsR\blogprobs\x12D\n" +
+	"\x03fim\x18\v \x01(\v2\x1b.modelir.v1.FillInTheMiddleR\x03fim\x12C\n" +
+	"\x0flogprob_options\x18\f \x01(\v2\x1a.modelir.v1.LogprobOptionsR\x0elogprobOptions\x12D\n" +
 	"\rinput_scoring\x18\r \x01(\v2\x1f.modelir.v1.InputScoringOptionsR\finputScoring\x12F\n" +
-	"\x10provider_options\x18\x0e \x01(\v2\x1b.modelir.v1.ProviderOptionsR\x0fproviderOptions\x12Y\n" +
+	"\x10provider_options\x18\x0e \x03(\v2\x1b.modelir.v1.ProviderOptionsR\x0fproviderOptions\x12Y\n" +
 	"\x17foreign_artifact_policy\x18\x0f \x01(\x0e2!.modelir.v1.ForeignArtifactPolicyR\x15foreignArtifactPolicy\x123\n" +
 	"\atimeout\x18\x10 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x1f\n" +
 	"\vinclude_raw\x18\x11 \x01(\bR\n" +
-	"includeRawB\a\n" +
+	"includeRaw\x12A\n" +
+	"\x11output_modalities\x18\x12 \x03(\x0e2\x14.modelir.v1.ModalityR\x10outputModalities\x12%\n" +
+	"\x0ecached_content\x18\x13 \x01(\tR\rcachedContent\x126\n" +
+	"\x17include_lowered_request\x18\x14 \x01(\bR\x15includeLoweredRequestB\a\n" +
 	"\x05input\"?\n" +
 	"\fConversation\x12/\n" +
 	"\bmessages\x18\x01 \x03(\v2\x13.modelir.v1.MessageR\bmessages\"\x1c\n" +
 	"\bTokenIds\x12\x10\n" +
-	"\x03ids\x18\x01 \x03(\x05R\x03ids\"\xd1\x04\n" +
+	"\x03ids\x18\x01 \x03(\x05R\x03ids\"\xa0\x06\n" +
 	"\x0eSamplingParams\x12%\n" +
 	"\vtemperature\x18\x01 \x01(\x01H\x00R\vtemperature\x88\x01\x01\x12\x18\n" +
 	"\x05top_p\x18\x02 \x01(\x01H\x01R\x04topP\x88\x01\x01\x12\x18\n" +
@@ -1644,7 +2049,13 @@ const file_modelir_v1_request_proto_rawDesc = "" +
 	"\x10presence_penalty\x18\n" +
 	" \x01(\x01H\x06R\x0fpresencePenalty\x88\x01\x01\x120\n" +
 	"\x11frequency_penalty\x18\v \x01(\x01H\aR\x10frequencyPenalty\x88\x01\x01\x122\n" +
-	"\x12repetition_penalty\x18\f \x01(\x01H\bR\x11repetitionPenalty\x88\x01\x01B\x0e\n" +
+	"\x12repetition_penalty\x18\f \x01(\x01H\bR\x11repetitionPenalty\x88\x01\x01\x12H\n" +
+	"\n" +
+	"logit_bias\x18\r \x03(\v2).modelir.v1.SamplingParams.LogitBiasEntryR\tlogitBias\x12/\n" +
+	"\x11min_output_tokens\x18\x0e \x01(\x05H\tR\x0fminOutputTokens\x88\x01\x01\x1a<\n" +
+	"\x0eLogitBiasEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01B\x0e\n" +
 	"\f_temperatureB\b\n" +
 	"\x06_top_pB\b\n" +
 	"\x06_top_kB\b\n" +
@@ -1653,30 +2064,48 @@ const file_modelir_v1_request_proto_rawDesc = "" +
 	"\x05_seedB\x13\n" +
 	"\x11_presence_penaltyB\x14\n" +
 	"\x12_frequency_penaltyB\x15\n" +
-	"\x13_repetition_penalty\"\x8a\x01\n" +
-	"\x04Tool\x12\x12\n" +
+	"\x13_repetition_penaltyB\x14\n" +
+	"\x12_min_output_tokens\"~\n" +
+	"\x04Tool\x126\n" +
+	"\bfunction\x18\x01 \x01(\v2\x18.modelir.v1.FunctionToolH\x00R\bfunction\x126\n" +
+	"\bprovider\x18\x02 \x01(\v2\x18.modelir.v1.ProviderToolH\x00R\bproviderB\x06\n" +
+	"\x04kind\"\x92\x01\n" +
+	"\fFunctionTool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x124\n" +
 	"\x16parameters_json_schema\x18\x03 \x01(\tR\x14parametersJsonSchema\x12\x16\n" +
-	"\x06strict\x18\x04 \x01(\bR\x06strict\"g\n" +
+	"\x06strict\x18\x04 \x01(\bR\x06strict\"u\n" +
+	"\fProviderTool\x12\x1c\n" +
+	"\ttransport\x18\x01 \x01(\tR\ttransport\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1f\n" +
+	"\vconfig_json\x18\x04 \x01(\tR\n" +
+	"configJson\"\xa8\x01\n" +
 	"\n" +
 	"ToolChoice\x120\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x1a.modelir.v1.ToolChoiceModeH\x00R\x04mode\x12\x1d\n" +
-	"\ttool_name\x18\x02 \x01(\tH\x00R\btoolNameB\b\n" +
-	"\x06choice\"\xde\x01\n" +
+	"\ttool_name\x18\x02 \x01(\tH\x00R\btoolName\x12?\n" +
+	"\rallowed_tools\x18\x03 \x01(\v2\x18.modelir.v1.AllowedToolsH\x00R\fallowedToolsB\b\n" +
+	"\x06choice\"]\n" +
+	"\fAllowedTools\x12\x1d\n" +
+	"\n" +
+	"tool_names\x18\x01 \x03(\tR\ttoolNames\x12.\n" +
+	"\x04mode\x18\x02 \x01(\x0e2\x1a.modelir.v1.ToolChoiceModeR\x04mode\"\xde\x01\n" +
 	"\x11ReasoningControls\x125\n" +
 	"\x06effort\x18\x01 \x01(\x0e2\x1b.modelir.v1.ReasoningEffortH\x00R\x06effort\x12%\n" +
 	"\rbudget_tokens\x18\x02 \x01(\x05H\x00R\fbudgetTokens\x126\n" +
 	"\asummary\x18\x03 \x01(\x0e2\x1c.modelir.v1.ReasoningSummaryR\asummary\x12)\n" +
 	"\x10include_thoughts\x18\x04 \x01(\bR\x0fincludeThoughtsB\b\n" +
-	"\x06amount\"\xcb\x01\n" +
+	"\x06amount\"\x86\x02\n" +
 	"\n" +
 	"Constraint\x121\n" +
 	"\x06choice\x18\x01 \x01(\v2\x17.modelir.v1.LabelChoiceH\x00R\x06choice\x12\x16\n" +
 	"\x05regex\x18\x02 \x01(\tH\x00R\x05regex\x129\n" +
 	"\vjson_schema\x18\x03 \x01(\v2\x16.modelir.v1.JsonSchemaH\x00R\n" +
 	"jsonSchema\x12/\n" +
-	"\agrammar\x18\x04 \x01(\v2\x13.modelir.v1.GrammarH\x00R\agrammarB\x06\n" +
+	"\agrammar\x18\x04 \x01(\v2\x13.modelir.v1.GrammarH\x00R\agrammar\x129\n" +
+	"\vjson_object\x18\x05 \x01(\v2\x16.modelir.v1.JsonObjectH\x00R\n" +
+	"jsonObjectB\x06\n" +
 	"\x04kind\"%\n" +
 	"\vLabelChoice\x12\x16\n" +
 	"\x06labels\x18\x01 \x03(\tR\x06labels\"Y\n" +
@@ -1685,24 +2114,30 @@ const file_modelir_v1_request_proto_rawDesc = "" +
 	"\vschema_json\x18\x01 \x01(\tR\n" +
 	"schemaJson\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
-	"\x06strict\x18\x03 \x01(\bR\x06strict\"S\n" +
+	"\x06strict\x18\x03 \x01(\bR\x06strict\"\f\n" +
+	"\n" +
+	"JsonObject\"S\n" +
 	"\aGrammar\x124\n" +
 	"\adialect\x18\x01 \x01(\x0e2\x1a.modelir.v1.GrammarDialectR\adialect\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\")\n" +
 	"\x0fFillInTheMiddle\x12\x16\n" +
-	"\x06suffix\x18\x01 \x01(\tR\x06suffix\"\x81\x01\n" +
-	"\x0eLogprobOptions\x12\x13\n" +
-	"\x05top_k\x18\x01 \x01(\x05R\x04topK\x12*\n" +
+	"\x06suffix\x18\x01 \x01(\tR\x06suffix\"\x98\x01\n" +
+	"\x0eLogprobOptions\x12*\n" +
+	"\x11top_logprob_count\x18\x01 \x01(\x05R\x0ftopLogprobCount\x12*\n" +
 	"\x11require_token_ids\x18\x02 \x01(\bR\x0frequireTokenIds\x12.\n" +
-	"\x05basis\x18\x03 \x01(\x0e2\x18.modelir.v1.LogprobBasisR\x05basis\"\xb2\x01\n" +
-	"\x13InputScoringOptions\x12-\n" +
-	"\x11continuation_text\x18\x01 \x01(\tH\x00R\x10continuationText\x12G\n" +
-	"\x13continuation_tokens\x18\x02 \x01(\v2\x14.modelir.v1.TokenIdsH\x00R\x12continuationTokens\x12\x13\n" +
-	"\x05top_k\x18\x03 \x01(\x05R\x04topKB\x0e\n" +
-	"\fcontinuation\"R\n" +
-	"\x0fProviderOptions\x12\x1c\n" +
-	"\ttransport\x18\x01 \x01(\tR\ttransport\x12!\n" +
-	"\foptions_json\x18\x02 \x01(\tR\voptionsJson*\x87\x01\n" +
+	"\x05basis\x18\x03 \x01(\x0e2\x18.modelir.v1.LogprobBasisR\x05basis\"\xb5\x01\n" +
+	"\x13InputScoringOptions\x12*\n" +
+	"\x11top_logprob_count\x18\x03 \x01(\x05R\x0ftopLogprobCount\x12>\n" +
+	"\rcontinuations\x18\x04 \x03(\v2\x18.modelir.v1.ContinuationR\rcontinuationsJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03R\x11continuation_textR\x13continuation_tokens\"d\n" +
+	"\fContinuation\x12\x14\n" +
+	"\x04text\x18\x01 \x01(\tH\x00R\x04text\x123\n" +
+	"\ttoken_ids\x18\x02 \x01(\v2\x14.modelir.v1.TokenIdsH\x00R\btokenIdsB\t\n" +
+	"\acontent*_\n" +
+	"\bModality\x12\x18\n" +
+	"\x14MODALITY_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rMODALITY_TEXT\x10\x01\x12\x12\n" +
+	"\x0eMODALITY_IMAGE\x10\x02\x12\x12\n" +
+	"\x0eMODALITY_AUDIO\x10\x03*\x87\x01\n" +
 	"\x0eToolChoiceMode\x12 \n" +
 	"\x1cTOOL_CHOICE_MODE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15TOOL_CHOICE_MODE_AUTO\x10\x01\x12\x19\n" +
@@ -1745,62 +2180,77 @@ func file_modelir_v1_request_proto_rawDescGZIP() []byte {
 	return file_modelir_v1_request_proto_rawDescData
 }
 
-var file_modelir_v1_request_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_modelir_v1_request_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_modelir_v1_request_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_modelir_v1_request_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_modelir_v1_request_proto_goTypes = []any{
-	(ToolChoiceMode)(0),         // 0: modelir.v1.ToolChoiceMode
-	(ReasoningEffort)(0),        // 1: modelir.v1.ReasoningEffort
-	(ReasoningSummary)(0),       // 2: modelir.v1.ReasoningSummary
-	(GrammarDialect)(0),         // 3: modelir.v1.GrammarDialect
-	(ForeignArtifactPolicy)(0),  // 4: modelir.v1.ForeignArtifactPolicy
-	(*Request)(nil),             // 5: modelir.v1.Request
-	(*Conversation)(nil),        // 6: modelir.v1.Conversation
-	(*TokenIds)(nil),            // 7: modelir.v1.TokenIds
-	(*SamplingParams)(nil),      // 8: modelir.v1.SamplingParams
-	(*Tool)(nil),                // 9: modelir.v1.Tool
-	(*ToolChoice)(nil),          // 10: modelir.v1.ToolChoice
-	(*ReasoningControls)(nil),   // 11: modelir.v1.ReasoningControls
-	(*Constraint)(nil),          // 12: modelir.v1.Constraint
-	(*LabelChoice)(nil),         // 13: modelir.v1.LabelChoice
-	(*JsonSchema)(nil),          // 14: modelir.v1.JsonSchema
-	(*Grammar)(nil),             // 15: modelir.v1.Grammar
-	(*FillInTheMiddle)(nil),     // 16: modelir.v1.FillInTheMiddle
-	(*LogprobOptions)(nil),      // 17: modelir.v1.LogprobOptions
-	(*InputScoringOptions)(nil), // 18: modelir.v1.InputScoringOptions
-	(*ProviderOptions)(nil),     // 19: modelir.v1.ProviderOptions
-	(*durationpb.Duration)(nil), // 20: google.protobuf.Duration
-	(*Message)(nil),             // 21: modelir.v1.Message
-	(LogprobBasis)(0),           // 22: modelir.v1.LogprobBasis
+	(Modality)(0),               // 0: modelir.v1.Modality
+	(ToolChoiceMode)(0),         // 1: modelir.v1.ToolChoiceMode
+	(ReasoningEffort)(0),        // 2: modelir.v1.ReasoningEffort
+	(ReasoningSummary)(0),       // 3: modelir.v1.ReasoningSummary
+	(GrammarDialect)(0),         // 4: modelir.v1.GrammarDialect
+	(ForeignArtifactPolicy)(0),  // 5: modelir.v1.ForeignArtifactPolicy
+	(*Request)(nil),             // 6: modelir.v1.Request
+	(*Conversation)(nil),        // 7: modelir.v1.Conversation
+	(*TokenIds)(nil),            // 8: modelir.v1.TokenIds
+	(*SamplingParams)(nil),      // 9: modelir.v1.SamplingParams
+	(*Tool)(nil),                // 10: modelir.v1.Tool
+	(*FunctionTool)(nil),        // 11: modelir.v1.FunctionTool
+	(*ProviderTool)(nil),        // 12: modelir.v1.ProviderTool
+	(*ToolChoice)(nil),          // 13: modelir.v1.ToolChoice
+	(*AllowedTools)(nil),        // 14: modelir.v1.AllowedTools
+	(*ReasoningControls)(nil),   // 15: modelir.v1.ReasoningControls
+	(*Constraint)(nil),          // 16: modelir.v1.Constraint
+	(*LabelChoice)(nil),         // 17: modelir.v1.LabelChoice
+	(*JsonSchema)(nil),          // 18: modelir.v1.JsonSchema
+	(*JsonObject)(nil),          // 19: modelir.v1.JsonObject
+	(*Grammar)(nil),             // 20: modelir.v1.Grammar
+	(*FillInTheMiddle)(nil),     // 21: modelir.v1.FillInTheMiddle
+	(*LogprobOptions)(nil),      // 22: modelir.v1.LogprobOptions
+	(*InputScoringOptions)(nil), // 23: modelir.v1.InputScoringOptions
+	(*Continuation)(nil),        // 24: modelir.v1.Continuation
+	nil,                         // 25: modelir.v1.SamplingParams.LogitBiasEntry
+	(*ProviderOptions)(nil),     // 26: modelir.v1.ProviderOptions
+	(*durationpb.Duration)(nil), // 27: google.protobuf.Duration
+	(*Message)(nil),             // 28: modelir.v1.Message
+	(LogprobBasis)(0),           // 29: modelir.v1.LogprobBasis
 }
 var file_modelir_v1_request_proto_depIdxs = []int32{
-	6,  // 0: modelir.v1.Request.conversation:type_name -> modelir.v1.Conversation
-	7,  // 1: modelir.v1.Request.token_ids:type_name -> modelir.v1.TokenIds
-	8,  // 2: modelir.v1.Request.sampling:type_name -> modelir.v1.SamplingParams
-	9,  // 3: modelir.v1.Request.tools:type_name -> modelir.v1.Tool
-	10, // 4: modelir.v1.Request.tool_choice:type_name -> modelir.v1.ToolChoice
-	11, // 5: modelir.v1.Request.reasoning:type_name -> modelir.v1.ReasoningControls
-	12, // 6: modelir.v1.Request.constraint:type_name -> modelir.v1.Constraint
-	16, // 7: modelir.v1.Request.fim:type_name -> modelir.v1.FillInTheMiddle
-	17, // 8: modelir.v1.Request.logprobs:type_name -> modelir.v1.LogprobOptions
-	18, // 9: modelir.v1.Request.input_scoring:type_name -> modelir.v1.InputScoringOptions
-	19, // 10: modelir.v1.Request.provider_options:type_name -> modelir.v1.ProviderOptions
-	4,  // 11: modelir.v1.Request.foreign_artifact_policy:type_name -> modelir.v1.ForeignArtifactPolicy
-	20, // 12: modelir.v1.Request.timeout:type_name -> google.protobuf.Duration
-	21, // 13: modelir.v1.Conversation.messages:type_name -> modelir.v1.Message
-	0,  // 14: modelir.v1.ToolChoice.mode:type_name -> modelir.v1.ToolChoiceMode
-	1,  // 15: modelir.v1.ReasoningControls.effort:type_name -> modelir.v1.ReasoningEffort
-	2,  // 16: modelir.v1.ReasoningControls.summary:type_name -> modelir.v1.ReasoningSummary
-	13, // 17: modelir.v1.Constraint.choice:type_name -> modelir.v1.LabelChoice
-	14, // 18: modelir.v1.Constraint.json_schema:type_name -> modelir.v1.JsonSchema
-	15, // 19: modelir.v1.Constraint.grammar:type_name -> modelir.v1.Grammar
-	3,  // 20: modelir.v1.Grammar.dialect:type_name -> modelir.v1.GrammarDialect
-	22, // 21: modelir.v1.LogprobOptions.basis:type_name -> modelir.v1.LogprobBasis
-	7,  // 22: modelir.v1.InputScoringOptions.continuation_tokens:type_name -> modelir.v1.TokenIds
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	7,  // 0: modelir.v1.Request.conversation:type_name -> modelir.v1.Conversation
+	8,  // 1: modelir.v1.Request.token_ids:type_name -> modelir.v1.TokenIds
+	9,  // 2: modelir.v1.Request.sampling:type_name -> modelir.v1.SamplingParams
+	10, // 3: modelir.v1.Request.tools:type_name -> modelir.v1.Tool
+	13, // 4: modelir.v1.Request.tool_choice:type_name -> modelir.v1.ToolChoice
+	15, // 5: modelir.v1.Request.reasoning_controls:type_name -> modelir.v1.ReasoningControls
+	16, // 6: modelir.v1.Request.constraint:type_name -> modelir.v1.Constraint
+	21, // 7: modelir.v1.Request.fim:type_name -> modelir.v1.FillInTheMiddle
+	22, // 8: modelir.v1.Request.logprob_options:type_name -> modelir.v1.LogprobOptions
+	23, // 9: modelir.v1.Request.input_scoring:type_name -> modelir.v1.InputScoringOptions
+	26, // 10: modelir.v1.Request.provider_options:type_name -> modelir.v1.ProviderOptions
+	5,  // 11: modelir.v1.Request.foreign_artifact_policy:type_name -> modelir.v1.ForeignArtifactPolicy
+	27, // 12: modelir.v1.Request.timeout:type_name -> google.protobuf.Duration
+	0,  // 13: modelir.v1.Request.output_modalities:type_name -> modelir.v1.Modality
+	28, // 14: modelir.v1.Conversation.messages:type_name -> modelir.v1.Message
+	25, // 15: modelir.v1.SamplingParams.logit_bias:type_name -> modelir.v1.SamplingParams.LogitBiasEntry
+	11, // 16: modelir.v1.Tool.function:type_name -> modelir.v1.FunctionTool
+	12, // 17: modelir.v1.Tool.provider:type_name -> modelir.v1.ProviderTool
+	1,  // 18: modelir.v1.ToolChoice.mode:type_name -> modelir.v1.ToolChoiceMode
+	14, // 19: modelir.v1.ToolChoice.allowed_tools:type_name -> modelir.v1.AllowedTools
+	1,  // 20: modelir.v1.AllowedTools.mode:type_name -> modelir.v1.ToolChoiceMode
+	2,  // 21: modelir.v1.ReasoningControls.effort:type_name -> modelir.v1.ReasoningEffort
+	3,  // 22: modelir.v1.ReasoningControls.summary:type_name -> modelir.v1.ReasoningSummary
+	17, // 23: modelir.v1.Constraint.choice:type_name -> modelir.v1.LabelChoice
+	18, // 24: modelir.v1.Constraint.json_schema:type_name -> modelir.v1.JsonSchema
+	20, // 25: modelir.v1.Constraint.grammar:type_name -> modelir.v1.Grammar
+	19, // 26: modelir.v1.Constraint.json_object:type_name -> modelir.v1.JsonObject
+	4,  // 27: modelir.v1.Grammar.dialect:type_name -> modelir.v1.GrammarDialect
+	29, // 28: modelir.v1.LogprobOptions.basis:type_name -> modelir.v1.LogprobBasis
+	24, // 29: modelir.v1.InputScoringOptions.continuations:type_name -> modelir.v1.Continuation
+	8,  // 30: modelir.v1.Continuation.token_ids:type_name -> modelir.v1.TokenIds
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_modelir_v1_request_proto_init() }
@@ -1816,31 +2266,37 @@ func file_modelir_v1_request_proto_init() {
 		(*Request_TokenIds)(nil),
 	}
 	file_modelir_v1_request_proto_msgTypes[3].OneofWrappers = []any{}
-	file_modelir_v1_request_proto_msgTypes[5].OneofWrappers = []any{
+	file_modelir_v1_request_proto_msgTypes[4].OneofWrappers = []any{
+		(*Tool_Function)(nil),
+		(*Tool_Provider)(nil),
+	}
+	file_modelir_v1_request_proto_msgTypes[7].OneofWrappers = []any{
 		(*ToolChoice_Mode)(nil),
 		(*ToolChoice_ToolName)(nil),
+		(*ToolChoice_AllowedTools)(nil),
 	}
-	file_modelir_v1_request_proto_msgTypes[6].OneofWrappers = []any{
+	file_modelir_v1_request_proto_msgTypes[9].OneofWrappers = []any{
 		(*ReasoningControls_Effort)(nil),
 		(*ReasoningControls_BudgetTokens)(nil),
 	}
-	file_modelir_v1_request_proto_msgTypes[7].OneofWrappers = []any{
+	file_modelir_v1_request_proto_msgTypes[10].OneofWrappers = []any{
 		(*Constraint_Choice)(nil),
 		(*Constraint_Regex)(nil),
 		(*Constraint_JsonSchema)(nil),
 		(*Constraint_Grammar)(nil),
+		(*Constraint_JsonObject)(nil),
 	}
-	file_modelir_v1_request_proto_msgTypes[13].OneofWrappers = []any{
-		(*InputScoringOptions_ContinuationText)(nil),
-		(*InputScoringOptions_ContinuationTokens)(nil),
+	file_modelir_v1_request_proto_msgTypes[18].OneofWrappers = []any{
+		(*Continuation_Text)(nil),
+		(*Continuation_TokenIds)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_modelir_v1_request_proto_rawDesc), len(file_modelir_v1_request_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   15,
+			NumEnums:      6,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -23,7 +23,9 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// Why generation stopped, normalised across providers. The provider's own words are in `raw_finish_reason`.
+// Why generation stopped, normalised across providers. The provider's own words are in `raw_finish_reason`. An
+// open enum: new values are added in minor versions; a receiver that does not know one treats it as
+// `FINISH_REASON_OTHER`.
 type FinishReason int32
 
 const (
@@ -33,7 +35,7 @@ const (
 	FinishReason_FINISH_REASON_STOP FinishReason = 1
 	// The output token limit was reached.
 	FinishReason_FINISH_REASON_LENGTH FinishReason = 2
-	// A stop string or stop token was produced; see `Choice.stop_sequence`.
+	// A stop string or stop token was produced; see `Choice.stop`.
 	FinishReason_FINISH_REASON_STOP_SEQUENCE FinishReason = 3
 	// The model stopped to call tools.
 	FinishReason_FINISH_REASON_TOOL_CALLS FinishReason = 4
@@ -115,24 +117,33 @@ type Response struct {
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// The model id as the provider reported it.
 	Model string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
-	// The generated choices, in index order.
+	// The generated choices, in index order. Empty when the provider generated nothing, e.g. for a blocked prompt
+	// (see `prompt_feedback`).
 	Choices []*Choice `protobuf:"bytes,3,rep,name=choices,proto3" json:"choices,omitempty"`
-	// The scores of the input, when input scoring was requested.
-	InputScores *InputScores `protobuf:"bytes,4,opt,name=input_scores,json=inputScores,proto3" json:"input_scores,omitempty"`
+	// The scores of the input, when input scoring was requested: one entry for the whole input, or one per
+	// requested continuation, in the request's order.
+	InputScores []*InputScores `protobuf:"bytes,4,rep,name=input_scores,json=inputScores,proto3" json:"input_scores,omitempty"`
 	// Token usage, with one meaning across providers.
 	Usage *Usage `protobuf:"bytes,5,opt,name=usage,proto3" json:"usage,omitempty"`
 	// When the call ran and how long its phases took.
 	Timing *Timing `protobuf:"bytes,6,opt,name=timing,proto3" json:"timing,omitempty"`
 	// The provider's raw answer, when the request asked for it.
 	Raw *RawExchange `protobuf:"bytes,7,opt,name=raw,proto3" json:"raw,omitempty"`
-	// Set when the response is partial or suspect (a soft failure); the partial output is kept.
-	Error *ResponseError `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
+	// Soft errors: set when the response is partial or suspect; the partial output is kept. Several may apply (one
+	// choice breaks its JSON schema while another is fine; a stream is cut and misses logprobs), in the order they
+	// were found.
+	Errors []*ResponseError `protobuf:"bytes,8,rep,name=errors,proto3" json:"errors,omitempty"`
 	// Non-fatal remarks about how the request was carried out.
 	Warnings []*Warning `protobuf:"bytes,9,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	// The token ids of the input as the engine saw it, when the provider reports them (vLLM `prompt_token_ids`).
 	PromptTokenIds []int32 `protobuf:"varint,10,rep,packed,name=prompt_token_ids,json=promptTokenIds,proto3" json:"prompt_token_ids,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// What the provider said about the prompt itself (Gemini `promptFeedback`), when it said anything.
+	PromptFeedback *PromptFeedback `protobuf:"bytes,11,opt,name=prompt_feedback,json=promptFeedback,proto3" json:"prompt_feedback,omitempty"`
+	// The service tier that actually served the request (OpenAI `service_tier`, e.g. `default`, `flex`,
+	// `priority`; Anthropic `usage.service_tier`). An open vocabulary; empty when the provider does not say.
+	ServiceTier   string `protobuf:"bytes,12,opt,name=service_tier,json=serviceTier,proto3" json:"service_tier,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Response) Reset() {
@@ -186,7 +197,7 @@ func (x *Response) GetChoices() []*Choice {
 	return nil
 }
 
-func (x *Response) GetInputScores() *InputScores {
+func (x *Response) GetInputScores() []*InputScores {
 	if x != nil {
 		return x.InputScores
 	}
@@ -214,9 +225,9 @@ func (x *Response) GetRaw() *RawExchange {
 	return nil
 }
 
-func (x *Response) GetError() *ResponseError {
+func (x *Response) GetErrors() []*ResponseError {
 	if x != nil {
-		return x.Error
+		return x.Errors
 	}
 	return nil
 }
@@ -235,6 +246,94 @@ func (x *Response) GetPromptTokenIds() []int32 {
 	return nil
 }
 
+func (x *Response) GetPromptFeedback() *PromptFeedback {
+	if x != nil {
+		return x.PromptFeedback
+	}
+	return nil
+}
+
+func (x *Response) GetServiceTier() string {
+	if x != nil {
+		return x.ServiceTier
+	}
+	return ""
+}
+
+// The provider's verdict on the prompt, independent of any choice.
+type PromptFeedback struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True when the provider refused to process the prompt at all; the response then has no choices.
+	Blocked bool `protobuf:"varint,1,opt,name=blocked,proto3" json:"blocked,omitempty"`
+	// The provider's reason, verbatim (Gemini `blockReason`, e.g. `SAFETY`, `PROHIBITED_CONTENT`). Empty when not
+	// blocked.
+	BlockReason string `protobuf:"bytes,2,opt,name=block_reason,json=blockReason,proto3" json:"block_reason,omitempty"`
+	// The provider's explanation, when it gives one (Gemini `blockReasonMessage`).
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// The native feedback object as JSON text, verbatim (safety ratings and anything else it carries).
+	NativeJson    string `protobuf:"bytes,4,opt,name=native_json,json=nativeJson,proto3" json:"native_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromptFeedback) Reset() {
+	*x = PromptFeedback{}
+	mi := &file_modelir_v1_response_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromptFeedback) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromptFeedback) ProtoMessage() {}
+
+func (x *PromptFeedback) ProtoReflect() protoreflect.Message {
+	mi := &file_modelir_v1_response_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromptFeedback.ProtoReflect.Descriptor instead.
+func (*PromptFeedback) Descriptor() ([]byte, []int) {
+	return file_modelir_v1_response_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PromptFeedback) GetBlocked() bool {
+	if x != nil {
+		return x.Blocked
+	}
+	return false
+}
+
+func (x *PromptFeedback) GetBlockReason() string {
+	if x != nil {
+		return x.BlockReason
+	}
+	return ""
+}
+
+func (x *PromptFeedback) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *PromptFeedback) GetNativeJson() string {
+	if x != nil {
+		return x.NativeJson
+	}
+	return ""
+}
+
 // One generated alternative.
 type Choice struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -246,18 +345,32 @@ type Choice struct {
 	FinishReason FinishReason `protobuf:"varint,3,opt,name=finish_reason,json=finishReason,proto3,enum=modelir.v1.FinishReason" json:"finish_reason,omitempty"`
 	// The provider's own finish reason, verbatim (e.g. `end_turn`, `MAX_TOKENS`, `{"type":"length"}`).
 	RawFinishReason string `protobuf:"bytes,4,opt,name=raw_finish_reason,json=rawFinishReason,proto3" json:"raw_finish_reason,omitempty"`
-	// The stop string or token that ended generation, when the provider says which (vLLM `stop_reason`, Anthropic
-	// `stop_sequence`). A token id is written in decimal.
-	StopSequence string `protobuf:"bytes,5,opt,name=stop_sequence,json=stopSequence,proto3" json:"stop_sequence,omitempty"`
+	// What ended generation, when the provider says (vLLM `stop_reason`, Anthropic `stop_sequence`, llama.cpp
+	// `stopping_word`). Unset when it does not, or when generation did not end on a stop.
+	//
+	// Types that are valid to be assigned to Stop:
+	//
+	//	*Choice_StopSequence
+	//	*Choice_StopTokenId
+	Stop isChoice_Stop `protobuf_oneof:"stop"`
 	// Log probabilities of the sampled tokens, when requested.
-	Logprobs      *TokenLogprobs `protobuf:"bytes,6,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Logprobs *TokenLogprobs `protobuf:"bytes,6,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
+	// The sampled token ids, whenever the provider reports them (whether or not logprobs were asked for), with the
+	// part each belongs to.
+	SampledTokens *SampledTokens `protobuf:"bytes,8,opt,name=sampled_tokens,json=sampledTokens,proto3" json:"sampled_tokens,omitempty"`
+	// How many tokens this choice generated, when the provider reports it per choice. Unset otherwise.
+	OutputTokenCount *int64 `protobuf:"varint,9,opt,name=output_token_count,json=outputTokenCount,proto3,oneof" json:"output_token_count,omitempty"`
+	// Under a `Constraint.choice`, the label the output is (the text itself stays verbatim in the message, e.g.
+	// JSON-quoted where the engine enforces the choice with a JSON schema, so that text, token bytes and logprobs
+	// agree). Empty otherwise, or when the output matches no label (a `CONSTRAINT_VIOLATED` soft error).
+	ConstrainedLabel string `protobuf:"bytes,10,opt,name=constrained_label,json=constrainedLabel,proto3" json:"constrained_label,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Choice) Reset() {
 	*x = Choice{}
-	mi := &file_modelir_v1_response_proto_msgTypes[1]
+	mi := &file_modelir_v1_response_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -269,7 +382,7 @@ func (x *Choice) String() string {
 func (*Choice) ProtoMessage() {}
 
 func (x *Choice) ProtoReflect() protoreflect.Message {
-	mi := &file_modelir_v1_response_proto_msgTypes[1]
+	mi := &file_modelir_v1_response_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -282,7 +395,7 @@ func (x *Choice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Choice.ProtoReflect.Descriptor instead.
 func (*Choice) Descriptor() ([]byte, []int) {
-	return file_modelir_v1_response_proto_rawDescGZIP(), []int{1}
+	return file_modelir_v1_response_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Choice) GetIndex() int32 {
@@ -313,16 +426,132 @@ func (x *Choice) GetRawFinishReason() string {
 	return ""
 }
 
+func (x *Choice) GetStop() isChoice_Stop {
+	if x != nil {
+		return x.Stop
+	}
+	return nil
+}
+
 func (x *Choice) GetStopSequence() string {
 	if x != nil {
-		return x.StopSequence
+		if x, ok := x.Stop.(*Choice_StopSequence); ok {
+			return x.StopSequence
+		}
 	}
 	return ""
+}
+
+func (x *Choice) GetStopTokenId() int32 {
+	if x != nil {
+		if x, ok := x.Stop.(*Choice_StopTokenId); ok {
+			return x.StopTokenId
+		}
+	}
+	return 0
 }
 
 func (x *Choice) GetLogprobs() *TokenLogprobs {
 	if x != nil {
 		return x.Logprobs
+	}
+	return nil
+}
+
+func (x *Choice) GetSampledTokens() *SampledTokens {
+	if x != nil {
+		return x.SampledTokens
+	}
+	return nil
+}
+
+func (x *Choice) GetOutputTokenCount() int64 {
+	if x != nil && x.OutputTokenCount != nil {
+		return *x.OutputTokenCount
+	}
+	return 0
+}
+
+func (x *Choice) GetConstrainedLabel() string {
+	if x != nil {
+		return x.ConstrainedLabel
+	}
+	return ""
+}
+
+type isChoice_Stop interface {
+	isChoice_Stop()
+}
+
+type Choice_StopSequence struct {
+	// The stop string that ended generation.
+	StopSequence string `protobuf:"bytes,5,opt,name=stop_sequence,json=stopSequence,proto3,oneof"`
+}
+
+type Choice_StopTokenId struct {
+	// The stop token id that ended generation (vLLM reports an integer `stop_reason` for these).
+	StopTokenId int32 `protobuf:"varint,7,opt,name=stop_token_id,json=stopTokenId,proto3,oneof"`
+}
+
+func (*Choice_StopSequence) isChoice_Stop() {}
+
+func (*Choice_StopTokenId) isChoice_Stop() {}
+
+// The token ids a choice was sampled as, in order, each with the part of the message it belongs to, so that a
+// trainer can mask reasoning or tool-call tokens without re-tokenizing.
+type SampledTokens struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Every sampled token id, in order, including a stop or end-of-sequence token whose text was trimmed from the
+	// message. When `Choice.logprobs` has token ids, they are the first entries of this list.
+	TokenIds []int32 `protobuf:"varint,1,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
+	// The index, in `Choice.message.parts`, of the part each token belongs to, one per token; -1 for a token that
+	// belongs to no part (a trimmed stop or end-of-sequence token, a template token between parts). Empty when the
+	// provider cannot attribute tokens to parts.
+	PartIndexes   []int32 `protobuf:"zigzag32,2,rep,packed,name=part_indexes,json=partIndexes,proto3" json:"part_indexes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SampledTokens) Reset() {
+	*x = SampledTokens{}
+	mi := &file_modelir_v1_response_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SampledTokens) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SampledTokens) ProtoMessage() {}
+
+func (x *SampledTokens) ProtoReflect() protoreflect.Message {
+	mi := &file_modelir_v1_response_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SampledTokens.ProtoReflect.Descriptor instead.
+func (*SampledTokens) Descriptor() ([]byte, []int) {
+	return file_modelir_v1_response_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SampledTokens) GetTokenIds() []int32 {
+	if x != nil {
+		return x.TokenIds
+	}
+	return nil
+}
+
+func (x *SampledTokens) GetPartIndexes() []int32 {
+	if x != nil {
+		return x.PartIndexes
 	}
 	return nil
 }
@@ -340,13 +569,24 @@ type Usage struct {
 	CacheReadTokenCount *int64 `protobuf:"varint,4,opt,name=cache_read_token_count,json=cacheReadTokenCount,proto3,oneof" json:"cache_read_token_count,omitempty"`
 	// The part of `input_token_count` written to a prompt cache.
 	CacheWriteTokenCount *int64 `protobuf:"varint,5,opt,name=cache_write_token_count,json=cacheWriteTokenCount,proto3,oneof" json:"cache_write_token_count,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Finer counts that only some providers report, by documented key (an open vocabulary; keys are
+	// lower_snake_case and end in their unit):
+	//   - `cache_write_5m_token_count`, `cache_write_1h_token_count`: cache writes by TTL (Anthropic
+	//     `cache_creation`);
+	//   - `tool_use_input_token_count`: input tokens fed back from provider-run tools (Gemini
+	//     `toolUsePromptTokenCount`), part of `input_token_count`;
+	//   - `web_search_request_count`, `web_fetch_request_count`: provider-run tool calls (Anthropic
+	//     `server_tool_use`);
+	//   - `audio_input_token_count`, `audio_output_token_count`, `image_input_token_count`: per-modality parts;
+	//   - `accepted_prediction_token_count`, `rejected_prediction_token_count`: OpenAI predicted outputs.
+	Details       map[string]int64 `protobuf:"bytes,6,rep,name=details,proto3" json:"details,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_modelir_v1_response_proto_msgTypes[2]
+	mi := &file_modelir_v1_response_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -358,7 +598,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_modelir_v1_response_proto_msgTypes[2]
+	mi := &file_modelir_v1_response_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -371,7 +611,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_modelir_v1_response_proto_rawDescGZIP(), []int{2}
+	return file_modelir_v1_response_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Usage) GetInputTokenCount() int64 {
@@ -409,6 +649,13 @@ func (x *Usage) GetCacheWriteTokenCount() int64 {
 	return 0
 }
 
+func (x *Usage) GetDetails() map[string]int64 {
+	if x != nil {
+		return x.Details
+	}
+	return nil
+}
+
 // When a call ran and how long its phases took.
 type Timing struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -432,7 +679,7 @@ type Timing struct {
 
 func (x *Timing) Reset() {
 	*x = Timing{}
-	mi := &file_modelir_v1_response_proto_msgTypes[3]
+	mi := &file_modelir_v1_response_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -444,7 +691,7 @@ func (x *Timing) String() string {
 func (*Timing) ProtoMessage() {}
 
 func (x *Timing) ProtoReflect() protoreflect.Message {
-	mi := &file_modelir_v1_response_proto_msgTypes[3]
+	mi := &file_modelir_v1_response_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -457,7 +704,7 @@ func (x *Timing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timing.ProtoReflect.Descriptor instead.
 func (*Timing) Descriptor() ([]byte, []int) {
-	return file_modelir_v1_response_proto_rawDescGZIP(), []int{3}
+	return file_modelir_v1_response_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Timing) GetStartTime() *timestamppb.Timestamp {
@@ -521,14 +768,20 @@ type RawExchange struct {
 	// The unary body, byte for byte. Empty for streams.
 	Body []byte `protobuf:"bytes,4,opt,name=body,proto3" json:"body,omitempty"`
 	// The stream's events in arrival order. Empty for unary answers.
-	StreamEvents  []*RawStreamEvent `protobuf:"bytes,5,rep,name=stream_events,json=streamEvents,proto3" json:"stream_events,omitempty"`
+	StreamEvents []*RawStreamEvent `protobuf:"bytes,5,rep,name=stream_events,json=streamEvents,proto3" json:"stream_events,omitempty"`
+	// The answer's HTTP headers in arrival order, names lowercased; credentials and cookies (`set-cookie`,
+	// `authorization`, ...) are never kept.
+	ResponseHeaders []*HttpHeader `protobuf:"bytes,6,rep,name=response_headers,json=responseHeaders,proto3" json:"response_headers,omitempty"`
+	// The lowered native request body as sent, when `Request.include_lowered_request` asked for it. Empty
+	// otherwise.
+	RequestBody   []byte `protobuf:"bytes,7,opt,name=request_body,json=requestBody,proto3" json:"request_body,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RawExchange) Reset() {
 	*x = RawExchange{}
-	mi := &file_modelir_v1_response_proto_msgTypes[4]
+	mi := &file_modelir_v1_response_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -540,7 +793,7 @@ func (x *RawExchange) String() string {
 func (*RawExchange) ProtoMessage() {}
 
 func (x *RawExchange) ProtoReflect() protoreflect.Message {
-	mi := &file_modelir_v1_response_proto_msgTypes[4]
+	mi := &file_modelir_v1_response_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -553,7 +806,7 @@ func (x *RawExchange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RawExchange.ProtoReflect.Descriptor instead.
 func (*RawExchange) Descriptor() ([]byte, []int) {
-	return file_modelir_v1_response_proto_rawDescGZIP(), []int{4}
+	return file_modelir_v1_response_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RawExchange) GetTransport() string {
@@ -591,6 +844,75 @@ func (x *RawExchange) GetStreamEvents() []*RawStreamEvent {
 	return nil
 }
 
+func (x *RawExchange) GetResponseHeaders() []*HttpHeader {
+	if x != nil {
+		return x.ResponseHeaders
+	}
+	return nil
+}
+
+func (x *RawExchange) GetRequestBody() []byte {
+	if x != nil {
+		return x.RequestBody
+	}
+	return nil
+}
+
+// One HTTP header.
+type HttpHeader struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The header's name, lowercased.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The header's value, verbatim.
+	Value         string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HttpHeader) Reset() {
+	*x = HttpHeader{}
+	mi := &file_modelir_v1_response_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HttpHeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HttpHeader) ProtoMessage() {}
+
+func (x *HttpHeader) ProtoReflect() protoreflect.Message {
+	mi := &file_modelir_v1_response_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HttpHeader.ProtoReflect.Descriptor instead.
+func (*HttpHeader) Descriptor() ([]byte, []int) {
+	return file_modelir_v1_response_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *HttpHeader) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *HttpHeader) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
 // One raw event of a provider stream.
 type RawStreamEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -604,7 +926,7 @@ type RawStreamEvent struct {
 
 func (x *RawStreamEvent) Reset() {
 	*x = RawStreamEvent{}
-	mi := &file_modelir_v1_response_proto_msgTypes[5]
+	mi := &file_modelir_v1_response_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +938,7 @@ func (x *RawStreamEvent) String() string {
 func (*RawStreamEvent) ProtoMessage() {}
 
 func (x *RawStreamEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_modelir_v1_response_proto_msgTypes[5]
+	mi := &file_modelir_v1_response_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +951,7 @@ func (x *RawStreamEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RawStreamEvent.ProtoReflect.Descriptor instead.
 func (*RawStreamEvent) Descriptor() ([]byte, []int) {
-	return file_modelir_v1_response_proto_rawDescGZIP(), []int{5}
+	return file_modelir_v1_response_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RawStreamEvent) GetEvent() string {
@@ -651,32 +973,54 @@ var File_modelir_v1_response_proto protoreflect.FileDescriptor
 const file_modelir_v1_response_proto_rawDesc = "" +
 	"\n" +
 	"\x19modelir/v1/response.proto\x12\n" +
-	"modelir.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18modelir/v1/content.proto\x1a\x17modelir/v1/errors.proto\x1a\x19modelir/v1/logprobs.proto\"\xa6\x03\n" +
+	"modelir.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18modelir/v1/content.proto\x1a\x17modelir/v1/errors.proto\x1a\x19modelir/v1/logprobs.proto\"\x90\x04\n" +
 	"\bResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12,\n" +
 	"\achoices\x18\x03 \x03(\v2\x12.modelir.v1.ChoiceR\achoices\x12:\n" +
-	"\finput_scores\x18\x04 \x01(\v2\x17.modelir.v1.InputScoresR\vinputScores\x12'\n" +
+	"\finput_scores\x18\x04 \x03(\v2\x17.modelir.v1.InputScoresR\vinputScores\x12'\n" +
 	"\x05usage\x18\x05 \x01(\v2\x11.modelir.v1.UsageR\x05usage\x12*\n" +
 	"\x06timing\x18\x06 \x01(\v2\x12.modelir.v1.TimingR\x06timing\x12)\n" +
-	"\x03raw\x18\a \x01(\v2\x17.modelir.v1.RawExchangeR\x03raw\x12/\n" +
-	"\x05error\x18\b \x01(\v2\x19.modelir.v1.ResponseErrorR\x05error\x12/\n" +
+	"\x03raw\x18\a \x01(\v2\x17.modelir.v1.RawExchangeR\x03raw\x121\n" +
+	"\x06errors\x18\b \x03(\v2\x19.modelir.v1.ResponseErrorR\x06errors\x12/\n" +
 	"\bwarnings\x18\t \x03(\v2\x13.modelir.v1.WarningR\bwarnings\x12(\n" +
 	"\x10prompt_token_ids\x18\n" +
-	" \x03(\x05R\x0epromptTokenIds\"\x94\x02\n" +
+	" \x03(\x05R\x0epromptTokenIds\x12C\n" +
+	"\x0fprompt_feedback\x18\v \x01(\v2\x1a.modelir.v1.PromptFeedbackR\x0epromptFeedback\x12!\n" +
+	"\fservice_tier\x18\f \x01(\tR\vserviceTier\"\x88\x01\n" +
+	"\x0ePromptFeedback\x12\x18\n" +
+	"\ablocked\x18\x01 \x01(\bR\ablocked\x12!\n" +
+	"\fblock_reason\x18\x02 \x01(\tR\vblockReason\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x1f\n" +
+	"\vnative_json\x18\x04 \x01(\tR\n" +
+	"nativeJson\"\xfd\x03\n" +
 	"\x06Choice\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12-\n" +
 	"\amessage\x18\x02 \x01(\v2\x13.modelir.v1.MessageR\amessage\x12=\n" +
 	"\rfinish_reason\x18\x03 \x01(\x0e2\x18.modelir.v1.FinishReasonR\ffinishReason\x12*\n" +
-	"\x11raw_finish_reason\x18\x04 \x01(\tR\x0frawFinishReason\x12#\n" +
-	"\rstop_sequence\x18\x05 \x01(\tR\fstopSequence\x125\n" +
-	"\blogprobs\x18\x06 \x01(\v2\x19.modelir.v1.TokenLogprobsR\blogprobs\"\x98\x03\n" +
+	"\x11raw_finish_reason\x18\x04 \x01(\tR\x0frawFinishReason\x12%\n" +
+	"\rstop_sequence\x18\x05 \x01(\tH\x00R\fstopSequence\x12$\n" +
+	"\rstop_token_id\x18\a \x01(\x05H\x00R\vstopTokenId\x125\n" +
+	"\blogprobs\x18\x06 \x01(\v2\x19.modelir.v1.TokenLogprobsR\blogprobs\x12@\n" +
+	"\x0esampled_tokens\x18\b \x01(\v2\x19.modelir.v1.SampledTokensR\rsampledTokens\x121\n" +
+	"\x12output_token_count\x18\t \x01(\x03H\x01R\x10outputTokenCount\x88\x01\x01\x12+\n" +
+	"\x11constrained_label\x18\n" +
+	" \x01(\tR\x10constrainedLabelB\x06\n" +
+	"\x04stopB\x15\n" +
+	"\x13_output_token_count\"O\n" +
+	"\rSampledTokens\x12\x1b\n" +
+	"\ttoken_ids\x18\x01 \x03(\x05R\btokenIds\x12!\n" +
+	"\fpart_indexes\x18\x02 \x03(\x11R\vpartIndexes\"\x8e\x04\n" +
 	"\x05Usage\x12/\n" +
 	"\x11input_token_count\x18\x01 \x01(\x03H\x00R\x0finputTokenCount\x88\x01\x01\x121\n" +
 	"\x12output_token_count\x18\x02 \x01(\x03H\x01R\x10outputTokenCount\x88\x01\x01\x127\n" +
 	"\x15reasoning_token_count\x18\x03 \x01(\x03H\x02R\x13reasoningTokenCount\x88\x01\x01\x128\n" +
 	"\x16cache_read_token_count\x18\x04 \x01(\x03H\x03R\x13cacheReadTokenCount\x88\x01\x01\x12:\n" +
-	"\x17cache_write_token_count\x18\x05 \x01(\x03H\x04R\x14cacheWriteTokenCount\x88\x01\x01B\x14\n" +
+	"\x17cache_write_token_count\x18\x05 \x01(\x03H\x04R\x14cacheWriteTokenCount\x88\x01\x01\x128\n" +
+	"\adetails\x18\x06 \x03(\v2\x1e.modelir.v1.Usage.DetailsEntryR\adetails\x1a:\n" +
+	"\fDetailsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01B\x14\n" +
 	"\x12_input_token_countB\x15\n" +
 	"\x13_output_token_countB\x18\n" +
 	"\x16_reasoning_token_countB\x19\n" +
@@ -690,14 +1034,20 @@ const file_modelir_v1_response_proto_rawDesc = "" +
 	"\x0equeue_duration\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\rqueueDuration\x12#\n" +
 	"\rattempt_count\x18\x05 \x01(\x05R\fattemptCount\x12Q\n" +
 	"\x17provider_input_duration\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x15providerInputDuration\x12S\n" +
-	"\x18provider_output_duration\x18\a \x01(\v2\x19.google.protobuf.DurationR\x16providerOutputDuration\"\xc4\x01\n" +
+	"\x18provider_output_duration\x18\a \x01(\v2\x19.google.protobuf.DurationR\x16providerOutputDuration\"\xaa\x02\n" +
 	"\vRawExchange\x12\x1c\n" +
 	"\ttransport\x18\x01 \x01(\tR\ttransport\x12\x1f\n" +
 	"\vhttp_status\x18\x02 \x01(\x05R\n" +
 	"httpStatus\x12!\n" +
 	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\x12\x12\n" +
 	"\x04body\x18\x04 \x01(\fR\x04body\x12?\n" +
-	"\rstream_events\x18\x05 \x03(\v2\x1a.modelir.v1.RawStreamEventR\fstreamEvents\":\n" +
+	"\rstream_events\x18\x05 \x03(\v2\x1a.modelir.v1.RawStreamEventR\fstreamEvents\x12A\n" +
+	"\x10response_headers\x18\x06 \x03(\v2\x16.modelir.v1.HttpHeaderR\x0fresponseHeaders\x12!\n" +
+	"\frequest_body\x18\a \x01(\fR\vrequestBody\"6\n" +
+	"\n" +
+	"HttpHeader\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\":\n" +
 	"\x0eRawStreamEvent\x12\x14\n" +
 	"\x05event\x18\x01 \x01(\tR\x05event\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data*\xc9\x02\n" +
@@ -731,46 +1081,54 @@ func file_modelir_v1_response_proto_rawDescGZIP() []byte {
 }
 
 var file_modelir_v1_response_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_modelir_v1_response_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_modelir_v1_response_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_modelir_v1_response_proto_goTypes = []any{
 	(FinishReason)(0),             // 0: modelir.v1.FinishReason
 	(*Response)(nil),              // 1: modelir.v1.Response
-	(*Choice)(nil),                // 2: modelir.v1.Choice
-	(*Usage)(nil),                 // 3: modelir.v1.Usage
-	(*Timing)(nil),                // 4: modelir.v1.Timing
-	(*RawExchange)(nil),           // 5: modelir.v1.RawExchange
-	(*RawStreamEvent)(nil),        // 6: modelir.v1.RawStreamEvent
-	(*InputScores)(nil),           // 7: modelir.v1.InputScores
-	(*ResponseError)(nil),         // 8: modelir.v1.ResponseError
-	(*Warning)(nil),               // 9: modelir.v1.Warning
-	(*Message)(nil),               // 10: modelir.v1.Message
-	(*TokenLogprobs)(nil),         // 11: modelir.v1.TokenLogprobs
-	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 13: google.protobuf.Duration
+	(*PromptFeedback)(nil),        // 2: modelir.v1.PromptFeedback
+	(*Choice)(nil),                // 3: modelir.v1.Choice
+	(*SampledTokens)(nil),         // 4: modelir.v1.SampledTokens
+	(*Usage)(nil),                 // 5: modelir.v1.Usage
+	(*Timing)(nil),                // 6: modelir.v1.Timing
+	(*RawExchange)(nil),           // 7: modelir.v1.RawExchange
+	(*HttpHeader)(nil),            // 8: modelir.v1.HttpHeader
+	(*RawStreamEvent)(nil),        // 9: modelir.v1.RawStreamEvent
+	nil,                           // 10: modelir.v1.Usage.DetailsEntry
+	(*InputScores)(nil),           // 11: modelir.v1.InputScores
+	(*ResponseError)(nil),         // 12: modelir.v1.ResponseError
+	(*Warning)(nil),               // 13: modelir.v1.Warning
+	(*Message)(nil),               // 14: modelir.v1.Message
+	(*TokenLogprobs)(nil),         // 15: modelir.v1.TokenLogprobs
+	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 17: google.protobuf.Duration
 }
 var file_modelir_v1_response_proto_depIdxs = []int32{
-	2,  // 0: modelir.v1.Response.choices:type_name -> modelir.v1.Choice
-	7,  // 1: modelir.v1.Response.input_scores:type_name -> modelir.v1.InputScores
-	3,  // 2: modelir.v1.Response.usage:type_name -> modelir.v1.Usage
-	4,  // 3: modelir.v1.Response.timing:type_name -> modelir.v1.Timing
-	5,  // 4: modelir.v1.Response.raw:type_name -> modelir.v1.RawExchange
-	8,  // 5: modelir.v1.Response.error:type_name -> modelir.v1.ResponseError
-	9,  // 6: modelir.v1.Response.warnings:type_name -> modelir.v1.Warning
-	10, // 7: modelir.v1.Choice.message:type_name -> modelir.v1.Message
-	0,  // 8: modelir.v1.Choice.finish_reason:type_name -> modelir.v1.FinishReason
-	11, // 9: modelir.v1.Choice.logprobs:type_name -> modelir.v1.TokenLogprobs
-	12, // 10: modelir.v1.Timing.start_time:type_name -> google.protobuf.Timestamp
-	12, // 11: modelir.v1.Timing.end_time:type_name -> google.protobuf.Timestamp
-	13, // 12: modelir.v1.Timing.first_output_duration:type_name -> google.protobuf.Duration
-	13, // 13: modelir.v1.Timing.queue_duration:type_name -> google.protobuf.Duration
-	13, // 14: modelir.v1.Timing.provider_input_duration:type_name -> google.protobuf.Duration
-	13, // 15: modelir.v1.Timing.provider_output_duration:type_name -> google.protobuf.Duration
-	6,  // 16: modelir.v1.RawExchange.stream_events:type_name -> modelir.v1.RawStreamEvent
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	3,  // 0: modelir.v1.Response.choices:type_name -> modelir.v1.Choice
+	11, // 1: modelir.v1.Response.input_scores:type_name -> modelir.v1.InputScores
+	5,  // 2: modelir.v1.Response.usage:type_name -> modelir.v1.Usage
+	6,  // 3: modelir.v1.Response.timing:type_name -> modelir.v1.Timing
+	7,  // 4: modelir.v1.Response.raw:type_name -> modelir.v1.RawExchange
+	12, // 5: modelir.v1.Response.errors:type_name -> modelir.v1.ResponseError
+	13, // 6: modelir.v1.Response.warnings:type_name -> modelir.v1.Warning
+	2,  // 7: modelir.v1.Response.prompt_feedback:type_name -> modelir.v1.PromptFeedback
+	14, // 8: modelir.v1.Choice.message:type_name -> modelir.v1.Message
+	0,  // 9: modelir.v1.Choice.finish_reason:type_name -> modelir.v1.FinishReason
+	15, // 10: modelir.v1.Choice.logprobs:type_name -> modelir.v1.TokenLogprobs
+	4,  // 11: modelir.v1.Choice.sampled_tokens:type_name -> modelir.v1.SampledTokens
+	10, // 12: modelir.v1.Usage.details:type_name -> modelir.v1.Usage.DetailsEntry
+	16, // 13: modelir.v1.Timing.start_time:type_name -> google.protobuf.Timestamp
+	16, // 14: modelir.v1.Timing.end_time:type_name -> google.protobuf.Timestamp
+	17, // 15: modelir.v1.Timing.first_output_duration:type_name -> google.protobuf.Duration
+	17, // 16: modelir.v1.Timing.queue_duration:type_name -> google.protobuf.Duration
+	17, // 17: modelir.v1.Timing.provider_input_duration:type_name -> google.protobuf.Duration
+	17, // 18: modelir.v1.Timing.provider_output_duration:type_name -> google.protobuf.Duration
+	9,  // 19: modelir.v1.RawExchange.stream_events:type_name -> modelir.v1.RawStreamEvent
+	8,  // 20: modelir.v1.RawExchange.response_headers:type_name -> modelir.v1.HttpHeader
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_modelir_v1_response_proto_init() }
@@ -781,14 +1139,18 @@ func file_modelir_v1_response_proto_init() {
 	file_modelir_v1_content_proto_init()
 	file_modelir_v1_errors_proto_init()
 	file_modelir_v1_logprobs_proto_init()
-	file_modelir_v1_response_proto_msgTypes[2].OneofWrappers = []any{}
+	file_modelir_v1_response_proto_msgTypes[2].OneofWrappers = []any{
+		(*Choice_StopSequence)(nil),
+		(*Choice_StopTokenId)(nil),
+	}
+	file_modelir_v1_response_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_modelir_v1_response_proto_rawDesc), len(file_modelir_v1_response_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   6,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -210,15 +210,23 @@ type TokenizeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The model whose tokenizer to use.
 	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
-	// The text to tokenize.
-	Text string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	// What to tokenize.
+	//
+	// Types that are valid to be assigned to Input:
+	//
+	//	*TokenizeRequest_Text
+	//	*TokenizeRequest_Conversation
+	Input isTokenizeRequest_Input `protobuf_oneof:"input"`
 	// Text that comes right before `text`; the answer holds only the tokens that cover `text`, as they come out
-	// when `context + text` is tokenized. Empty means none.
+	// when `context + text` is tokenized. Empty means none. Not allowed with a conversation.
 	Context string `protobuf:"bytes,3,opt,name=context,proto3" json:"context,omitempty"`
 	// When true, add the model's special tokens (such as BOS) as it would for a prompt.
 	AddSpecialTokens bool `protobuf:"varint,4,opt,name=add_special_tokens,json=addSpecialTokens,proto3" json:"add_special_tokens,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// With a conversation: when true, end the rendering with the template's generation prompt (the start of the
+	// assistant's reply), as for generation; when false, render only the messages.
+	AddGenerationPrompt bool `protobuf:"varint,6,opt,name=add_generation_prompt,json=addGenerationPrompt,proto3" json:"add_generation_prompt,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *TokenizeRequest) Reset() {
@@ -258,11 +266,29 @@ func (x *TokenizeRequest) GetModel() string {
 	return ""
 }
 
+func (x *TokenizeRequest) GetInput() isTokenizeRequest_Input {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
 func (x *TokenizeRequest) GetText() string {
 	if x != nil {
-		return x.Text
+		if x, ok := x.Input.(*TokenizeRequest_Text); ok {
+			return x.Text
+		}
 	}
 	return ""
+}
+
+func (x *TokenizeRequest) GetConversation() *Conversation {
+	if x != nil {
+		if x, ok := x.Input.(*TokenizeRequest_Conversation); ok {
+			return x.Conversation
+		}
+	}
+	return nil
 }
 
 func (x *TokenizeRequest) GetContext() string {
@@ -279,13 +305,39 @@ func (x *TokenizeRequest) GetAddSpecialTokens() bool {
 	return false
 }
 
+func (x *TokenizeRequest) GetAddGenerationPrompt() bool {
+	if x != nil {
+		return x.AddGenerationPrompt
+	}
+	return false
+}
+
+type isTokenizeRequest_Input interface {
+	isTokenizeRequest_Input()
+}
+
+type TokenizeRequest_Text struct {
+	// Text, as a raw prompt.
+	Text string `protobuf:"bytes,2,opt,name=text,proto3,oneof"`
+}
+
+type TokenizeRequest_Conversation struct {
+	// A conversation, rendered through the model's chat template first (needs
+	// `CAPABILITY_TOKENIZE_CONVERSATION`).
+	Conversation *Conversation `protobuf:"bytes,5,opt,name=conversation,proto3,oneof"`
+}
+
+func (*TokenizeRequest_Text) isTokenizeRequest_Input() {}
+
+func (*TokenizeRequest_Conversation) isTokenizeRequest_Input() {}
+
 // The response of `Tokenize`.
 type TokenizeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The token ids covering the text.
 	TokenIds []int32 `protobuf:"varint,1,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
-	// Each token's text as the tokenizer spells it, one per token.
-	Pieces []string `protobuf:"bytes,2,rep,name=pieces,proto3" json:"pieces,omitempty"`
+	// Each token's text as the tokenizer spells it, one per token (as `TokenLogprobs.tokens`).
+	Tokens []string `protobuf:"bytes,2,rep,name=tokens,proto3" json:"tokens,omitempty"`
 	// The raw bytes of all tokens, concatenated.
 	TokenBytes []byte `protobuf:"bytes,3,opt,name=token_bytes,json=tokenBytes,proto3" json:"token_bytes,omitempty"`
 	// Where each token's bytes start in `token_bytes`, one per token.
@@ -333,9 +385,9 @@ func (x *TokenizeResponse) GetTokenIds() []int32 {
 	return nil
 }
 
-func (x *TokenizeResponse) GetPieces() []string {
+func (x *TokenizeResponse) GetTokens() []string {
 	if x != nil {
-		return x.Pieces
+		return x.Tokens
 	}
 	return nil
 }
@@ -450,7 +502,10 @@ type ModelInfo struct {
 	// The name requests use.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// The model's capability manifest (its transport's, narrowed by configuration).
-	Manifest      *CapabilityManifest `protobuf:"bytes,2,opt,name=manifest,proto3" json:"manifest,omitempty"`
+	Manifest *CapabilityManifest `protobuf:"bytes,2,opt,name=manifest,proto3" json:"manifest,omitempty"`
+	// Facts about the model's tokenizer, where the engine reports them (llama.cpp `/props`, vLLM, the reference
+	// model). Unset when unknown.
+	Tokenizer     *TokenizerInfo `protobuf:"bytes,3,opt,name=tokenizer,proto3" json:"tokenizer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -495,6 +550,13 @@ func (x *ModelInfo) GetName() string {
 func (x *ModelInfo) GetManifest() *CapabilityManifest {
 	if x != nil {
 		return x.Manifest
+	}
+	return nil
+}
+
+func (x *ModelInfo) GetTokenizer() *TokenizerInfo {
+	if x != nil {
+		return x.Tokenizer
 	}
 	return nil
 }
@@ -901,25 +963,29 @@ const file_modelir_v1_service_proto_rawDesc = "" +
 	"\x15StreamGenerateRequest\x12-\n" +
 	"\arequest\x18\x01 \x01(\v2\x13.modelir.v1.RequestR\arequest\"G\n" +
 	"\x16StreamGenerateResponse\x12-\n" +
-	"\x05event\x18\x01 \x01(\v2\x17.modelir.v1.StreamEventR\x05event\"\x83\x01\n" +
+	"\x05event\x18\x01 \x01(\v2\x17.modelir.v1.StreamEventR\x05event\"\x82\x02\n" +
 	"\x0fTokenizeRequest\x12\x14\n" +
-	"\x05model\x18\x01 \x01(\tR\x05model\x12\x12\n" +
-	"\x04text\x18\x02 \x01(\tR\x04text\x12\x18\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x14\n" +
+	"\x04text\x18\x02 \x01(\tH\x00R\x04text\x12>\n" +
+	"\fconversation\x18\x05 \x01(\v2\x18.modelir.v1.ConversationH\x00R\fconversation\x12\x18\n" +
 	"\acontext\x18\x03 \x01(\tR\acontext\x12,\n" +
-	"\x12add_special_tokens\x18\x04 \x01(\bR\x10addSpecialTokens\"\xc3\x01\n" +
+	"\x12add_special_tokens\x18\x04 \x01(\bR\x10addSpecialTokens\x122\n" +
+	"\x15add_generation_prompt\x18\x06 \x01(\bR\x13addGenerationPromptB\a\n" +
+	"\x05input\"\xc3\x01\n" +
 	"\x10TokenizeResponse\x12\x1b\n" +
 	"\ttoken_ids\x18\x01 \x03(\x05R\btokenIds\x12\x16\n" +
-	"\x06pieces\x18\x02 \x03(\tR\x06pieces\x12\x1f\n" +
+	"\x06tokens\x18\x02 \x03(\tR\x06tokens\x12\x1f\n" +
 	"\vtoken_bytes\x18\x03 \x01(\fR\n" +
 	"tokenBytes\x12,\n" +
 	"\x12token_byte_offsets\x18\x04 \x03(\rR\x10tokenByteOffsets\x12+\n" +
 	"\x11straddles_context\x18\x05 \x01(\bR\x10straddlesContext\"\x13\n" +
 	"\x11ListModelsRequest\"C\n" +
 	"\x12ListModelsResponse\x12-\n" +
-	"\x06models\x18\x01 \x03(\v2\x15.modelir.v1.ModelInfoR\x06models\"[\n" +
+	"\x06models\x18\x01 \x03(\v2\x15.modelir.v1.ModelInfoR\x06models\"\x94\x01\n" +
 	"\tModelInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12:\n" +
-	"\bmanifest\x18\x02 \x01(\v2\x1e.modelir.v1.CapabilityManifestR\bmanifest\"@\n" +
+	"\bmanifest\x18\x02 \x01(\v2\x1e.modelir.v1.CapabilityManifestR\bmanifest\x127\n" +
+	"\ttokenizer\x18\x03 \x01(\v2\x19.modelir.v1.TokenizerInfoR\ttokenizer\"@\n" +
 	"\x0fValidateRequest\x12-\n" +
 	"\arequest\x18\x01 \x01(\v2\x13.modelir.v1.RequestR\arequest\"\xf0\x01\n" +
 	"\x10ValidateResponse\x12\x1a\n" +
@@ -992,42 +1058,46 @@ var file_modelir_v1_service_proto_goTypes = []any{
 	(*Request)(nil),                 // 16: modelir.v1.Request
 	(*Response)(nil),                // 17: modelir.v1.Response
 	(*StreamEvent)(nil),             // 18: modelir.v1.StreamEvent
-	(*CapabilityManifest)(nil),      // 19: modelir.v1.CapabilityManifest
-	(Capability)(0),                 // 20: modelir.v1.Capability
-	(*UnsupportedCapabilities)(nil), // 21: modelir.v1.UnsupportedCapabilities
-	(*FieldViolation)(nil),          // 22: modelir.v1.FieldViolation
+	(*Conversation)(nil),            // 19: modelir.v1.Conversation
+	(*CapabilityManifest)(nil),      // 20: modelir.v1.CapabilityManifest
+	(*TokenizerInfo)(nil),           // 21: modelir.v1.TokenizerInfo
+	(Capability)(0),                 // 22: modelir.v1.Capability
+	(*UnsupportedCapabilities)(nil), // 23: modelir.v1.UnsupportedCapabilities
+	(*FieldViolation)(nil),          // 24: modelir.v1.FieldViolation
 }
 var file_modelir_v1_service_proto_depIdxs = []int32{
 	16, // 0: modelir.v1.GenerateRequest.request:type_name -> modelir.v1.Request
 	17, // 1: modelir.v1.GenerateResponse.response:type_name -> modelir.v1.Response
 	16, // 2: modelir.v1.StreamGenerateRequest.request:type_name -> modelir.v1.Request
 	18, // 3: modelir.v1.StreamGenerateResponse.event:type_name -> modelir.v1.StreamEvent
-	8,  // 4: modelir.v1.ListModelsResponse.models:type_name -> modelir.v1.ModelInfo
-	19, // 5: modelir.v1.ModelInfo.manifest:type_name -> modelir.v1.CapabilityManifest
-	16, // 6: modelir.v1.ValidateRequest.request:type_name -> modelir.v1.Request
-	20, // 7: modelir.v1.ValidateResponse.required:type_name -> modelir.v1.Capability
-	21, // 8: modelir.v1.ValidateResponse.unsupported:type_name -> modelir.v1.UnsupportedCapabilities
-	22, // 9: modelir.v1.ValidateResponse.field_violations:type_name -> modelir.v1.FieldViolation
-	15, // 10: modelir.v1.GetServerInfoResponse.transports:type_name -> modelir.v1.TransportInfo
-	0,  // 11: modelir.v1.ModelService.Generate:input_type -> modelir.v1.GenerateRequest
-	2,  // 12: modelir.v1.ModelService.StreamGenerate:input_type -> modelir.v1.StreamGenerateRequest
-	4,  // 13: modelir.v1.ModelService.Tokenize:input_type -> modelir.v1.TokenizeRequest
-	6,  // 14: modelir.v1.ModelService.ListModels:input_type -> modelir.v1.ListModelsRequest
-	9,  // 15: modelir.v1.ModelService.Validate:input_type -> modelir.v1.ValidateRequest
-	11, // 16: modelir.v1.ModelService.Detokenize:input_type -> modelir.v1.DetokenizeRequest
-	13, // 17: modelir.v1.ModelService.GetServerInfo:input_type -> modelir.v1.GetServerInfoRequest
-	1,  // 18: modelir.v1.ModelService.Generate:output_type -> modelir.v1.GenerateResponse
-	3,  // 19: modelir.v1.ModelService.StreamGenerate:output_type -> modelir.v1.StreamGenerateResponse
-	5,  // 20: modelir.v1.ModelService.Tokenize:output_type -> modelir.v1.TokenizeResponse
-	7,  // 21: modelir.v1.ModelService.ListModels:output_type -> modelir.v1.ListModelsResponse
-	10, // 22: modelir.v1.ModelService.Validate:output_type -> modelir.v1.ValidateResponse
-	12, // 23: modelir.v1.ModelService.Detokenize:output_type -> modelir.v1.DetokenizeResponse
-	14, // 24: modelir.v1.ModelService.GetServerInfo:output_type -> modelir.v1.GetServerInfoResponse
-	18, // [18:25] is the sub-list for method output_type
-	11, // [11:18] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	19, // 4: modelir.v1.TokenizeRequest.conversation:type_name -> modelir.v1.Conversation
+	8,  // 5: modelir.v1.ListModelsResponse.models:type_name -> modelir.v1.ModelInfo
+	20, // 6: modelir.v1.ModelInfo.manifest:type_name -> modelir.v1.CapabilityManifest
+	21, // 7: modelir.v1.ModelInfo.tokenizer:type_name -> modelir.v1.TokenizerInfo
+	16, // 8: modelir.v1.ValidateRequest.request:type_name -> modelir.v1.Request
+	22, // 9: modelir.v1.ValidateResponse.required:type_name -> modelir.v1.Capability
+	23, // 10: modelir.v1.ValidateResponse.unsupported:type_name -> modelir.v1.UnsupportedCapabilities
+	24, // 11: modelir.v1.ValidateResponse.field_violations:type_name -> modelir.v1.FieldViolation
+	15, // 12: modelir.v1.GetServerInfoResponse.transports:type_name -> modelir.v1.TransportInfo
+	0,  // 13: modelir.v1.ModelService.Generate:input_type -> modelir.v1.GenerateRequest
+	2,  // 14: modelir.v1.ModelService.StreamGenerate:input_type -> modelir.v1.StreamGenerateRequest
+	4,  // 15: modelir.v1.ModelService.Tokenize:input_type -> modelir.v1.TokenizeRequest
+	6,  // 16: modelir.v1.ModelService.ListModels:input_type -> modelir.v1.ListModelsRequest
+	9,  // 17: modelir.v1.ModelService.Validate:input_type -> modelir.v1.ValidateRequest
+	11, // 18: modelir.v1.ModelService.Detokenize:input_type -> modelir.v1.DetokenizeRequest
+	13, // 19: modelir.v1.ModelService.GetServerInfo:input_type -> modelir.v1.GetServerInfoRequest
+	1,  // 20: modelir.v1.ModelService.Generate:output_type -> modelir.v1.GenerateResponse
+	3,  // 21: modelir.v1.ModelService.StreamGenerate:output_type -> modelir.v1.StreamGenerateResponse
+	5,  // 22: modelir.v1.ModelService.Tokenize:output_type -> modelir.v1.TokenizeResponse
+	7,  // 23: modelir.v1.ModelService.ListModels:output_type -> modelir.v1.ListModelsResponse
+	10, // 24: modelir.v1.ModelService.Validate:output_type -> modelir.v1.ValidateResponse
+	12, // 25: modelir.v1.ModelService.Detokenize:output_type -> modelir.v1.DetokenizeResponse
+	14, // 26: modelir.v1.ModelService.GetServerInfo:output_type -> modelir.v1.GetServerInfoResponse
+	20, // [20:27] is the sub-list for method output_type
+	13, // [13:20] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_modelir_v1_service_proto_init() }
@@ -1040,6 +1110,10 @@ func file_modelir_v1_service_proto_init() {
 	file_modelir_v1_request_proto_init()
 	file_modelir_v1_response_proto_init()
 	file_modelir_v1_stream_proto_init()
+	file_modelir_v1_service_proto_msgTypes[4].OneofWrappers = []any{
+		(*TokenizeRequest_Text)(nil),
+		(*TokenizeRequest_Conversation)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

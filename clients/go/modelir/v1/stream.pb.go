@@ -25,18 +25,27 @@ const (
 // provides, gives exactly the `Response` the same exchange gives unstreamed.
 //
 // The accumulation rules, which every language's accumulator follows (conformance/service proves it):
-//   - `start` sets the response's id and model; a non-empty `id` or `model` on `end` replaces them.
+//   - `start` sets the response's id and model, and its warnings; a non-empty `id` or `model` on `end` replaces
+//     them.
 //   - A delta whose `part_index` is one past the choice's last part starts a new part; a smaller index extends that
-//     part; a larger one is an error. Text, reasoning text, summary text and tool-call arguments are appended;
-//     a tool call's id and name are set by the delta that carries them; a blob replaces the part's content.
-//   - A delta with no content, artifacts or item id only carries logprobs and starts no part.
+//     part; a larger one is an error. Text, refusal, reasoning text, summary text and tool-call arguments are
+//     appended; a tool call's id and name are set by the delta that carries them; a blob or a whole `part` replaces
+//     the part's content (and a whole part's artifacts, item id and citations are appended to the part's).
+//   - A delta with no content, artifacts, citations or item id only carries logprobs or token ids and starts no
+//     part.
 //   - Logprob chunks are concatenated column by column in arrival order. `token_byte_offsets` (and
 //     `top_token_byte_offsets`) are relative to the chunk's own bytes, so each is rebased by the number of bytes
 //     that came before; the `basis` is the first chunk's that is not unspecified.
+//   - A delta's `token_ids` are appended to the choice's `sampled_tokens.token_ids`, each with the delta's
+//     `part_index` (or -1 when the delta starts no part); a finish's `unattributed_token_ids` are appended last,
+//     with -1.
+//   - `part_done` changes nothing in the response: it says that a part is complete, so that a caller can act on it
+//     (run a tool call) before the stream ends.
 //   - Every accumulated message has the role `ROLE_ASSISTANT`; choices are sorted by index, and a choice named only
 //     by a `ChoiceFinish` still appears.
-//   - `end` carries what is known only at the end (finishes, usage, scores, prompt ids, timing, soft error,
-//     warnings, raw); its values are set on the response.
+//   - `end` carries what is known only at the end (finishes, usage, scores, prompt ids, timing, soft errors,
+//     warnings, raw, prompt feedback, service tier); its values are set on the response (its warnings are appended
+//     after the start's).
 type StreamEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The event.
@@ -46,9 +55,13 @@ type StreamEvent struct {
 	//	*StreamEvent_Start
 	//	*StreamEvent_Delta
 	//	*StreamEvent_End
-	Event         isStreamEvent_Event `protobuf_oneof:"event"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	//	*StreamEvent_PartDone
+	Event isStreamEvent_Event `protobuf_oneof:"event"`
+	// The event's position in its stream, from 0, increasing by one per event, so that a receiver can detect a lost
+	// or reordered event.
+	SequenceNumber int64 `protobuf:"varint,5,opt,name=sequence_number,json=sequenceNumber,proto3" json:"sequence_number,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StreamEvent) Reset() {
@@ -115,6 +128,22 @@ func (x *StreamEvent) GetEnd() *StreamEnd {
 	return nil
 }
 
+func (x *StreamEvent) GetPartDone() *PartDone {
+	if x != nil {
+		if x, ok := x.Event.(*StreamEvent_PartDone); ok {
+			return x.PartDone
+		}
+	}
+	return nil
+}
+
+func (x *StreamEvent) GetSequenceNumber() int64 {
+	if x != nil {
+		return x.SequenceNumber
+	}
+	return 0
+}
+
 type isStreamEvent_Event interface {
 	isStreamEvent_Event()
 }
@@ -134,11 +163,18 @@ type StreamEvent_End struct {
 	End *StreamEnd `protobuf:"bytes,3,opt,name=end,proto3,oneof"`
 }
 
+type StreamEvent_PartDone struct {
+	// A part is complete.
+	PartDone *PartDone `protobuf:"bytes,4,opt,name=part_done,json=partDone,proto3,oneof"`
+}
+
 func (*StreamEvent_Start) isStreamEvent_Event() {}
 
 func (*StreamEvent_Delta) isStreamEvent_Event() {}
 
 func (*StreamEvent_End) isStreamEvent_Event() {}
+
+func (*StreamEvent_PartDone) isStreamEvent_Event() {}
 
 // The first event of a stream.
 type StreamStart struct {
@@ -146,7 +182,10 @@ type StreamStart struct {
 	// The provider's id for the response (`Response.id`).
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// The model id as the provider reported it (`Response.model`).
-	Model         string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	Model string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	// Non-fatal remarks already known when the stream starts (e.g. a dropped foreign artifact), which would
+	// otherwise wait for the end (`Response.warnings`).
+	Warnings      []*Warning `protobuf:"bytes,3,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -195,6 +234,13 @@ func (x *StreamStart) GetModel() string {
 	return ""
 }
 
+func (x *StreamStart) GetWarnings() []*Warning {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
 // A piece of one part of one choice's message. A delta whose `part_index` is one past the last part starts a
 // new part; otherwise it extends that part.
 type PartDelta struct {
@@ -203,7 +249,7 @@ type PartDelta struct {
 	ChoiceIndex int32 `protobuf:"varint,1,opt,name=choice_index,json=choiceIndex,proto3" json:"choice_index,omitempty"`
 	// The index of the part in the choice's message.
 	PartIndex int32 `protobuf:"varint,2,opt,name=part_index,json=partIndex,proto3" json:"part_index,omitempty"`
-	// What to add to the part. Unset when the delta only carries logprobs or artifacts.
+	// What to add to the part. Unset when the delta only carries logprobs, token ids, artifacts or citations.
 	//
 	// Types that are valid to be assigned to Content:
 	//
@@ -211,13 +257,19 @@ type PartDelta struct {
 	//	*PartDelta_Reasoning
 	//	*PartDelta_ToolCall
 	//	*PartDelta_Blob
+	//	*PartDelta_Refusal
+	//	*PartDelta_Part
 	Content isPartDelta_Content `protobuf_oneof:"content"`
-	// Complete reasoning artifacts, appended to the part's artifacts.
-	Artifacts []*ReasoningArtifact `protobuf:"bytes,7,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
+	// Complete opaque artifacts, appended to the part's artifacts.
+	Artifacts []*OpaqueArtifact `protobuf:"bytes,7,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
 	// The provider's item id for the part; set once, on any delta of the part.
 	ItemId string `protobuf:"bytes,8,opt,name=item_id,json=itemId,proto3" json:"item_id,omitempty"`
 	// Log probabilities of the tokens of this delta, appended to the choice's logprobs.
-	Logprobs      *TokenLogprobs `protobuf:"bytes,9,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
+	Logprobs *TokenLogprobs `protobuf:"bytes,9,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
+	// Complete citations, appended to the part's citations.
+	Citations []*Citation `protobuf:"bytes,12,rep,name=citations,proto3" json:"citations,omitempty"`
+	// The sampled token ids of this delta, appended to the choice's `sampled_tokens`.
+	TokenIds      []int32 `protobuf:"varint,13,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -309,7 +361,25 @@ func (x *PartDelta) GetBlob() *Blob {
 	return nil
 }
 
-func (x *PartDelta) GetArtifacts() []*ReasoningArtifact {
+func (x *PartDelta) GetRefusal() string {
+	if x != nil {
+		if x, ok := x.Content.(*PartDelta_Refusal); ok {
+			return x.Refusal
+		}
+	}
+	return ""
+}
+
+func (x *PartDelta) GetPart() *Part {
+	if x != nil {
+		if x, ok := x.Content.(*PartDelta_Part); ok {
+			return x.Part
+		}
+	}
+	return nil
+}
+
+func (x *PartDelta) GetArtifacts() []*OpaqueArtifact {
 	if x != nil {
 		return x.Artifacts
 	}
@@ -326,6 +396,20 @@ func (x *PartDelta) GetItemId() string {
 func (x *PartDelta) GetLogprobs() *TokenLogprobs {
 	if x != nil {
 		return x.Logprobs
+	}
+	return nil
+}
+
+func (x *PartDelta) GetCitations() []*Citation {
+	if x != nil {
+		return x.Citations
+	}
+	return nil
+}
+
+func (x *PartDelta) GetTokenIds() []int32 {
+	if x != nil {
+		return x.TokenIds
 	}
 	return nil
 }
@@ -354,6 +438,17 @@ type PartDelta_Blob struct {
 	Blob *Blob `protobuf:"bytes,6,opt,name=blob,proto3,oneof"`
 }
 
+type PartDelta_Refusal struct {
+	// Refusal text appended to a refusal part.
+	Refusal string `protobuf:"bytes,10,opt,name=refusal,proto3,oneof"`
+}
+
+type PartDelta_Part struct {
+	// A complete part of any kind (server tool calls and results, provider parts, compaction, and any kind added
+	// later), so that a new part kind never needs a new delta kind.
+	Part *Part `protobuf:"bytes,11,opt,name=part,proto3,oneof"`
+}
+
 func (*PartDelta_Text) isPartDelta_Content() {}
 
 func (*PartDelta_Reasoning) isPartDelta_Content() {}
@@ -361,6 +456,65 @@ func (*PartDelta_Reasoning) isPartDelta_Content() {}
 func (*PartDelta_ToolCall) isPartDelta_Content() {}
 
 func (*PartDelta_Blob) isPartDelta_Content() {}
+
+func (*PartDelta_Refusal) isPartDelta_Content() {}
+
+func (*PartDelta_Part) isPartDelta_Content() {}
+
+// A part that is complete: no later delta extends it.
+type PartDone struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The choice the part belongs to.
+	ChoiceIndex int32 `protobuf:"varint,1,opt,name=choice_index,json=choiceIndex,proto3" json:"choice_index,omitempty"`
+	// The part's index in the choice's message.
+	PartIndex     int32 `protobuf:"varint,2,opt,name=part_index,json=partIndex,proto3" json:"part_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartDone) Reset() {
+	*x = PartDone{}
+	mi := &file_modelir_v1_stream_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartDone) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartDone) ProtoMessage() {}
+
+func (x *PartDone) ProtoReflect() protoreflect.Message {
+	mi := &file_modelir_v1_stream_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartDone.ProtoReflect.Descriptor instead.
+func (*PartDone) Descriptor() ([]byte, []int) {
+	return file_modelir_v1_stream_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PartDone) GetChoiceIndex() int32 {
+	if x != nil {
+		return x.ChoiceIndex
+	}
+	return 0
+}
+
+func (x *PartDone) GetPartIndex() int32 {
+	if x != nil {
+		return x.PartIndex
+	}
+	return 0
+}
 
 // A piece of a reasoning part.
 type ReasoningDelta struct {
@@ -377,7 +531,7 @@ type ReasoningDelta struct {
 
 func (x *ReasoningDelta) Reset() {
 	*x = ReasoningDelta{}
-	mi := &file_modelir_v1_stream_proto_msgTypes[3]
+	mi := &file_modelir_v1_stream_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -389,7 +543,7 @@ func (x *ReasoningDelta) String() string {
 func (*ReasoningDelta) ProtoMessage() {}
 
 func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_modelir_v1_stream_proto_msgTypes[3]
+	mi := &file_modelir_v1_stream_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -402,7 +556,7 @@ func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasoningDelta.ProtoReflect.Descriptor instead.
 func (*ReasoningDelta) Descriptor() ([]byte, []int) {
-	return file_modelir_v1_stream_proto_rawDescGZIP(), []int{3}
+	return file_modelir_v1_stream_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ReasoningDelta) GetText() string {
@@ -441,7 +595,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_modelir_v1_stream_proto_msgTypes[4]
+	mi := &file_modelir_v1_stream_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -453,7 +607,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_modelir_v1_stream_proto_msgTypes[4]
+	mi := &file_modelir_v1_stream_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -466,7 +620,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_modelir_v1_stream_proto_rawDescGZIP(), []int{4}
+	return file_modelir_v1_stream_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ToolCallDelta) GetId() string {
@@ -499,15 +653,26 @@ type ChoiceFinish struct {
 	FinishReason FinishReason `protobuf:"varint,2,opt,name=finish_reason,json=finishReason,proto3,enum=modelir.v1.FinishReason" json:"finish_reason,omitempty"`
 	// The provider's own reason (`Choice.raw_finish_reason`).
 	RawFinishReason string `protobuf:"bytes,3,opt,name=raw_finish_reason,json=rawFinishReason,proto3" json:"raw_finish_reason,omitempty"`
-	// The stop string or token that ended it (`Choice.stop_sequence`).
-	StopSequence  string `protobuf:"bytes,4,opt,name=stop_sequence,json=stopSequence,proto3" json:"stop_sequence,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// What ended it (`Choice.stop`).
+	//
+	// Types that are valid to be assigned to Stop:
+	//
+	//	*ChoiceFinish_StopSequence
+	//	*ChoiceFinish_StopTokenId
+	Stop isChoiceFinish_Stop `protobuf_oneof:"stop"`
+	// Sampled tokens that belong to no part, such as a trimmed stop token, appended to `Choice.sampled_tokens`.
+	UnattributedTokenIds []int32 `protobuf:"varint,6,rep,packed,name=unattributed_token_ids,json=unattributedTokenIds,proto3" json:"unattributed_token_ids,omitempty"`
+	// The choice's own output token count (`Choice.output_token_count`).
+	OutputTokenCount *int64 `protobuf:"varint,7,opt,name=output_token_count,json=outputTokenCount,proto3,oneof" json:"output_token_count,omitempty"`
+	// The chosen label under a choice constraint (`Choice.constrained_label`).
+	ConstrainedLabel string `protobuf:"bytes,8,opt,name=constrained_label,json=constrainedLabel,proto3" json:"constrained_label,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ChoiceFinish) Reset() {
 	*x = ChoiceFinish{}
-	mi := &file_modelir_v1_stream_proto_msgTypes[5]
+	mi := &file_modelir_v1_stream_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -519,7 +684,7 @@ func (x *ChoiceFinish) String() string {
 func (*ChoiceFinish) ProtoMessage() {}
 
 func (x *ChoiceFinish) ProtoReflect() protoreflect.Message {
-	mi := &file_modelir_v1_stream_proto_msgTypes[5]
+	mi := &file_modelir_v1_stream_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -532,7 +697,7 @@ func (x *ChoiceFinish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChoiceFinish.ProtoReflect.Descriptor instead.
 func (*ChoiceFinish) Descriptor() ([]byte, []int) {
-	return file_modelir_v1_stream_proto_rawDescGZIP(), []int{5}
+	return file_modelir_v1_stream_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ChoiceFinish) GetChoiceIndex() int32 {
@@ -556,12 +721,69 @@ func (x *ChoiceFinish) GetRawFinishReason() string {
 	return ""
 }
 
+func (x *ChoiceFinish) GetStop() isChoiceFinish_Stop {
+	if x != nil {
+		return x.Stop
+	}
+	return nil
+}
+
 func (x *ChoiceFinish) GetStopSequence() string {
 	if x != nil {
-		return x.StopSequence
+		if x, ok := x.Stop.(*ChoiceFinish_StopSequence); ok {
+			return x.StopSequence
+		}
 	}
 	return ""
 }
+
+func (x *ChoiceFinish) GetStopTokenId() int32 {
+	if x != nil {
+		if x, ok := x.Stop.(*ChoiceFinish_StopTokenId); ok {
+			return x.StopTokenId
+		}
+	}
+	return 0
+}
+
+func (x *ChoiceFinish) GetUnattributedTokenIds() []int32 {
+	if x != nil {
+		return x.UnattributedTokenIds
+	}
+	return nil
+}
+
+func (x *ChoiceFinish) GetOutputTokenCount() int64 {
+	if x != nil && x.OutputTokenCount != nil {
+		return *x.OutputTokenCount
+	}
+	return 0
+}
+
+func (x *ChoiceFinish) GetConstrainedLabel() string {
+	if x != nil {
+		return x.ConstrainedLabel
+	}
+	return ""
+}
+
+type isChoiceFinish_Stop interface {
+	isChoiceFinish_Stop()
+}
+
+type ChoiceFinish_StopSequence struct {
+	// The stop string (`Choice.stop_sequence`).
+	StopSequence string `protobuf:"bytes,4,opt,name=stop_sequence,json=stopSequence,proto3,oneof"`
+}
+
+type ChoiceFinish_StopTokenId struct {
+	// The stop token id (`Choice.stop_token_id`).
+	StopTokenId int32 `protobuf:"varint,5,opt,name=stop_token_id,json=stopTokenId,proto3,oneof"`
+}
+
+func (*ChoiceFinish_StopSequence) isChoiceFinish_Stop() {}
+
+func (*ChoiceFinish_StopTokenId) isChoiceFinish_Stop() {}
 
 // The last event of a stream.
 type StreamEnd struct {
@@ -571,13 +793,13 @@ type StreamEnd struct {
 	// Token usage for the whole exchange (`Response.usage`).
 	Usage *Usage `protobuf:"bytes,2,opt,name=usage,proto3" json:"usage,omitempty"`
 	// The scores of the input, when requested (`Response.input_scores`).
-	InputScores *InputScores `protobuf:"bytes,3,opt,name=input_scores,json=inputScores,proto3" json:"input_scores,omitempty"`
+	InputScores []*InputScores `protobuf:"bytes,3,rep,name=input_scores,json=inputScores,proto3" json:"input_scores,omitempty"`
 	// The input's token ids, when reported (`Response.prompt_token_ids`).
 	PromptTokenIds []int32 `protobuf:"varint,4,rep,packed,name=prompt_token_ids,json=promptTokenIds,proto3" json:"prompt_token_ids,omitempty"`
 	// Timing of the whole exchange (`Response.timing`).
 	Timing *Timing `protobuf:"bytes,5,opt,name=timing,proto3" json:"timing,omitempty"`
-	// A soft error, when the output is partial or suspect (`Response.error`).
-	Error *ResponseError `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	// Soft errors, when the output is partial or suspect (`Response.errors`).
+	Errors []*ResponseError `protobuf:"bytes,6,rep,name=errors,proto3" json:"errors,omitempty"`
 	// Non-fatal remarks (`Response.warnings`).
 	Warnings []*Warning `protobuf:"bytes,7,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	// The raw stream, when the request asked for it (`Response.raw`).
@@ -586,14 +808,18 @@ type StreamEnd struct {
 	Id string `protobuf:"bytes,9,opt,name=id,proto3" json:"id,omitempty"`
 	// The model id the provider reported, when it became known only at the end (llama.cpp's native stream names
 	// the model in its last event); it replaces the start's.
-	Model         string `protobuf:"bytes,10,opt,name=model,proto3" json:"model,omitempty"`
+	Model string `protobuf:"bytes,10,opt,name=model,proto3" json:"model,omitempty"`
+	// What the provider said about the prompt (`Response.prompt_feedback`).
+	PromptFeedback *PromptFeedback `protobuf:"bytes,11,opt,name=prompt_feedback,json=promptFeedback,proto3" json:"prompt_feedback,omitempty"`
+	// The service tier that served the request (`Response.service_tier`).
+	ServiceTier   string `protobuf:"bytes,12,opt,name=service_tier,json=serviceTier,proto3" json:"service_tier,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StreamEnd) Reset() {
 	*x = StreamEnd{}
-	mi := &file_modelir_v1_stream_proto_msgTypes[6]
+	mi := &file_modelir_v1_stream_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -605,7 +831,7 @@ func (x *StreamEnd) String() string {
 func (*StreamEnd) ProtoMessage() {}
 
 func (x *StreamEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_modelir_v1_stream_proto_msgTypes[6]
+	mi := &file_modelir_v1_stream_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -618,7 +844,7 @@ func (x *StreamEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamEnd.ProtoReflect.Descriptor instead.
 func (*StreamEnd) Descriptor() ([]byte, []int) {
-	return file_modelir_v1_stream_proto_rawDescGZIP(), []int{6}
+	return file_modelir_v1_stream_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StreamEnd) GetFinishes() []*ChoiceFinish {
@@ -635,7 +861,7 @@ func (x *StreamEnd) GetUsage() *Usage {
 	return nil
 }
 
-func (x *StreamEnd) GetInputScores() *InputScores {
+func (x *StreamEnd) GetInputScores() []*InputScores {
 	if x != nil {
 		return x.InputScores
 	}
@@ -656,9 +882,9 @@ func (x *StreamEnd) GetTiming() *Timing {
 	return nil
 }
 
-func (x *StreamEnd) GetError() *ResponseError {
+func (x *StreamEnd) GetErrors() []*ResponseError {
 	if x != nil {
-		return x.Error
+		return x.Errors
 	}
 	return nil
 }
@@ -691,20 +917,37 @@ func (x *StreamEnd) GetModel() string {
 	return ""
 }
 
+func (x *StreamEnd) GetPromptFeedback() *PromptFeedback {
+	if x != nil {
+		return x.PromptFeedback
+	}
+	return nil
+}
+
+func (x *StreamEnd) GetServiceTier() string {
+	if x != nil {
+		return x.ServiceTier
+	}
+	return ""
+}
+
 var File_modelir_v1_stream_proto protoreflect.FileDescriptor
 
 const file_modelir_v1_stream_proto_rawDesc = "" +
 	"\n" +
 	"\x17modelir/v1/stream.proto\x12\n" +
-	"modelir.v1\x1a\x18modelir/v1/content.proto\x1a\x17modelir/v1/errors.proto\x1a\x19modelir/v1/logprobs.proto\x1a\x19modelir/v1/response.proto\"\xa1\x01\n" +
+	"modelir.v1\x1a\x18modelir/v1/content.proto\x1a\x17modelir/v1/errors.proto\x1a\x19modelir/v1/logprobs.proto\x1a\x19modelir/v1/response.proto\"\xff\x01\n" +
 	"\vStreamEvent\x12/\n" +
 	"\x05start\x18\x01 \x01(\v2\x17.modelir.v1.StreamStartH\x00R\x05start\x12-\n" +
 	"\x05delta\x18\x02 \x01(\v2\x15.modelir.v1.PartDeltaH\x00R\x05delta\x12)\n" +
-	"\x03end\x18\x03 \x01(\v2\x15.modelir.v1.StreamEndH\x00R\x03endB\a\n" +
-	"\x05event\"3\n" +
+	"\x03end\x18\x03 \x01(\v2\x15.modelir.v1.StreamEndH\x00R\x03end\x123\n" +
+	"\tpart_done\x18\x04 \x01(\v2\x14.modelir.v1.PartDoneH\x00R\bpartDone\x12'\n" +
+	"\x0fsequence_number\x18\x05 \x01(\x03R\x0esequenceNumberB\a\n" +
+	"\x05event\"d\n" +
 	"\vStreamStart\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
-	"\x05model\x18\x02 \x01(\tR\x05model\"\x99\x03\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x12/\n" +
+	"\bwarnings\x18\x03 \x03(\v2\x13.modelir.v1.WarningR\bwarnings\"\xab\x04\n" +
 	"\tPartDelta\x12!\n" +
 	"\fchoice_index\x18\x01 \x01(\x05R\vchoiceIndex\x12\x1d\n" +
 	"\n" +
@@ -712,11 +955,20 @@ const file_modelir_v1_stream_proto_rawDesc = "" +
 	"\x04text\x18\x03 \x01(\tH\x00R\x04text\x12:\n" +
 	"\treasoning\x18\x04 \x01(\v2\x1a.modelir.v1.ReasoningDeltaH\x00R\treasoning\x128\n" +
 	"\ttool_call\x18\x05 \x01(\v2\x19.modelir.v1.ToolCallDeltaH\x00R\btoolCall\x12&\n" +
-	"\x04blob\x18\x06 \x01(\v2\x10.modelir.v1.BlobH\x00R\x04blob\x12;\n" +
-	"\tartifacts\x18\a \x03(\v2\x1d.modelir.v1.ReasoningArtifactR\tartifacts\x12\x17\n" +
+	"\x04blob\x18\x06 \x01(\v2\x10.modelir.v1.BlobH\x00R\x04blob\x12\x1a\n" +
+	"\arefusal\x18\n" +
+	" \x01(\tH\x00R\arefusal\x12&\n" +
+	"\x04part\x18\v \x01(\v2\x10.modelir.v1.PartH\x00R\x04part\x128\n" +
+	"\tartifacts\x18\a \x03(\v2\x1a.modelir.v1.OpaqueArtifactR\tartifacts\x12\x17\n" +
 	"\aitem_id\x18\b \x01(\tR\x06itemId\x125\n" +
-	"\blogprobs\x18\t \x01(\v2\x19.modelir.v1.TokenLogprobsR\blogprobsB\t\n" +
-	"\acontent\"\x82\x01\n" +
+	"\blogprobs\x18\t \x01(\v2\x19.modelir.v1.TokenLogprobsR\blogprobs\x122\n" +
+	"\tcitations\x18\f \x03(\v2\x14.modelir.v1.CitationR\tcitations\x12\x1b\n" +
+	"\ttoken_ids\x18\r \x03(\x05R\btokenIdsB\t\n" +
+	"\acontent\"L\n" +
+	"\bPartDone\x12!\n" +
+	"\fchoice_index\x18\x01 \x01(\x05R\vchoiceIndex\x12\x1d\n" +
+	"\n" +
+	"part_index\x18\x02 \x01(\x05R\tpartIndex\"\x82\x01\n" +
 	"\x0eReasoningDelta\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12#\n" +
 	"\rsummary_index\x18\x02 \x01(\x05R\fsummaryIndex\x12&\n" +
@@ -725,24 +977,32 @@ const file_modelir_v1_stream_proto_rawDesc = "" +
 	"\rToolCallDelta\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
-	"\x0earguments_json\x18\x03 \x01(\tR\rargumentsJson\"\xc1\x01\n" +
+	"\x0earguments_json\x18\x03 \x01(\tR\rargumentsJson\"\x9e\x03\n" +
 	"\fChoiceFinish\x12!\n" +
 	"\fchoice_index\x18\x01 \x01(\x05R\vchoiceIndex\x12=\n" +
 	"\rfinish_reason\x18\x02 \x01(\x0e2\x18.modelir.v1.FinishReasonR\ffinishReason\x12*\n" +
-	"\x11raw_finish_reason\x18\x03 \x01(\tR\x0frawFinishReason\x12#\n" +
-	"\rstop_sequence\x18\x04 \x01(\tR\fstopSequence\"\xaf\x03\n" +
+	"\x11raw_finish_reason\x18\x03 \x01(\tR\x0frawFinishReason\x12%\n" +
+	"\rstop_sequence\x18\x04 \x01(\tH\x00R\fstopSequence\x12$\n" +
+	"\rstop_token_id\x18\x05 \x01(\x05H\x00R\vstopTokenId\x124\n" +
+	"\x16unattributed_token_ids\x18\x06 \x03(\x05R\x14unattributedTokenIds\x121\n" +
+	"\x12output_token_count\x18\a \x01(\x03H\x01R\x10outputTokenCount\x88\x01\x01\x12+\n" +
+	"\x11constrained_label\x18\b \x01(\tR\x10constrainedLabelB\x06\n" +
+	"\x04stopB\x15\n" +
+	"\x13_output_token_count\"\x99\x04\n" +
 	"\tStreamEnd\x124\n" +
 	"\bfinishes\x18\x01 \x03(\v2\x18.modelir.v1.ChoiceFinishR\bfinishes\x12'\n" +
 	"\x05usage\x18\x02 \x01(\v2\x11.modelir.v1.UsageR\x05usage\x12:\n" +
-	"\finput_scores\x18\x03 \x01(\v2\x17.modelir.v1.InputScoresR\vinputScores\x12(\n" +
+	"\finput_scores\x18\x03 \x03(\v2\x17.modelir.v1.InputScoresR\vinputScores\x12(\n" +
 	"\x10prompt_token_ids\x18\x04 \x03(\x05R\x0epromptTokenIds\x12*\n" +
-	"\x06timing\x18\x05 \x01(\v2\x12.modelir.v1.TimingR\x06timing\x12/\n" +
-	"\x05error\x18\x06 \x01(\v2\x19.modelir.v1.ResponseErrorR\x05error\x12/\n" +
+	"\x06timing\x18\x05 \x01(\v2\x12.modelir.v1.TimingR\x06timing\x121\n" +
+	"\x06errors\x18\x06 \x03(\v2\x19.modelir.v1.ResponseErrorR\x06errors\x12/\n" +
 	"\bwarnings\x18\a \x03(\v2\x13.modelir.v1.WarningR\bwarnings\x12)\n" +
 	"\x03raw\x18\b \x01(\v2\x17.modelir.v1.RawExchangeR\x03raw\x12\x0e\n" +
 	"\x02id\x18\t \x01(\tR\x02id\x12\x14\n" +
 	"\x05model\x18\n" +
-	" \x01(\tR\x05modelBr\n" +
+	" \x01(\tR\x05model\x12C\n" +
+	"\x0fprompt_feedback\x18\v \x01(\v2\x1a.modelir.v1.PromptFeedbackR\x0epromptFeedback\x12!\n" +
+	"\fservice_tier\x18\f \x01(\tR\vserviceTierBr\n" +
 	"\x0edev.modelir.v1B\vStreamProtoP\x01Z#modelir.dev/go/modelir/v1;modelirv1\xa2\x02\x03MXX\xaa\x02\n" +
 	"Modelir.V1\xca\x02\n" +
 	"Modelir\\V1\xea\x02\vModelir::V1b\x06proto3"
@@ -759,48 +1019,57 @@ func file_modelir_v1_stream_proto_rawDescGZIP() []byte {
 	return file_modelir_v1_stream_proto_rawDescData
 }
 
-var file_modelir_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_modelir_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_modelir_v1_stream_proto_goTypes = []any{
-	(*StreamEvent)(nil),       // 0: modelir.v1.StreamEvent
-	(*StreamStart)(nil),       // 1: modelir.v1.StreamStart
-	(*PartDelta)(nil),         // 2: modelir.v1.PartDelta
-	(*ReasoningDelta)(nil),    // 3: modelir.v1.ReasoningDelta
-	(*ToolCallDelta)(nil),     // 4: modelir.v1.ToolCallDelta
-	(*ChoiceFinish)(nil),      // 5: modelir.v1.ChoiceFinish
-	(*StreamEnd)(nil),         // 6: modelir.v1.StreamEnd
-	(*Blob)(nil),              // 7: modelir.v1.Blob
-	(*ReasoningArtifact)(nil), // 8: modelir.v1.ReasoningArtifact
-	(*TokenLogprobs)(nil),     // 9: modelir.v1.TokenLogprobs
-	(FinishReason)(0),         // 10: modelir.v1.FinishReason
-	(*Usage)(nil),             // 11: modelir.v1.Usage
-	(*InputScores)(nil),       // 12: modelir.v1.InputScores
-	(*Timing)(nil),            // 13: modelir.v1.Timing
-	(*ResponseError)(nil),     // 14: modelir.v1.ResponseError
-	(*Warning)(nil),           // 15: modelir.v1.Warning
-	(*RawExchange)(nil),       // 16: modelir.v1.RawExchange
+	(*StreamEvent)(nil),    // 0: modelir.v1.StreamEvent
+	(*StreamStart)(nil),    // 1: modelir.v1.StreamStart
+	(*PartDelta)(nil),      // 2: modelir.v1.PartDelta
+	(*PartDone)(nil),       // 3: modelir.v1.PartDone
+	(*ReasoningDelta)(nil), // 4: modelir.v1.ReasoningDelta
+	(*ToolCallDelta)(nil),  // 5: modelir.v1.ToolCallDelta
+	(*ChoiceFinish)(nil),   // 6: modelir.v1.ChoiceFinish
+	(*StreamEnd)(nil),      // 7: modelir.v1.StreamEnd
+	(*Warning)(nil),        // 8: modelir.v1.Warning
+	(*Blob)(nil),           // 9: modelir.v1.Blob
+	(*Part)(nil),           // 10: modelir.v1.Part
+	(*OpaqueArtifact)(nil), // 11: modelir.v1.OpaqueArtifact
+	(*TokenLogprobs)(nil),  // 12: modelir.v1.TokenLogprobs
+	(*Citation)(nil),       // 13: modelir.v1.Citation
+	(FinishReason)(0),      // 14: modelir.v1.FinishReason
+	(*Usage)(nil),          // 15: modelir.v1.Usage
+	(*InputScores)(nil),    // 16: modelir.v1.InputScores
+	(*Timing)(nil),         // 17: modelir.v1.Timing
+	(*ResponseError)(nil),  // 18: modelir.v1.ResponseError
+	(*RawExchange)(nil),    // 19: modelir.v1.RawExchange
+	(*PromptFeedback)(nil), // 20: modelir.v1.PromptFeedback
 }
 var file_modelir_v1_stream_proto_depIdxs = []int32{
 	1,  // 0: modelir.v1.StreamEvent.start:type_name -> modelir.v1.StreamStart
 	2,  // 1: modelir.v1.StreamEvent.delta:type_name -> modelir.v1.PartDelta
-	6,  // 2: modelir.v1.StreamEvent.end:type_name -> modelir.v1.StreamEnd
-	3,  // 3: modelir.v1.PartDelta.reasoning:type_name -> modelir.v1.ReasoningDelta
-	4,  // 4: modelir.v1.PartDelta.tool_call:type_name -> modelir.v1.ToolCallDelta
-	7,  // 5: modelir.v1.PartDelta.blob:type_name -> modelir.v1.Blob
-	8,  // 6: modelir.v1.PartDelta.artifacts:type_name -> modelir.v1.ReasoningArtifact
-	9,  // 7: modelir.v1.PartDelta.logprobs:type_name -> modelir.v1.TokenLogprobs
-	10, // 8: modelir.v1.ChoiceFinish.finish_reason:type_name -> modelir.v1.FinishReason
-	5,  // 9: modelir.v1.StreamEnd.finishes:type_name -> modelir.v1.ChoiceFinish
-	11, // 10: modelir.v1.StreamEnd.usage:type_name -> modelir.v1.Usage
-	12, // 11: modelir.v1.StreamEnd.input_scores:type_name -> modelir.v1.InputScores
-	13, // 12: modelir.v1.StreamEnd.timing:type_name -> modelir.v1.Timing
-	14, // 13: modelir.v1.StreamEnd.error:type_name -> modelir.v1.ResponseError
-	15, // 14: modelir.v1.StreamEnd.warnings:type_name -> modelir.v1.Warning
-	16, // 15: modelir.v1.StreamEnd.raw:type_name -> modelir.v1.RawExchange
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	7,  // 2: modelir.v1.StreamEvent.end:type_name -> modelir.v1.StreamEnd
+	3,  // 3: modelir.v1.StreamEvent.part_done:type_name -> modelir.v1.PartDone
+	8,  // 4: modelir.v1.StreamStart.warnings:type_name -> modelir.v1.Warning
+	4,  // 5: modelir.v1.PartDelta.reasoning:type_name -> modelir.v1.ReasoningDelta
+	5,  // 6: modelir.v1.PartDelta.tool_call:type_name -> modelir.v1.ToolCallDelta
+	9,  // 7: modelir.v1.PartDelta.blob:type_name -> modelir.v1.Blob
+	10, // 8: modelir.v1.PartDelta.part:type_name -> modelir.v1.Part
+	11, // 9: modelir.v1.PartDelta.artifacts:type_name -> modelir.v1.OpaqueArtifact
+	12, // 10: modelir.v1.PartDelta.logprobs:type_name -> modelir.v1.TokenLogprobs
+	13, // 11: modelir.v1.PartDelta.citations:type_name -> modelir.v1.Citation
+	14, // 12: modelir.v1.ChoiceFinish.finish_reason:type_name -> modelir.v1.FinishReason
+	6,  // 13: modelir.v1.StreamEnd.finishes:type_name -> modelir.v1.ChoiceFinish
+	15, // 14: modelir.v1.StreamEnd.usage:type_name -> modelir.v1.Usage
+	16, // 15: modelir.v1.StreamEnd.input_scores:type_name -> modelir.v1.InputScores
+	17, // 16: modelir.v1.StreamEnd.timing:type_name -> modelir.v1.Timing
+	18, // 17: modelir.v1.StreamEnd.errors:type_name -> modelir.v1.ResponseError
+	8,  // 18: modelir.v1.StreamEnd.warnings:type_name -> modelir.v1.Warning
+	19, // 19: modelir.v1.StreamEnd.raw:type_name -> modelir.v1.RawExchange
+	20, // 20: modelir.v1.StreamEnd.prompt_feedback:type_name -> modelir.v1.PromptFeedback
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_modelir_v1_stream_proto_init() }
@@ -816,21 +1085,28 @@ func file_modelir_v1_stream_proto_init() {
 		(*StreamEvent_Start)(nil),
 		(*StreamEvent_Delta)(nil),
 		(*StreamEvent_End)(nil),
+		(*StreamEvent_PartDone)(nil),
 	}
 	file_modelir_v1_stream_proto_msgTypes[2].OneofWrappers = []any{
 		(*PartDelta_Text)(nil),
 		(*PartDelta_Reasoning)(nil),
 		(*PartDelta_ToolCall)(nil),
 		(*PartDelta_Blob)(nil),
+		(*PartDelta_Refusal)(nil),
+		(*PartDelta_Part)(nil),
 	}
-	file_modelir_v1_stream_proto_msgTypes[3].OneofWrappers = []any{}
+	file_modelir_v1_stream_proto_msgTypes[4].OneofWrappers = []any{}
+	file_modelir_v1_stream_proto_msgTypes[6].OneofWrappers = []any{
+		(*ChoiceFinish_StopSequence)(nil),
+		(*ChoiceFinish_StopTokenId)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_modelir_v1_stream_proto_rawDesc), len(file_modelir_v1_stream_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

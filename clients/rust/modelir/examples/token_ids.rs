@@ -9,7 +9,7 @@ async fn main() -> Result<(), modelir::Error> {
             model: "reference".into(),
             input: Some(v1::request::Input::Prompt("Once upon a time".into())),
             sampling: Some(v1::SamplingParams { max_output_tokens: Some(8), ..Default::default() }),
-            logprobs: Some(v1::LogprobOptions { require_token_ids: true, ..Default::default() }),
+            logprob_options: Some(v1::LogprobOptions { require_token_ids: true, ..Default::default() }),
             ..Default::default()
         })
         .await?;

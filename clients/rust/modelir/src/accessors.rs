@@ -1,4 +1,5 @@
-//! Reading a response the way the Python SDK does: text, tool calls, reasoning, logprobs as typed slices.
+//! Reading a response the way the Python SDK does: text, refusals, tool calls, reasoning, logprobs and sampled
+//! tokens as typed slices.
 use crate::v1;
 use crate::v1::part::Content;
 
@@ -21,7 +22,7 @@ impl<'a> Logprobs<'a> {
     pub fn of(lp: &'a v1::TokenLogprobs) -> Self {
         Logprobs {
             token_ids: &lp.token_ids,
-            logprobs: &lp.logprobs,
+            logprobs: &lp.token_logprobs,
             tokens: &lp.tokens,
             top_counts: &lp.top_counts,
             top_token_ids: &lp.top_token_ids,
@@ -43,12 +44,17 @@ impl<'a> Logprobs<'a> {
 pub trait ChoiceExt {
     /// Every text part, joined in order.
     fn text(&self) -> String;
+    /// Every refusal part, joined in order (empty when the model did not refuse).
+    fn refusal(&self) -> String;
     /// The tool calls, in the order the model made them.
     fn tool_calls(&self) -> Vec<&v1::ToolCall>;
     /// The visible reasoning text of every reasoning part, joined in order.
     fn reasoning(&self) -> String;
     /// The sampled tokens' logprobs (empty columns when none were asked for).
     fn logprobs(&self) -> Logprobs<'_>;
+    /// The sampled token ids (whether or not logprobs were asked for) and, one per token, the index of the message
+    /// part each belongs to (-1 for none; empty when the provider cannot attribute tokens to parts).
+    fn sampled_tokens(&self) -> (&[i32], &[i32]);
     /// The sampled text rebuilt from the token bytes (never by joining token strings).
     fn text_from_bytes(&self) -> String;
 }
@@ -61,6 +67,9 @@ impl ChoiceExt for v1::Choice {
     fn text(&self) -> String {
         parts(self).filter_map(|c| if let Content::Text(t) = c { Some(t.as_str()) } else { None }).collect()
     }
+    fn refusal(&self) -> String {
+        parts(self).filter_map(|c| if let Content::Refusal(t) = c { Some(t.as_str()) } else { None }).collect()
+    }
     fn tool_calls(&self) -> Vec<&v1::ToolCall> {
         parts(self).filter_map(|c| if let Content::ToolCall(t) = c { Some(t) } else { None }).collect()
     }
@@ -69,6 +78,9 @@ impl ChoiceExt for v1::Choice {
     }
     fn logprobs(&self) -> Logprobs<'_> {
         self.logprobs.as_ref().map(Logprobs::of).unwrap_or_default()
+    }
+    fn sampled_tokens(&self) -> (&[i32], &[i32]) {
+        self.sampled_tokens.as_ref().map_or((&[][..], &[][..]), |s| (&s.token_ids[..], &s.part_indexes[..]))
     }
     fn text_from_bytes(&self) -> String {
         String::from_utf8_lossy(self.logprobs.as_ref().map_or(&[][..], |lp| &lp.token_bytes)).into_owned()

@@ -17,7 +17,7 @@ mod error;
 mod version;
 
 pub use accessors::{ChoiceExt, Completion, Logprobs};
-pub use accumulate::{concat_logprobs, Accumulator};
+pub use accumulate::{concat_logprobs, Accumulator, StreamOrderError};
 pub use client::{Client, EventStream};
 pub use error::{Error, ErrorKind, RpcError, ERROR_DOMAIN};
 pub use version::{check_compatible, descriptor_pool, ir_version, major, DESCRIPTOR_SET};

@@ -3,6 +3,7 @@ mod common;
 
 use modelir::{
     check_compatible, ir_version, major, v1, Accumulator, ChoiceExt, Completion, Error, ErrorKind, RpcError,
+    StreamOrderError,
 };
 use prost::Message as _;
 use serde_json::json;
@@ -66,6 +67,7 @@ fn delta(part: i32, content: Delta, logprobs: Option<v1::TokenLogprobs>) -> v1::
             logprobs,
             ..Default::default()
         })),
+        ..Default::default()
     }
 }
 
@@ -73,7 +75,7 @@ fn delta(part: i32, content: Delta, logprobs: Option<v1::TokenLogprobs>) -> v1::
 fn accumulation_rebases_offsets_and_the_end_wins() {
     let first = v1::TokenLogprobs {
         token_ids: vec![104],
-        logprobs: vec![-0.5],
+        token_logprobs: vec![-0.5],
         token_bytes: b"h".to_vec(),
         token_byte_offsets: vec![0],
         basis: v1::LogprobBasis::PostSampling as i32,
@@ -81,7 +83,7 @@ fn accumulation_rebases_offsets_and_the_end_wins() {
     };
     let second = v1::TokenLogprobs {
         token_ids: vec![195, 169],
-        logprobs: vec![-1.0, -2.0],
+        token_logprobs: vec![-1.0, -2.0],
         token_bytes: "é".as_bytes().to_vec(),
         token_byte_offsets: vec![0, 1],
         ..Default::default()
@@ -90,7 +92,10 @@ fn accumulation_rebases_offsets_and_the_end_wins() {
         Delta::ToolCall(v1::ToolCallDelta { id: id.into(), name: name.into(), arguments_json: args.into() })
     };
     let events = vec![
-        v1::StreamEvent { event: Some(Event::Start(v1::StreamStart { id: "a".into(), model: "m".into() })) },
+        v1::StreamEvent {
+            event: Some(Event::Start(v1::StreamStart { id: "a".into(), model: "m".into(), ..Default::default() })),
+            ..Default::default()
+        },
         delta(0, Delta::Text("h".into()), Some(first)),
         delta(0, Delta::Text("é".into()), Some(second)),
         delta(1, call("c", "f", "{\"a\":"), None),
@@ -101,6 +106,7 @@ fn accumulation_rebases_offsets_and_the_end_wins() {
                 finishes: vec![v1::ChoiceFinish { finish_reason: v1::FinishReason::Stop as i32, ..Default::default() }],
                 ..Default::default()
             })),
+            ..Default::default()
         },
     ];
     let mut accumulator = Accumulator::default();
@@ -125,7 +131,41 @@ fn accumulation_rebases_offsets_and_the_end_wins() {
 #[test]
 fn a_skipped_part_is_an_error() {
     let mut accumulator = Accumulator::default();
-    assert!(accumulator.add(delta(2, Delta::Text("x".into()), None)).is_err());
+    let error = accumulator.add(delta(2, Delta::Text("x".into()), None)).unwrap_err();
+    assert_eq!(error, StreamOrderError { choice_index: 0, part_index: 2, parts: 0 });
+}
+
+/// The hand-written streams of clients/testdata (the rules of stream.proto), folded and compared by the suite's
+/// rules.
+#[test]
+fn the_accumulation_vectors() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/stream_accumulation.json");
+    let vectors: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    for case in vectors["cases"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let mut accumulator = Accumulator::default();
+        let folded: Result<(), StreamOrderError> = case["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .try_for_each(|event| accumulator.add(common::from_json(event, "modelir.v1.StreamEvent")));
+        if let Some(error) = case["error"].as_str() {
+            let failure = folded.expect_err(name);
+            assert!(failure.to_string().contains(error), "{name}: {failure}");
+            continue;
+        }
+        folded.expect(name);
+        assert!(accumulator.ended, "{name}");
+        let response = accumulator.response();
+        let problems =
+            common::differences(&case["response"], &common::to_json(&response, "modelir.v1.Response"), "$", &[]);
+        assert!(problems.is_empty(), "{name}:\n{}", problems.join("\n"));
+        let (ids, parts) = response.first().sampled_tokens();
+        assert!(parts.is_empty() || ids.len() == parts.len(), "{name}");
+        if name == "every_rule" {
+            assert_eq!(response.first().refusal(), "I cannot.");
+        }
+    }
 }
 
 #[test]

@@ -10,9 +10,9 @@ pub struct TokenLogprobs {
     /// The token ids, one per token. Empty when the provider does not report ids.
     #[prost(int32, repeated, tag = "1")]
     pub token_ids: ::prost::alloc::vec::Vec<i32>,
-    /// The log probability of each token, one per token.
+    /// The log probability of each token (natural log), one per token.
     #[prost(float, repeated, tag = "2")]
-    pub logprobs: ::prost::alloc::vec::Vec<f32>,
+    pub token_logprobs: ::prost::alloc::vec::Vec<f32>,
     /// Each token's text as the provider spells it, one per token (it may be a lossy rendering of a partial UTF-8
     /// sequence).
     #[prost(string, repeated, tag = "3")]
@@ -48,8 +48,11 @@ pub struct TokenLogprobs {
     #[prost(enumeration = "LogprobBasis", tag = "12")]
     pub basis: i32,
 }
-/// The scores of the input (or of a continuation after a context), so that perplexity and bits-per-byte are one
-/// division away: bits per byte = -logprob_sum / ln(2) / byte_count.
+/// The scores of the input (or of one continuation after a context), so that perplexity and bits-per-byte are one
+/// division away: bits per byte of the scored tokens = -logprob_sum / ln(2) / scored_byte_count, and of a whole
+/// document scored from its start = -logprob_sum / ln(2) / span_byte_count (the first token, which has no
+/// logprob, is then counted in the bytes but not the sum: the usual convention of lm-eval's rolling loglikelihood
+/// is to score from a BOS token, which `unscored_token_count` = 0 shows).
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct InputScores {
     /// The scored tokens: ids, logprobs, text and bytes of every token that has a logprob, in order.
@@ -60,22 +63,35 @@ pub struct InputScores {
     pub logprob_sum: f64,
     /// How many tokens were scored (the length of `tokens`).
     #[prost(int32, tag = "3")]
-    pub token_count: i32,
+    pub scored_token_count: i32,
     /// How many UTF-8 bytes the scored tokens cover.
     #[prost(int64, tag = "4")]
-    pub byte_count: i64,
+    pub scored_byte_count: i64,
     /// How many Unicode code points the scored tokens cover.
     #[prost(int64, tag = "5")]
-    pub char_count: i64,
+    pub scored_char_count: i64,
     /// Tokens at the start of the requested span that have no logprob (the first token of a prompt scored from its
-    /// start), which are excluded from the counts and the sum rather than scored as zero.
+    /// start), which are excluded from the scored counts and the sum rather than scored as zero.
     #[prost(int32, tag = "6")]
     pub unscored_token_count: i32,
-    /// The byte offset in the full input (context plus continuation, UTF-8) where the scored span starts.
+    /// The byte offset in the full input (context plus continuation, UTF-8, as rendered for a conversation) where
+    /// the scored tokens start.
     #[prost(int64, tag = "7")]
     pub span_start_byte: i64,
+    /// How many UTF-8 bytes the requested span (the continuation, or the whole input) has, unscored tokens
+    /// included. Equal to `scored_byte_count` when every token of the span is scored and no token straddles the
+    /// context boundary.
+    #[prost(int64, tag = "8")]
+    pub span_byte_count: i64,
+    /// How many Unicode code points the requested span has, unscored tokens included.
+    #[prost(int64, tag = "9")]
+    pub span_char_count: i64,
+    /// True when the first scored token also covers bytes of the context (tokenizing context + continuation merged
+    /// the boundary); its logprob is then included, and `span_start_byte` lies before the continuation's start.
+    #[prost(bool, tag = "10")]
+    pub first_token_straddles_context: bool,
 }
-/// When a log probability was taken relative to sampling.
+/// When a log probability was taken relative to sampling. A closed enum.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
 #[repr(i32)]
 pub enum LogprobBasis {
@@ -122,21 +138,48 @@ pub struct Message {
     /// An optional participant name, for providers that accept one (OpenAI `name`). Empty means none.
     #[prost(string, tag = "3")]
     pub name: ::prost::alloc::string::String,
+    /// Options for this message that only one transport understands (e.g. Anthropic `cache_control` on a system
+    /// block's message), one entry per transport; the running transport reads its own entry and ignores the others.
+    #[prost(message, repeated, tag = "4")]
+    pub provider_options: ::prost::alloc::vec::Vec<ProviderOptions>,
+    /// The phase of an assistant message, as the provider reported it; replayed to providers that accept it.
+    #[prost(enumeration = "MessagePhase", tag = "5")]
+    pub phase: i32,
+    /// The exact token ids an assistant turn was sampled as (`Choice.sampled_tokens.token_ids` of the answer it came
+    /// from), so that the engine sees the turn as it was generated instead of re-tokenizing its text (multi-turn
+    /// token-in for RL). Only on assistant messages; a request that sets it needs
+    /// `CAPABILITY_MULTI_TURN_TOKEN_INPUT`. Empty means the parts are rendered as usual.
+    #[prost(int32, repeated, tag = "6")]
+    pub token_ids: ::prost::alloc::vec::Vec<i32>,
 }
-/// One piece of a message: exactly one kind of content, plus any opaque reasoning artifacts that belong to it.
+/// One piece of a message: exactly one kind of content, plus any opaque artifacts that belong to it. New kinds
+/// are added in minor versions; a receiver that meets a kind it does not know keeps the part as it is (the
+/// unknown field) and a transport that cannot lower it rejects the request naming the part.
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct Part {
-    /// Opaque reasoning artifacts that the provider attached to this very part (an Anthropic thinking `signature`,
-    /// a Gemini `thoughtSignature` on a text or function-call part, ...), in the order received. They are replayed
-    /// byte for byte, on this part, to the issuer that produced them.
+    /// Opaque artifacts that the provider attached to this very part (an Anthropic thinking `signature`, a Gemini
+    /// `thoughtSignature` on a text or function-call part, the encrypted content of a web search result, ...), in
+    /// the order received. They are replayed byte for byte, on this part, to the issuer that produced them.
     #[prost(message, repeated, tag = "6")]
-    pub artifacts: ::prost::alloc::vec::Vec<ReasoningArtifact>,
+    pub artifacts: ::prost::alloc::vec::Vec<OpaqueArtifact>,
     /// The provider's own id for the item this part came from, when the provider requires it to be replayed
-    /// (OpenAI Responses output items such as `msg_...` and `fc_...`). Empty when the provider gives none.
+    /// (OpenAI Responses output items such as `msg_...`, `fc_...`, `rs_...`, `ws_...`). The one place an item id
+    /// lives. Empty when the provider gives none.
     #[prost(string, tag = "7")]
     pub item_id: ::prost::alloc::string::String,
+    /// Sources that a text part cites (Anthropic `citations`, Responses `annotations`, Gemini grounding supports),
+    /// in the order the provider gave them. Only on text parts.
+    #[prost(message, repeated, tag = "12")]
+    pub citations: ::prost::alloc::vec::Vec<Citation>,
+    /// Options for this part that only one transport understands, one entry per transport (see `Message`).
+    #[prost(message, repeated, tag = "13")]
+    pub provider_options: ::prost::alloc::vec::Vec<ProviderOptions>,
+    /// A prompt-cache breakpoint after this part (Anthropic `cache_control`). Unset means none. A request that sets
+    /// one needs `CAPABILITY_PROMPT_CACHE_BREAKPOINTS`.
+    #[prost(message, optional, tag = "14")]
+    pub cache_breakpoint: ::core::option::Option<CacheBreakpoint>,
     /// The content of this part.
-    #[prost(oneof = "part::Content", tags = "1, 2, 3, 4, 5")]
+    #[prost(oneof = "part::Content", tags = "1, 2, 3, 4, 5, 8, 9, 10, 11, 15")]
     pub content: ::core::option::Option<part::Content>,
 }
 /// Nested message and enum types in `Part`.
@@ -150,7 +193,7 @@ pub mod part {
         /// Binary or referenced media, such as an image.
         #[prost(message, tag = "2")]
         Blob(super::Blob),
-        /// A call of a declared tool, made by the model.
+        /// A call of a tool declared by the caller (a function tool), made by the model; the caller runs it.
         #[prost(message, tag = "3")]
         ToolCall(super::ToolCall),
         /// The result of a tool call, returned to the model.
@@ -159,6 +202,27 @@ pub mod part {
         /// The model's reasoning: visible thinking text or summaries. Its opaque artifacts sit in `artifacts`.
         #[prost(message, tag = "5")]
         Reasoning(super::Reasoning),
+        /// The model's refusal to answer, in its own words (OpenAI chat `message.refusal`, Responses `refusal`
+        /// content). Never plain text, so that a caller can tell a refusal from an answer.
+        #[prost(string, tag = "8")]
+        Refusal(::prost::alloc::string::String),
+        /// A call of a tool that the provider runs itself (Anthropic `server_tool_use`, OpenAI Responses
+        /// `web_search_call` / `file_search_call` / `code_interpreter_call` / `image_generation_call` / `mcp_call`,
+        /// Gemini `executableCode`). Nothing is sent back for it; it is replayed to its issuer as it came.
+        #[prost(message, tag = "9")]
+        ServerToolCall(super::ServerToolCall),
+        /// The result of a provider-run tool (Anthropic `*_tool_result` blocks, Gemini `codeExecutionResult`, the
+        /// results of a Responses hosted-tool item).
+        #[prost(message, tag = "10")]
+        ServerToolResult(super::ServerToolResult),
+        /// Content of a kind the IR does not model yet, carried verbatim so that nothing is dropped and it can be
+        /// replayed to its issuer.
+        #[prost(message, tag = "11")]
+        ProviderPart(super::ProviderPart),
+        /// A marker that the provider compacted the conversation up to here (OpenAI Responses `compaction` items);
+        /// the compacted state is this part's `OPAQUE_ARTIFACT_KIND_COMPACTION` artifact.
+        #[prost(message, tag = "15")]
+        Compaction(super::Compaction),
     }
 }
 /// Binary data with its media type, inline or by reference.
@@ -184,14 +248,14 @@ pub mod blob {
         Uri(::prost::alloc::string::String),
     }
 }
-/// A call of a tool, as the model produced it.
+/// A call of a function tool, as the model produced it.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct ToolCall {
     /// The id that links this call to its result (OpenAI `call_id`/`id`, Anthropic `tool_use.id`, Gemini
     /// `functionCall.id`). Empty when the provider gives none.
     #[prost(string, tag = "1")]
     pub id: ::prost::alloc::string::String,
-    /// The name of the called tool, one of the request's declared tools.
+    /// The name of the called tool, one of the request's declared function tools.
     #[prost(string, tag = "2")]
     pub name: ::prost::alloc::string::String,
     /// The arguments as a JSON text, exactly as the provider produced them (it may be invalid JSON; it is never
@@ -226,6 +290,111 @@ pub struct Reasoning {
     #[prost(string, repeated, tag = "2")]
     pub summary: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
 }
+/// A call of a tool that the provider ran itself.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ServerToolCall {
+    /// The provider's id of the call, which its result names (Anthropic `srvtoolu_...`, Gemini `executableCode.id`,
+    /// a Responses item id). Empty when the provider gives none (results then follow their call in order).
+    #[prost(string, tag = "1")]
+    pub id: ::prost::alloc::string::String,
+    /// The tool's name as the provider reports it (`web_search`, `web_fetch`, `bash_code_execution`,
+    /// `code_execution`, `file_search`, `image_generation`, `mcp`, ...). An open vocabulary; it need not equal a
+    /// declared tool's name.
+    #[prost(string, tag = "2")]
+    pub name: ::prost::alloc::string::String,
+    /// The call's input as JSON text, verbatim (Anthropic `input`, a Responses item's `action` / `code` / `queries` /
+    /// `arguments`, Gemini `{language, code}`).
+    #[prost(string, tag = "3")]
+    pub arguments_json: ::prost::alloc::string::String,
+    /// The remote server the call went to, for tools that name one (a Responses MCP `server_label`). Empty otherwise.
+    #[prost(string, tag = "4")]
+    pub server_label: ::prost::alloc::string::String,
+}
+/// The result of a tool that the provider ran itself.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct ServerToolResult {
+    /// The id of the call this result belongs to (`ServerToolCall.id`). Empty when the provider gives none.
+    #[prost(string, tag = "1")]
+    pub tool_call_id: ::prost::alloc::string::String,
+    /// The tool's name, as on the call.
+    #[prost(string, tag = "2")]
+    pub name: ::prost::alloc::string::String,
+    /// The result's readable content, where the provider gives some: program output as text, a fetched document's
+    /// text, a generated image as a blob.
+    #[prost(message, repeated, tag = "3")]
+    pub content: ::prost::alloc::vec::Vec<Part>,
+    /// The native result object as JSON text, verbatim except that every opaque payload in it (e.g. a web search
+    /// result's `encrypted_content`) is moved to the part's `artifacts`, each naming its place with
+    /// `OpaqueArtifact.json_pointer`. Replay puts them back in place.
+    #[prost(string, tag = "4")]
+    pub result_json: ::prost::alloc::string::String,
+    /// True when the tool failed (an error result, Gemini `OUTCOME_FAILED`, a Responses item with an `error`).
+    #[prost(bool, tag = "5")]
+    pub failed: bool,
+}
+/// Content of a kind the IR does not model yet, kept verbatim.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ProviderPart {
+    /// The native type, qualified by the transport: `<transport>.<type>`, e.g. `anthropic_messages.container_upload`.
+    #[prost(string, tag = "1")]
+    pub r#type: ::prost::alloc::string::String,
+    /// The native JSON of the block or item, verbatim.
+    #[prost(string, tag = "2")]
+    pub native_json: ::prost::alloc::string::String,
+    /// Who produced it: the only party it is replayed to. Another transport rejects (or, under
+    /// `FOREIGN_ARTIFACT_POLICY_DROP`, drops with a warning) a provider part it did not issue.
+    #[prost(message, optional, tag = "3")]
+    pub issuer: ::core::option::Option<Issuer>,
+}
+/// A compaction marker; its state travels as an opaque artifact of the part.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct Compaction {}
+/// A source that a span of text cites.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct Citation {
+    /// What kind of source it is.
+    #[prost(enumeration = "CitationKind", tag = "1")]
+    pub kind: i32,
+    /// The cited URL (web results, URL citations). Empty when the source has none.
+    #[prost(string, tag = "2")]
+    pub url: ::prost::alloc::string::String,
+    /// The source's title, when the provider gives one.
+    #[prost(string, tag = "3")]
+    pub title: ::prost::alloc::string::String,
+    /// The cited file or document id (Responses `file_id`, an Anthropic document index as decimal). Empty when none.
+    #[prost(string, tag = "4")]
+    pub source_id: ::prost::alloc::string::String,
+    /// The cited file's name, when the provider gives one.
+    #[prost(string, tag = "5")]
+    pub filename: ::prost::alloc::string::String,
+    /// The text quoted from the source (Anthropic `cited_text`), not from the answer. Empty when none.
+    #[prost(string, tag = "6")]
+    pub cited_text: ::prost::alloc::string::String,
+    /// Where the cited span of the part's text starts, in UTF-8 bytes from the start of the part's text. Unset, with
+    /// `end_byte` unset, when the citation covers the whole part (Anthropic citations have no offsets). Providers
+    /// that count characters (Responses annotations) are converted to bytes.
+    #[prost(uint32, optional, tag = "7")]
+    pub start_byte: ::core::option::Option<u32>,
+    /// Where the cited span ends (exclusive), in UTF-8 bytes. Equal to `start_byte` for a citation of a position
+    /// (Responses `file_citation.index`).
+    #[prost(uint32, optional, tag = "8")]
+    pub end_byte: ::core::option::Option<u32>,
+    /// Opaque payloads of the citation (Anthropic `encrypted_index`), replayed verbatim to their issuer.
+    #[prost(message, repeated, tag = "9")]
+    pub artifacts: ::prost::alloc::vec::Vec<OpaqueArtifact>,
+    /// The native citation as JSON text, verbatim, so that a field the IR does not model is not lost. Empty when the
+    /// fields above carry all of it.
+    #[prost(string, tag = "10")]
+    pub native_json: ::prost::alloc::string::String,
+}
+/// A prompt-cache breakpoint: the provider may cache the prompt up to and including the part that carries it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct CacheBreakpoint {
+    /// How long the cache entry should live (Anthropic `ttl`: 5 minutes or 1 hour). Unset means the provider's
+    /// default.
+    #[prost(message, optional, tag = "1")]
+    pub ttl: ::core::option::Option<::prost_types::Duration>,
+}
 /// Who produced an artifact: the only party it may be replayed to.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct Issuer {
@@ -236,11 +405,12 @@ pub struct Issuer {
     #[prost(string, tag = "2")]
     pub model: ::prost::alloc::string::String,
 }
-/// An opaque reasoning artifact, kept exactly as received so that it can be replayed to its issuer.
+/// An opaque artifact, kept exactly as received so that it can be replayed to its issuer. Artifacts are never
+/// interpreted; a transport checks only their issuer.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
-pub struct ReasoningArtifact {
+pub struct OpaqueArtifact {
     /// What kind of artifact this is.
-    #[prost(enumeration = "ReasoningArtifactKind", tag = "1")]
+    #[prost(enumeration = "OpaqueArtifactKind", tag = "1")]
     pub kind: i32,
     /// The artifact exactly as it appeared on the wire. For string-valued artifacts (all current providers) these
     /// are the UTF-8 bytes of the string, so replay reproduces the same spelling.
@@ -249,11 +419,23 @@ pub struct ReasoningArtifact {
     /// Who issued the artifact.
     #[prost(message, optional, tag = "3")]
     pub issuer: ::core::option::Option<Issuer>,
-    /// A provider item id that must travel with the artifact (OpenAI Responses reasoning item `rs_...`).
-    #[prost(string, tag = "4")]
-    pub item_id: ::prost::alloc::string::String,
+    /// Where the artifact sits inside its holder's native JSON (`ServerToolResult.result_json`), as an RFC 6901
+    /// JSON pointer such as `/content/0/encrypted_content`. Empty when the artifact belongs to the part itself.
+    #[prost(string, tag = "5")]
+    pub json_pointer: ::prost::alloc::string::String,
 }
-/// The author of a message in a conversation.
+/// Options that only one transport understands, for a request, a message or a part. The transport declares the
+/// keys it accepts (`CapabilityManifest.provider_option_keys`).
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ProviderOptions {
+    /// The transport these options are for, e.g. `vllm`. At most one entry per transport in one list.
+    #[prost(string, tag = "1")]
+    pub transport: ::prost::alloc::string::String,
+    /// A JSON object of options, merged into the native request (or message, or part) by that transport.
+    #[prost(string, tag = "2")]
+    pub options_json: ::prost::alloc::string::String,
+}
+/// The author of a message in a conversation. A closed enum: a new role would change every transport.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
 #[repr(i32)]
 pub enum Role {
@@ -300,10 +482,83 @@ impl Role {
         }
     }
 }
-/// The kind of an opaque reasoning artifact.
+/// Which phase of an agentic turn an assistant message belongs to (OpenAI Responses `phase`). An open enum: new
+/// values are added in minor versions, and a receiver that does not know one treats it as unspecified.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
 #[repr(i32)]
-pub enum ReasoningArtifactKind {
+pub enum MessagePhase {
+    /// The provider gave no phase.
+    Unspecified = 0,
+    /// Intermediate commentary written while the model works (Responses `commentary`).
+    Commentary = 1,
+    /// The final answer of the turn (Responses `final_answer`).
+    FinalAnswer = 2,
+}
+impl MessagePhase {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Unspecified => "MESSAGE_PHASE_UNSPECIFIED",
+            Self::Commentary => "MESSAGE_PHASE_COMMENTARY",
+            Self::FinalAnswer => "MESSAGE_PHASE_FINAL_ANSWER",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "MESSAGE_PHASE_UNSPECIFIED" => Some(Self::Unspecified),
+            "MESSAGE_PHASE_COMMENTARY" => Some(Self::Commentary),
+            "MESSAGE_PHASE_FINAL_ANSWER" => Some(Self::FinalAnswer),
+            _ => None,
+        }
+    }
+}
+/// The kind of a cited source. An open enum: new values are added in minor versions; a receiver that does not know
+/// one treats it as unspecified and reads `native_json`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum CitationKind {
+    /// The kind is not known.
+    Unspecified = 0,
+    /// A web page (Responses `url_citation`, Anthropic `web_search_result_location`, a Gemini web grounding chunk).
+    Url = 1,
+    /// A document given in the request (Anthropic `char_location` / `page_location` / `content_block_location`).
+    Document = 2,
+    /// An uploaded file (Responses `file_citation` / `container_file_citation`).
+    File = 3,
+}
+impl CitationKind {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Unspecified => "CITATION_KIND_UNSPECIFIED",
+            Self::Url => "CITATION_KIND_URL",
+            Self::Document => "CITATION_KIND_DOCUMENT",
+            Self::File => "CITATION_KIND_FILE",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "CITATION_KIND_UNSPECIFIED" => Some(Self::Unspecified),
+            "CITATION_KIND_URL" => Some(Self::Url),
+            "CITATION_KIND_DOCUMENT" => Some(Self::Document),
+            "CITATION_KIND_FILE" => Some(Self::File),
+            _ => None,
+        }
+    }
+}
+/// The kind of an opaque artifact. An open enum: new values are added in minor versions; a receiver that does not
+/// know one keeps and replays the artifact as it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum OpaqueArtifactKind {
     /// The kind was not set; receivers reject such an artifact.
     Unspecified = 0,
     /// A signature over visible reasoning (Anthropic `thinking.signature`; the reference model's signature).
@@ -314,29 +569,43 @@ pub enum ReasoningArtifactKind {
     EncryptedContent = 3,
     /// A signature over the model's thinking attached to a part (Gemini `thoughtSignature`).
     ThoughtSignature = 4,
+    /// An encrypted search result (Anthropic `web_search_result.encrypted_content`).
+    EncryptedSearchResult = 5,
+    /// An encrypted citation index (Anthropic `citation.encrypted_index`).
+    EncryptedCitation = 6,
+    /// Compacted conversation state (OpenAI Responses `compaction.encrypted_content`).
+    Compaction = 7,
 }
-impl ReasoningArtifactKind {
+impl OpaqueArtifactKind {
     /// String value of the enum field names used in the ProtoBuf definition.
     ///
     /// The values are not transformed in any way and thus are considered stable
     /// (if the ProtoBuf definition does not change) and safe for programmatic use.
     pub fn as_str_name(&self) -> &'static str {
         match self {
-            Self::Unspecified => "REASONING_ARTIFACT_KIND_UNSPECIFIED",
-            Self::Signature => "REASONING_ARTIFACT_KIND_SIGNATURE",
-            Self::RedactedData => "REASONING_ARTIFACT_KIND_REDACTED_DATA",
-            Self::EncryptedContent => "REASONING_ARTIFACT_KIND_ENCRYPTED_CONTENT",
-            Self::ThoughtSignature => "REASONING_ARTIFACT_KIND_THOUGHT_SIGNATURE",
+            Self::Unspecified => "OPAQUE_ARTIFACT_KIND_UNSPECIFIED",
+            Self::Signature => "OPAQUE_ARTIFACT_KIND_SIGNATURE",
+            Self::RedactedData => "OPAQUE_ARTIFACT_KIND_REDACTED_DATA",
+            Self::EncryptedContent => "OPAQUE_ARTIFACT_KIND_ENCRYPTED_CONTENT",
+            Self::ThoughtSignature => "OPAQUE_ARTIFACT_KIND_THOUGHT_SIGNATURE",
+            Self::EncryptedSearchResult => "OPAQUE_ARTIFACT_KIND_ENCRYPTED_SEARCH_RESULT",
+            Self::EncryptedCitation => "OPAQUE_ARTIFACT_KIND_ENCRYPTED_CITATION",
+            Self::Compaction => "OPAQUE_ARTIFACT_KIND_COMPACTION",
         }
     }
     /// Creates an enum from field names used in the ProtoBuf definition.
     pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
         match value {
-            "REASONING_ARTIFACT_KIND_UNSPECIFIED" => Some(Self::Unspecified),
-            "REASONING_ARTIFACT_KIND_SIGNATURE" => Some(Self::Signature),
-            "REASONING_ARTIFACT_KIND_REDACTED_DATA" => Some(Self::RedactedData),
-            "REASONING_ARTIFACT_KIND_ENCRYPTED_CONTENT" => Some(Self::EncryptedContent),
-            "REASONING_ARTIFACT_KIND_THOUGHT_SIGNATURE" => Some(Self::ThoughtSignature),
+            "OPAQUE_ARTIFACT_KIND_UNSPECIFIED" => Some(Self::Unspecified),
+            "OPAQUE_ARTIFACT_KIND_SIGNATURE" => Some(Self::Signature),
+            "OPAQUE_ARTIFACT_KIND_REDACTED_DATA" => Some(Self::RedactedData),
+            "OPAQUE_ARTIFACT_KIND_ENCRYPTED_CONTENT" => Some(Self::EncryptedContent),
+            "OPAQUE_ARTIFACT_KIND_THOUGHT_SIGNATURE" => Some(Self::ThoughtSignature),
+            "OPAQUE_ARTIFACT_KIND_ENCRYPTED_SEARCH_RESULT" => {
+                Some(Self::EncryptedSearchResult)
+            }
+            "OPAQUE_ARTIFACT_KIND_ENCRYPTED_CITATION" => Some(Self::EncryptedCitation),
+            "OPAQUE_ARTIFACT_KIND_COMPACTION" => Some(Self::Compaction),
             _ => None,
         }
     }
@@ -351,15 +620,15 @@ pub struct Request {
     /// How to sample the output.
     #[prost(message, optional, tag = "5")]
     pub sampling: ::core::option::Option<SamplingParams>,
-    /// The tools the model may call.
+    /// The tools the model may call: function tools the caller runs, and provider tools the provider runs.
     #[prost(message, repeated, tag = "6")]
     pub tools: ::prost::alloc::vec::Vec<Tool>,
     /// Whether and which tool the model must call. Unset means the provider default (auto when tools are given).
     #[prost(message, optional, tag = "7")]
     pub tool_choice: ::core::option::Option<ToolChoice>,
-    /// How much the model should reason. Unset means the provider default.
+    /// How much the model should reason and which reasoning to return. Unset means the provider default.
     #[prost(message, optional, tag = "8")]
-    pub reasoning: ::core::option::Option<ReasoningControls>,
+    pub reasoning_controls: ::core::option::Option<ReasoningControls>,
     /// A constraint that the output must satisfy. Unset means free output.
     #[prost(message, optional, tag = "9")]
     pub constraint: ::core::option::Option<Constraint>,
@@ -370,26 +639,41 @@ pub struct Request {
     /// Fill-in-the-middle: the model writes what goes between `prompt` (the prefix) and this suffix.
     #[prost(message, optional, tag = "11")]
     pub fim: ::core::option::Option<FillInTheMiddle>,
-    /// Log probabilities of the sampled tokens. Unset means none are returned.
+    /// Which log probabilities of the sampled tokens to return. Unset means none are returned.
     #[prost(message, optional, tag = "12")]
-    pub logprobs: ::core::option::Option<LogprobOptions>,
+    pub logprob_options: ::core::option::Option<LogprobOptions>,
     /// Scoring of the input itself (prompt log probabilities). Unset means the input is not scored.
     #[prost(message, optional, tag = "13")]
     pub input_scoring: ::core::option::Option<InputScoringOptions>,
-    /// Provider-specific options, validated against the transport's declared keys.
-    #[prost(message, optional, tag = "14")]
-    pub provider_options: ::core::option::Option<ProviderOptions>,
-    /// What to do with reasoning artifacts from another issuer in the conversation.
+    /// Provider-specific options, one entry per transport, so that one portable request can carry options for
+    /// several transports (for fallbacks). The transport that runs the request reads only its own entry, whose keys
+    /// must all be declared in its manifest (`provider_option_keys`); entries for other transports are ignored. Two
+    /// entries for one transport are rejected.
+    #[prost(message, repeated, tag = "14")]
+    pub provider_options: ::prost::alloc::vec::Vec<ProviderOptions>,
+    /// What to do with artifacts and provider parts from another issuer in the conversation.
     #[prost(enumeration = "ForeignArtifactPolicy", tag = "15")]
     pub foreign_artifact_policy: i32,
     /// The longest the whole call may take, retries included. Unset means the caller's deadline or the server's
     /// default.
     #[prost(message, optional, tag = "16")]
     pub timeout: ::core::option::Option<::prost_types::Duration>,
-    /// When true, the response keeps the provider's raw HTTP status and body (or raw stream events), so that the
-    /// lift can be re-run later. Off by default because raw bodies can be large.
+    /// When true, the response keeps the provider's raw HTTP status, headers and body (or raw stream events), so
+    /// that the lift can be re-run later. Off by default because raw bodies can be large.
     #[prost(bool, tag = "17")]
     pub include_raw: bool,
+    /// The output modalities asked for besides text (image or audio output). Empty means text only. A request that
+    /// asks for one needs its `CAPABILITY_*_OUTPUT`.
+    #[prost(enumeration = "Modality", repeated, tag = "18")]
+    pub output_modalities: ::prost::alloc::vec::Vec<i32>,
+    /// A provider-side cache of prompt content to read from (Gemini `cachedContent`, e.g. `cachedContents/abc`).
+    /// Empty means none. Needs `CAPABILITY_CACHED_CONTENT`.
+    #[prost(string, tag = "19")]
+    pub cached_content: ::prost::alloc::string::String,
+    /// When true (with `include_raw`), the response's raw exchange also keeps the lowered native request body as
+    /// sent (credentials are never in a body). Off by default.
+    #[prost(bool, tag = "20")]
+    pub include_lowered_request: bool,
     /// What the model reads.
     #[prost(oneof = "request::Input", tags = "2, 3, 4")]
     pub input: ::core::option::Option<request::Input>,
@@ -433,7 +717,8 @@ pub struct SamplingParams {
     /// Nucleus sampling: keep the smallest set of tokens whose probability sums to at least this (0 to 1).
     #[prost(double, optional, tag = "2")]
     pub top_p: ::core::option::Option<f64>,
-    /// Keep only the k most probable tokens; must be at least 1.
+    /// Top-k sampling: sample only from the k most probable tokens; at least 1. (The number of logprob
+    /// alternatives is `LogprobOptions.top_logprob_count`, a different thing.)
     #[prost(int32, optional, tag = "3")]
     pub top_k: ::core::option::Option<i32>,
     /// Drop tokens whose probability is below this fraction of the most probable token's (0 to 1).
@@ -463,10 +748,39 @@ pub struct SamplingParams {
     /// Multiplicative repetition penalty of open-weight engines (1 means none).
     #[prost(double, optional, tag = "12")]
     pub repetition_penalty: ::core::option::Option<f64>,
+    /// Additive biases on the logits of token ids before sampling (OpenAI `logit_bias`, -100 to 100 there; engines
+    /// accept any finite value). Needs `CAPABILITY_LOGIT_BIAS`.
+    #[prost(map = "int32, double", tag = "13")]
+    pub logit_bias: ::std::collections::HashMap<i32, f64>,
+    /// The fewest tokens to generate before an end-of-sequence or stop token may end generation (vLLM `min_tokens`,
+    /// sglang `min_new_tokens`). Unset means none. Needs `CAPABILITY_MIN_OUTPUT_TOKENS`.
+    #[prost(int32, optional, tag = "14")]
+    pub min_output_tokens: ::core::option::Option<i32>,
 }
-/// A tool (function) that the model may call.
+/// A tool that the model may use: a function the caller runs, or a tool the provider runs.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct Tool {
+    /// The kind of tool.
+    #[prost(oneof = "tool::Kind", tags = "1, 2")]
+    pub kind: ::core::option::Option<tool::Kind>,
+}
+/// Nested message and enum types in `Tool`.
+pub mod tool {
+    /// The kind of tool.
+    #[derive(Clone, PartialEq, Eq, Hash, ::prost::Oneof)]
+    pub enum Kind {
+        /// A function tool: the model calls it, the caller runs it and returns a `ToolResult`.
+        #[prost(message, tag = "1")]
+        Function(super::FunctionTool),
+        /// A provider tool (web search, code execution, ...): the provider runs it and returns a `ServerToolCall` and
+        /// `ServerToolResult`. Needs `CAPABILITY_PROVIDER_TOOLS` and a type the manifest lists.
+        #[prost(message, tag = "2")]
+        Provider(super::ProviderTool),
+    }
+}
+/// A function tool, declared by the caller.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct FunctionTool {
     /// The tool's name, unique within the request.
     #[prost(string, tag = "1")]
     pub name: ::prost::alloc::string::String,
@@ -480,11 +794,29 @@ pub struct Tool {
     #[prost(bool, tag = "4")]
     pub strict: bool,
 }
+/// A tool that one provider runs itself.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ProviderTool {
+    /// The transport whose provider runs it, e.g. `anthropic_messages`. Another transport rejects the request.
+    #[prost(string, tag = "1")]
+    pub transport: ::prost::alloc::string::String,
+    /// The provider's tool type, verbatim (`web_search_20250305`, `code_execution_20250825`, `web_search`,
+    /// `googleSearch`, `codeExecution`, ...). It must be one of the manifest's `provider_tool_types`.
+    #[prost(string, tag = "2")]
+    pub r#type: ::prost::alloc::string::String,
+    /// The tool's name, where the provider wants one (Anthropic `name`). Empty means the provider's default.
+    #[prost(string, tag = "3")]
+    pub name: ::prost::alloc::string::String,
+    /// The tool's configuration as a JSON object (e.g. `{"max_uses": 3}`), merged into the native declaration.
+    /// Empty means none.
+    #[prost(string, tag = "4")]
+    pub config_json: ::prost::alloc::string::String,
+}
 /// Whether and which tool the model must call.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct ToolChoice {
     /// The choice.
-    #[prost(oneof = "tool_choice::Choice", tags = "1, 2")]
+    #[prost(oneof = "tool_choice::Choice", tags = "1, 2, 3")]
     pub choice: ::core::option::Option<tool_choice::Choice>,
 }
 /// Nested message and enum types in `ToolChoice`.
@@ -498,12 +830,27 @@ pub mod tool_choice {
         /// The model must call the tool with this name.
         #[prost(string, tag = "2")]
         ToolName(::prost::alloc::string::String),
+        /// The model may call only these tools (OpenAI `allowed_tools`). Needs `CAPABILITY_ALLOWED_TOOLS`.
+        #[prost(message, tag = "3")]
+        AllowedTools(super::AllowedTools),
     }
 }
-/// Controls for a reasoning model.
+/// A subset of the declared tools that the model may call.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct AllowedTools {
+    /// The names of the allowed tools (function tool names, or provider tool names or types), at least one.
+    #[prost(string, repeated, tag = "1")]
+    pub tool_names: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// Whether the model may call one of them (`TOOL_CHOICE_MODE_AUTO`, the default when unspecified) or must
+    /// (`TOOL_CHOICE_MODE_REQUIRED`). `TOOL_CHOICE_MODE_NONE` is rejected.
+    #[prost(enumeration = "ToolChoiceMode", tag = "2")]
+    pub mode: i32,
+}
+/// Controls for a reasoning model (the reasoning content itself is `Part.reasoning`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct ReasoningControls {
-    /// Which summaries of the reasoning to return (OpenAI Responses `reasoning.summary`).
+    /// Which summaries of the reasoning to return (OpenAI Responses `reasoning.summary`). Needs
+    /// `CAPABILITY_REASONING_SUMMARY`.
     #[prost(enumeration = "ReasoningSummary", tag = "3")]
     pub summary: i32,
     /// When true, return the reasoning text or thought summaries the provider can show (Gemini
@@ -522,7 +869,8 @@ pub mod reasoning_controls {
         /// A reasoning level (OpenAI `reasoning_effort`, Ollama `think` levels).
         #[prost(enumeration = "super::ReasoningEffort", tag = "1")]
         Effort(i32),
-        /// The most tokens to spend on reasoning (Anthropic `budget_tokens`, Gemini `thinkingBudget`).
+        /// The most tokens to spend on reasoning (Anthropic `budget_tokens`, Gemini `thinkingBudget`), within the
+        /// manifest's `min_reasoning_budget_tokens` and `max_reasoning_budget_tokens`.
         #[prost(int32, tag = "2")]
         BudgetTokens(i32),
     }
@@ -531,7 +879,7 @@ pub mod reasoning_controls {
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct Constraint {
     /// The kind of constraint.
-    #[prost(oneof = "constraint::Kind", tags = "1, 2, 3, 4")]
+    #[prost(oneof = "constraint::Kind", tags = "1, 2, 3, 4, 5")]
     pub kind: ::core::option::Option<constraint::Kind>,
 }
 /// Nested message and enum types in `Constraint`.
@@ -539,7 +887,7 @@ pub mod constraint {
     /// The kind of constraint.
     #[derive(Clone, PartialEq, Eq, Hash, ::prost::Oneof)]
     pub enum Kind {
-        /// The output is exactly one of these labels.
+        /// The output is exactly one of these labels (`Choice.constrained_label` names the one chosen).
         #[prost(message, tag = "1")]
         Choice(super::LabelChoice),
         /// The output matches this regular expression (the engine's regex dialect, anchored at both ends).
@@ -551,6 +899,9 @@ pub mod constraint {
         /// The output is derivable from this grammar.
         #[prost(message, tag = "4")]
         Grammar(super::Grammar),
+        /// The output is a JSON object, with no schema (OpenAI `response_format: json_object`, Ollama `format: json`).
+        #[prost(message, tag = "5")]
+        JsonObject(super::JsonObject),
     }
 }
 /// A choice among labels.
@@ -573,6 +924,9 @@ pub struct JsonSchema {
     #[prost(bool, tag = "3")]
     pub strict: bool,
 }
+/// A constraint that the output is any JSON object.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct JsonObject {}
 /// A formal grammar constraint.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct Grammar {
@@ -595,7 +949,7 @@ pub struct FillInTheMiddle {
 pub struct LogprobOptions {
     /// How many most-likely alternatives to return at each position, besides the sampled token. 0 means none.
     #[prost(int32, tag = "1")]
-    pub top_k: i32,
+    pub top_logprob_count: i32,
     /// When true, token ids are required with the logprobs; transports that cannot give them reject the request.
     #[prost(bool, tag = "2")]
     pub require_token_ids: bool,
@@ -605,40 +959,81 @@ pub struct LogprobOptions {
     pub basis: i32,
 }
 /// Scoring of the input: the log probability of each input token given the ones before it.
-#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+///
+/// Where a continuation sits: after a prompt, directly after its last byte (no separator is added). After a
+/// conversation, at the start of the assistant's reply: the conversation is rendered with the chat template and
+/// its generation prompt (as for generation), and the continuation is the beginning of the assistant message, so
+/// that `score(messages, completion)` scores the completion as the model would have generated it. After token
+/// ids, directly after the last id.
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct InputScoringOptions {
     /// How many most-likely alternatives to return at each scored position. 0 means none.
     #[prost(int32, tag = "3")]
-    pub top_k: i32,
-    /// What to score. Unset scores the whole input; its first token has no logprob and is reported as unscored.
-    #[prost(oneof = "input_scoring_options::Continuation", tags = "1, 2")]
-    pub continuation: ::core::option::Option<input_scoring_options::Continuation>,
+    pub top_logprob_count: i32,
+    /// What to score. Empty scores the whole input, whose first token has no logprob and is reported as unscored.
+    /// Otherwise each continuation is scored separately against the same context (the input), one
+    /// `Response.input_scores` entry per continuation in this order (N labels, one call).
+    #[prost(message, repeated, tag = "4")]
+    pub continuations: ::prost::alloc::vec::Vec<Continuation>,
 }
-/// Nested message and enum types in `InputScoringOptions`.
-pub mod input_scoring_options {
-    /// What to score. Unset scores the whole input; its first token has no logprob and is reported as unscored.
+/// One continuation to score after the input.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct Continuation {
+    /// The continuation.
+    #[prost(oneof = "continuation::Content", tags = "1, 2")]
+    pub content: ::core::option::Option<continuation::Content>,
+}
+/// Nested message and enum types in `Continuation`.
+pub mod continuation {
+    /// The continuation.
     #[derive(Clone, PartialEq, Eq, Hash, ::prost::Oneof)]
-    pub enum Continuation {
-        /// Score only this text, appended directly after the input (the input is then the context).
+    pub enum Content {
+        /// Text appended after the input (see `InputScoringOptions` for where).
         #[prost(string, tag = "1")]
-        ContinuationText(::prost::alloc::string::String),
-        /// Score only these token ids, appended after the input.
+        Text(::prost::alloc::string::String),
+        /// Token ids appended after the input.
         #[prost(message, tag = "2")]
-        ContinuationTokens(super::TokenIds),
+        TokenIds(super::TokenIds),
     }
 }
-/// Options that only one transport understands. The transport declares the keys it accepts; a request with
-/// another transport or an undeclared key is rejected, never forwarded blindly.
-#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
-pub struct ProviderOptions {
-    /// The transport these options are for, e.g. `vllm`.
-    #[prost(string, tag = "1")]
-    pub transport: ::prost::alloc::string::String,
-    /// A JSON object of options, merged into the native request body by the transport.
-    #[prost(string, tag = "2")]
-    pub options_json: ::prost::alloc::string::String,
+/// A kind of content a model can read or write. An open enum: new values are added in minor versions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum Modality {
+    /// Not set.
+    Unspecified = 0,
+    /// Text.
+    Text = 1,
+    /// Images.
+    Image = 2,
+    /// Audio.
+    Audio = 3,
 }
-/// How tool calling is constrained.
+impl Modality {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Unspecified => "MODALITY_UNSPECIFIED",
+            Self::Text => "MODALITY_TEXT",
+            Self::Image => "MODALITY_IMAGE",
+            Self::Audio => "MODALITY_AUDIO",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "MODALITY_UNSPECIFIED" => Some(Self::Unspecified),
+            "MODALITY_TEXT" => Some(Self::Text),
+            "MODALITY_IMAGE" => Some(Self::Image),
+            "MODALITY_AUDIO" => Some(Self::Audio),
+            _ => None,
+        }
+    }
+}
+/// How tool calling is constrained. A closed enum.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
 #[repr(i32)]
 pub enum ToolChoiceMode {
@@ -675,7 +1070,7 @@ impl ToolChoiceMode {
         }
     }
 }
-/// How hard a model should reason, as a level.
+/// How hard a model should reason, as a level. A closed enum.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
 #[repr(i32)]
 pub enum ReasoningEffort {
@@ -720,7 +1115,7 @@ impl ReasoningEffort {
         }
     }
 }
-/// Which reasoning summaries to return.
+/// Which reasoning summaries to return. A closed enum.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
 #[repr(i32)]
 pub enum ReasoningSummary {
@@ -757,7 +1152,7 @@ impl ReasoningSummary {
         }
     }
 }
-/// The dialect a grammar is written in.
+/// The dialect a grammar is written in. An open enum: new dialects are added in minor versions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
 #[repr(i32)]
 pub enum GrammarDialect {
@@ -794,7 +1189,8 @@ impl GrammarDialect {
         }
     }
 }
-/// What happens when a conversation holds reasoning artifacts issued by another transport or model.
+/// What happens when a conversation holds opaque artifacts or provider parts issued by another transport or
+/// model. A closed enum.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
 #[repr(i32)]
 pub enum ForeignArtifactPolicy {
@@ -845,6 +1241,15 @@ pub struct ModelLimits {
     /// The most tokens of input plus output the model can attend to.
     #[prost(int32, tag = "5")]
     pub context_window_tokens: i32,
+    /// The fewest reasoning tokens a budget may ask for (`ReasoningControls.budget_tokens`; Anthropic: 1024).
+    #[prost(int32, tag = "6")]
+    pub min_reasoning_budget_tokens: i32,
+    /// The most reasoning tokens a budget may ask for.
+    #[prost(int32, tag = "7")]
+    pub max_reasoning_budget_tokens: i32,
+    /// The most input tokens per request.
+    #[prost(int32, tag = "8")]
+    pub max_input_tokens: i32,
 }
 /// What a transport, for one configured model, honours.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -870,9 +1275,37 @@ pub struct CapabilityManifest {
     /// The logprob bases a request may ask for (`LogprobOptions.basis`). Empty means only the provider default.
     #[prost(enumeration = "LogprobBasis", repeated, tag = "7")]
     pub logprob_bases: ::prost::alloc::vec::Vec<i32>,
+    /// The media types accepted in input blob parts, exact (`image/png`) or by top-level type (`image/*`), when any
+    /// `CAPABILITY_*_INPUT` media capability is claimed. A blob of another type is rejected before any call.
+    #[prost(string, repeated, tag = "8")]
+    pub input_media_types: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// The provider tool types accepted (`ProviderTool.type`), when `CAPABILITY_PROVIDER_TOOLS` is claimed.
+    #[prost(string, repeated, tag = "9")]
+    pub provider_tool_types: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// The output modalities besides text that a request may ask for (`Request.output_modalities`).
+    #[prost(enumeration = "Modality", repeated, tag = "10")]
+    pub output_modalities: ::prost::alloc::vec::Vec<i32>,
+}
+/// Facts about a model's tokenizer, where the engine reports them.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct TokenizerInfo {
+    /// The number of token ids in the vocabulary (ids run from 0 to this minus one). 0 when not reported.
+    #[prost(int32, tag = "1")]
+    pub vocabulary_size: i32,
+    /// The beginning-of-sequence token id, when the tokenizer has one.
+    #[prost(int32, optional, tag = "2")]
+    pub bos_token_id: ::core::option::Option<i32>,
+    /// The end-of-sequence token ids (a chat model may have several, e.g. `<|im_end|>` and `<|endoftext|>`).
+    #[prost(int32, repeated, tag = "3")]
+    pub eos_token_ids: ::prost::alloc::vec::Vec<i32>,
 }
 /// A feature of the IR that a transport and model may honour. A request that needs a capability its model's
 /// manifest lacks is rejected before any network call.
+///
+/// An open enum that grows additively: new capabilities are added in minor versions as the IR grows; existing
+/// values never change meaning. A receiver that does not know a value in a manifest ignores it (it cannot have
+/// asked for the feature); the SDK computes a request's needs with its own catalog, so an older client never
+/// sends a need it cannot name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
 #[repr(i32)]
 pub enum Capability {
@@ -884,7 +1317,7 @@ pub enum Capability {
     Chat = 2,
     /// Token ids as input (`Request.token_ids`).
     TokenInput = 3,
-    /// Image and other blob parts in input messages.
+    /// Image blob parts in input messages (the accepted media types are `CapabilityManifest.input_media_types`).
     ImageInput = 4,
     /// Tool declarations, tool calls and tool results.
     Tools = 5,
@@ -946,6 +1379,39 @@ pub enum Capability {
     ProviderOptions = 33,
     /// System and developer messages.
     SystemMessages = 34,
+    /// Audio blob parts in input messages.
+    AudioInput = 35,
+    /// Video blob parts in input messages.
+    VideoInput = 36,
+    /// Document blob parts (PDF, plain text documents) in input messages.
+    DocumentInput = 37,
+    /// Image output (`Request.output_modalities` with `MODALITY_IMAGE`).
+    ImageOutput = 38,
+    /// Audio output (`Request.output_modalities` with `MODALITY_AUDIO`).
+    AudioOutput = 39,
+    /// Reasoning summaries (`ReasoningControls.summary`).
+    ReasoningSummary = 40,
+    /// Logit biases (`SamplingParams.logit_bias`).
+    LogitBias = 41,
+    /// A minimum output length (`SamplingParams.min_output_tokens`).
+    MinOutputTokens = 42,
+    /// Assistant turns given back as the token ids they were sampled as (`Message.token_ids`).
+    MultiTurnTokenInput = 43,
+    /// Provider-run tools (`Tool.provider`), of the types the manifest lists.
+    ProviderTools = 44,
+    /// Restricting tool calls to a subset of the declared tools (`ToolChoice.allowed_tools`).
+    AllowedTools = 45,
+    /// Prompt-cache breakpoints on parts (`Part.cache_breakpoint`).
+    PromptCacheBreakpoints = 46,
+    /// Reading a provider-side prompt cache (`Request.cached_content`).
+    CachedContent = 47,
+    /// A JSON object constraint with no schema (`Constraint.json_object`).
+    ConstraintJsonObject = 48,
+    /// Tokenizing a conversation through the model's chat template (`TokenizeRequest.conversation`).
+    TokenizeConversation = 49,
+    /// Replaying provider-run tool calls and their results, and provider parts, to their issuer
+    /// (`Part.server_tool_call`, `Part.server_tool_result`, `Part.provider_part` in the input).
+    ServerToolReplay = 50,
 }
 impl Capability {
     /// String value of the enum field names used in the ProtoBuf definition.
@@ -989,6 +1455,22 @@ impl Capability {
             Self::RepetitionPenalty => "CAPABILITY_REPETITION_PENALTY",
             Self::ProviderOptions => "CAPABILITY_PROVIDER_OPTIONS",
             Self::SystemMessages => "CAPABILITY_SYSTEM_MESSAGES",
+            Self::AudioInput => "CAPABILITY_AUDIO_INPUT",
+            Self::VideoInput => "CAPABILITY_VIDEO_INPUT",
+            Self::DocumentInput => "CAPABILITY_DOCUMENT_INPUT",
+            Self::ImageOutput => "CAPABILITY_IMAGE_OUTPUT",
+            Self::AudioOutput => "CAPABILITY_AUDIO_OUTPUT",
+            Self::ReasoningSummary => "CAPABILITY_REASONING_SUMMARY",
+            Self::LogitBias => "CAPABILITY_LOGIT_BIAS",
+            Self::MinOutputTokens => "CAPABILITY_MIN_OUTPUT_TOKENS",
+            Self::MultiTurnTokenInput => "CAPABILITY_MULTI_TURN_TOKEN_INPUT",
+            Self::ProviderTools => "CAPABILITY_PROVIDER_TOOLS",
+            Self::AllowedTools => "CAPABILITY_ALLOWED_TOOLS",
+            Self::PromptCacheBreakpoints => "CAPABILITY_PROMPT_CACHE_BREAKPOINTS",
+            Self::CachedContent => "CAPABILITY_CACHED_CONTENT",
+            Self::ConstraintJsonObject => "CAPABILITY_CONSTRAINT_JSON_OBJECT",
+            Self::TokenizeConversation => "CAPABILITY_TOKENIZE_CONVERSATION",
+            Self::ServerToolReplay => "CAPABILITY_SERVER_TOOL_REPLAY",
         }
     }
     /// Creates an enum from field names used in the ProtoBuf definition.
@@ -1031,12 +1513,30 @@ impl Capability {
             "CAPABILITY_REPETITION_PENALTY" => Some(Self::RepetitionPenalty),
             "CAPABILITY_PROVIDER_OPTIONS" => Some(Self::ProviderOptions),
             "CAPABILITY_SYSTEM_MESSAGES" => Some(Self::SystemMessages),
+            "CAPABILITY_AUDIO_INPUT" => Some(Self::AudioInput),
+            "CAPABILITY_VIDEO_INPUT" => Some(Self::VideoInput),
+            "CAPABILITY_DOCUMENT_INPUT" => Some(Self::DocumentInput),
+            "CAPABILITY_IMAGE_OUTPUT" => Some(Self::ImageOutput),
+            "CAPABILITY_AUDIO_OUTPUT" => Some(Self::AudioOutput),
+            "CAPABILITY_REASONING_SUMMARY" => Some(Self::ReasoningSummary),
+            "CAPABILITY_LOGIT_BIAS" => Some(Self::LogitBias),
+            "CAPABILITY_MIN_OUTPUT_TOKENS" => Some(Self::MinOutputTokens),
+            "CAPABILITY_MULTI_TURN_TOKEN_INPUT" => Some(Self::MultiTurnTokenInput),
+            "CAPABILITY_PROVIDER_TOOLS" => Some(Self::ProviderTools),
+            "CAPABILITY_ALLOWED_TOOLS" => Some(Self::AllowedTools),
+            "CAPABILITY_PROMPT_CACHE_BREAKPOINTS" => Some(Self::PromptCacheBreakpoints),
+            "CAPABILITY_CACHED_CONTENT" => Some(Self::CachedContent),
+            "CAPABILITY_CONSTRAINT_JSON_OBJECT" => Some(Self::ConstraintJsonObject),
+            "CAPABILITY_TOKENIZE_CONVERSATION" => Some(Self::TokenizeConversation),
+            "CAPABILITY_SERVER_TOOL_REPLAY" => Some(Self::ServerToolReplay),
             _ => None,
         }
     }
 }
-/// An error attached to a response whose output is partial or suspect. The partial output stays in the response.
-#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+/// An error attached to a response whose output is partial or suspect (a soft error), or the failure of a recorded
+/// call. The partial output stays in the response. Its shape follows Google's AIP-193 (`ErrorInfo` with a reason,
+/// metadata and a retry delay).
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct ResponseError {
     /// Why the response is incomplete.
     #[prost(enumeration = "ErrorReason", tag = "1")]
@@ -1053,6 +1553,21 @@ pub struct ResponseError {
     /// True when retrying the same request may succeed.
     #[prost(bool, tag = "5")]
     pub retryable: bool,
+    /// The choice this error concerns (e.g. the one whose output breaks its JSON schema). Unset when it concerns the
+    /// whole response.
+    #[prost(int32, optional, tag = "6")]
+    pub choice_index: ::core::option::Option<i32>,
+    /// Machine-readable facts about the error, by lower_snake_case key (as `google.rpc.ErrorInfo.metadata`), e.g.
+    /// `missing_capability`, `limit`. Never credentials.
+    #[prost(map = "string, string", tag = "7")]
+    pub metadata: ::std::collections::HashMap<
+        ::prost::alloc::string::String,
+        ::prost::alloc::string::String,
+    >,
+    /// How long to wait before retrying, when the provider said (`Retry-After`, `google.rpc.RetryInfo`). Unset
+    /// otherwise.
+    #[prost(message, optional, tag = "8")]
+    pub retry_delay: ::core::option::Option<::prost_types::Duration>,
 }
 /// A non-fatal remark about how a request was carried out.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -1106,7 +1621,9 @@ pub struct FieldViolation {
 }
 /// Why a call failed, or why a response is incomplete. Each reason maps to one gRPC code and one
 /// `google.rpc.ErrorInfo.reason` (the value's name without the `ERROR_REASON_` prefix, domain `modelir.dev`);
-/// the table lives in the SDK's errors module and in the README of the spec.
+/// the table is in the spec's README (`proto/README.md`, "The error table") and, as code, in the SDK's errors
+/// module. A closed enum within a major version only in meaning: new reasons may be added in minor versions, and a
+/// receiver that does not know one treats it as `ERROR_REASON_INTERNAL`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
 #[repr(i32)]
 pub enum ErrorReason {
@@ -1208,12 +1725,14 @@ pub struct Response {
     /// The model id as the provider reported it.
     #[prost(string, tag = "2")]
     pub model: ::prost::alloc::string::String,
-    /// The generated choices, in index order.
+    /// The generated choices, in index order. Empty when the provider generated nothing, e.g. for a blocked prompt
+    /// (see `prompt_feedback`).
     #[prost(message, repeated, tag = "3")]
     pub choices: ::prost::alloc::vec::Vec<Choice>,
-    /// The scores of the input, when input scoring was requested.
-    #[prost(message, optional, tag = "4")]
-    pub input_scores: ::core::option::Option<InputScores>,
+    /// The scores of the input, when input scoring was requested: one entry for the whole input, or one per
+    /// requested continuation, in the request's order.
+    #[prost(message, repeated, tag = "4")]
+    pub input_scores: ::prost::alloc::vec::Vec<InputScores>,
     /// Token usage, with one meaning across providers.
     #[prost(message, optional, tag = "5")]
     pub usage: ::core::option::Option<Usage>,
@@ -1223,15 +1742,41 @@ pub struct Response {
     /// The provider's raw answer, when the request asked for it.
     #[prost(message, optional, tag = "7")]
     pub raw: ::core::option::Option<RawExchange>,
-    /// Set when the response is partial or suspect (a soft failure); the partial output is kept.
-    #[prost(message, optional, tag = "8")]
-    pub error: ::core::option::Option<ResponseError>,
+    /// Soft errors: set when the response is partial or suspect; the partial output is kept. Several may apply (one
+    /// choice breaks its JSON schema while another is fine; a stream is cut and misses logprobs), in the order they
+    /// were found.
+    #[prost(message, repeated, tag = "8")]
+    pub errors: ::prost::alloc::vec::Vec<ResponseError>,
     /// Non-fatal remarks about how the request was carried out.
     #[prost(message, repeated, tag = "9")]
     pub warnings: ::prost::alloc::vec::Vec<Warning>,
     /// The token ids of the input as the engine saw it, when the provider reports them (vLLM `prompt_token_ids`).
     #[prost(int32, repeated, tag = "10")]
     pub prompt_token_ids: ::prost::alloc::vec::Vec<i32>,
+    /// What the provider said about the prompt itself (Gemini `promptFeedback`), when it said anything.
+    #[prost(message, optional, tag = "11")]
+    pub prompt_feedback: ::core::option::Option<PromptFeedback>,
+    /// The service tier that actually served the request (OpenAI `service_tier`, e.g. `default`, `flex`,
+    /// `priority`; Anthropic `usage.service_tier`). An open vocabulary; empty when the provider does not say.
+    #[prost(string, tag = "12")]
+    pub service_tier: ::prost::alloc::string::String,
+}
+/// The provider's verdict on the prompt, independent of any choice.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct PromptFeedback {
+    /// True when the provider refused to process the prompt at all; the response then has no choices.
+    #[prost(bool, tag = "1")]
+    pub blocked: bool,
+    /// The provider's reason, verbatim (Gemini `blockReason`, e.g. `SAFETY`, `PROHIBITED_CONTENT`). Empty when not
+    /// blocked.
+    #[prost(string, tag = "2")]
+    pub block_reason: ::prost::alloc::string::String,
+    /// The provider's explanation, when it gives one (Gemini `blockReasonMessage`).
+    #[prost(string, tag = "3")]
+    pub message: ::prost::alloc::string::String,
+    /// The native feedback object as JSON text, verbatim (safety ratings and anything else it carries).
+    #[prost(string, tag = "4")]
+    pub native_json: ::prost::alloc::string::String,
 }
 /// One generated alternative.
 #[derive(Clone, PartialEq, ::prost::Message)]
@@ -1248,16 +1793,56 @@ pub struct Choice {
     /// The provider's own finish reason, verbatim (e.g. `end_turn`, `MAX_TOKENS`, `{"type":"length"}`).
     #[prost(string, tag = "4")]
     pub raw_finish_reason: ::prost::alloc::string::String,
-    /// The stop string or token that ended generation, when the provider says which (vLLM `stop_reason`, Anthropic
-    /// `stop_sequence`). A token id is written in decimal.
-    #[prost(string, tag = "5")]
-    pub stop_sequence: ::prost::alloc::string::String,
     /// Log probabilities of the sampled tokens, when requested.
     #[prost(message, optional, tag = "6")]
     pub logprobs: ::core::option::Option<TokenLogprobs>,
+    /// The sampled token ids, whenever the provider reports them (whether or not logprobs were asked for), with the
+    /// part each belongs to.
+    #[prost(message, optional, tag = "8")]
+    pub sampled_tokens: ::core::option::Option<SampledTokens>,
+    /// How many tokens this choice generated, when the provider reports it per choice. Unset otherwise.
+    #[prost(int64, optional, tag = "9")]
+    pub output_token_count: ::core::option::Option<i64>,
+    /// Under a `Constraint.choice`, the label the output is (the text itself stays verbatim in the message, e.g.
+    /// JSON-quoted where the engine enforces the choice with a JSON schema, so that text, token bytes and logprobs
+    /// agree). Empty otherwise, or when the output matches no label (a `CONSTRAINT_VIOLATED` soft error).
+    #[prost(string, tag = "10")]
+    pub constrained_label: ::prost::alloc::string::String,
+    /// What ended generation, when the provider says (vLLM `stop_reason`, Anthropic `stop_sequence`, llama.cpp
+    /// `stopping_word`). Unset when it does not, or when generation did not end on a stop.
+    #[prost(oneof = "choice::Stop", tags = "5, 7")]
+    pub stop: ::core::option::Option<choice::Stop>,
+}
+/// Nested message and enum types in `Choice`.
+pub mod choice {
+    /// What ended generation, when the provider says (vLLM `stop_reason`, Anthropic `stop_sequence`, llama.cpp
+    /// `stopping_word`). Unset when it does not, or when generation did not end on a stop.
+    #[derive(Clone, PartialEq, Eq, Hash, ::prost::Oneof)]
+    pub enum Stop {
+        /// The stop string that ended generation.
+        #[prost(string, tag = "5")]
+        StopSequence(::prost::alloc::string::String),
+        /// The stop token id that ended generation (vLLM reports an integer `stop_reason` for these).
+        #[prost(int32, tag = "7")]
+        StopTokenId(i32),
+    }
+}
+/// The token ids a choice was sampled as, in order, each with the part of the message it belongs to, so that a
+/// trainer can mask reasoning or tool-call tokens without re-tokenizing.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SampledTokens {
+    /// Every sampled token id, in order, including a stop or end-of-sequence token whose text was trimmed from the
+    /// message. When `Choice.logprobs` has token ids, they are the first entries of this list.
+    #[prost(int32, repeated, tag = "1")]
+    pub token_ids: ::prost::alloc::vec::Vec<i32>,
+    /// The index, in `Choice.message.parts`, of the part each token belongs to, one per token; -1 for a token that
+    /// belongs to no part (a trimmed stop or end-of-sequence token, a template token between parts). Empty when the
+    /// provider cannot attribute tokens to parts.
+    #[prost(sint32, repeated, tag = "2")]
+    pub part_indexes: ::prost::alloc::vec::Vec<i32>,
 }
 /// Token usage with one meaning for every provider. A count the provider did not report is absent, not zero.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct Usage {
     /// Every input token the provider processed, including tokens read from or written to a cache.
     #[prost(int64, optional, tag = "1")]
@@ -1274,6 +1859,19 @@ pub struct Usage {
     /// The part of `input_token_count` written to a prompt cache.
     #[prost(int64, optional, tag = "5")]
     pub cache_write_token_count: ::core::option::Option<i64>,
+    /// Finer counts that only some providers report, by documented key (an open vocabulary; keys are
+    /// lower_snake_case and end in their unit):
+    ///
+    /// * `cache_write_5m_token_count`, `cache_write_1h_token_count`: cache writes by TTL (Anthropic
+    ///   `cache_creation`);
+    /// * `tool_use_input_token_count`: input tokens fed back from provider-run tools (Gemini
+    ///   `toolUsePromptTokenCount`), part of `input_token_count`;
+    /// * `web_search_request_count`, `web_fetch_request_count`: provider-run tool calls (Anthropic
+    ///   `server_tool_use`);
+    /// * `audio_input_token_count`, `audio_output_token_count`, `image_input_token_count`: per-modality parts;
+    /// * `accepted_prediction_token_count`, `rejected_prediction_token_count`: OpenAI predicted outputs.
+    #[prost(map = "string, int64", tag = "6")]
+    pub details: ::std::collections::HashMap<::prost::alloc::string::String, i64>,
 }
 /// When a call ran and how long its phases took.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
@@ -1318,6 +1916,24 @@ pub struct RawExchange {
     /// The stream's events in arrival order. Empty for unary answers.
     #[prost(message, repeated, tag = "5")]
     pub stream_events: ::prost::alloc::vec::Vec<RawStreamEvent>,
+    /// The answer's HTTP headers in arrival order, names lowercased; credentials and cookies (`set-cookie`,
+    /// `authorization`, ...) are never kept.
+    #[prost(message, repeated, tag = "6")]
+    pub response_headers: ::prost::alloc::vec::Vec<HttpHeader>,
+    /// The lowered native request body as sent, when `Request.include_lowered_request` asked for it. Empty
+    /// otherwise.
+    #[prost(bytes = "vec", tag = "7")]
+    pub request_body: ::prost::alloc::vec::Vec<u8>,
+}
+/// One HTTP header.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct HttpHeader {
+    /// The header's name, lowercased.
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+    /// The header's value, verbatim.
+    #[prost(string, tag = "2")]
+    pub value: ::prost::alloc::string::String,
 }
 /// One raw event of a provider stream.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -1329,7 +1945,9 @@ pub struct RawStreamEvent {
     #[prost(bytes = "vec", tag = "2")]
     pub data: ::prost::alloc::vec::Vec<u8>,
 }
-/// Why generation stopped, normalised across providers. The provider's own words are in `raw_finish_reason`.
+/// Why generation stopped, normalised across providers. The provider's own words are in `raw_finish_reason`. An
+/// open enum: new values are added in minor versions; a receiver that does not know one treats it as
+/// `FINISH_REASON_OTHER`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
 #[repr(i32)]
 pub enum FinishReason {
@@ -1339,7 +1957,7 @@ pub enum FinishReason {
     Stop = 1,
     /// The output token limit was reached.
     Length = 2,
-    /// A stop string or stop token was produced; see `Choice.stop_sequence`.
+    /// A stop string or stop token was produced; see `Choice.stop`.
     StopSequence = 3,
     /// The model stopped to call tools.
     ToolCalls = 4,
@@ -1397,7 +2015,9 @@ impl FinishReason {
 /// One persisted call: the request, its response or failure, and where it came from.
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct Record {
-    /// The request's key, unique within a record file (given in the input, or a stable hash of the request).
+    /// The request's key, unique within a record file. Opaque: readers compare keys, never derive them. It is the
+    /// key the caller gave with the request, or, when the caller gave none, the request's position in its input as
+    /// `#<n>` (decimal, from 0). See "Record files" in `proto/README.md`.
     #[prost(string, tag = "1")]
     pub key: ::prost::alloc::string::String,
     /// The request as it was sent to the model.
@@ -1478,6 +2098,11 @@ pub struct RecordHeader {
         ::prost::alloc::string::String,
         ::prost::alloc::string::String,
     >,
+    /// The `google.protobuf.FileDescriptorSet` of the IR that wrote the file (every `modelir/v1` file and its
+    /// imports), serialized, so that a reader of any later release can decode fields it does not know. Empty in
+    /// files written without it.
+    #[prost(bytes = "vec", tag = "5")]
+    pub ir_descriptor_set: ::prost::alloc::vec::Vec<u8>,
 }
 /// One entry of a record file: the header first, then records.
 #[derive(Clone, PartialEq, ::prost::Message)]
@@ -1499,7 +2124,7 @@ pub mod record_file_entry {
         Record(super::Record),
     }
 }
-/// How a recorded call ended.
+/// How a recorded call ended. A closed enum.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
 #[repr(i32)]
 pub enum RecordStatus {
@@ -1541,22 +2166,35 @@ impl RecordStatus {
 ///
 /// The accumulation rules, which every language's accumulator follows (conformance/service proves it):
 ///
-/// * `start` sets the response's id and model; a non-empty `id` or `model` on `end` replaces them.
+/// * `start` sets the response's id and model, and its warnings; a non-empty `id` or `model` on `end` replaces
+///   them.
 /// * A delta whose `part_index` is one past the choice's last part starts a new part; a smaller index extends that
-///   part; a larger one is an error. Text, reasoning text, summary text and tool-call arguments are appended;
-///   a tool call's id and name are set by the delta that carries them; a blob replaces the part's content.
-/// * A delta with no content, artifacts or item id only carries logprobs and starts no part.
+///   part; a larger one is an error. Text, refusal, reasoning text, summary text and tool-call arguments are
+///   appended; a tool call's id and name are set by the delta that carries them; a blob or a whole `part` replaces
+///   the part's content (and a whole part's artifacts, item id and citations are appended to the part's).
+/// * A delta with no content, artifacts, citations or item id only carries logprobs or token ids and starts no
+///   part.
 /// * Logprob chunks are concatenated column by column in arrival order. `token_byte_offsets` (and
 ///   `top_token_byte_offsets`) are relative to the chunk's own bytes, so each is rebased by the number of bytes
 ///   that came before; the `basis` is the first chunk's that is not unspecified.
+/// * A delta's `token_ids` are appended to the choice's `sampled_tokens.token_ids`, each with the delta's
+///   `part_index` (or -1 when the delta starts no part); a finish's `unattributed_token_ids` are appended last,
+///   with -1.
+/// * `part_done` changes nothing in the response: it says that a part is complete, so that a caller can act on it
+///   (run a tool call) before the stream ends.
 /// * Every accumulated message has the role `ROLE_ASSISTANT`; choices are sorted by index, and a choice named only
 ///   by a `ChoiceFinish` still appears.
-/// * `end` carries what is known only at the end (finishes, usage, scores, prompt ids, timing, soft error,
-///   warnings, raw); its values are set on the response.
+/// * `end` carries what is known only at the end (finishes, usage, scores, prompt ids, timing, soft errors,
+///   warnings, raw, prompt feedback, service tier); its values are set on the response (its warnings are appended
+///   after the start's).
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct StreamEvent {
+    /// The event's position in its stream, from 0, increasing by one per event, so that a receiver can detect a lost
+    /// or reordered event.
+    #[prost(int64, tag = "5")]
+    pub sequence_number: i64,
     /// The event.
-    #[prost(oneof = "stream_event::Event", tags = "1, 2, 3")]
+    #[prost(oneof = "stream_event::Event", tags = "1, 2, 3, 4")]
     pub event: ::core::option::Option<stream_event::Event>,
 }
 /// Nested message and enum types in `StreamEvent`.
@@ -1573,10 +2211,13 @@ pub mod stream_event {
         /// The last event: finish reasons, usage and everything else known only at the end.
         #[prost(message, tag = "3")]
         End(super::StreamEnd),
+        /// A part is complete.
+        #[prost(message, tag = "4")]
+        PartDone(super::PartDone),
     }
 }
 /// The first event of a stream.
-#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct StreamStart {
     /// The provider's id for the response (`Response.id`).
     #[prost(string, tag = "1")]
@@ -1584,6 +2225,10 @@ pub struct StreamStart {
     /// The model id as the provider reported it (`Response.model`).
     #[prost(string, tag = "2")]
     pub model: ::prost::alloc::string::String,
+    /// Non-fatal remarks already known when the stream starts (e.g. a dropped foreign artifact), which would
+    /// otherwise wait for the end (`Response.warnings`).
+    #[prost(message, repeated, tag = "3")]
+    pub warnings: ::prost::alloc::vec::Vec<Warning>,
 }
 /// A piece of one part of one choice's message. A delta whose `part_index` is one past the last part starts a
 /// new part; otherwise it extends that part.
@@ -1595,23 +2240,29 @@ pub struct PartDelta {
     /// The index of the part in the choice's message.
     #[prost(int32, tag = "2")]
     pub part_index: i32,
-    /// Complete reasoning artifacts, appended to the part's artifacts.
+    /// Complete opaque artifacts, appended to the part's artifacts.
     #[prost(message, repeated, tag = "7")]
-    pub artifacts: ::prost::alloc::vec::Vec<ReasoningArtifact>,
+    pub artifacts: ::prost::alloc::vec::Vec<OpaqueArtifact>,
     /// The provider's item id for the part; set once, on any delta of the part.
     #[prost(string, tag = "8")]
     pub item_id: ::prost::alloc::string::String,
     /// Log probabilities of the tokens of this delta, appended to the choice's logprobs.
     #[prost(message, optional, tag = "9")]
     pub logprobs: ::core::option::Option<TokenLogprobs>,
-    /// What to add to the part. Unset when the delta only carries logprobs or artifacts.
-    #[prost(oneof = "part_delta::Content", tags = "3, 4, 5, 6")]
+    /// Complete citations, appended to the part's citations.
+    #[prost(message, repeated, tag = "12")]
+    pub citations: ::prost::alloc::vec::Vec<Citation>,
+    /// The sampled token ids of this delta, appended to the choice's `sampled_tokens`.
+    #[prost(int32, repeated, tag = "13")]
+    pub token_ids: ::prost::alloc::vec::Vec<i32>,
+    /// What to add to the part. Unset when the delta only carries logprobs, token ids, artifacts or citations.
+    #[prost(oneof = "part_delta::Content", tags = "3, 4, 5, 6, 10, 11")]
     pub content: ::core::option::Option<part_delta::Content>,
 }
 /// Nested message and enum types in `PartDelta`.
 pub mod part_delta {
-    /// What to add to the part. Unset when the delta only carries logprobs or artifacts.
-    #[derive(Clone, PartialEq, Eq, Hash, ::prost::Oneof)]
+    /// What to add to the part. Unset when the delta only carries logprobs, token ids, artifacts or citations.
+    #[derive(Clone, PartialEq, ::prost::Oneof)]
     pub enum Content {
         /// Text appended to a text part.
         #[prost(string, tag = "3")]
@@ -1625,7 +2276,24 @@ pub mod part_delta {
         /// A complete blob part.
         #[prost(message, tag = "6")]
         Blob(super::Blob),
+        /// Refusal text appended to a refusal part.
+        #[prost(string, tag = "10")]
+        Refusal(::prost::alloc::string::String),
+        /// A complete part of any kind (server tool calls and results, provider parts, compaction, and any kind added
+        /// later), so that a new part kind never needs a new delta kind.
+        #[prost(message, tag = "11")]
+        Part(super::Part),
     }
+}
+/// A part that is complete: no later delta extends it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct PartDone {
+    /// The choice the part belongs to.
+    #[prost(int32, tag = "1")]
+    pub choice_index: i32,
+    /// The part's index in the choice's message.
+    #[prost(int32, tag = "2")]
+    pub part_index: i32,
 }
 /// A piece of a reasoning part.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -1665,9 +2333,31 @@ pub struct ChoiceFinish {
     /// The provider's own reason (`Choice.raw_finish_reason`).
     #[prost(string, tag = "3")]
     pub raw_finish_reason: ::prost::alloc::string::String,
-    /// The stop string or token that ended it (`Choice.stop_sequence`).
-    #[prost(string, tag = "4")]
-    pub stop_sequence: ::prost::alloc::string::String,
+    /// Sampled tokens that belong to no part, such as a trimmed stop token, appended to `Choice.sampled_tokens`.
+    #[prost(int32, repeated, tag = "6")]
+    pub unattributed_token_ids: ::prost::alloc::vec::Vec<i32>,
+    /// The choice's own output token count (`Choice.output_token_count`).
+    #[prost(int64, optional, tag = "7")]
+    pub output_token_count: ::core::option::Option<i64>,
+    /// The chosen label under a choice constraint (`Choice.constrained_label`).
+    #[prost(string, tag = "8")]
+    pub constrained_label: ::prost::alloc::string::String,
+    /// What ended it (`Choice.stop`).
+    #[prost(oneof = "choice_finish::Stop", tags = "4, 5")]
+    pub stop: ::core::option::Option<choice_finish::Stop>,
+}
+/// Nested message and enum types in `ChoiceFinish`.
+pub mod choice_finish {
+    /// What ended it (`Choice.stop`).
+    #[derive(Clone, PartialEq, Eq, Hash, ::prost::Oneof)]
+    pub enum Stop {
+        /// The stop string (`Choice.stop_sequence`).
+        #[prost(string, tag = "4")]
+        StopSequence(::prost::alloc::string::String),
+        /// The stop token id (`Choice.stop_token_id`).
+        #[prost(int32, tag = "5")]
+        StopTokenId(i32),
+    }
 }
 /// The last event of a stream.
 #[derive(Clone, PartialEq, ::prost::Message)]
@@ -1679,17 +2369,17 @@ pub struct StreamEnd {
     #[prost(message, optional, tag = "2")]
     pub usage: ::core::option::Option<Usage>,
     /// The scores of the input, when requested (`Response.input_scores`).
-    #[prost(message, optional, tag = "3")]
-    pub input_scores: ::core::option::Option<InputScores>,
+    #[prost(message, repeated, tag = "3")]
+    pub input_scores: ::prost::alloc::vec::Vec<InputScores>,
     /// The input's token ids, when reported (`Response.prompt_token_ids`).
     #[prost(int32, repeated, tag = "4")]
     pub prompt_token_ids: ::prost::alloc::vec::Vec<i32>,
     /// Timing of the whole exchange (`Response.timing`).
     #[prost(message, optional, tag = "5")]
     pub timing: ::core::option::Option<Timing>,
-    /// A soft error, when the output is partial or suspect (`Response.error`).
-    #[prost(message, optional, tag = "6")]
-    pub error: ::core::option::Option<ResponseError>,
+    /// Soft errors, when the output is partial or suspect (`Response.errors`).
+    #[prost(message, repeated, tag = "6")]
+    pub errors: ::prost::alloc::vec::Vec<ResponseError>,
     /// Non-fatal remarks (`Response.warnings`).
     #[prost(message, repeated, tag = "7")]
     pub warnings: ::prost::alloc::vec::Vec<Warning>,
@@ -1703,6 +2393,12 @@ pub struct StreamEnd {
     /// the model in its last event); it replaces the start's.
     #[prost(string, tag = "10")]
     pub model: ::prost::alloc::string::String,
+    /// What the provider said about the prompt (`Response.prompt_feedback`).
+    #[prost(message, optional, tag = "11")]
+    pub prompt_feedback: ::core::option::Option<PromptFeedback>,
+    /// The service tier that served the request (`Response.service_tier`).
+    #[prost(string, tag = "12")]
+    pub service_tier: ::prost::alloc::string::String,
 }
 /// The request of `Generate`.
 #[derive(Clone, PartialEq, ::prost::Message)]
@@ -1733,21 +2429,39 @@ pub struct StreamGenerateResponse {
     pub event: ::core::option::Option<StreamEvent>,
 }
 /// The request of `Tokenize`.
-#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct TokenizeRequest {
     /// The model whose tokenizer to use.
     #[prost(string, tag = "1")]
     pub model: ::prost::alloc::string::String,
-    /// The text to tokenize.
-    #[prost(string, tag = "2")]
-    pub text: ::prost::alloc::string::String,
     /// Text that comes right before `text`; the answer holds only the tokens that cover `text`, as they come out
-    /// when `context + text` is tokenized. Empty means none.
+    /// when `context + text` is tokenized. Empty means none. Not allowed with a conversation.
     #[prost(string, tag = "3")]
     pub context: ::prost::alloc::string::String,
     /// When true, add the model's special tokens (such as BOS) as it would for a prompt.
     #[prost(bool, tag = "4")]
     pub add_special_tokens: bool,
+    /// With a conversation: when true, end the rendering with the template's generation prompt (the start of the
+    /// assistant's reply), as for generation; when false, render only the messages.
+    #[prost(bool, tag = "6")]
+    pub add_generation_prompt: bool,
+    /// What to tokenize.
+    #[prost(oneof = "tokenize_request::Input", tags = "2, 5")]
+    pub input: ::core::option::Option<tokenize_request::Input>,
+}
+/// Nested message and enum types in `TokenizeRequest`.
+pub mod tokenize_request {
+    /// What to tokenize.
+    #[derive(Clone, PartialEq, ::prost::Oneof)]
+    pub enum Input {
+        /// Text, as a raw prompt.
+        #[prost(string, tag = "2")]
+        Text(::prost::alloc::string::String),
+        /// A conversation, rendered through the model's chat template first (needs
+        /// `CAPABILITY_TOKENIZE_CONVERSATION`).
+        #[prost(message, tag = "5")]
+        Conversation(super::Conversation),
+    }
 }
 /// The response of `Tokenize`.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -1755,9 +2469,9 @@ pub struct TokenizeResponse {
     /// The token ids covering the text.
     #[prost(int32, repeated, tag = "1")]
     pub token_ids: ::prost::alloc::vec::Vec<i32>,
-    /// Each token's text as the tokenizer spells it, one per token.
+    /// Each token's text as the tokenizer spells it, one per token (as `TokenLogprobs.tokens`).
     #[prost(string, repeated, tag = "2")]
-    pub pieces: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    pub tokens: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
     /// The raw bytes of all tokens, concatenated.
     #[prost(bytes = "vec", tag = "3")]
     pub token_bytes: ::prost::alloc::vec::Vec<u8>,
@@ -1787,6 +2501,10 @@ pub struct ModelInfo {
     /// The model's capability manifest (its transport's, narrowed by configuration).
     #[prost(message, optional, tag = "2")]
     pub manifest: ::core::option::Option<CapabilityManifest>,
+    /// Facts about the model's tokenizer, where the engine reports them (llama.cpp `/props`, vLLM, the reference
+    /// model). Unset when unknown.
+    #[prost(message, optional, tag = "3")]
+    pub tokenizer: ::core::option::Option<TokenizerInfo>,
 }
 /// The request of `Validate`.
 #[derive(Clone, PartialEq, ::prost::Message)]

@@ -6,7 +6,7 @@ import type { GenEnum, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2"
 import { enumDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
 import type { LogprobBasis } from "./logprobs_pb";
 import { file_modelir_v1_logprobs } from "./logprobs_pb";
-import type { GrammarDialect } from "./request_pb";
+import type { GrammarDialect, Modality } from "./request_pb";
 import { file_modelir_v1_request } from "./request_pb";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file modelir/v1/capabilities.proto.
  */
 export const file_modelir_v1_capabilities: GenFile = /*@__PURE__*/
-  fileDesc("Ch1tb2RlbGlyL3YxL2NhcGFiaWxpdGllcy5wcm90bxIKbW9kZWxpci52MSKSAQoLTW9kZWxMaW1pdHMSGAoQbWF4X3RvcF9sb2dwcm9icxgBIAEoBRITCgttYXhfY2hvaWNlcxgCIAEoBRIaChJtYXhfc3RvcF9zZXF1ZW5jZXMYAyABKAUSGQoRbWF4X291dHB1dF90b2tlbnMYBCABKAUSHQoVY29udGV4dF93aW5kb3dfdG9rZW5zGAUgASgFIp4CChJDYXBhYmlsaXR5TWFuaWZlc3QSEQoJdHJhbnNwb3J0GAEgASgJEhkKEXRyYW5zcG9ydF92ZXJzaW9uGAIgASgJEiwKDGNhcGFiaWxpdGllcxgDIAMoDjIWLm1vZGVsaXIudjEuQ2FwYWJpbGl0eRInCgZsaW1pdHMYBCABKAsyFy5tb2RlbGlyLnYxLk1vZGVsTGltaXRzEjQKEGdyYW1tYXJfZGlhbGVjdHMYBSADKA4yGi5tb2RlbGlyLnYxLkdyYW1tYXJEaWFsZWN0EhwKFHByb3ZpZGVyX29wdGlvbl9rZXlzGAYgAygJEi8KDWxvZ3Byb2JfYmFzZXMYByADKA4yGC5tb2RlbGlyLnYxLkxvZ3Byb2JCYXNpcyqYCAoKQ2FwYWJpbGl0eRIaChZDQVBBQklMSVRZX1VOU1BFQ0lGSUVEEAASGQoVQ0FQQUJJTElUWV9DT01QTEVUSU9OEAESEwoPQ0FQQUJJTElUWV9DSEFUEAISGgoWQ0FQQUJJTElUWV9UT0tFTl9JTlBVVBADEhoKFkNBUEFCSUxJVFlfSU1BR0VfSU5QVVQQBBIUChBDQVBBQklMSVRZX1RPT0xTEAUSGgoWQ0FQQUJJTElUWV9UT09MX0NIT0lDRRAGEhgKFENBUEFCSUxJVFlfUkVBU09OSU5HEAcSHwobQ0FQQUJJTElUWV9SRUFTT05JTkdfRUZGT1JUEAgSHwobQ0FQQUJJTElUWV9SRUFTT05JTkdfQlVER0VUEAkSFgoSQ0FQQUJJTElUWV9QUkVGSUxMEAoSEgoOQ0FQQUJJTElUWV9GSU0QCxIcChhDQVBBQklMSVRZX0lOUFVUX1NDT1JJTkcQDBIfChtDQVBBQklMSVRZX1NBTVBMRURfTE9HUFJPQlMQDRIgChxDQVBBQklMSVRZX1NBTVBMRURfVE9LRU5fSURTEA4SHQoZQ0FQQUJJTElUWV9UT1BfS19MT0dQUk9CUxAPEiAKHENBUEFCSUxJVFlfQ09OU1RSQUlOVF9DSE9JQ0UQEBIfChtDQVBBQklMSVRZX0NPTlNUUkFJTlRfUkVHRVgQERIlCiFDQVBBQklMSVRZX0NPTlNUUkFJTlRfSlNPTl9TQ0hFTUEQEhIhCh1DQVBBQklMSVRZX0NPTlNUUkFJTlRfR1JBTU1BUhATEhcKE0NBUEFCSUxJVFlfVE9LRU5JWkUQFBIYChRDQVBBQklMSVRZX1NUUkVBTUlORxAVEh8KG0NBUEFCSUxJVFlfTVVMVElQTEVfQ0hPSUNFUxAWEhoKFkNBUEFCSUxJVFlfVEVNUEVSQVRVUkUQFxIUChBDQVBBQklMSVRZX1RPUF9QEBgSHQoZQ0FQQUJJTElUWV9UT1BfS19TQU1QTElORxAZEhQKEENBUEFCSUxJVFlfTUlOX1AQGhIgChxDQVBBQklMSVRZX01BWF9PVVRQVVRfVE9LRU5TEBsSHQoZQ0FQQUJJTElUWV9TVE9QX1NFUVVFTkNFUxAcEh0KGUNBUEFCSUxJVFlfU1RPUF9UT0tFTl9JRFMQHRITCg9DQVBBQklMSVRZX1NFRUQQHhIrCidDQVBBQklMSVRZX1BSRVNFTkNFX0ZSRVFVRU5DWV9QRU5BTFRJRVMQHxIhCh1DQVBBQklMSVRZX1JFUEVUSVRJT05fUEVOQUxUWRAgEh8KG0NBUEFCSUxJVFlfUFJPVklERVJfT1BUSU9OUxAhEh4KGkNBUEFCSUxJVFlfU1lTVEVNX01FU1NBR0VTECJCeAoOZGV2Lm1vZGVsaXIudjFCEUNhcGFiaWxpdGllc1Byb3RvUAFaI21vZGVsaXIuZGV2L2dvL21vZGVsaXIvdjE7bW9kZWxpcnYxogIDTVhYqgIKTW9kZWxpci5WMcoCCk1vZGVsaXJcVjHqAgtNb2RlbGlyOjpWMWIGcHJvdG8z", [file_modelir_v1_logprobs, file_modelir_v1_request]);
+  fileDesc("Ch1tb2RlbGlyL3YxL2NhcGFiaWxpdGllcy5wcm90bxIKbW9kZWxpci52MSL2AQoLTW9kZWxMaW1pdHMSGAoQbWF4X3RvcF9sb2dwcm9icxgBIAEoBRITCgttYXhfY2hvaWNlcxgCIAEoBRIaChJtYXhfc3RvcF9zZXF1ZW5jZXMYAyABKAUSGQoRbWF4X291dHB1dF90b2tlbnMYBCABKAUSHQoVY29udGV4dF93aW5kb3dfdG9rZW5zGAUgASgFEiMKG21pbl9yZWFzb25pbmdfYnVkZ2V0X3Rva2VucxgGIAEoBRIjChttYXhfcmVhc29uaW5nX2J1ZGdldF90b2tlbnMYByABKAUSGAoQbWF4X2lucHV0X3Rva2VucxgIIAEoBSKHAwoSQ2FwYWJpbGl0eU1hbmlmZXN0EhEKCXRyYW5zcG9ydBgBIAEoCRIZChF0cmFuc3BvcnRfdmVyc2lvbhgCIAEoCRIsCgxjYXBhYmlsaXRpZXMYAyADKA4yFi5tb2RlbGlyLnYxLkNhcGFiaWxpdHkSJwoGbGltaXRzGAQgASgLMhcubW9kZWxpci52MS5Nb2RlbExpbWl0cxI0ChBncmFtbWFyX2RpYWxlY3RzGAUgAygOMhoubW9kZWxpci52MS5HcmFtbWFyRGlhbGVjdBIcChRwcm92aWRlcl9vcHRpb25fa2V5cxgGIAMoCRIvCg1sb2dwcm9iX2Jhc2VzGAcgAygOMhgubW9kZWxpci52MS5Mb2dwcm9iQmFzaXMSGQoRaW5wdXRfbWVkaWFfdHlwZXMYCCADKAkSGwoTcHJvdmlkZXJfdG9vbF90eXBlcxgJIAMoCRIvChFvdXRwdXRfbW9kYWxpdGllcxgKIAMoDjIULm1vZGVsaXIudjEuTW9kYWxpdHkiawoNVG9rZW5pemVySW5mbxIXCg92b2NhYnVsYXJ5X3NpemUYASABKAUSGQoMYm9zX3Rva2VuX2lkGAIgASgFSACIAQESFQoNZW9zX3Rva2VuX2lkcxgDIAMoBUIPCg1fYm9zX3Rva2VuX2lkKqQMCgpDYXBhYmlsaXR5EhoKFkNBUEFCSUxJVFlfVU5TUEVDSUZJRUQQABIZChVDQVBBQklMSVRZX0NPTVBMRVRJT04QARITCg9DQVBBQklMSVRZX0NIQVQQAhIaChZDQVBBQklMSVRZX1RPS0VOX0lOUFVUEAMSGgoWQ0FQQUJJTElUWV9JTUFHRV9JTlBVVBAEEhQKEENBUEFCSUxJVFlfVE9PTFMQBRIaChZDQVBBQklMSVRZX1RPT0xfQ0hPSUNFEAYSGAoUQ0FQQUJJTElUWV9SRUFTT05JTkcQBxIfChtDQVBBQklMSVRZX1JFQVNPTklOR19FRkZPUlQQCBIfChtDQVBBQklMSVRZX1JFQVNPTklOR19CVURHRVQQCRIWChJDQVBBQklMSVRZX1BSRUZJTEwQChISCg5DQVBBQklMSVRZX0ZJTRALEhwKGENBUEFCSUxJVFlfSU5QVVRfU0NPUklORxAMEh8KG0NBUEFCSUxJVFlfU0FNUExFRF9MT0dQUk9CUxANEiAKHENBUEFCSUxJVFlfU0FNUExFRF9UT0tFTl9JRFMQDhIdChlDQVBBQklMSVRZX1RPUF9LX0xPR1BST0JTEA8SIAocQ0FQQUJJTElUWV9DT05TVFJBSU5UX0NIT0lDRRAQEh8KG0NBUEFCSUxJVFlfQ09OU1RSQUlOVF9SRUdFWBAREiUKIUNBUEFCSUxJVFlfQ09OU1RSQUlOVF9KU09OX1NDSEVNQRASEiEKHUNBUEFCSUxJVFlfQ09OU1RSQUlOVF9HUkFNTUFSEBMSFwoTQ0FQQUJJTElUWV9UT0tFTklaRRAUEhgKFENBUEFCSUxJVFlfU1RSRUFNSU5HEBUSHwobQ0FQQUJJTElUWV9NVUxUSVBMRV9DSE9JQ0VTEBYSGgoWQ0FQQUJJTElUWV9URU1QRVJBVFVSRRAXEhQKEENBUEFCSUxJVFlfVE9QX1AQGBIdChlDQVBBQklMSVRZX1RPUF9LX1NBTVBMSU5HEBkSFAoQQ0FQQUJJTElUWV9NSU5fUBAaEiAKHENBUEFCSUxJVFlfTUFYX09VVFBVVF9UT0tFTlMQGxIdChlDQVBBQklMSVRZX1NUT1BfU0VRVUVOQ0VTEBwSHQoZQ0FQQUJJTElUWV9TVE9QX1RPS0VOX0lEUxAdEhMKD0NBUEFCSUxJVFlfU0VFRBAeEisKJ0NBUEFCSUxJVFlfUFJFU0VOQ0VfRlJFUVVFTkNZX1BFTkFMVElFUxAfEiEKHUNBUEFCSUxJVFlfUkVQRVRJVElPTl9QRU5BTFRZECASHwobQ0FQQUJJTElUWV9QUk9WSURFUl9PUFRJT05TECESHgoaQ0FQQUJJTElUWV9TWVNURU1fTUVTU0FHRVMQIhIaChZDQVBBQklMSVRZX0FVRElPX0lOUFVUECMSGgoWQ0FQQUJJTElUWV9WSURFT19JTlBVVBAkEh0KGUNBUEFCSUxJVFlfRE9DVU1FTlRfSU5QVVQQJRIbChdDQVBBQklMSVRZX0lNQUdFX09VVFBVVBAmEhsKF0NBUEFCSUxJVFlfQVVESU9fT1VUUFVUECcSIAocQ0FQQUJJTElUWV9SRUFTT05JTkdfU1VNTUFSWRAoEhkKFUNBUEFCSUxJVFlfTE9HSVRfQklBUxApEiAKHENBUEFCSUxJVFlfTUlOX09VVFBVVF9UT0tFTlMQKhIlCiFDQVBBQklMSVRZX01VTFRJX1RVUk5fVE9LRU5fSU5QVVQQKxIdChlDQVBBQklMSVRZX1BST1ZJREVSX1RPT0xTECwSHAoYQ0FQQUJJTElUWV9BTExPV0VEX1RPT0xTEC0SJwojQ0FQQUJJTElUWV9QUk9NUFRfQ0FDSEVfQlJFQUtQT0lOVFMQLhIdChlDQVBBQklMSVRZX0NBQ0hFRF9DT05URU5UEC8SJQohQ0FQQUJJTElUWV9DT05TVFJBSU5UX0pTT05fT0JKRUNUEDASJAogQ0FQQUJJTElUWV9UT0tFTklaRV9DT05WRVJTQVRJT04QMRIhCh1DQVBBQklMSVRZX1NFUlZFUl9UT09MX1JFUExBWRAyQngKDmRldi5tb2RlbGlyLnYxQhFDYXBhYmlsaXRpZXNQcm90b1ABWiNtb2RlbGlyLmRldi9nby9tb2RlbGlyL3YxO21vZGVsaXJ2MaICA01YWKoCCk1vZGVsaXIuVjHKAgpNb2RlbGlyXFYx6gILTW9kZWxpcjo6VjFiBnByb3RvMw", [file_modelir_v1_logprobs, file_modelir_v1_request]);
 
 /**
  * The limits of a model. A zero means the manifest declares no limit.
@@ -56,6 +56,27 @@ export type ModelLimits = Message<"modelir.v1.ModelLimits"> & {
    * @generated from field: int32 context_window_tokens = 5;
    */
   contextWindowTokens: number;
+
+  /**
+   * The fewest reasoning tokens a budget may ask for (`ReasoningControls.budget_tokens`; Anthropic: 1024).
+   *
+   * @generated from field: int32 min_reasoning_budget_tokens = 6;
+   */
+  minReasoningBudgetTokens: number;
+
+  /**
+   * The most reasoning tokens a budget may ask for.
+   *
+   * @generated from field: int32 max_reasoning_budget_tokens = 7;
+   */
+  maxReasoningBudgetTokens: number;
+
+  /**
+   * The most input tokens per request.
+   *
+   * @generated from field: int32 max_input_tokens = 8;
+   */
+  maxInputTokens: number;
 };
 
 /**
@@ -119,6 +140,28 @@ export type CapabilityManifest = Message<"modelir.v1.CapabilityManifest"> & {
    * @generated from field: repeated modelir.v1.LogprobBasis logprob_bases = 7;
    */
   logprobBases: LogprobBasis[];
+
+  /**
+   * The media types accepted in input blob parts, exact (`image/png`) or by top-level type (`image/*`), when any
+   * `CAPABILITY_*_INPUT` media capability is claimed. A blob of another type is rejected before any call.
+   *
+   * @generated from field: repeated string input_media_types = 8;
+   */
+  inputMediaTypes: string[];
+
+  /**
+   * The provider tool types accepted (`ProviderTool.type`), when `CAPABILITY_PROVIDER_TOOLS` is claimed.
+   *
+   * @generated from field: repeated string provider_tool_types = 9;
+   */
+  providerToolTypes: string[];
+
+  /**
+   * The output modalities besides text that a request may ask for (`Request.output_modalities`).
+   *
+   * @generated from field: repeated modelir.v1.Modality output_modalities = 10;
+   */
+  outputModalities: Modality[];
 };
 
 /**
@@ -129,8 +172,48 @@ export const CapabilityManifestSchema: GenMessage<CapabilityManifest> = /*@__PUR
   messageDesc(file_modelir_v1_capabilities, 1);
 
 /**
+ * Facts about a model's tokenizer, where the engine reports them.
+ *
+ * @generated from message modelir.v1.TokenizerInfo
+ */
+export type TokenizerInfo = Message<"modelir.v1.TokenizerInfo"> & {
+  /**
+   * The number of token ids in the vocabulary (ids run from 0 to this minus one). 0 when not reported.
+   *
+   * @generated from field: int32 vocabulary_size = 1;
+   */
+  vocabularySize: number;
+
+  /**
+   * The beginning-of-sequence token id, when the tokenizer has one.
+   *
+   * @generated from field: optional int32 bos_token_id = 2;
+   */
+  bosTokenId?: number | undefined;
+
+  /**
+   * The end-of-sequence token ids (a chat model may have several, e.g. `<|im_end|>` and `<|endoftext|>`).
+   *
+   * @generated from field: repeated int32 eos_token_ids = 3;
+   */
+  eosTokenIds: number[];
+};
+
+/**
+ * Describes the message modelir.v1.TokenizerInfo.
+ * Use `create(TokenizerInfoSchema)` to create a new message.
+ */
+export const TokenizerInfoSchema: GenMessage<TokenizerInfo> = /*@__PURE__*/
+  messageDesc(file_modelir_v1_capabilities, 2);
+
+/**
  * A feature of the IR that a transport and model may honour. A request that needs a capability its model's
  * manifest lacks is rejected before any network call.
+ *
+ * An open enum that grows additively: new capabilities are added in minor versions as the IR grows; existing
+ * values never change meaning. A receiver that does not know a value in a manifest ignores it (it cannot have
+ * asked for the feature); the SDK computes a request's needs with its own catalog, so an older client never
+ * sends a need it cannot name.
  *
  * @generated from enum modelir.v1.Capability
  */
@@ -164,7 +247,7 @@ export enum Capability {
   TOKEN_INPUT = 3,
 
   /**
-   * Image and other blob parts in input messages.
+   * Image blob parts in input messages (the accepted media types are `CapabilityManifest.input_media_types`).
    *
    * @generated from enum value: CAPABILITY_IMAGE_INPUT = 4;
    */
@@ -379,6 +462,119 @@ export enum Capability {
    * @generated from enum value: CAPABILITY_SYSTEM_MESSAGES = 34;
    */
   SYSTEM_MESSAGES = 34,
+
+  /**
+   * Audio blob parts in input messages.
+   *
+   * @generated from enum value: CAPABILITY_AUDIO_INPUT = 35;
+   */
+  AUDIO_INPUT = 35,
+
+  /**
+   * Video blob parts in input messages.
+   *
+   * @generated from enum value: CAPABILITY_VIDEO_INPUT = 36;
+   */
+  VIDEO_INPUT = 36,
+
+  /**
+   * Document blob parts (PDF, plain text documents) in input messages.
+   *
+   * @generated from enum value: CAPABILITY_DOCUMENT_INPUT = 37;
+   */
+  DOCUMENT_INPUT = 37,
+
+  /**
+   * Image output (`Request.output_modalities` with `MODALITY_IMAGE`).
+   *
+   * @generated from enum value: CAPABILITY_IMAGE_OUTPUT = 38;
+   */
+  IMAGE_OUTPUT = 38,
+
+  /**
+   * Audio output (`Request.output_modalities` with `MODALITY_AUDIO`).
+   *
+   * @generated from enum value: CAPABILITY_AUDIO_OUTPUT = 39;
+   */
+  AUDIO_OUTPUT = 39,
+
+  /**
+   * Reasoning summaries (`ReasoningControls.summary`).
+   *
+   * @generated from enum value: CAPABILITY_REASONING_SUMMARY = 40;
+   */
+  REASONING_SUMMARY = 40,
+
+  /**
+   * Logit biases (`SamplingParams.logit_bias`).
+   *
+   * @generated from enum value: CAPABILITY_LOGIT_BIAS = 41;
+   */
+  LOGIT_BIAS = 41,
+
+  /**
+   * A minimum output length (`SamplingParams.min_output_tokens`).
+   *
+   * @generated from enum value: CAPABILITY_MIN_OUTPUT_TOKENS = 42;
+   */
+  MIN_OUTPUT_TOKENS = 42,
+
+  /**
+   * Assistant turns given back as the token ids they were sampled as (`Message.token_ids`).
+   *
+   * @generated from enum value: CAPABILITY_MULTI_TURN_TOKEN_INPUT = 43;
+   */
+  MULTI_TURN_TOKEN_INPUT = 43,
+
+  /**
+   * Provider-run tools (`Tool.provider`), of the types the manifest lists.
+   *
+   * @generated from enum value: CAPABILITY_PROVIDER_TOOLS = 44;
+   */
+  PROVIDER_TOOLS = 44,
+
+  /**
+   * Restricting tool calls to a subset of the declared tools (`ToolChoice.allowed_tools`).
+   *
+   * @generated from enum value: CAPABILITY_ALLOWED_TOOLS = 45;
+   */
+  ALLOWED_TOOLS = 45,
+
+  /**
+   * Prompt-cache breakpoints on parts (`Part.cache_breakpoint`).
+   *
+   * @generated from enum value: CAPABILITY_PROMPT_CACHE_BREAKPOINTS = 46;
+   */
+  PROMPT_CACHE_BREAKPOINTS = 46,
+
+  /**
+   * Reading a provider-side prompt cache (`Request.cached_content`).
+   *
+   * @generated from enum value: CAPABILITY_CACHED_CONTENT = 47;
+   */
+  CACHED_CONTENT = 47,
+
+  /**
+   * A JSON object constraint with no schema (`Constraint.json_object`).
+   *
+   * @generated from enum value: CAPABILITY_CONSTRAINT_JSON_OBJECT = 48;
+   */
+  CONSTRAINT_JSON_OBJECT = 48,
+
+  /**
+   * Tokenizing a conversation through the model's chat template (`TokenizeRequest.conversation`).
+   *
+   * @generated from enum value: CAPABILITY_TOKENIZE_CONVERSATION = 49;
+   */
+  TOKENIZE_CONVERSATION = 49,
+
+  /**
+   * Replaying provider-run tool calls and their results, and provider parts, to their issuer
+   * (`Part.server_tool_call`, `Part.server_tool_result`, `Part.provider_part` in the input).
+   *
+   * @generated from enum value: CAPABILITY_SERVER_TOOL_REPLAY = 50;
+   */
+  SERVER_TOOL_REPLAY = 50,
 }
 
 /**

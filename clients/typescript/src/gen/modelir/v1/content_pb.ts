@@ -4,13 +4,15 @@
 
 import type { GenEnum, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
+import type { Duration } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_duration } from "@bufbuild/protobuf/wkt";
 import type { Message as Message$1 } from "@bufbuild/protobuf";
 
 /**
  * Describes the file modelir/v1/content.proto.
  */
 export const file_modelir_v1_content: GenFile = /*@__PURE__*/
-  fileDesc("Chhtb2RlbGlyL3YxL2NvbnRlbnQucHJvdG8SCm1vZGVsaXIudjEiWAoHTWVzc2FnZRIeCgRyb2xlGAEgASgOMhAubW9kZWxpci52MS5Sb2xlEh8KBXBhcnRzGAIgAygLMhAubW9kZWxpci52MS5QYXJ0EgwKBG5hbWUYAyABKAkijAIKBFBhcnQSDgoEdGV4dBgBIAEoCUgAEiAKBGJsb2IYAiABKAsyEC5tb2RlbGlyLnYxLkJsb2JIABIpCgl0b29sX2NhbGwYAyABKAsyFC5tb2RlbGlyLnYxLlRvb2xDYWxsSAASLQoLdG9vbF9yZXN1bHQYBCABKAsyFi5tb2RlbGlyLnYxLlRvb2xSZXN1bHRIABIqCglyZWFzb25pbmcYBSABKAsyFS5tb2RlbGlyLnYxLlJlYXNvbmluZ0gAEjAKCWFydGlmYWN0cxgGIAMoCzIdLm1vZGVsaXIudjEuUmVhc29uaW5nQXJ0aWZhY3QSDwoHaXRlbV9pZBgHIAEoCUIJCgdjb250ZW50IkIKBEJsb2ISEQoJbWltZV90eXBlGAEgASgJEg4KBGRhdGEYAiABKAxIABINCgN1cmkYAyABKAlIAEIICgZzb3VyY2UiPAoIVG9vbENhbGwSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIWCg5hcmd1bWVudHNfanNvbhgDIAEoCSJjCgpUb29sUmVzdWx0EhQKDHRvb2xfY2FsbF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEiEKB2NvbnRlbnQYAyADKAsyEC5tb2RlbGlyLnYxLlBhcnQSDgoGZmFpbGVkGAQgASgIIioKCVJlYXNvbmluZxIMCgR0ZXh0GAEgASgJEg8KB3N1bW1hcnkYAiADKAkiKgoGSXNzdWVyEhEKCXRyYW5zcG9ydBgBIAEoCRINCgVtb2RlbBgCIAEoCSKHAQoRUmVhc29uaW5nQXJ0aWZhY3QSLwoEa2luZBgBIAEoDjIhLm1vZGVsaXIudjEuUmVhc29uaW5nQXJ0aWZhY3RLaW5kEgwKBGRhdGEYAiABKAwSIgoGaXNzdWVyGAMgASgLMhIubW9kZWxpci52MS5Jc3N1ZXISDwoHaXRlbV9pZBgEIAEoCSpzCgRSb2xlEhQKEFJPTEVfVU5TUEVDSUZJRUQQABIPCgtST0xFX1NZU1RFTRABEhIKDlJPTEVfREVWRUxPUEVSEAISDQoJUk9MRV9VU0VSEAMSEgoOUk9MRV9BU1NJU1RBTlQQBBINCglST0xFX1RPT0wQBSrwAQoVUmVhc29uaW5nQXJ0aWZhY3RLaW5kEicKI1JFQVNPTklOR19BUlRJRkFDVF9LSU5EX1VOU1BFQ0lGSUVEEAASJQohUkVBU09OSU5HX0FSVElGQUNUX0tJTkRfU0lHTkFUVVJFEAESKQolUkVBU09OSU5HX0FSVElGQUNUX0tJTkRfUkVEQUNURURfREFUQRACEi0KKVJFQVNPTklOR19BUlRJRkFDVF9LSU5EX0VOQ1JZUFRFRF9DT05URU5UEAMSLQopUkVBU09OSU5HX0FSVElGQUNUX0tJTkRfVEhPVUdIVF9TSUdOQVRVUkUQBEJzCg5kZXYubW9kZWxpci52MUIMQ29udGVudFByb3RvUAFaI21vZGVsaXIuZGV2L2dvL21vZGVsaXIvdjE7bW9kZWxpcnYxogIDTVhYqgIKTW9kZWxpci5WMcoCCk1vZGVsaXJcVjHqAgtNb2RlbGlyOjpWMWIGcHJvdG8z");
+  fileDesc("Chhtb2RlbGlyL3YxL2NvbnRlbnQucHJvdG8SCm1vZGVsaXIudjEiywEKB01lc3NhZ2USHgoEcm9sZRgBIAEoDjIQLm1vZGVsaXIudjEuUm9sZRIfCgVwYXJ0cxgCIAMoCzIQLm1vZGVsaXIudjEuUGFydBIMCgRuYW1lGAMgASgJEjUKEHByb3ZpZGVyX29wdGlvbnMYBCADKAsyGy5tb2RlbGlyLnYxLlByb3ZpZGVyT3B0aW9ucxInCgVwaGFzZRgFIAEoDjIYLm1vZGVsaXIudjEuTWVzc2FnZVBoYXNlEhEKCXRva2VuX2lkcxgGIAMoBSKIBQoEUGFydBIOCgR0ZXh0GAEgASgJSAASIAoEYmxvYhgCIAEoCzIQLm1vZGVsaXIudjEuQmxvYkgAEikKCXRvb2xfY2FsbBgDIAEoCzIULm1vZGVsaXIudjEuVG9vbENhbGxIABItCgt0b29sX3Jlc3VsdBgEIAEoCzIWLm1vZGVsaXIudjEuVG9vbFJlc3VsdEgAEioKCXJlYXNvbmluZxgFIAEoCzIVLm1vZGVsaXIudjEuUmVhc29uaW5nSAASEQoHcmVmdXNhbBgIIAEoCUgAEjYKEHNlcnZlcl90b29sX2NhbGwYCSABKAsyGi5tb2RlbGlyLnYxLlNlcnZlclRvb2xDYWxsSAASOgoSc2VydmVyX3Rvb2xfcmVzdWx0GAogASgLMhwubW9kZWxpci52MS5TZXJ2ZXJUb29sUmVzdWx0SAASMQoNcHJvdmlkZXJfcGFydBgLIAEoCzIYLm1vZGVsaXIudjEuUHJvdmlkZXJQYXJ0SAASLAoKY29tcGFjdGlvbhgPIAEoCzIWLm1vZGVsaXIudjEuQ29tcGFjdGlvbkgAEi0KCWFydGlmYWN0cxgGIAMoCzIaLm1vZGVsaXIudjEuT3BhcXVlQXJ0aWZhY3QSDwoHaXRlbV9pZBgHIAEoCRInCgljaXRhdGlvbnMYDCADKAsyFC5tb2RlbGlyLnYxLkNpdGF0aW9uEjUKEHByb3ZpZGVyX29wdGlvbnMYDSADKAsyGy5tb2RlbGlyLnYxLlByb3ZpZGVyT3B0aW9ucxI1ChBjYWNoZV9icmVha3BvaW50GA4gASgLMhsubW9kZWxpci52MS5DYWNoZUJyZWFrcG9pbnRCCQoHY29udGVudCJCCgRCbG9iEhEKCW1pbWVfdHlwZRgBIAEoCRIOCgRkYXRhGAIgASgMSAASDQoDdXJpGAMgASgJSABCCAoGc291cmNlIjwKCFRvb2xDYWxsEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSFgoOYXJndW1lbnRzX2pzb24YAyABKAkiYwoKVG9vbFJlc3VsdBIUCgx0b29sX2NhbGxfaWQYASABKAkSDAoEbmFtZRgCIAEoCRIhCgdjb250ZW50GAMgAygLMhAubW9kZWxpci52MS5QYXJ0Eg4KBmZhaWxlZBgEIAEoCCIqCglSZWFzb25pbmcSDAoEdGV4dBgBIAEoCRIPCgdzdW1tYXJ5GAIgAygJIlgKDlNlcnZlclRvb2xDYWxsEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSFgoOYXJndW1lbnRzX2pzb24YAyABKAkSFAoMc2VydmVyX2xhYmVsGAQgASgJIn4KEFNlcnZlclRvb2xSZXN1bHQSFAoMdG9vbF9jYWxsX2lkGAEgASgJEgwKBG5hbWUYAiABKAkSIQoHY29udGVudBgDIAMoCzIQLm1vZGVsaXIudjEuUGFydBITCgtyZXN1bHRfanNvbhgEIAEoCRIOCgZmYWlsZWQYBSABKAgiVQoMUHJvdmlkZXJQYXJ0EgwKBHR5cGUYASABKAkSEwoLbmF0aXZlX2pzb24YAiABKAkSIgoGaXNzdWVyGAMgASgLMhIubW9kZWxpci52MS5Jc3N1ZXIiDAoKQ29tcGFjdGlvbiKXAgoIQ2l0YXRpb24SJgoEa2luZBgBIAEoDjIYLm1vZGVsaXIudjEuQ2l0YXRpb25LaW5kEgsKA3VybBgCIAEoCRINCgV0aXRsZRgDIAEoCRIRCglzb3VyY2VfaWQYBCABKAkSEAoIZmlsZW5hbWUYBSABKAkSEgoKY2l0ZWRfdGV4dBgGIAEoCRIXCgpzdGFydF9ieXRlGAcgASgNSACIAQESFQoIZW5kX2J5dGUYCCABKA1IAYgBARItCglhcnRpZmFjdHMYCSADKAsyGi5tb2RlbGlyLnYxLk9wYXF1ZUFydGlmYWN0EhMKC25hdGl2ZV9qc29uGAogASgJQg0KC19zdGFydF9ieXRlQgsKCV9lbmRfYnl0ZSI5Cg9DYWNoZUJyZWFrcG9pbnQSJgoDdHRsGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIioKBklzc3VlchIRCgl0cmFuc3BvcnQYASABKAkSDQoFbW9kZWwYAiABKAkilQEKDk9wYXF1ZUFydGlmYWN0EiwKBGtpbmQYASABKA4yHi5tb2RlbGlyLnYxLk9wYXF1ZUFydGlmYWN0S2luZBIMCgRkYXRhGAIgASgMEiIKBmlzc3VlchgDIAEoCzISLm1vZGVsaXIudjEuSXNzdWVyEhQKDGpzb25fcG9pbnRlchgFIAEoCUoECAQQBVIHaXRlbV9pZCI6Cg9Qcm92aWRlck9wdGlvbnMSEQoJdHJhbnNwb3J0GAEgASgJEhQKDG9wdGlvbnNfanNvbhgCIAEoCSpzCgRSb2xlEhQKEFJPTEVfVU5TUEVDSUZJRUQQABIPCgtST0xFX1NZU1RFTRABEhIKDlJPTEVfREVWRUxPUEVSEAISDQoJUk9MRV9VU0VSEAMSEgoOUk9MRV9BU1NJU1RBTlQQBBINCglST0xFX1RPT0wQBSprCgxNZXNzYWdlUGhhc2USHQoZTUVTU0FHRV9QSEFTRV9VTlNQRUNJRklFRBAAEhwKGE1FU1NBR0VfUEhBU0VfQ09NTUVOVEFSWRABEh4KGk1FU1NBR0VfUEhBU0VfRklOQUxfQU5TV0VSEAIqeAoMQ2l0YXRpb25LaW5kEh0KGUNJVEFUSU9OX0tJTkRfVU5TUEVDSUZJRUQQABIVChFDSVRBVElPTl9LSU5EX1VSTBABEhoKFkNJVEFUSU9OX0tJTkRfRE9DVU1FTlQQAhIWChJDSVRBVElPTl9LSU5EX0ZJTEUQAyriAgoST3BhcXVlQXJ0aWZhY3RLaW5kEiQKIE9QQVFVRV9BUlRJRkFDVF9LSU5EX1VOU1BFQ0lGSUVEEAASIgoeT1BBUVVFX0FSVElGQUNUX0tJTkRfU0lHTkFUVVJFEAESJgoiT1BBUVVFX0FSVElGQUNUX0tJTkRfUkVEQUNURURfREFUQRACEioKJk9QQVFVRV9BUlRJRkFDVF9LSU5EX0VOQ1JZUFRFRF9DT05URU5UEAMSKgomT1BBUVVFX0FSVElGQUNUX0tJTkRfVEhPVUdIVF9TSUdOQVRVUkUQBBIwCixPUEFRVUVfQVJUSUZBQ1RfS0lORF9FTkNSWVBURURfU0VBUkNIX1JFU1VMVBAFEisKJ09QQVFVRV9BUlRJRkFDVF9LSU5EX0VOQ1JZUFRFRF9DSVRBVElPThAGEiMKH09QQVFVRV9BUlRJRkFDVF9LSU5EX0NPTVBBQ1RJT04QB0JzCg5kZXYubW9kZWxpci52MUIMQ29udGVudFByb3RvUAFaI21vZGVsaXIuZGV2L2dvL21vZGVsaXIvdjE7bW9kZWxpcnYxogIDTVhYqgIKTW9kZWxpci5WMcoCCk1vZGVsaXJcVjHqAgtNb2RlbGlyOjpWMWIGcHJvdG8z", [file_google_protobuf_duration]);
 
 /**
  * One turn of a conversation: who wrote it and its parts in order.
@@ -39,6 +41,31 @@ export type Message = Message$1<"modelir.v1.Message"> & {
    * @generated from field: string name = 3;
    */
   name: string;
+
+  /**
+   * Options for this message that only one transport understands (e.g. Anthropic `cache_control` on a system
+   * block's message), one entry per transport; the running transport reads its own entry and ignores the others.
+   *
+   * @generated from field: repeated modelir.v1.ProviderOptions provider_options = 4;
+   */
+  providerOptions: ProviderOptions[];
+
+  /**
+   * The phase of an assistant message, as the provider reported it; replayed to providers that accept it.
+   *
+   * @generated from field: modelir.v1.MessagePhase phase = 5;
+   */
+  phase: MessagePhase;
+
+  /**
+   * The exact token ids an assistant turn was sampled as (`Choice.sampled_tokens.token_ids` of the answer it came
+   * from), so that the engine sees the turn as it was generated instead of re-tokenizing its text (multi-turn
+   * token-in for RL). Only on assistant messages; a request that sets it needs
+   * `CAPABILITY_MULTI_TURN_TOKEN_INPUT`. Empty means the parts are rendered as usual.
+   *
+   * @generated from field: repeated int32 token_ids = 6;
+   */
+  tokenIds: number[];
 };
 
 /**
@@ -49,7 +76,9 @@ export const MessageSchema: GenMessage<Message> = /*@__PURE__*/
   messageDesc(file_modelir_v1_content, 0);
 
 /**
- * One piece of a message: exactly one kind of content, plus any opaque reasoning artifacts that belong to it.
+ * One piece of a message: exactly one kind of content, plus any opaque artifacts that belong to it. New kinds
+ * are added in minor versions; a receiver that meets a kind it does not know keeps the part as it is (the
+ * unknown field) and a transport that cannot lower it rejects the request naming the part.
  *
  * @generated from message modelir.v1.Part
  */
@@ -77,7 +106,7 @@ export type Part = Message$1<"modelir.v1.Part"> & {
     case: "blob";
   } | {
     /**
-     * A call of a declared tool, made by the model.
+     * A call of a tool declared by the caller (a function tool), made by the model; the caller runs it.
      *
      * @generated from field: modelir.v1.ToolCall tool_call = 3;
      */
@@ -99,24 +128,94 @@ export type Part = Message$1<"modelir.v1.Part"> & {
      */
     value: Reasoning;
     case: "reasoning";
+  } | {
+    /**
+     * The model's refusal to answer, in its own words (OpenAI chat `message.refusal`, Responses `refusal`
+     * content). Never plain text, so that a caller can tell a refusal from an answer.
+     *
+     * @generated from field: string refusal = 8;
+     */
+    value: string;
+    case: "refusal";
+  } | {
+    /**
+     * A call of a tool that the provider runs itself (Anthropic `server_tool_use`, OpenAI Responses
+     * `web_search_call` / `file_search_call` / `code_interpreter_call` / `image_generation_call` / `mcp_call`,
+     * Gemini `executableCode`). Nothing is sent back for it; it is replayed to its issuer as it came.
+     *
+     * @generated from field: modelir.v1.ServerToolCall server_tool_call = 9;
+     */
+    value: ServerToolCall;
+    case: "serverToolCall";
+  } | {
+    /**
+     * The result of a provider-run tool (Anthropic `*_tool_result` blocks, Gemini `codeExecutionResult`, the
+     * results of a Responses hosted-tool item).
+     *
+     * @generated from field: modelir.v1.ServerToolResult server_tool_result = 10;
+     */
+    value: ServerToolResult;
+    case: "serverToolResult";
+  } | {
+    /**
+     * Content of a kind the IR does not model yet, carried verbatim so that nothing is dropped and it can be
+     * replayed to its issuer.
+     *
+     * @generated from field: modelir.v1.ProviderPart provider_part = 11;
+     */
+    value: ProviderPart;
+    case: "providerPart";
+  } | {
+    /**
+     * A marker that the provider compacted the conversation up to here (OpenAI Responses `compaction` items);
+     * the compacted state is this part's `OPAQUE_ARTIFACT_KIND_COMPACTION` artifact.
+     *
+     * @generated from field: modelir.v1.Compaction compaction = 15;
+     */
+    value: Compaction;
+    case: "compaction";
   } | { case: undefined; value?: undefined };
 
   /**
-   * Opaque reasoning artifacts that the provider attached to this very part (an Anthropic thinking `signature`,
-   * a Gemini `thoughtSignature` on a text or function-call part, ...), in the order received. They are replayed
-   * byte for byte, on this part, to the issuer that produced them.
+   * Opaque artifacts that the provider attached to this very part (an Anthropic thinking `signature`, a Gemini
+   * `thoughtSignature` on a text or function-call part, the encrypted content of a web search result, ...), in
+   * the order received. They are replayed byte for byte, on this part, to the issuer that produced them.
    *
-   * @generated from field: repeated modelir.v1.ReasoningArtifact artifacts = 6;
+   * @generated from field: repeated modelir.v1.OpaqueArtifact artifacts = 6;
    */
-  artifacts: ReasoningArtifact[];
+  artifacts: OpaqueArtifact[];
 
   /**
    * The provider's own id for the item this part came from, when the provider requires it to be replayed
-   * (OpenAI Responses output items such as `msg_...` and `fc_...`). Empty when the provider gives none.
+   * (OpenAI Responses output items such as `msg_...`, `fc_...`, `rs_...`, `ws_...`). The one place an item id
+   * lives. Empty when the provider gives none.
    *
    * @generated from field: string item_id = 7;
    */
   itemId: string;
+
+  /**
+   * Sources that a text part cites (Anthropic `citations`, Responses `annotations`, Gemini grounding supports),
+   * in the order the provider gave them. Only on text parts.
+   *
+   * @generated from field: repeated modelir.v1.Citation citations = 12;
+   */
+  citations: Citation[];
+
+  /**
+   * Options for this part that only one transport understands, one entry per transport (see `Message`).
+   *
+   * @generated from field: repeated modelir.v1.ProviderOptions provider_options = 13;
+   */
+  providerOptions: ProviderOptions[];
+
+  /**
+   * A prompt-cache breakpoint after this part (Anthropic `cache_control`). Unset means none. A request that sets
+   * one needs `CAPABILITY_PROMPT_CACHE_BREAKPOINTS`.
+   *
+   * @generated from field: modelir.v1.CacheBreakpoint cache_breakpoint = 14;
+   */
+  cacheBreakpoint?: CacheBreakpoint | undefined;
 };
 
 /**
@@ -171,7 +270,7 @@ export const BlobSchema: GenMessage<Blob> = /*@__PURE__*/
   messageDesc(file_modelir_v1_content, 2);
 
 /**
- * A call of a tool, as the model produced it.
+ * A call of a function tool, as the model produced it.
  *
  * @generated from message modelir.v1.ToolCall
  */
@@ -185,7 +284,7 @@ export type ToolCall = Message$1<"modelir.v1.ToolCall"> & {
   id: string;
 
   /**
-   * The name of the called tool, one of the request's declared tools.
+   * The name of the called tool, one of the request's declared function tools.
    *
    * @generated from field: string name = 2;
    */
@@ -279,6 +378,265 @@ export const ReasoningSchema: GenMessage<Reasoning> = /*@__PURE__*/
   messageDesc(file_modelir_v1_content, 5);
 
 /**
+ * A call of a tool that the provider ran itself.
+ *
+ * @generated from message modelir.v1.ServerToolCall
+ */
+export type ServerToolCall = Message$1<"modelir.v1.ServerToolCall"> & {
+  /**
+   * The provider's id of the call, which its result names (Anthropic `srvtoolu_...`, Gemini `executableCode.id`,
+   * a Responses item id). Empty when the provider gives none (results then follow their call in order).
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * The tool's name as the provider reports it (`web_search`, `web_fetch`, `bash_code_execution`,
+   * `code_execution`, `file_search`, `image_generation`, `mcp`, ...). An open vocabulary; it need not equal a
+   * declared tool's name.
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * The call's input as JSON text, verbatim (Anthropic `input`, a Responses item's `action` / `code` / `queries` /
+   * `arguments`, Gemini `{language, code}`).
+   *
+   * @generated from field: string arguments_json = 3;
+   */
+  argumentsJson: string;
+
+  /**
+   * The remote server the call went to, for tools that name one (a Responses MCP `server_label`). Empty otherwise.
+   *
+   * @generated from field: string server_label = 4;
+   */
+  serverLabel: string;
+};
+
+/**
+ * Describes the message modelir.v1.ServerToolCall.
+ * Use `create(ServerToolCallSchema)` to create a new message.
+ */
+export const ServerToolCallSchema: GenMessage<ServerToolCall> = /*@__PURE__*/
+  messageDesc(file_modelir_v1_content, 6);
+
+/**
+ * The result of a tool that the provider ran itself.
+ *
+ * @generated from message modelir.v1.ServerToolResult
+ */
+export type ServerToolResult = Message$1<"modelir.v1.ServerToolResult"> & {
+  /**
+   * The id of the call this result belongs to (`ServerToolCall.id`). Empty when the provider gives none.
+   *
+   * @generated from field: string tool_call_id = 1;
+   */
+  toolCallId: string;
+
+  /**
+   * The tool's name, as on the call.
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * The result's readable content, where the provider gives some: program output as text, a fetched document's
+   * text, a generated image as a blob.
+   *
+   * @generated from field: repeated modelir.v1.Part content = 3;
+   */
+  content: Part[];
+
+  /**
+   * The native result object as JSON text, verbatim except that every opaque payload in it (e.g. a web search
+   * result's `encrypted_content`) is moved to the part's `artifacts`, each naming its place with
+   * `OpaqueArtifact.json_pointer`. Replay puts them back in place.
+   *
+   * @generated from field: string result_json = 4;
+   */
+  resultJson: string;
+
+  /**
+   * True when the tool failed (an error result, Gemini `OUTCOME_FAILED`, a Responses item with an `error`).
+   *
+   * @generated from field: bool failed = 5;
+   */
+  failed: boolean;
+};
+
+/**
+ * Describes the message modelir.v1.ServerToolResult.
+ * Use `create(ServerToolResultSchema)` to create a new message.
+ */
+export const ServerToolResultSchema: GenMessage<ServerToolResult> = /*@__PURE__*/
+  messageDesc(file_modelir_v1_content, 7);
+
+/**
+ * Content of a kind the IR does not model yet, kept verbatim.
+ *
+ * @generated from message modelir.v1.ProviderPart
+ */
+export type ProviderPart = Message$1<"modelir.v1.ProviderPart"> & {
+  /**
+   * The native type, qualified by the transport: `<transport>.<type>`, e.g. `anthropic_messages.container_upload`.
+   *
+   * @generated from field: string type = 1;
+   */
+  type: string;
+
+  /**
+   * The native JSON of the block or item, verbatim.
+   *
+   * @generated from field: string native_json = 2;
+   */
+  nativeJson: string;
+
+  /**
+   * Who produced it: the only party it is replayed to. Another transport rejects (or, under
+   * `FOREIGN_ARTIFACT_POLICY_DROP`, drops with a warning) a provider part it did not issue.
+   *
+   * @generated from field: modelir.v1.Issuer issuer = 3;
+   */
+  issuer?: Issuer | undefined;
+};
+
+/**
+ * Describes the message modelir.v1.ProviderPart.
+ * Use `create(ProviderPartSchema)` to create a new message.
+ */
+export const ProviderPartSchema: GenMessage<ProviderPart> = /*@__PURE__*/
+  messageDesc(file_modelir_v1_content, 8);
+
+/**
+ * A compaction marker; its state travels as an opaque artifact of the part.
+ *
+ * @generated from message modelir.v1.Compaction
+ */
+export type Compaction = Message$1<"modelir.v1.Compaction"> & {
+};
+
+/**
+ * Describes the message modelir.v1.Compaction.
+ * Use `create(CompactionSchema)` to create a new message.
+ */
+export const CompactionSchema: GenMessage<Compaction> = /*@__PURE__*/
+  messageDesc(file_modelir_v1_content, 9);
+
+/**
+ * A source that a span of text cites.
+ *
+ * @generated from message modelir.v1.Citation
+ */
+export type Citation = Message$1<"modelir.v1.Citation"> & {
+  /**
+   * What kind of source it is.
+   *
+   * @generated from field: modelir.v1.CitationKind kind = 1;
+   */
+  kind: CitationKind;
+
+  /**
+   * The cited URL (web results, URL citations). Empty when the source has none.
+   *
+   * @generated from field: string url = 2;
+   */
+  url: string;
+
+  /**
+   * The source's title, when the provider gives one.
+   *
+   * @generated from field: string title = 3;
+   */
+  title: string;
+
+  /**
+   * The cited file or document id (Responses `file_id`, an Anthropic document index as decimal). Empty when none.
+   *
+   * @generated from field: string source_id = 4;
+   */
+  sourceId: string;
+
+  /**
+   * The cited file's name, when the provider gives one.
+   *
+   * @generated from field: string filename = 5;
+   */
+  filename: string;
+
+  /**
+   * The text quoted from the source (Anthropic `cited_text`), not from the answer. Empty when none.
+   *
+   * @generated from field: string cited_text = 6;
+   */
+  citedText: string;
+
+  /**
+   * Where the cited span of the part's text starts, in UTF-8 bytes from the start of the part's text. Unset, with
+   * `end_byte` unset, when the citation covers the whole part (Anthropic citations have no offsets). Providers
+   * that count characters (Responses annotations) are converted to bytes.
+   *
+   * @generated from field: optional uint32 start_byte = 7;
+   */
+  startByte?: number | undefined;
+
+  /**
+   * Where the cited span ends (exclusive), in UTF-8 bytes. Equal to `start_byte` for a citation of a position
+   * (Responses `file_citation.index`).
+   *
+   * @generated from field: optional uint32 end_byte = 8;
+   */
+  endByte?: number | undefined;
+
+  /**
+   * Opaque payloads of the citation (Anthropic `encrypted_index`), replayed verbatim to their issuer.
+   *
+   * @generated from field: repeated modelir.v1.OpaqueArtifact artifacts = 9;
+   */
+  artifacts: OpaqueArtifact[];
+
+  /**
+   * The native citation as JSON text, verbatim, so that a field the IR does not model is not lost. Empty when the
+   * fields above carry all of it.
+   *
+   * @generated from field: string native_json = 10;
+   */
+  nativeJson: string;
+};
+
+/**
+ * Describes the message modelir.v1.Citation.
+ * Use `create(CitationSchema)` to create a new message.
+ */
+export const CitationSchema: GenMessage<Citation> = /*@__PURE__*/
+  messageDesc(file_modelir_v1_content, 10);
+
+/**
+ * A prompt-cache breakpoint: the provider may cache the prompt up to and including the part that carries it.
+ *
+ * @generated from message modelir.v1.CacheBreakpoint
+ */
+export type CacheBreakpoint = Message$1<"modelir.v1.CacheBreakpoint"> & {
+  /**
+   * How long the cache entry should live (Anthropic `ttl`: 5 minutes or 1 hour). Unset means the provider's
+   * default.
+   *
+   * @generated from field: google.protobuf.Duration ttl = 1;
+   */
+  ttl?: Duration | undefined;
+};
+
+/**
+ * Describes the message modelir.v1.CacheBreakpoint.
+ * Use `create(CacheBreakpointSchema)` to create a new message.
+ */
+export const CacheBreakpointSchema: GenMessage<CacheBreakpoint> = /*@__PURE__*/
+  messageDesc(file_modelir_v1_content, 11);
+
+/**
  * Who produced an artifact: the only party it may be replayed to.
  *
  * @generated from message modelir.v1.Issuer
@@ -304,20 +662,21 @@ export type Issuer = Message$1<"modelir.v1.Issuer"> & {
  * Use `create(IssuerSchema)` to create a new message.
  */
 export const IssuerSchema: GenMessage<Issuer> = /*@__PURE__*/
-  messageDesc(file_modelir_v1_content, 6);
+  messageDesc(file_modelir_v1_content, 12);
 
 /**
- * An opaque reasoning artifact, kept exactly as received so that it can be replayed to its issuer.
+ * An opaque artifact, kept exactly as received so that it can be replayed to its issuer. Artifacts are never
+ * interpreted; a transport checks only their issuer.
  *
- * @generated from message modelir.v1.ReasoningArtifact
+ * @generated from message modelir.v1.OpaqueArtifact
  */
-export type ReasoningArtifact = Message$1<"modelir.v1.ReasoningArtifact"> & {
+export type OpaqueArtifact = Message$1<"modelir.v1.OpaqueArtifact"> & {
   /**
    * What kind of artifact this is.
    *
-   * @generated from field: modelir.v1.ReasoningArtifactKind kind = 1;
+   * @generated from field: modelir.v1.OpaqueArtifactKind kind = 1;
    */
-  kind: ReasoningArtifactKind;
+  kind: OpaqueArtifactKind;
 
   /**
    * The artifact exactly as it appeared on the wire. For string-valued artifacts (all current providers) these
@@ -335,22 +694,52 @@ export type ReasoningArtifact = Message$1<"modelir.v1.ReasoningArtifact"> & {
   issuer?: Issuer | undefined;
 
   /**
-   * A provider item id that must travel with the artifact (OpenAI Responses reasoning item `rs_...`).
+   * Where the artifact sits inside its holder's native JSON (`ServerToolResult.result_json`), as an RFC 6901
+   * JSON pointer such as `/content/0/encrypted_content`. Empty when the artifact belongs to the part itself.
    *
-   * @generated from field: string item_id = 4;
+   * @generated from field: string json_pointer = 5;
    */
-  itemId: string;
+  jsonPointer: string;
 };
 
 /**
- * Describes the message modelir.v1.ReasoningArtifact.
- * Use `create(ReasoningArtifactSchema)` to create a new message.
+ * Describes the message modelir.v1.OpaqueArtifact.
+ * Use `create(OpaqueArtifactSchema)` to create a new message.
  */
-export const ReasoningArtifactSchema: GenMessage<ReasoningArtifact> = /*@__PURE__*/
-  messageDesc(file_modelir_v1_content, 7);
+export const OpaqueArtifactSchema: GenMessage<OpaqueArtifact> = /*@__PURE__*/
+  messageDesc(file_modelir_v1_content, 13);
 
 /**
- * The author of a message in a conversation.
+ * Options that only one transport understands, for a request, a message or a part. The transport declares the
+ * keys it accepts (`CapabilityManifest.provider_option_keys`).
+ *
+ * @generated from message modelir.v1.ProviderOptions
+ */
+export type ProviderOptions = Message$1<"modelir.v1.ProviderOptions"> & {
+  /**
+   * The transport these options are for, e.g. `vllm`. At most one entry per transport in one list.
+   *
+   * @generated from field: string transport = 1;
+   */
+  transport: string;
+
+  /**
+   * A JSON object of options, merged into the native request (or message, or part) by that transport.
+   *
+   * @generated from field: string options_json = 2;
+   */
+  optionsJson: string;
+};
+
+/**
+ * Describes the message modelir.v1.ProviderOptions.
+ * Use `create(ProviderOptionsSchema)` to create a new message.
+ */
+export const ProviderOptionsSchema: GenMessage<ProviderOptions> = /*@__PURE__*/
+  messageDesc(file_modelir_v1_content, 14);
+
+/**
+ * The author of a message in a conversation. A closed enum: a new role would change every transport.
  *
  * @generated from enum modelir.v1.Role
  */
@@ -407,50 +796,149 @@ export const RoleSchema: GenEnum<Role> = /*@__PURE__*/
   enumDesc(file_modelir_v1_content, 0);
 
 /**
- * The kind of an opaque reasoning artifact.
+ * Which phase of an agentic turn an assistant message belongs to (OpenAI Responses `phase`). An open enum: new
+ * values are added in minor versions, and a receiver that does not know one treats it as unspecified.
  *
- * @generated from enum modelir.v1.ReasoningArtifactKind
+ * @generated from enum modelir.v1.MessagePhase
  */
-export enum ReasoningArtifactKind {
+export enum MessagePhase {
+  /**
+   * The provider gave no phase.
+   *
+   * @generated from enum value: MESSAGE_PHASE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Intermediate commentary written while the model works (Responses `commentary`).
+   *
+   * @generated from enum value: MESSAGE_PHASE_COMMENTARY = 1;
+   */
+  COMMENTARY = 1,
+
+  /**
+   * The final answer of the turn (Responses `final_answer`).
+   *
+   * @generated from enum value: MESSAGE_PHASE_FINAL_ANSWER = 2;
+   */
+  FINAL_ANSWER = 2,
+}
+
+/**
+ * Describes the enum modelir.v1.MessagePhase.
+ */
+export const MessagePhaseSchema: GenEnum<MessagePhase> = /*@__PURE__*/
+  enumDesc(file_modelir_v1_content, 1);
+
+/**
+ * The kind of a cited source. An open enum: new values are added in minor versions; a receiver that does not know
+ * one treats it as unspecified and reads `native_json`.
+ *
+ * @generated from enum modelir.v1.CitationKind
+ */
+export enum CitationKind {
+  /**
+   * The kind is not known.
+   *
+   * @generated from enum value: CITATION_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * A web page (Responses `url_citation`, Anthropic `web_search_result_location`, a Gemini web grounding chunk).
+   *
+   * @generated from enum value: CITATION_KIND_URL = 1;
+   */
+  URL = 1,
+
+  /**
+   * A document given in the request (Anthropic `char_location` / `page_location` / `content_block_location`).
+   *
+   * @generated from enum value: CITATION_KIND_DOCUMENT = 2;
+   */
+  DOCUMENT = 2,
+
+  /**
+   * An uploaded file (Responses `file_citation` / `container_file_citation`).
+   *
+   * @generated from enum value: CITATION_KIND_FILE = 3;
+   */
+  FILE = 3,
+}
+
+/**
+ * Describes the enum modelir.v1.CitationKind.
+ */
+export const CitationKindSchema: GenEnum<CitationKind> = /*@__PURE__*/
+  enumDesc(file_modelir_v1_content, 2);
+
+/**
+ * The kind of an opaque artifact. An open enum: new values are added in minor versions; a receiver that does not
+ * know one keeps and replays the artifact as it is.
+ *
+ * @generated from enum modelir.v1.OpaqueArtifactKind
+ */
+export enum OpaqueArtifactKind {
   /**
    * The kind was not set; receivers reject such an artifact.
    *
-   * @generated from enum value: REASONING_ARTIFACT_KIND_UNSPECIFIED = 0;
+   * @generated from enum value: OPAQUE_ARTIFACT_KIND_UNSPECIFIED = 0;
    */
   UNSPECIFIED = 0,
 
   /**
    * A signature over visible reasoning (Anthropic `thinking.signature`; the reference model's signature).
    *
-   * @generated from enum value: REASONING_ARTIFACT_KIND_SIGNATURE = 1;
+   * @generated from enum value: OPAQUE_ARTIFACT_KIND_SIGNATURE = 1;
    */
   SIGNATURE = 1,
 
   /**
    * Reasoning the provider redacted and returned encrypted (Anthropic `redacted_thinking.data`).
    *
-   * @generated from enum value: REASONING_ARTIFACT_KIND_REDACTED_DATA = 2;
+   * @generated from enum value: OPAQUE_ARTIFACT_KIND_REDACTED_DATA = 2;
    */
   REDACTED_DATA = 2,
 
   /**
    * Encrypted reasoning state (OpenAI Responses `reasoning.encrypted_content`).
    *
-   * @generated from enum value: REASONING_ARTIFACT_KIND_ENCRYPTED_CONTENT = 3;
+   * @generated from enum value: OPAQUE_ARTIFACT_KIND_ENCRYPTED_CONTENT = 3;
    */
   ENCRYPTED_CONTENT = 3,
 
   /**
    * A signature over the model's thinking attached to a part (Gemini `thoughtSignature`).
    *
-   * @generated from enum value: REASONING_ARTIFACT_KIND_THOUGHT_SIGNATURE = 4;
+   * @generated from enum value: OPAQUE_ARTIFACT_KIND_THOUGHT_SIGNATURE = 4;
    */
   THOUGHT_SIGNATURE = 4,
+
+  /**
+   * An encrypted search result (Anthropic `web_search_result.encrypted_content`).
+   *
+   * @generated from enum value: OPAQUE_ARTIFACT_KIND_ENCRYPTED_SEARCH_RESULT = 5;
+   */
+  ENCRYPTED_SEARCH_RESULT = 5,
+
+  /**
+   * An encrypted citation index (Anthropic `citation.encrypted_index`).
+   *
+   * @generated from enum value: OPAQUE_ARTIFACT_KIND_ENCRYPTED_CITATION = 6;
+   */
+  ENCRYPTED_CITATION = 6,
+
+  /**
+   * Compacted conversation state (OpenAI Responses `compaction.encrypted_content`).
+   *
+   * @generated from enum value: OPAQUE_ARTIFACT_KIND_COMPACTION = 7;
+   */
+  COMPACTION = 7,
 }
 
 /**
- * Describes the enum modelir.v1.ReasoningArtifactKind.
+ * Describes the enum modelir.v1.OpaqueArtifactKind.
  */
-export const ReasoningArtifactKindSchema: GenEnum<ReasoningArtifactKind> = /*@__PURE__*/
-  enumDesc(file_modelir_v1_content, 1);
+export const OpaqueArtifactKindSchema: GenEnum<OpaqueArtifactKind> = /*@__PURE__*/
+  enumDesc(file_modelir_v1_content, 3);
 

@@ -4,6 +4,8 @@
 
 import type { GenEnum, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
+import type { Duration } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_duration } from "@bufbuild/protobuf/wkt";
 import type { Capability } from "./capabilities_pb";
 import { file_modelir_v1_capabilities } from "./capabilities_pb";
 import type { Message } from "@bufbuild/protobuf";
@@ -12,10 +14,12 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file modelir/v1/errors.proto.
  */
 export const file_modelir_v1_errors: GenFile = /*@__PURE__*/
-  fileDesc("Chdtb2RlbGlyL3YxL2Vycm9ycy5wcm90bxIKbW9kZWxpci52MSKIAQoNUmVzcG9uc2VFcnJvchInCgZyZWFzb24YASABKA4yFy5tb2RlbGlyLnYxLkVycm9yUmVhc29uEg8KB21lc3NhZ2UYAiABKAkSEwoLaHR0cF9zdGF0dXMYAyABKAUSFQoNcHJvdmlkZXJfY29kZRgEIAEoCRIRCglyZXRyeWFibGUYBSABKAgiKAoHV2FybmluZxIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkiQwoOTGltaXRWaW9sYXRpb24SDQoFbGltaXQYASABKAkSDwoHYWxsb3dlZBgCIAEoAxIRCglyZXF1ZXN0ZWQYAyABKAMimAEKF1Vuc3VwcG9ydGVkQ2FwYWJpbGl0aWVzEg0KBW1vZGVsGAEgASgJEicKB21pc3NpbmcYAiADKA4yFi5tb2RlbGlyLnYxLkNhcGFiaWxpdHkSNAoQbGltaXRfdmlvbGF0aW9ucxgDIAMoCzIaLm1vZGVsaXIudjEuTGltaXRWaW9sYXRpb24SDwoHcmVhc29ucxgEIAMoCSI0Cg5GaWVsZFZpb2xhdGlvbhINCgVmaWVsZBgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCSrRBAoLRXJyb3JSZWFzb24SHAoYRVJST1JfUkVBU09OX1VOU1BFQ0lGSUVEEAASIAocRVJST1JfUkVBU09OX0lOVkFMSURfUkVRVUVTVBABEicKI0VSUk9SX1JFQVNPTl9VTlNVUFBPUlRFRF9DQVBBQklMSVRZEAISHgoaRVJST1JfUkVBU09OX1VOS05PV05fTU9ERUwQAxIgChxFUlJPUl9SRUFTT05fVU5BVVRIRU5USUNBVEVEEAQSHgoaRVJST1JfUkVBU09OX1BST1ZJREVSX0FVVEgQBRIdChlFUlJPUl9SRUFTT05fUkFURV9MSU1JVEVEEAYSJQohRVJST1JfUkVBU09OX1BST1ZJREVSX1VOQVZBSUxBQkxFEAcSIgoeRVJST1JfUkVBU09OX0RFQURMSU5FX0VYQ0VFREVEEAgSGgoWRVJST1JfUkVBU09OX0NBTkNFTExFRBAJEiIKHkVSUk9SX1JFQVNPTl9QUk9WSURFUl9SRUpFQ1RFRBAKEiMKH0VSUk9SX1JFQVNPTl9NQUxGT1JNRURfUkVTUE9OU0UQCxIhCh1FUlJPUl9SRUFTT05fVFJVTkNBVEVEX1NUUkVBTRAMEiEKHUVSUk9SX1JFQVNPTl9NSVNTSU5HX0xPR1BST0JTEA0SJAogRVJST1JfUkVBU09OX0NPTlNUUkFJTlRfVklPTEFURUQQDhIhCh1FUlJPUl9SRUFTT05fRk9SRUlHTl9BUlRJRkFDVBAPEhkKFUVSUk9SX1JFQVNPTl9JTlRFUk5BTBAQQnIKDmRldi5tb2RlbGlyLnYxQgtFcnJvcnNQcm90b1ABWiNtb2RlbGlyLmRldi9nby9tb2RlbGlyL3YxO21vZGVsaXJ2MaICA01YWKoCCk1vZGVsaXIuVjHKAgpNb2RlbGlyXFYx6gILTW9kZWxpcjo6VjFiBnByb3RvMw", [file_modelir_v1_capabilities]);
+  fileDesc("Chdtb2RlbGlyL3YxL2Vycm9ycy5wcm90bxIKbW9kZWxpci52MSLQAgoNUmVzcG9uc2VFcnJvchInCgZyZWFzb24YASABKA4yFy5tb2RlbGlyLnYxLkVycm9yUmVhc29uEg8KB21lc3NhZ2UYAiABKAkSEwoLaHR0cF9zdGF0dXMYAyABKAUSFQoNcHJvdmlkZXJfY29kZRgEIAEoCRIRCglyZXRyeWFibGUYBSABKAgSGQoMY2hvaWNlX2luZGV4GAYgASgFSACIAQESOQoIbWV0YWRhdGEYByADKAsyJy5tb2RlbGlyLnYxLlJlc3BvbnNlRXJyb3IuTWV0YWRhdGFFbnRyeRIuCgtyZXRyeV9kZWxheRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCDwoNX2Nob2ljZV9pbmRleCIoCgdXYXJuaW5nEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCSJDCg5MaW1pdFZpb2xhdGlvbhINCgVsaW1pdBgBIAEoCRIPCgdhbGxvd2VkGAIgASgDEhEKCXJlcXVlc3RlZBgDIAEoAyKYAQoXVW5zdXBwb3J0ZWRDYXBhYmlsaXRpZXMSDQoFbW9kZWwYASABKAkSJwoHbWlzc2luZxgCIAMoDjIWLm1vZGVsaXIudjEuQ2FwYWJpbGl0eRI0ChBsaW1pdF92aW9sYXRpb25zGAMgAygLMhoubW9kZWxpci52MS5MaW1pdFZpb2xhdGlvbhIPCgdyZWFzb25zGAQgAygJIjQKDkZpZWxkVmlvbGF0aW9uEg0KBWZpZWxkGAEgASgJEhMKC2Rlc2NyaXB0aW9uGAIgASgJKtEECgtFcnJvclJlYXNvbhIcChhFUlJPUl9SRUFTT05fVU5TUEVDSUZJRUQQABIgChxFUlJPUl9SRUFTT05fSU5WQUxJRF9SRVFVRVNUEAESJwojRVJST1JfUkVBU09OX1VOU1VQUE9SVEVEX0NBUEFCSUxJVFkQAhIeChpFUlJPUl9SRUFTT05fVU5LTk9XTl9NT0RFTBADEiAKHEVSUk9SX1JFQVNPTl9VTkFVVEhFTlRJQ0FURUQQBBIeChpFUlJPUl9SRUFTT05fUFJPVklERVJfQVVUSBAFEh0KGUVSUk9SX1JFQVNPTl9SQVRFX0xJTUlURUQQBhIlCiFFUlJPUl9SRUFTT05fUFJPVklERVJfVU5BVkFJTEFCTEUQBxIiCh5FUlJPUl9SRUFTT05fREVBRExJTkVfRVhDRUVERUQQCBIaChZFUlJPUl9SRUFTT05fQ0FOQ0VMTEVEEAkSIgoeRVJST1JfUkVBU09OX1BST1ZJREVSX1JFSkVDVEVEEAoSIwofRVJST1JfUkVBU09OX01BTEZPUk1FRF9SRVNQT05TRRALEiEKHUVSUk9SX1JFQVNPTl9UUlVOQ0FURURfU1RSRUFNEAwSIQodRVJST1JfUkVBU09OX01JU1NJTkdfTE9HUFJPQlMQDRIkCiBFUlJPUl9SRUFTT05fQ09OU1RSQUlOVF9WSU9MQVRFRBAOEiEKHUVSUk9SX1JFQVNPTl9GT1JFSUdOX0FSVElGQUNUEA8SGQoVRVJST1JfUkVBU09OX0lOVEVSTkFMEBBCcgoOZGV2Lm1vZGVsaXIudjFCC0Vycm9yc1Byb3RvUAFaI21vZGVsaXIuZGV2L2dvL21vZGVsaXIvdjE7bW9kZWxpcnYxogIDTVhYqgIKTW9kZWxpci5WMcoCCk1vZGVsaXJcVjHqAgtNb2RlbGlyOjpWMWIGcHJvdG8z", [file_google_protobuf_duration, file_modelir_v1_capabilities]);
 
 /**
- * An error attached to a response whose output is partial or suspect. The partial output stays in the response.
+ * An error attached to a response whose output is partial or suspect (a soft error), or the failure of a recorded
+ * call. The partial output stays in the response. Its shape follows Google's AIP-193 (`ErrorInfo` with a reason,
+ * metadata and a retry delay).
  *
  * @generated from message modelir.v1.ResponseError
  */
@@ -54,6 +58,30 @@ export type ResponseError = Message<"modelir.v1.ResponseError"> & {
    * @generated from field: bool retryable = 5;
    */
   retryable: boolean;
+
+  /**
+   * The choice this error concerns (e.g. the one whose output breaks its JSON schema). Unset when it concerns the
+   * whole response.
+   *
+   * @generated from field: optional int32 choice_index = 6;
+   */
+  choiceIndex?: number | undefined;
+
+  /**
+   * Machine-readable facts about the error, by lower_snake_case key (as `google.rpc.ErrorInfo.metadata`), e.g.
+   * `missing_capability`, `limit`. Never credentials.
+   *
+   * @generated from field: map<string, string> metadata = 7;
+   */
+  metadata: { [key: string]: string };
+
+  /**
+   * How long to wait before retrying, when the provider said (`Retry-After`, `google.rpc.RetryInfo`). Unset
+   * otherwise.
+   *
+   * @generated from field: google.protobuf.Duration retry_delay = 8;
+   */
+  retryDelay?: Duration | undefined;
 };
 
 /**
@@ -200,7 +228,9 @@ export const FieldViolationSchema: GenMessage<FieldViolation> = /*@__PURE__*/
 /**
  * Why a call failed, or why a response is incomplete. Each reason maps to one gRPC code and one
  * `google.rpc.ErrorInfo.reason` (the value's name without the `ERROR_REASON_` prefix, domain `modelir.dev`);
- * the table lives in the SDK's errors module and in the README of the spec.
+ * the table is in the spec's README (`proto/README.md`, "The error table") and, as code, in the SDK's errors
+ * module. A closed enum within a major version only in meaning: new reasons may be added in minor versions, and a
+ * receiver that does not know one treats it as `ERROR_REASON_INTERNAL`.
  *
  * @generated from enum modelir.v1.ErrorReason
  */

@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file modelir/v1/logprobs.proto.
  */
 export const file_modelir_v1_logprobs: GenFile = /*@__PURE__*/
-  fileDesc("Chltb2RlbGlyL3YxL2xvZ3Byb2JzLnByb3RvEgptb2RlbGlyLnYxIqwCCg1Ub2tlbkxvZ3Byb2JzEhEKCXRva2VuX2lkcxgBIAMoBRIQCghsb2dwcm9icxgCIAMoAhIOCgZ0b2tlbnMYAyADKAkSEwoLdG9rZW5fYnl0ZXMYBCABKAwSGgoSdG9rZW5fYnl0ZV9vZmZzZXRzGAUgAygNEhIKCnRvcF9jb3VudHMYBiADKA0SFQoNdG9wX3Rva2VuX2lkcxgHIAMoBRIUCgx0b3BfbG9ncHJvYnMYCCADKAISEgoKdG9wX3Rva2VucxgJIAMoCRIXCg90b3BfdG9rZW5fYnl0ZXMYCiABKAwSHgoWdG9wX3Rva2VuX2J5dGVfb2Zmc2V0cxgLIAMoDRInCgViYXNpcxgMIAEoDjIYLm1vZGVsaXIudjEuTG9ncHJvYkJhc2lzIsEBCgtJbnB1dFNjb3JlcxIpCgZ0b2tlbnMYASABKAsyGS5tb2RlbGlyLnYxLlRva2VuTG9ncHJvYnMSEwoLbG9ncHJvYl9zdW0YAiABKAESEwoLdG9rZW5fY291bnQYAyABKAUSEgoKYnl0ZV9jb3VudBgEIAEoAxISCgpjaGFyX2NvdW50GAUgASgDEhwKFHVuc2NvcmVkX3Rva2VuX2NvdW50GAYgASgFEhcKD3NwYW5fc3RhcnRfYnl0ZRgHIAEoAypuCgxMb2dwcm9iQmFzaXMSHQoZTE9HUFJPQl9CQVNJU19VTlNQRUNJRklFRBAAEh4KGkxPR1BST0JfQkFTSVNfUFJFX1NBTVBMSU5HEAESHwobTE9HUFJPQl9CQVNJU19QT1NUX1NBTVBMSU5HEAJCdAoOZGV2Lm1vZGVsaXIudjFCDUxvZ3Byb2JzUHJvdG9QAVojbW9kZWxpci5kZXYvZ28vbW9kZWxpci92MTttb2RlbGlydjGiAgNNWFiqAgpNb2RlbGlyLlYxygIKTW9kZWxpclxWMeoCC01vZGVsaXI6OlYxYgZwcm90bzM");
+  fileDesc("Chltb2RlbGlyL3YxL2xvZ3Byb2JzLnByb3RvEgptb2RlbGlyLnYxIrICCg1Ub2tlbkxvZ3Byb2JzEhEKCXRva2VuX2lkcxgBIAMoBRIWCg50b2tlbl9sb2dwcm9icxgCIAMoAhIOCgZ0b2tlbnMYAyADKAkSEwoLdG9rZW5fYnl0ZXMYBCABKAwSGgoSdG9rZW5fYnl0ZV9vZmZzZXRzGAUgAygNEhIKCnRvcF9jb3VudHMYBiADKA0SFQoNdG9wX3Rva2VuX2lkcxgHIAMoBRIUCgx0b3BfbG9ncHJvYnMYCCADKAISEgoKdG9wX3Rva2VucxgJIAMoCRIXCg90b3BfdG9rZW5fYnl0ZXMYCiABKAwSHgoWdG9wX3Rva2VuX2J5dGVfb2Zmc2V0cxgLIAMoDRInCgViYXNpcxgMIAEoDjIYLm1vZGVsaXIudjEuTG9ncHJvYkJhc2lzIq8CCgtJbnB1dFNjb3JlcxIpCgZ0b2tlbnMYASABKAsyGS5tb2RlbGlyLnYxLlRva2VuTG9ncHJvYnMSEwoLbG9ncHJvYl9zdW0YAiABKAESGgoSc2NvcmVkX3Rva2VuX2NvdW50GAMgASgFEhkKEXNjb3JlZF9ieXRlX2NvdW50GAQgASgDEhkKEXNjb3JlZF9jaGFyX2NvdW50GAUgASgDEhwKFHVuc2NvcmVkX3Rva2VuX2NvdW50GAYgASgFEhcKD3NwYW5fc3RhcnRfYnl0ZRgHIAEoAxIXCg9zcGFuX2J5dGVfY291bnQYCCABKAMSFwoPc3Bhbl9jaGFyX2NvdW50GAkgASgDEiUKHWZpcnN0X3Rva2VuX3N0cmFkZGxlc19jb250ZXh0GAogASgIKm4KDExvZ3Byb2JCYXNpcxIdChlMT0dQUk9CX0JBU0lTX1VOU1BFQ0lGSUVEEAASHgoaTE9HUFJPQl9CQVNJU19QUkVfU0FNUExJTkcQARIfChtMT0dQUk9CX0JBU0lTX1BPU1RfU0FNUExJTkcQAkJ0Cg5kZXYubW9kZWxpci52MUINTG9ncHJvYnNQcm90b1ABWiNtb2RlbGlyLmRldi9nby9tb2RlbGlyL3YxO21vZGVsaXJ2MaICA01YWKoCCk1vZGVsaXIuVjHKAgpNb2RlbGlyXFYx6gILTW9kZWxpcjo6VjFiBnByb3RvMw");
 
 /**
  * Log probabilities of a sequence of tokens, stored column by column: parallel packed arrays with one entry per
@@ -31,11 +31,11 @@ export type TokenLogprobs = Message<"modelir.v1.TokenLogprobs"> & {
   tokenIds: number[];
 
   /**
-   * The log probability of each token, one per token.
+   * The log probability of each token (natural log), one per token.
    *
-   * @generated from field: repeated float logprobs = 2;
+   * @generated from field: repeated float token_logprobs = 2;
    */
-  logprobs: number[];
+  tokenLogprobs: number[];
 
   /**
    * Each token's text as the provider spells it, one per token (it may be a lossy rendering of a partial UTF-8
@@ -120,8 +120,11 @@ export const TokenLogprobsSchema: GenMessage<TokenLogprobs> = /*@__PURE__*/
   messageDesc(file_modelir_v1_logprobs, 0);
 
 /**
- * The scores of the input (or of a continuation after a context), so that perplexity and bits-per-byte are one
- * division away: bits per byte = -logprob_sum / ln(2) / byte_count.
+ * The scores of the input (or of one continuation after a context), so that perplexity and bits-per-byte are one
+ * division away: bits per byte of the scored tokens = -logprob_sum / ln(2) / scored_byte_count, and of a whole
+ * document scored from its start = -logprob_sum / ln(2) / span_byte_count (the first token, which has no
+ * logprob, is then counted in the bytes but not the sum: the usual convention of lm-eval's rolling loglikelihood
+ * is to score from a BOS token, which `unscored_token_count` = 0 shows).
  *
  * @generated from message modelir.v1.InputScores
  */
@@ -143,38 +146,63 @@ export type InputScores = Message<"modelir.v1.InputScores"> & {
   /**
    * How many tokens were scored (the length of `tokens`).
    *
-   * @generated from field: int32 token_count = 3;
+   * @generated from field: int32 scored_token_count = 3;
    */
-  tokenCount: number;
+  scoredTokenCount: number;
 
   /**
    * How many UTF-8 bytes the scored tokens cover.
    *
-   * @generated from field: int64 byte_count = 4;
+   * @generated from field: int64 scored_byte_count = 4;
    */
-  byteCount: bigint;
+  scoredByteCount: bigint;
 
   /**
    * How many Unicode code points the scored tokens cover.
    *
-   * @generated from field: int64 char_count = 5;
+   * @generated from field: int64 scored_char_count = 5;
    */
-  charCount: bigint;
+  scoredCharCount: bigint;
 
   /**
    * Tokens at the start of the requested span that have no logprob (the first token of a prompt scored from its
-   * start), which are excluded from the counts and the sum rather than scored as zero.
+   * start), which are excluded from the scored counts and the sum rather than scored as zero.
    *
    * @generated from field: int32 unscored_token_count = 6;
    */
   unscoredTokenCount: number;
 
   /**
-   * The byte offset in the full input (context plus continuation, UTF-8) where the scored span starts.
+   * The byte offset in the full input (context plus continuation, UTF-8, as rendered for a conversation) where
+   * the scored tokens start.
    *
    * @generated from field: int64 span_start_byte = 7;
    */
   spanStartByte: bigint;
+
+  /**
+   * How many UTF-8 bytes the requested span (the continuation, or the whole input) has, unscored tokens
+   * included. Equal to `scored_byte_count` when every token of the span is scored and no token straddles the
+   * context boundary.
+   *
+   * @generated from field: int64 span_byte_count = 8;
+   */
+  spanByteCount: bigint;
+
+  /**
+   * How many Unicode code points the requested span has, unscored tokens included.
+   *
+   * @generated from field: int64 span_char_count = 9;
+   */
+  spanCharCount: bigint;
+
+  /**
+   * True when the first scored token also covers bytes of the context (tokenizing context + continuation merged
+   * the boundary); its logprob is then included, and `span_start_byte` lies before the continuation's start.
+   *
+   * @generated from field: bool first_token_straddles_context = 10;
+   */
+  firstTokenStraddlesContext: boolean;
 };
 
 /**
@@ -185,7 +213,7 @@ export const InputScoresSchema: GenMessage<InputScores> = /*@__PURE__*/
   messageDesc(file_modelir_v1_logprobs, 1);
 
 /**
- * When a log probability was taken relative to sampling.
+ * When a log probability was taken relative to sampling. A closed enum.
  *
  * @generated from enum modelir.v1.LogprobBasis
  */

@@ -18,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file modelir/v1/record.proto.
  */
 export const file_modelir_v1_record: GenFile = /*@__PURE__*/
-  fileDesc("Chdtb2RlbGlyL3YxL3JlY29yZC5wcm90bxIKbW9kZWxpci52MSLlAQoGUmVjb3JkEgsKA2tleRgBIAEoCRIkCgdyZXF1ZXN0GAIgASgLMhMubW9kZWxpci52MS5SZXF1ZXN0EiYKCHJlc3BvbnNlGAMgASgLMhQubW9kZWxpci52MS5SZXNwb25zZRIoCgZzdGF0dXMYBCABKA4yGC5tb2RlbGlyLnYxLlJlY29yZFN0YXR1cxIqCgdmYWlsdXJlGAUgASgLMhkubW9kZWxpci52MS5SZXNwb25zZUVycm9yEioKCnByb3ZlbmFuY2UYBiABKAsyFi5tb2RlbGlyLnYxLlByb3ZlbmFuY2UiygIKClByb3ZlbmFuY2USEgoKaXJfdmVyc2lvbhgBIAEoCRITCgtzZGtfdmVyc2lvbhgCIAEoCRIRCgl0cmFuc3BvcnQYAyABKAkSGQoRdHJhbnNwb3J0X3ZlcnNpb24YBCABKAkSGAoQY29uZmlndXJlZF9tb2RlbBgFIAEoCRIWCg5wcm92aWRlcl9tb2RlbBgGIAEoCRIuCgpzdGFydF90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNYXR0ZW1wdF9jb3VudBgJIAEoBRIQCgh0cmFjZV9pZBgKIAEoCRIPCgdzcGFuX2lkGAsgASgJEhsKE3Byb3ZpZGVyX3JlcXVlc3RfaWQYDCABKAki3QEKDFJlY29yZEhlYWRlchISCgppcl92ZXJzaW9uGAEgASgJEhMKC3Nka192ZXJzaW9uGAIgASgJEi8KC2NyZWF0ZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI/CgxydW5fbWV0YWRhdGEYBCADKAsyKS5tb2RlbGlyLnYxLlJlY29yZEhlYWRlci5SdW5NZXRhZGF0YUVudHJ5GjIKEFJ1bk1ldGFkYXRhRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJsCg9SZWNvcmRGaWxlRW50cnkSKgoGaGVhZGVyGAEgASgLMhgubW9kZWxpci52MS5SZWNvcmRIZWFkZXJIABIkCgZyZWNvcmQYAiABKAsyEi5tb2RlbGlyLnYxLlJlY29yZEgAQgcKBWVudHJ5KngKDFJlY29yZFN0YXR1cxIdChlSRUNPUkRfU1RBVFVTX1VOU1BFQ0lGSUVEEAASFAoQUkVDT1JEX1NUQVRVU19PSxABEhkKFVJFQ09SRF9TVEFUVVNfUEFSVElBTBACEhgKFFJFQ09SRF9TVEFUVVNfRkFJTEVEEANCcgoOZGV2Lm1vZGVsaXIudjFCC1JlY29yZFByb3RvUAFaI21vZGVsaXIuZGV2L2dvL21vZGVsaXIvdjE7bW9kZWxpcnYxogIDTVhYqgIKTW9kZWxpci5WMcoCCk1vZGVsaXJcVjHqAgtNb2RlbGlyOjpWMWIGcHJvdG8z", [file_google_protobuf_timestamp, file_modelir_v1_errors, file_modelir_v1_request, file_modelir_v1_response]);
+  fileDesc("Chdtb2RlbGlyL3YxL3JlY29yZC5wcm90bxIKbW9kZWxpci52MSLlAQoGUmVjb3JkEgsKA2tleRgBIAEoCRIkCgdyZXF1ZXN0GAIgASgLMhMubW9kZWxpci52MS5SZXF1ZXN0EiYKCHJlc3BvbnNlGAMgASgLMhQubW9kZWxpci52MS5SZXNwb25zZRIoCgZzdGF0dXMYBCABKA4yGC5tb2RlbGlyLnYxLlJlY29yZFN0YXR1cxIqCgdmYWlsdXJlGAUgASgLMhkubW9kZWxpci52MS5SZXNwb25zZUVycm9yEioKCnByb3ZlbmFuY2UYBiABKAsyFi5tb2RlbGlyLnYxLlByb3ZlbmFuY2UiygIKClByb3ZlbmFuY2USEgoKaXJfdmVyc2lvbhgBIAEoCRITCgtzZGtfdmVyc2lvbhgCIAEoCRIRCgl0cmFuc3BvcnQYAyABKAkSGQoRdHJhbnNwb3J0X3ZlcnNpb24YBCABKAkSGAoQY29uZmlndXJlZF9tb2RlbBgFIAEoCRIWCg5wcm92aWRlcl9tb2RlbBgGIAEoCRIuCgpzdGFydF90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNYXR0ZW1wdF9jb3VudBgJIAEoBRIQCgh0cmFjZV9pZBgKIAEoCRIPCgdzcGFuX2lkGAsgASgJEhsKE3Byb3ZpZGVyX3JlcXVlc3RfaWQYDCABKAki+AEKDFJlY29yZEhlYWRlchISCgppcl92ZXJzaW9uGAEgASgJEhMKC3Nka192ZXJzaW9uGAIgASgJEi8KC2NyZWF0ZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI/CgxydW5fbWV0YWRhdGEYBCADKAsyKS5tb2RlbGlyLnYxLlJlY29yZEhlYWRlci5SdW5NZXRhZGF0YUVudHJ5EhkKEWlyX2Rlc2NyaXB0b3Jfc2V0GAUgASgMGjIKEFJ1bk1ldGFkYXRhRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJsCg9SZWNvcmRGaWxlRW50cnkSKgoGaGVhZGVyGAEgASgLMhgubW9kZWxpci52MS5SZWNvcmRIZWFkZXJIABIkCgZyZWNvcmQYAiABKAsyEi5tb2RlbGlyLnYxLlJlY29yZEgAQgcKBWVudHJ5KngKDFJlY29yZFN0YXR1cxIdChlSRUNPUkRfU1RBVFVTX1VOU1BFQ0lGSUVEEAASFAoQUkVDT1JEX1NUQVRVU19PSxABEhkKFVJFQ09SRF9TVEFUVVNfUEFSVElBTBACEhgKFFJFQ09SRF9TVEFUVVNfRkFJTEVEEANCcgoOZGV2Lm1vZGVsaXIudjFCC1JlY29yZFByb3RvUAFaI21vZGVsaXIuZGV2L2dvL21vZGVsaXIvdjE7bW9kZWxpcnYxogIDTVhYqgIKTW9kZWxpci5WMcoCCk1vZGVsaXJcVjHqAgtNb2RlbGlyOjpWMWIGcHJvdG8z", [file_google_protobuf_timestamp, file_modelir_v1_errors, file_modelir_v1_request, file_modelir_v1_response]);
 
 /**
  * One persisted call: the request, its response or failure, and where it came from.
@@ -27,7 +27,9 @@ export const file_modelir_v1_record: GenFile = /*@__PURE__*/
  */
 export type Record = Message<"modelir.v1.Record"> & {
   /**
-   * The request's key, unique within a record file (given in the input, or a stable hash of the request).
+   * The request's key, unique within a record file. Opaque: readers compare keys, never derive them. It is the
+   * key the caller gave with the request, or, when the caller gave none, the request's position in its input as
+   * `#<n>` (decimal, from 0). See "Record files" in `proto/README.md`.
    *
    * @generated from field: string key = 1;
    */
@@ -211,6 +213,15 @@ export type RecordHeader = Message<"modelir.v1.RecordHeader"> & {
    * @generated from field: map<string, string> run_metadata = 4;
    */
   runMetadata: { [key: string]: string };
+
+  /**
+   * The `google.protobuf.FileDescriptorSet` of the IR that wrote the file (every `modelir/v1` file and its
+   * imports), serialized, so that a reader of any later release can decode fields it does not know. Empty in
+   * files written without it.
+   *
+   * @generated from field: bytes ir_descriptor_set = 5;
+   */
+  irDescriptorSet: Uint8Array;
 };
 
 /**
@@ -258,7 +269,7 @@ export const RecordFileEntrySchema: GenMessage<RecordFileEntry> = /*@__PURE__*/
   messageDesc(file_modelir_v1_record, 3);
 
 /**
- * How a recorded call ended.
+ * How a recorded call ended. A closed enum.
  *
  * @generated from enum modelir.v1.RecordStatus
  */

@@ -6,7 +6,7 @@ import type { GenEnum, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2"
 import { enumDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Duration } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration } from "@bufbuild/protobuf/wkt";
-import type { Message as Message$1 } from "./content_pb";
+import type { Message as Message$1, ProviderOptions } from "./content_pb";
 import { file_modelir_v1_content } from "./content_pb";
 import type { LogprobBasis } from "./logprobs_pb";
 import { file_modelir_v1_logprobs } from "./logprobs_pb";
@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file modelir/v1/request.proto.
  */
 export const file_modelir_v1_request: GenFile = /*@__PURE__*/
-  fileDesc("Chhtb2RlbGlyL3YxL3JlcXVlc3QucHJvdG8SCm1vZGVsaXIudjEixwUKB1JlcXVlc3QSDQoFbW9kZWwYASABKAkSEAoGcHJvbXB0GAIgASgJSAASMAoMY29udmVyc2F0aW9uGAMgASgLMhgubW9kZWxpci52MS5Db252ZXJzYXRpb25IABIpCgl0b2tlbl9pZHMYBCABKAsyFC5tb2RlbGlyLnYxLlRva2VuSWRzSAASLAoIc2FtcGxpbmcYBSABKAsyGi5tb2RlbGlyLnYxLlNhbXBsaW5nUGFyYW1zEh8KBXRvb2xzGAYgAygLMhAubW9kZWxpci52MS5Ub29sEisKC3Rvb2xfY2hvaWNlGAcgASgLMhYubW9kZWxpci52MS5Ub29sQ2hvaWNlEjAKCXJlYXNvbmluZxgIIAEoCzIdLm1vZGVsaXIudjEuUmVhc29uaW5nQ29udHJvbHMSKgoKY29uc3RyYWludBgJIAEoCzIWLm1vZGVsaXIudjEuQ29uc3RyYWludBIPCgdwcmVmaWxsGAogASgJEigKA2ZpbRgLIAEoCzIbLm1vZGVsaXIudjEuRmlsbEluVGhlTWlkZGxlEiwKCGxvZ3Byb2JzGAwgASgLMhoubW9kZWxpci52MS5Mb2dwcm9iT3B0aW9ucxI2Cg1pbnB1dF9zY29yaW5nGA0gASgLMh8ubW9kZWxpci52MS5JbnB1dFNjb3JpbmdPcHRpb25zEjUKEHByb3ZpZGVyX29wdGlvbnMYDiABKAsyGy5tb2RlbGlyLnYxLlByb3ZpZGVyT3B0aW9ucxJCChdmb3JlaWduX2FydGlmYWN0X3BvbGljeRgPIAEoDjIhLm1vZGVsaXIudjEuRm9yZWlnbkFydGlmYWN0UG9saWN5EioKB3RpbWVvdXQYECABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEwoLaW5jbHVkZV9yYXcYESABKAhCBwoFaW5wdXQiNQoMQ29udmVyc2F0aW9uEiUKCG1lc3NhZ2VzGAEgAygLMhMubW9kZWxpci52MS5NZXNzYWdlIhcKCFRva2VuSWRzEgsKA2lkcxgBIAMoBSLEAwoOU2FtcGxpbmdQYXJhbXMSGAoLdGVtcGVyYXR1cmUYASABKAFIAIgBARISCgV0b3BfcBgCIAEoAUgBiAEBEhIKBXRvcF9rGAMgASgFSAKIAQESEgoFbWluX3AYBCABKAFIA4gBARIeChFtYXhfb3V0cHV0X3Rva2VucxgFIAEoBUgEiAEBEgwKBHN0b3AYBiADKAkSFgoOc3RvcF90b2tlbl9pZHMYByADKAUSEQoEc2VlZBgIIAEoA0gFiAEBEhQKDGNob2ljZV9jb3VudBgJIAEoBRIdChBwcmVzZW5jZV9wZW5hbHR5GAogASgBSAaIAQESHgoRZnJlcXVlbmN5X3BlbmFsdHkYCyABKAFIB4gBARIfChJyZXBldGl0aW9uX3BlbmFsdHkYDCABKAFICIgBAUIOCgxfdGVtcGVyYXR1cmVCCAoGX3RvcF9wQggKBl90b3Bfa0IICgZfbWluX3BCFAoSX21heF9vdXRwdXRfdG9rZW5zQgcKBV9zZWVkQhMKEV9wcmVzZW5jZV9wZW5hbHR5QhQKEl9mcmVxdWVuY3lfcGVuYWx0eUIVChNfcmVwZXRpdGlvbl9wZW5hbHR5IlkKBFRvb2wSDAoEbmFtZRgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCRIeChZwYXJhbWV0ZXJzX2pzb25fc2NoZW1hGAMgASgJEg4KBnN0cmljdBgEIAEoCCJXCgpUb29sQ2hvaWNlEioKBG1vZGUYASABKA4yGi5tb2RlbGlyLnYxLlRvb2xDaG9pY2VNb2RlSAASEwoJdG9vbF9uYW1lGAIgASgJSABCCAoGY2hvaWNlIq4BChFSZWFzb25pbmdDb250cm9scxItCgZlZmZvcnQYASABKA4yGy5tb2RlbGlyLnYxLlJlYXNvbmluZ0VmZm9ydEgAEhcKDWJ1ZGdldF90b2tlbnMYAiABKAVIABItCgdzdW1tYXJ5GAMgASgOMhwubW9kZWxpci52MS5SZWFzb25pbmdTdW1tYXJ5EhgKEGluY2x1ZGVfdGhvdWdodHMYBCABKAhCCAoGYW1vdW50IqcBCgpDb25zdHJhaW50EikKBmNob2ljZRgBIAEoCzIXLm1vZGVsaXIudjEuTGFiZWxDaG9pY2VIABIPCgVyZWdleBgCIAEoCUgAEi0KC2pzb25fc2NoZW1hGAMgASgLMhYubW9kZWxpci52MS5Kc29uU2NoZW1hSAASJgoHZ3JhbW1hchgEIAEoCzITLm1vZGVsaXIudjEuR3JhbW1hckgAQgYKBGtpbmQiHQoLTGFiZWxDaG9pY2USDgoGbGFiZWxzGAEgAygJIj8KCkpzb25TY2hlbWESEwoLc2NoZW1hX2pzb24YASABKAkSDAoEbmFtZRgCIAEoCRIOCgZzdHJpY3QYAyABKAgiRAoHR3JhbW1hchIrCgdkaWFsZWN0GAEgASgOMhoubW9kZWxpci52MS5HcmFtbWFyRGlhbGVjdBIMCgR0ZXh0GAIgASgJIiEKD0ZpbGxJblRoZU1pZGRsZRIOCgZzdWZmaXgYASABKAkiYwoOTG9ncHJvYk9wdGlvbnMSDQoFdG9wX2sYASABKAUSGQoRcmVxdWlyZV90b2tlbl9pZHMYAiABKAgSJwoFYmFzaXMYAyABKA4yGC5tb2RlbGlyLnYxLkxvZ3Byb2JCYXNpcyKGAQoTSW5wdXRTY29yaW5nT3B0aW9ucxIbChFjb250aW51YXRpb25fdGV4dBgBIAEoCUgAEjMKE2NvbnRpbnVhdGlvbl90b2tlbnMYAiABKAsyFC5tb2RlbGlyLnYxLlRva2VuSWRzSAASDQoFdG9wX2sYAyABKAVCDgoMY29udGludWF0aW9uIjoKD1Byb3ZpZGVyT3B0aW9ucxIRCgl0cmFuc3BvcnQYASABKAkSFAoMb3B0aW9uc19qc29uGAIgASgJKocBCg5Ub29sQ2hvaWNlTW9kZRIgChxUT09MX0NIT0lDRV9NT0RFX1VOU1BFQ0lGSUVEEAASGQoVVE9PTF9DSE9JQ0VfTU9ERV9BVVRPEAESGQoVVE9PTF9DSE9JQ0VfTU9ERV9OT05FEAISHQoZVE9PTF9DSE9JQ0VfTU9ERV9SRVFVSVJFRBADKr4BCg9SZWFzb25pbmdFZmZvcnQSIAocUkVBU09OSU5HX0VGRk9SVF9VTlNQRUNJRklFRBAAEhkKFVJFQVNPTklOR19FRkZPUlRfTk9ORRABEhwKGFJFQVNPTklOR19FRkZPUlRfTUlOSU1BTBACEhgKFFJFQVNPTklOR19FRkZPUlRfTE9XEAMSGwoXUkVBU09OSU5HX0VGRk9SVF9NRURJVU0QBBIZChVSRUFTT05JTkdfRUZGT1JUX0hJR0gQBSqQAQoQUmVhc29uaW5nU3VtbWFyeRIhCh1SRUFTT05JTkdfU1VNTUFSWV9VTlNQRUNJRklFRBAAEhoKFlJFQVNPTklOR19TVU1NQVJZX0FVVE8QARIdChlSRUFTT05JTkdfU1VNTUFSWV9DT05DSVNFEAISHgoaUkVBU09OSU5HX1NVTU1BUllfREVUQUlMRUQQAyp/Cg5HcmFtbWFyRGlhbGVjdBIfChtHUkFNTUFSX0RJQUxFQ1RfVU5TUEVDSUZJRUQQABIYChRHUkFNTUFSX0RJQUxFQ1RfR0JORhABEhgKFEdSQU1NQVJfRElBTEVDVF9FQk5GEAISGAoUR1JBTU1BUl9ESUFMRUNUX0xBUksQAyqGAQoVRm9yZWlnbkFydGlmYWN0UG9saWN5EicKI0ZPUkVJR05fQVJUSUZBQ1RfUE9MSUNZX1VOU1BFQ0lGSUVEEAASIgoeRk9SRUlHTl9BUlRJRkFDVF9QT0xJQ1lfUkVKRUNUEAESIAocRk9SRUlHTl9BUlRJRkFDVF9QT0xJQ1lfRFJPUBACQnMKDmRldi5tb2RlbGlyLnYxQgxSZXF1ZXN0UHJvdG9QAVojbW9kZWxpci5kZXYvZ28vbW9kZWxpci92MTttb2RlbGlydjGiAgNNWFiqAgpNb2RlbGlyLlYxygIKTW9kZWxpclxWMeoCC01vZGVsaXI6OlYxYgZwcm90bzM", [file_google_protobuf_duration, file_modelir_v1_content, file_modelir_v1_logprobs]);
+  fileDesc("Chhtb2RlbGlyL3YxL3JlcXVlc3QucHJvdG8SCm1vZGVsaXIudjEiwQYKB1JlcXVlc3QSDQoFbW9kZWwYASABKAkSEAoGcHJvbXB0GAIgASgJSAASMAoMY29udmVyc2F0aW9uGAMgASgLMhgubW9kZWxpci52MS5Db252ZXJzYXRpb25IABIpCgl0b2tlbl9pZHMYBCABKAsyFC5tb2RlbGlyLnYxLlRva2VuSWRzSAASLAoIc2FtcGxpbmcYBSABKAsyGi5tb2RlbGlyLnYxLlNhbXBsaW5nUGFyYW1zEh8KBXRvb2xzGAYgAygLMhAubW9kZWxpci52MS5Ub29sEisKC3Rvb2xfY2hvaWNlGAcgASgLMhYubW9kZWxpci52MS5Ub29sQ2hvaWNlEjkKEnJlYXNvbmluZ19jb250cm9scxgIIAEoCzIdLm1vZGVsaXIudjEuUmVhc29uaW5nQ29udHJvbHMSKgoKY29uc3RyYWludBgJIAEoCzIWLm1vZGVsaXIudjEuQ29uc3RyYWludBIPCgdwcmVmaWxsGAogASgJEigKA2ZpbRgLIAEoCzIbLm1vZGVsaXIudjEuRmlsbEluVGhlTWlkZGxlEjMKD2xvZ3Byb2Jfb3B0aW9ucxgMIAEoCzIaLm1vZGVsaXIudjEuTG9ncHJvYk9wdGlvbnMSNgoNaW5wdXRfc2NvcmluZxgNIAEoCzIfLm1vZGVsaXIudjEuSW5wdXRTY29yaW5nT3B0aW9ucxI1ChBwcm92aWRlcl9vcHRpb25zGA4gAygLMhsubW9kZWxpci52MS5Qcm92aWRlck9wdGlvbnMSQgoXZm9yZWlnbl9hcnRpZmFjdF9wb2xpY3kYDyABKA4yIS5tb2RlbGlyLnYxLkZvcmVpZ25BcnRpZmFjdFBvbGljeRIqCgd0aW1lb3V0GBAgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC2luY2x1ZGVfcmF3GBEgASgIEi8KEW91dHB1dF9tb2RhbGl0aWVzGBIgAygOMhQubW9kZWxpci52MS5Nb2RhbGl0eRIWCg5jYWNoZWRfY29udGVudBgTIAEoCRIfChdpbmNsdWRlX2xvd2VyZWRfcmVxdWVzdBgUIAEoCEIHCgVpbnB1dCI1CgxDb252ZXJzYXRpb24SJQoIbWVzc2FnZXMYASADKAsyEy5tb2RlbGlyLnYxLk1lc3NhZ2UiFwoIVG9rZW5JZHMSCwoDaWRzGAEgAygFIusECg5TYW1wbGluZ1BhcmFtcxIYCgt0ZW1wZXJhdHVyZRgBIAEoAUgAiAEBEhIKBXRvcF9wGAIgASgBSAGIAQESEgoFdG9wX2sYAyABKAVIAogBARISCgVtaW5fcBgEIAEoAUgDiAEBEh4KEW1heF9vdXRwdXRfdG9rZW5zGAUgASgFSASIAQESDAoEc3RvcBgGIAMoCRIWCg5zdG9wX3Rva2VuX2lkcxgHIAMoBRIRCgRzZWVkGAggASgDSAWIAQESFAoMY2hvaWNlX2NvdW50GAkgASgFEh0KEHByZXNlbmNlX3BlbmFsdHkYCiABKAFIBogBARIeChFmcmVxdWVuY3lfcGVuYWx0eRgLIAEoAUgHiAEBEh8KEnJlcGV0aXRpb25fcGVuYWx0eRgMIAEoAUgIiAEBEj0KCmxvZ2l0X2JpYXMYDSADKAsyKS5tb2RlbGlyLnYxLlNhbXBsaW5nUGFyYW1zLkxvZ2l0Qmlhc0VudHJ5Eh4KEW1pbl9vdXRwdXRfdG9rZW5zGA4gASgFSAmIAQEaMAoOTG9naXRCaWFzRW50cnkSCwoDa2V5GAEgASgFEg0KBXZhbHVlGAIgASgBOgI4AUIOCgxfdGVtcGVyYXR1cmVCCAoGX3RvcF9wQggKBl90b3Bfa0IICgZfbWluX3BCFAoSX21heF9vdXRwdXRfdG9rZW5zQgcKBV9zZWVkQhMKEV9wcmVzZW5jZV9wZW5hbHR5QhQKEl9mcmVxdWVuY3lfcGVuYWx0eUIVChNfcmVwZXRpdGlvbl9wZW5hbHR5QhQKEl9taW5fb3V0cHV0X3Rva2VucyJqCgRUb29sEiwKCGZ1bmN0aW9uGAEgASgLMhgubW9kZWxpci52MS5GdW5jdGlvblRvb2xIABIsCghwcm92aWRlchgCIAEoCzIYLm1vZGVsaXIudjEuUHJvdmlkZXJUb29sSABCBgoEa2luZCJhCgxGdW5jdGlvblRvb2wSDAoEbmFtZRgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCRIeChZwYXJhbWV0ZXJzX2pzb25fc2NoZW1hGAMgASgJEg4KBnN0cmljdBgEIAEoCCJSCgxQcm92aWRlclRvb2wSEQoJdHJhbnNwb3J0GAEgASgJEgwKBHR5cGUYAiABKAkSDAoEbmFtZRgDIAEoCRITCgtjb25maWdfanNvbhgEIAEoCSKKAQoKVG9vbENob2ljZRIqCgRtb2RlGAEgASgOMhoubW9kZWxpci52MS5Ub29sQ2hvaWNlTW9kZUgAEhMKCXRvb2xfbmFtZRgCIAEoCUgAEjEKDWFsbG93ZWRfdG9vbHMYAyABKAsyGC5tb2RlbGlyLnYxLkFsbG93ZWRUb29sc0gAQggKBmNob2ljZSJMCgxBbGxvd2VkVG9vbHMSEgoKdG9vbF9uYW1lcxgBIAMoCRIoCgRtb2RlGAIgASgOMhoubW9kZWxpci52MS5Ub29sQ2hvaWNlTW9kZSKuAQoRUmVhc29uaW5nQ29udHJvbHMSLQoGZWZmb3J0GAEgASgOMhsubW9kZWxpci52MS5SZWFzb25pbmdFZmZvcnRIABIXCg1idWRnZXRfdG9rZW5zGAIgASgFSAASLQoHc3VtbWFyeRgDIAEoDjIcLm1vZGVsaXIudjEuUmVhc29uaW5nU3VtbWFyeRIYChBpbmNsdWRlX3Rob3VnaHRzGAQgASgIQggKBmFtb3VudCLWAQoKQ29uc3RyYWludBIpCgZjaG9pY2UYASABKAsyFy5tb2RlbGlyLnYxLkxhYmVsQ2hvaWNlSAASDwoFcmVnZXgYAiABKAlIABItCgtqc29uX3NjaGVtYRgDIAEoCzIWLm1vZGVsaXIudjEuSnNvblNjaGVtYUgAEiYKB2dyYW1tYXIYBCABKAsyEy5tb2RlbGlyLnYxLkdyYW1tYXJIABItCgtqc29uX29iamVjdBgFIAEoCzIWLm1vZGVsaXIudjEuSnNvbk9iamVjdEgAQgYKBGtpbmQiHQoLTGFiZWxDaG9pY2USDgoGbGFiZWxzGAEgAygJIj8KCkpzb25TY2hlbWESEwoLc2NoZW1hX2pzb24YASABKAkSDAoEbmFtZRgCIAEoCRIOCgZzdHJpY3QYAyABKAgiDAoKSnNvbk9iamVjdCJECgdHcmFtbWFyEisKB2RpYWxlY3QYASABKA4yGi5tb2RlbGlyLnYxLkdyYW1tYXJEaWFsZWN0EgwKBHRleHQYAiABKAkiIQoPRmlsbEluVGhlTWlkZGxlEg4KBnN1ZmZpeBgBIAEoCSJvCg5Mb2dwcm9iT3B0aW9ucxIZChF0b3BfbG9ncHJvYl9jb3VudBgBIAEoBRIZChFyZXF1aXJlX3Rva2VuX2lkcxgCIAEoCBInCgViYXNpcxgDIAEoDjIYLm1vZGVsaXIudjEuTG9ncHJvYkJhc2lzIpUBChNJbnB1dFNjb3JpbmdPcHRpb25zEhkKEXRvcF9sb2dwcm9iX2NvdW50GAMgASgFEi8KDWNvbnRpbnVhdGlvbnMYBCADKAsyGC5tb2RlbGlyLnYxLkNvbnRpbnVhdGlvbkoECAEQAkoECAIQA1IRY29udGludWF0aW9uX3RleHRSE2NvbnRpbnVhdGlvbl90b2tlbnMiVAoMQ29udGludWF0aW9uEg4KBHRleHQYASABKAlIABIpCgl0b2tlbl9pZHMYAiABKAsyFC5tb2RlbGlyLnYxLlRva2VuSWRzSABCCQoHY29udGVudCpfCghNb2RhbGl0eRIYChRNT0RBTElUWV9VTlNQRUNJRklFRBAAEhEKDU1PREFMSVRZX1RFWFQQARISCg5NT0RBTElUWV9JTUFHRRACEhIKDk1PREFMSVRZX0FVRElPEAMqhwEKDlRvb2xDaG9pY2VNb2RlEiAKHFRPT0xfQ0hPSUNFX01PREVfVU5TUEVDSUZJRUQQABIZChVUT09MX0NIT0lDRV9NT0RFX0FVVE8QARIZChVUT09MX0NIT0lDRV9NT0RFX05PTkUQAhIdChlUT09MX0NIT0lDRV9NT0RFX1JFUVVJUkVEEAMqvgEKD1JlYXNvbmluZ0VmZm9ydBIgChxSRUFTT05JTkdfRUZGT1JUX1VOU1BFQ0lGSUVEEAASGQoVUkVBU09OSU5HX0VGRk9SVF9OT05FEAESHAoYUkVBU09OSU5HX0VGRk9SVF9NSU5JTUFMEAISGAoUUkVBU09OSU5HX0VGRk9SVF9MT1cQAxIbChdSRUFTT05JTkdfRUZGT1JUX01FRElVTRAEEhkKFVJFQVNPTklOR19FRkZPUlRfSElHSBAFKpABChBSZWFzb25pbmdTdW1tYXJ5EiEKHVJFQVNPTklOR19TVU1NQVJZX1VOU1BFQ0lGSUVEEAASGgoWUkVBU09OSU5HX1NVTU1BUllfQVVUTxABEh0KGVJFQVNPTklOR19TVU1NQVJZX0NPTkNJU0UQAhIeChpSRUFTT05JTkdfU1VNTUFSWV9ERVRBSUxFRBADKn8KDkdyYW1tYXJEaWFsZWN0Eh8KG0dSQU1NQVJfRElBTEVDVF9VTlNQRUNJRklFRBAAEhgKFEdSQU1NQVJfRElBTEVDVF9HQk5GEAESGAoUR1JBTU1BUl9ESUFMRUNUX0VCTkYQAhIYChRHUkFNTUFSX0RJQUxFQ1RfTEFSSxADKoYBChVGb3JlaWduQXJ0aWZhY3RQb2xpY3kSJwojRk9SRUlHTl9BUlRJRkFDVF9QT0xJQ1lfVU5TUEVDSUZJRUQQABIiCh5GT1JFSUdOX0FSVElGQUNUX1BPTElDWV9SRUpFQ1QQARIgChxGT1JFSUdOX0FSVElGQUNUX1BPTElDWV9EUk9QEAJCcwoOZGV2Lm1vZGVsaXIudjFCDFJlcXVlc3RQcm90b1ABWiNtb2RlbGlyLmRldi9nby9tb2RlbGlyL3YxO21vZGVsaXJ2MaICA01YWKoCCk1vZGVsaXIuVjHKAgpNb2RlbGlyXFYx6gILTW9kZWxpcjo6VjFiBnByb3RvMw", [file_google_protobuf_duration, file_modelir_v1_content, file_modelir_v1_logprobs]);
 
 /**
  * One provider-neutral request to a language model. Every field is either honoured by the transport that runs
@@ -71,7 +71,7 @@ export type Request = Message<"modelir.v1.Request"> & {
   sampling?: SamplingParams | undefined;
 
   /**
-   * The tools the model may call.
+   * The tools the model may call: function tools the caller runs, and provider tools the provider runs.
    *
    * @generated from field: repeated modelir.v1.Tool tools = 6;
    */
@@ -85,11 +85,11 @@ export type Request = Message<"modelir.v1.Request"> & {
   toolChoice?: ToolChoice | undefined;
 
   /**
-   * How much the model should reason. Unset means the provider default.
+   * How much the model should reason and which reasoning to return. Unset means the provider default.
    *
-   * @generated from field: modelir.v1.ReasoningControls reasoning = 8;
+   * @generated from field: modelir.v1.ReasoningControls reasoning_controls = 8;
    */
-  reasoning?: ReasoningControls | undefined;
+  reasoningControls?: ReasoningControls | undefined;
 
   /**
    * A constraint that the output must satisfy. Unset means free output.
@@ -114,11 +114,11 @@ export type Request = Message<"modelir.v1.Request"> & {
   fim?: FillInTheMiddle | undefined;
 
   /**
-   * Log probabilities of the sampled tokens. Unset means none are returned.
+   * Which log probabilities of the sampled tokens to return. Unset means none are returned.
    *
-   * @generated from field: modelir.v1.LogprobOptions logprobs = 12;
+   * @generated from field: modelir.v1.LogprobOptions logprob_options = 12;
    */
-  logprobs?: LogprobOptions | undefined;
+  logprobOptions?: LogprobOptions | undefined;
 
   /**
    * Scoring of the input itself (prompt log probabilities). Unset means the input is not scored.
@@ -128,14 +128,17 @@ export type Request = Message<"modelir.v1.Request"> & {
   inputScoring?: InputScoringOptions | undefined;
 
   /**
-   * Provider-specific options, validated against the transport's declared keys.
+   * Provider-specific options, one entry per transport, so that one portable request can carry options for
+   * several transports (for fallbacks). The transport that runs the request reads only its own entry, whose keys
+   * must all be declared in its manifest (`provider_option_keys`); entries for other transports are ignored. Two
+   * entries for one transport are rejected.
    *
-   * @generated from field: modelir.v1.ProviderOptions provider_options = 14;
+   * @generated from field: repeated modelir.v1.ProviderOptions provider_options = 14;
    */
-  providerOptions?: ProviderOptions | undefined;
+  providerOptions: ProviderOptions[];
 
   /**
-   * What to do with reasoning artifacts from another issuer in the conversation.
+   * What to do with artifacts and provider parts from another issuer in the conversation.
    *
    * @generated from field: modelir.v1.ForeignArtifactPolicy foreign_artifact_policy = 15;
    */
@@ -150,12 +153,36 @@ export type Request = Message<"modelir.v1.Request"> & {
   timeout?: Duration | undefined;
 
   /**
-   * When true, the response keeps the provider's raw HTTP status and body (or raw stream events), so that the
-   * lift can be re-run later. Off by default because raw bodies can be large.
+   * When true, the response keeps the provider's raw HTTP status, headers and body (or raw stream events), so
+   * that the lift can be re-run later. Off by default because raw bodies can be large.
    *
    * @generated from field: bool include_raw = 17;
    */
   includeRaw: boolean;
+
+  /**
+   * The output modalities asked for besides text (image or audio output). Empty means text only. A request that
+   * asks for one needs its `CAPABILITY_*_OUTPUT`.
+   *
+   * @generated from field: repeated modelir.v1.Modality output_modalities = 18;
+   */
+  outputModalities: Modality[];
+
+  /**
+   * A provider-side cache of prompt content to read from (Gemini `cachedContent`, e.g. `cachedContents/abc`).
+   * Empty means none. Needs `CAPABILITY_CACHED_CONTENT`.
+   *
+   * @generated from field: string cached_content = 19;
+   */
+  cachedContent: string;
+
+  /**
+   * When true (with `include_raw`), the response's raw exchange also keeps the lowered native request body as
+   * sent (credentials are never in a body). Off by default.
+   *
+   * @generated from field: bool include_lowered_request = 20;
+   */
+  includeLoweredRequest: boolean;
 };
 
 /**
@@ -228,7 +255,8 @@ export type SamplingParams = Message<"modelir.v1.SamplingParams"> & {
   topP?: number | undefined;
 
   /**
-   * Keep only the k most probable tokens; must be at least 1.
+   * Top-k sampling: sample only from the k most probable tokens; at least 1. (The number of logprob
+   * alternatives is `LogprobOptions.top_logprob_count`, a different thing.)
    *
    * @generated from field: optional int32 top_k = 3;
    */
@@ -296,6 +324,22 @@ export type SamplingParams = Message<"modelir.v1.SamplingParams"> & {
    * @generated from field: optional double repetition_penalty = 12;
    */
   repetitionPenalty?: number | undefined;
+
+  /**
+   * Additive biases on the logits of token ids before sampling (OpenAI `logit_bias`, -100 to 100 there; engines
+   * accept any finite value). Needs `CAPABILITY_LOGIT_BIAS`.
+   *
+   * @generated from field: map<int32, double> logit_bias = 13;
+   */
+  logitBias: { [key: number]: number };
+
+  /**
+   * The fewest tokens to generate before an end-of-sequence or stop token may end generation (vLLM `min_tokens`,
+   * sglang `min_new_tokens`). Unset means none. Needs `CAPABILITY_MIN_OUTPUT_TOKENS`.
+   *
+   * @generated from field: optional int32 min_output_tokens = 14;
+   */
+  minOutputTokens?: number | undefined;
 };
 
 /**
@@ -306,11 +350,49 @@ export const SamplingParamsSchema: GenMessage<SamplingParams> = /*@__PURE__*/
   messageDesc(file_modelir_v1_request, 3);
 
 /**
- * A tool (function) that the model may call.
+ * A tool that the model may use: a function the caller runs, or a tool the provider runs.
  *
  * @generated from message modelir.v1.Tool
  */
 export type Tool = Message<"modelir.v1.Tool"> & {
+  /**
+   * The kind of tool.
+   *
+   * @generated from oneof modelir.v1.Tool.kind
+   */
+  kind: {
+    /**
+     * A function tool: the model calls it, the caller runs it and returns a `ToolResult`.
+     *
+     * @generated from field: modelir.v1.FunctionTool function = 1;
+     */
+    value: FunctionTool;
+    case: "function";
+  } | {
+    /**
+     * A provider tool (web search, code execution, ...): the provider runs it and returns a `ServerToolCall` and
+     * `ServerToolResult`. Needs `CAPABILITY_PROVIDER_TOOLS` and a type the manifest lists.
+     *
+     * @generated from field: modelir.v1.ProviderTool provider = 2;
+     */
+    value: ProviderTool;
+    case: "provider";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message modelir.v1.Tool.
+ * Use `create(ToolSchema)` to create a new message.
+ */
+export const ToolSchema: GenMessage<Tool> = /*@__PURE__*/
+  messageDesc(file_modelir_v1_request, 4);
+
+/**
+ * A function tool, declared by the caller.
+ *
+ * @generated from message modelir.v1.FunctionTool
+ */
+export type FunctionTool = Message<"modelir.v1.FunctionTool"> & {
   /**
    * The tool's name, unique within the request.
    *
@@ -341,11 +423,55 @@ export type Tool = Message<"modelir.v1.Tool"> & {
 };
 
 /**
- * Describes the message modelir.v1.Tool.
- * Use `create(ToolSchema)` to create a new message.
+ * Describes the message modelir.v1.FunctionTool.
+ * Use `create(FunctionToolSchema)` to create a new message.
  */
-export const ToolSchema: GenMessage<Tool> = /*@__PURE__*/
-  messageDesc(file_modelir_v1_request, 4);
+export const FunctionToolSchema: GenMessage<FunctionTool> = /*@__PURE__*/
+  messageDesc(file_modelir_v1_request, 5);
+
+/**
+ * A tool that one provider runs itself.
+ *
+ * @generated from message modelir.v1.ProviderTool
+ */
+export type ProviderTool = Message<"modelir.v1.ProviderTool"> & {
+  /**
+   * The transport whose provider runs it, e.g. `anthropic_messages`. Another transport rejects the request.
+   *
+   * @generated from field: string transport = 1;
+   */
+  transport: string;
+
+  /**
+   * The provider's tool type, verbatim (`web_search_20250305`, `code_execution_20250825`, `web_search`,
+   * `googleSearch`, `codeExecution`, ...). It must be one of the manifest's `provider_tool_types`.
+   *
+   * @generated from field: string type = 2;
+   */
+  type: string;
+
+  /**
+   * The tool's name, where the provider wants one (Anthropic `name`). Empty means the provider's default.
+   *
+   * @generated from field: string name = 3;
+   */
+  name: string;
+
+  /**
+   * The tool's configuration as a JSON object (e.g. `{"max_uses": 3}`), merged into the native declaration.
+   * Empty means none.
+   *
+   * @generated from field: string config_json = 4;
+   */
+  configJson: string;
+};
+
+/**
+ * Describes the message modelir.v1.ProviderTool.
+ * Use `create(ProviderToolSchema)` to create a new message.
+ */
+export const ProviderToolSchema: GenMessage<ProviderTool> = /*@__PURE__*/
+  messageDesc(file_modelir_v1_request, 6);
 
 /**
  * Whether and which tool the model must call.
@@ -374,6 +500,14 @@ export type ToolChoice = Message<"modelir.v1.ToolChoice"> & {
      */
     value: string;
     case: "toolName";
+  } | {
+    /**
+     * The model may call only these tools (OpenAI `allowed_tools`). Needs `CAPABILITY_ALLOWED_TOOLS`.
+     *
+     * @generated from field: modelir.v1.AllowedTools allowed_tools = 3;
+     */
+    value: AllowedTools;
+    case: "allowedTools";
   } | { case: undefined; value?: undefined };
 };
 
@@ -382,10 +516,39 @@ export type ToolChoice = Message<"modelir.v1.ToolChoice"> & {
  * Use `create(ToolChoiceSchema)` to create a new message.
  */
 export const ToolChoiceSchema: GenMessage<ToolChoice> = /*@__PURE__*/
-  messageDesc(file_modelir_v1_request, 5);
+  messageDesc(file_modelir_v1_request, 7);
 
 /**
- * Controls for a reasoning model.
+ * A subset of the declared tools that the model may call.
+ *
+ * @generated from message modelir.v1.AllowedTools
+ */
+export type AllowedTools = Message<"modelir.v1.AllowedTools"> & {
+  /**
+   * The names of the allowed tools (function tool names, or provider tool names or types), at least one.
+   *
+   * @generated from field: repeated string tool_names = 1;
+   */
+  toolNames: string[];
+
+  /**
+   * Whether the model may call one of them (`TOOL_CHOICE_MODE_AUTO`, the default when unspecified) or must
+   * (`TOOL_CHOICE_MODE_REQUIRED`). `TOOL_CHOICE_MODE_NONE` is rejected.
+   *
+   * @generated from field: modelir.v1.ToolChoiceMode mode = 2;
+   */
+  mode: ToolChoiceMode;
+};
+
+/**
+ * Describes the message modelir.v1.AllowedTools.
+ * Use `create(AllowedToolsSchema)` to create a new message.
+ */
+export const AllowedToolsSchema: GenMessage<AllowedTools> = /*@__PURE__*/
+  messageDesc(file_modelir_v1_request, 8);
+
+/**
+ * Controls for a reasoning model (the reasoning content itself is `Part.reasoning`).
  *
  * @generated from message modelir.v1.ReasoningControls
  */
@@ -405,7 +568,8 @@ export type ReasoningControls = Message<"modelir.v1.ReasoningControls"> & {
     case: "effort";
   } | {
     /**
-     * The most tokens to spend on reasoning (Anthropic `budget_tokens`, Gemini `thinkingBudget`).
+     * The most tokens to spend on reasoning (Anthropic `budget_tokens`, Gemini `thinkingBudget`), within the
+     * manifest's `min_reasoning_budget_tokens` and `max_reasoning_budget_tokens`.
      *
      * @generated from field: int32 budget_tokens = 2;
      */
@@ -414,7 +578,8 @@ export type ReasoningControls = Message<"modelir.v1.ReasoningControls"> & {
   } | { case: undefined; value?: undefined };
 
   /**
-   * Which summaries of the reasoning to return (OpenAI Responses `reasoning.summary`).
+   * Which summaries of the reasoning to return (OpenAI Responses `reasoning.summary`). Needs
+   * `CAPABILITY_REASONING_SUMMARY`.
    *
    * @generated from field: modelir.v1.ReasoningSummary summary = 3;
    */
@@ -434,7 +599,7 @@ export type ReasoningControls = Message<"modelir.v1.ReasoningControls"> & {
  * Use `create(ReasoningControlsSchema)` to create a new message.
  */
 export const ReasoningControlsSchema: GenMessage<ReasoningControls> = /*@__PURE__*/
-  messageDesc(file_modelir_v1_request, 6);
+  messageDesc(file_modelir_v1_request, 9);
 
 /**
  * A constraint that the generated output must satisfy.
@@ -449,7 +614,7 @@ export type Constraint = Message<"modelir.v1.Constraint"> & {
    */
   kind: {
     /**
-     * The output is exactly one of these labels.
+     * The output is exactly one of these labels (`Choice.constrained_label` names the one chosen).
      *
      * @generated from field: modelir.v1.LabelChoice choice = 1;
      */
@@ -479,6 +644,14 @@ export type Constraint = Message<"modelir.v1.Constraint"> & {
      */
     value: Grammar;
     case: "grammar";
+  } | {
+    /**
+     * The output is a JSON object, with no schema (OpenAI `response_format: json_object`, Ollama `format: json`).
+     *
+     * @generated from field: modelir.v1.JsonObject json_object = 5;
+     */
+    value: JsonObject;
+    case: "jsonObject";
   } | { case: undefined; value?: undefined };
 };
 
@@ -487,7 +660,7 @@ export type Constraint = Message<"modelir.v1.Constraint"> & {
  * Use `create(ConstraintSchema)` to create a new message.
  */
 export const ConstraintSchema: GenMessage<Constraint> = /*@__PURE__*/
-  messageDesc(file_modelir_v1_request, 7);
+  messageDesc(file_modelir_v1_request, 10);
 
 /**
  * A choice among labels.
@@ -508,7 +681,7 @@ export type LabelChoice = Message<"modelir.v1.LabelChoice"> & {
  * Use `create(LabelChoiceSchema)` to create a new message.
  */
 export const LabelChoiceSchema: GenMessage<LabelChoice> = /*@__PURE__*/
-  messageDesc(file_modelir_v1_request, 8);
+  messageDesc(file_modelir_v1_request, 11);
 
 /**
  * A JSON Schema constraint.
@@ -543,7 +716,22 @@ export type JsonSchema = Message<"modelir.v1.JsonSchema"> & {
  * Use `create(JsonSchemaSchema)` to create a new message.
  */
 export const JsonSchemaSchema: GenMessage<JsonSchema> = /*@__PURE__*/
-  messageDesc(file_modelir_v1_request, 9);
+  messageDesc(file_modelir_v1_request, 12);
+
+/**
+ * A constraint that the output is any JSON object.
+ *
+ * @generated from message modelir.v1.JsonObject
+ */
+export type JsonObject = Message<"modelir.v1.JsonObject"> & {
+};
+
+/**
+ * Describes the message modelir.v1.JsonObject.
+ * Use `create(JsonObjectSchema)` to create a new message.
+ */
+export const JsonObjectSchema: GenMessage<JsonObject> = /*@__PURE__*/
+  messageDesc(file_modelir_v1_request, 13);
 
 /**
  * A formal grammar constraint.
@@ -571,7 +759,7 @@ export type Grammar = Message<"modelir.v1.Grammar"> & {
  * Use `create(GrammarSchema)` to create a new message.
  */
 export const GrammarSchema: GenMessage<Grammar> = /*@__PURE__*/
-  messageDesc(file_modelir_v1_request, 10);
+  messageDesc(file_modelir_v1_request, 14);
 
 /**
  * Fill-in-the-middle: the prompt is the prefix, this is the suffix.
@@ -592,7 +780,7 @@ export type FillInTheMiddle = Message<"modelir.v1.FillInTheMiddle"> & {
  * Use `create(FillInTheMiddleSchema)` to create a new message.
  */
 export const FillInTheMiddleSchema: GenMessage<FillInTheMiddle> = /*@__PURE__*/
-  messageDesc(file_modelir_v1_request, 11);
+  messageDesc(file_modelir_v1_request, 15);
 
 /**
  * Log probabilities to return for each sampled token.
@@ -603,9 +791,9 @@ export type LogprobOptions = Message<"modelir.v1.LogprobOptions"> & {
   /**
    * How many most-likely alternatives to return at each position, besides the sampled token. 0 means none.
    *
-   * @generated from field: int32 top_k = 1;
+   * @generated from field: int32 top_logprob_count = 1;
    */
-  topK: number;
+  topLogprobCount: number;
 
   /**
    * When true, token ids are required with the logprobs; transports that cannot give them reject the request.
@@ -628,43 +816,35 @@ export type LogprobOptions = Message<"modelir.v1.LogprobOptions"> & {
  * Use `create(LogprobOptionsSchema)` to create a new message.
  */
 export const LogprobOptionsSchema: GenMessage<LogprobOptions> = /*@__PURE__*/
-  messageDesc(file_modelir_v1_request, 12);
+  messageDesc(file_modelir_v1_request, 16);
 
 /**
  * Scoring of the input: the log probability of each input token given the ones before it.
+ *
+ * Where a continuation sits: after a prompt, directly after its last byte (no separator is added). After a
+ * conversation, at the start of the assistant's reply: the conversation is rendered with the chat template and
+ * its generation prompt (as for generation), and the continuation is the beginning of the assistant message, so
+ * that `score(messages, completion)` scores the completion as the model would have generated it. After token
+ * ids, directly after the last id.
  *
  * @generated from message modelir.v1.InputScoringOptions
  */
 export type InputScoringOptions = Message<"modelir.v1.InputScoringOptions"> & {
   /**
-   * What to score. Unset scores the whole input; its first token has no logprob and is reported as unscored.
-   *
-   * @generated from oneof modelir.v1.InputScoringOptions.continuation
-   */
-  continuation: {
-    /**
-     * Score only this text, appended directly after the input (the input is then the context).
-     *
-     * @generated from field: string continuation_text = 1;
-     */
-    value: string;
-    case: "continuationText";
-  } | {
-    /**
-     * Score only these token ids, appended after the input.
-     *
-     * @generated from field: modelir.v1.TokenIds continuation_tokens = 2;
-     */
-    value: TokenIds;
-    case: "continuationTokens";
-  } | { case: undefined; value?: undefined };
-
-  /**
    * How many most-likely alternatives to return at each scored position. 0 means none.
    *
-   * @generated from field: int32 top_k = 3;
+   * @generated from field: int32 top_logprob_count = 3;
    */
-  topK: number;
+  topLogprobCount: number;
+
+  /**
+   * What to score. Empty scores the whole input, whose first token has no logprob and is reported as unscored.
+   * Otherwise each continuation is scored separately against the same context (the input), one
+   * `Response.input_scores` entry per continuation in this order (N labels, one call).
+   *
+   * @generated from field: repeated modelir.v1.Continuation continuations = 4;
+   */
+  continuations: Continuation[];
 };
 
 /**
@@ -672,39 +852,88 @@ export type InputScoringOptions = Message<"modelir.v1.InputScoringOptions"> & {
  * Use `create(InputScoringOptionsSchema)` to create a new message.
  */
 export const InputScoringOptionsSchema: GenMessage<InputScoringOptions> = /*@__PURE__*/
-  messageDesc(file_modelir_v1_request, 13);
+  messageDesc(file_modelir_v1_request, 17);
 
 /**
- * Options that only one transport understands. The transport declares the keys it accepts; a request with
- * another transport or an undeclared key is rejected, never forwarded blindly.
+ * One continuation to score after the input.
  *
- * @generated from message modelir.v1.ProviderOptions
+ * @generated from message modelir.v1.Continuation
  */
-export type ProviderOptions = Message<"modelir.v1.ProviderOptions"> & {
+export type Continuation = Message<"modelir.v1.Continuation"> & {
   /**
-   * The transport these options are for, e.g. `vllm`.
+   * The continuation.
    *
-   * @generated from field: string transport = 1;
+   * @generated from oneof modelir.v1.Continuation.content
    */
-  transport: string;
-
-  /**
-   * A JSON object of options, merged into the native request body by the transport.
-   *
-   * @generated from field: string options_json = 2;
-   */
-  optionsJson: string;
+  content: {
+    /**
+     * Text appended after the input (see `InputScoringOptions` for where).
+     *
+     * @generated from field: string text = 1;
+     */
+    value: string;
+    case: "text";
+  } | {
+    /**
+     * Token ids appended after the input.
+     *
+     * @generated from field: modelir.v1.TokenIds token_ids = 2;
+     */
+    value: TokenIds;
+    case: "tokenIds";
+  } | { case: undefined; value?: undefined };
 };
 
 /**
- * Describes the message modelir.v1.ProviderOptions.
- * Use `create(ProviderOptionsSchema)` to create a new message.
+ * Describes the message modelir.v1.Continuation.
+ * Use `create(ContinuationSchema)` to create a new message.
  */
-export const ProviderOptionsSchema: GenMessage<ProviderOptions> = /*@__PURE__*/
-  messageDesc(file_modelir_v1_request, 14);
+export const ContinuationSchema: GenMessage<Continuation> = /*@__PURE__*/
+  messageDesc(file_modelir_v1_request, 18);
 
 /**
- * How tool calling is constrained.
+ * A kind of content a model can read or write. An open enum: new values are added in minor versions.
+ *
+ * @generated from enum modelir.v1.Modality
+ */
+export enum Modality {
+  /**
+   * Not set.
+   *
+   * @generated from enum value: MODALITY_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Text.
+   *
+   * @generated from enum value: MODALITY_TEXT = 1;
+   */
+  TEXT = 1,
+
+  /**
+   * Images.
+   *
+   * @generated from enum value: MODALITY_IMAGE = 2;
+   */
+  IMAGE = 2,
+
+  /**
+   * Audio.
+   *
+   * @generated from enum value: MODALITY_AUDIO = 3;
+   */
+  AUDIO = 3,
+}
+
+/**
+ * Describes the enum modelir.v1.Modality.
+ */
+export const ModalitySchema: GenEnum<Modality> = /*@__PURE__*/
+  enumDesc(file_modelir_v1_request, 0);
+
+/**
+ * How tool calling is constrained. A closed enum.
  *
  * @generated from enum modelir.v1.ToolChoiceMode
  */
@@ -742,10 +971,10 @@ export enum ToolChoiceMode {
  * Describes the enum modelir.v1.ToolChoiceMode.
  */
 export const ToolChoiceModeSchema: GenEnum<ToolChoiceMode> = /*@__PURE__*/
-  enumDesc(file_modelir_v1_request, 0);
+  enumDesc(file_modelir_v1_request, 1);
 
 /**
- * How hard a model should reason, as a level.
+ * How hard a model should reason, as a level. A closed enum.
  *
  * @generated from enum modelir.v1.ReasoningEffort
  */
@@ -797,10 +1026,10 @@ export enum ReasoningEffort {
  * Describes the enum modelir.v1.ReasoningEffort.
  */
 export const ReasoningEffortSchema: GenEnum<ReasoningEffort> = /*@__PURE__*/
-  enumDesc(file_modelir_v1_request, 1);
+  enumDesc(file_modelir_v1_request, 2);
 
 /**
- * Which reasoning summaries to return.
+ * Which reasoning summaries to return. A closed enum.
  *
  * @generated from enum modelir.v1.ReasoningSummary
  */
@@ -838,10 +1067,10 @@ export enum ReasoningSummary {
  * Describes the enum modelir.v1.ReasoningSummary.
  */
 export const ReasoningSummarySchema: GenEnum<ReasoningSummary> = /*@__PURE__*/
-  enumDesc(file_modelir_v1_request, 2);
+  enumDesc(file_modelir_v1_request, 3);
 
 /**
- * The dialect a grammar is written in.
+ * The dialect a grammar is written in. An open enum: new dialects are added in minor versions.
  *
  * @generated from enum modelir.v1.GrammarDialect
  */
@@ -879,10 +1108,11 @@ export enum GrammarDialect {
  * Describes the enum modelir.v1.GrammarDialect.
  */
 export const GrammarDialectSchema: GenEnum<GrammarDialect> = /*@__PURE__*/
-  enumDesc(file_modelir_v1_request, 3);
+  enumDesc(file_modelir_v1_request, 4);
 
 /**
- * What happens when a conversation holds reasoning artifacts issued by another transport or model.
+ * What happens when a conversation holds opaque artifacts or provider parts issued by another transport or
+ * model. A closed enum.
  *
  * @generated from enum modelir.v1.ForeignArtifactPolicy
  */
@@ -913,5 +1143,5 @@ export enum ForeignArtifactPolicy {
  * Describes the enum modelir.v1.ForeignArtifactPolicy.
  */
 export const ForeignArtifactPolicySchema: GenEnum<ForeignArtifactPolicy> = /*@__PURE__*/
-  enumDesc(file_modelir_v1_request, 4);
+  enumDesc(file_modelir_v1_request, 5);
 

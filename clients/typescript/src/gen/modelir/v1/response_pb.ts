@@ -18,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file modelir/v1/response.proto.
  */
 export const file_modelir_v1_response: GenFile = /*@__PURE__*/
-  fileDesc("Chltb2RlbGlyL3YxL3Jlc3BvbnNlLnByb3RvEgptb2RlbGlyLnYxItACCghSZXNwb25zZRIKCgJpZBgBIAEoCRINCgVtb2RlbBgCIAEoCRIjCgdjaG9pY2VzGAMgAygLMhIubW9kZWxpci52MS5DaG9pY2USLQoMaW5wdXRfc2NvcmVzGAQgASgLMhcubW9kZWxpci52MS5JbnB1dFNjb3JlcxIgCgV1c2FnZRgFIAEoCzIRLm1vZGVsaXIudjEuVXNhZ2USIgoGdGltaW5nGAYgASgLMhIubW9kZWxpci52MS5UaW1pbmcSJAoDcmF3GAcgASgLMhcubW9kZWxpci52MS5SYXdFeGNoYW5nZRIoCgVlcnJvchgIIAEoCzIZLm1vZGVsaXIudjEuUmVzcG9uc2VFcnJvchIlCgh3YXJuaW5ncxgJIAMoCzITLm1vZGVsaXIudjEuV2FybmluZxIYChBwcm9tcHRfdG9rZW5faWRzGAogAygFIs0BCgZDaG9pY2USDQoFaW5kZXgYASABKAUSJAoHbWVzc2FnZRgCIAEoCzITLm1vZGVsaXIudjEuTWVzc2FnZRIvCg1maW5pc2hfcmVhc29uGAMgASgOMhgubW9kZWxpci52MS5GaW5pc2hSZWFzb24SGQoRcmF3X2ZpbmlzaF9yZWFzb24YBCABKAkSFQoNc3RvcF9zZXF1ZW5jZRgFIAEoCRIrCghsb2dwcm9icxgGIAEoCzIZLm1vZGVsaXIudjEuVG9rZW5Mb2dwcm9icyK1AgoFVXNhZ2USHgoRaW5wdXRfdG9rZW5fY291bnQYASABKANIAIgBARIfChJvdXRwdXRfdG9rZW5fY291bnQYAiABKANIAYgBARIiChVyZWFzb25pbmdfdG9rZW5fY291bnQYAyABKANIAogBARIjChZjYWNoZV9yZWFkX3Rva2VuX2NvdW50GAQgASgDSAOIAQESJAoXY2FjaGVfd3JpdGVfdG9rZW5fY291bnQYBSABKANIBIgBAUIUChJfaW5wdXRfdG9rZW5fY291bnRCFQoTX291dHB1dF90b2tlbl9jb3VudEIYChZfcmVhc29uaW5nX3Rva2VuX2NvdW50QhkKF19jYWNoZV9yZWFkX3Rva2VuX2NvdW50QhoKGF9jYWNoZV93cml0ZV90b2tlbl9jb3VudCLjAgoGVGltaW5nEi4KCnN0YXJ0X3RpbWUYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZF90aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI4ChVmaXJzdF9vdXRwdXRfZHVyYXRpb24YAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMQoOcXVldWVfZHVyYXRpb24YBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFQoNYXR0ZW1wdF9jb3VudBgFIAEoBRI6Chdwcm92aWRlcl9pbnB1dF9kdXJhdGlvbhgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI7Chhwcm92aWRlcl9vdXRwdXRfZHVyYXRpb24YByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ijAEKC1Jhd0V4Y2hhbmdlEhEKCXRyYW5zcG9ydBgBIAEoCRITCgtodHRwX3N0YXR1cxgCIAEoBRIUCgxjb250ZW50X3R5cGUYAyABKAkSDAoEYm9keRgEIAEoDBIxCg1zdHJlYW1fZXZlbnRzGAUgAygLMhoubW9kZWxpci52MS5SYXdTdHJlYW1FdmVudCItCg5SYXdTdHJlYW1FdmVudBINCgVldmVudBgBIAEoCRIMCgRkYXRhGAIgASgMKskCCgxGaW5pc2hSZWFzb24SHQoZRklOSVNIX1JFQVNPTl9VTlNQRUNJRklFRBAAEhYKEkZJTklTSF9SRUFTT05fU1RPUBABEhgKFEZJTklTSF9SRUFTT05fTEVOR1RIEAISHwobRklOSVNIX1JFQVNPTl9TVE9QX1NFUVVFTkNFEAMSHAoYRklOSVNIX1JFQVNPTl9UT09MX0NBTExTEAQSIAocRklOSVNIX1JFQVNPTl9DT05URU5UX0ZJTFRFUhAFEhkKFUZJTklTSF9SRUFTT05fUkVGVVNBTBAGEhgKFEZJTklTSF9SRUFTT05fUEFVU0VEEAcSIAocRklOSVNIX1JFQVNPTl9DT05URVhUX1dJTkRPVxAIEhcKE0ZJTklTSF9SRUFTT05fRVJST1IQCRIXChNGSU5JU0hfUkVBU09OX09USEVSEApCdAoOZGV2Lm1vZGVsaXIudjFCDVJlc3BvbnNlUHJvdG9QAVojbW9kZWxpci5kZXYvZ28vbW9kZWxpci92MTttb2RlbGlydjGiAgNNWFiqAgpNb2RlbGlyLlYxygIKTW9kZWxpclxWMeoCC01vZGVsaXI6OlYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_modelir_v1_content, file_modelir_v1_errors, file_modelir_v1_logprobs]);
+  fileDesc("Chltb2RlbGlyL3YxL3Jlc3BvbnNlLnByb3RvEgptb2RlbGlyLnYxIpwDCghSZXNwb25zZRIKCgJpZBgBIAEoCRINCgVtb2RlbBgCIAEoCRIjCgdjaG9pY2VzGAMgAygLMhIubW9kZWxpci52MS5DaG9pY2USLQoMaW5wdXRfc2NvcmVzGAQgAygLMhcubW9kZWxpci52MS5JbnB1dFNjb3JlcxIgCgV1c2FnZRgFIAEoCzIRLm1vZGVsaXIudjEuVXNhZ2USIgoGdGltaW5nGAYgASgLMhIubW9kZWxpci52MS5UaW1pbmcSJAoDcmF3GAcgASgLMhcubW9kZWxpci52MS5SYXdFeGNoYW5nZRIpCgZlcnJvcnMYCCADKAsyGS5tb2RlbGlyLnYxLlJlc3BvbnNlRXJyb3ISJQoId2FybmluZ3MYCSADKAsyEy5tb2RlbGlyLnYxLldhcm5pbmcSGAoQcHJvbXB0X3Rva2VuX2lkcxgKIAMoBRIzCg9wcm9tcHRfZmVlZGJhY2sYCyABKAsyGi5tb2RlbGlyLnYxLlByb21wdEZlZWRiYWNrEhQKDHNlcnZpY2VfdGllchgMIAEoCSJdCg5Qcm9tcHRGZWVkYmFjaxIPCgdibG9ja2VkGAEgASgIEhQKDGJsb2NrX3JlYXNvbhgCIAEoCRIPCgdtZXNzYWdlGAMgASgJEhMKC25hdGl2ZV9qc29uGAQgASgJIvYCCgZDaG9pY2USDQoFaW5kZXgYASABKAUSJAoHbWVzc2FnZRgCIAEoCzITLm1vZGVsaXIudjEuTWVzc2FnZRIvCg1maW5pc2hfcmVhc29uGAMgASgOMhgubW9kZWxpci52MS5GaW5pc2hSZWFzb24SGQoRcmF3X2ZpbmlzaF9yZWFzb24YBCABKAkSFwoNc3RvcF9zZXF1ZW5jZRgFIAEoCUgAEhcKDXN0b3BfdG9rZW5faWQYByABKAVIABIrCghsb2dwcm9icxgGIAEoCzIZLm1vZGVsaXIudjEuVG9rZW5Mb2dwcm9icxIxCg5zYW1wbGVkX3Rva2VucxgIIAEoCzIZLm1vZGVsaXIudjEuU2FtcGxlZFRva2VucxIfChJvdXRwdXRfdG9rZW5fY291bnQYCSABKANIAYgBARIZChFjb25zdHJhaW5lZF9sYWJlbBgKIAEoCUIGCgRzdG9wQhUKE19vdXRwdXRfdG9rZW5fY291bnQiOAoNU2FtcGxlZFRva2VucxIRCgl0b2tlbl9pZHMYASADKAUSFAoMcGFydF9pbmRleGVzGAIgAygRIpYDCgVVc2FnZRIeChFpbnB1dF90b2tlbl9jb3VudBgBIAEoA0gAiAEBEh8KEm91dHB1dF90b2tlbl9jb3VudBgCIAEoA0gBiAEBEiIKFXJlYXNvbmluZ190b2tlbl9jb3VudBgDIAEoA0gCiAEBEiMKFmNhY2hlX3JlYWRfdG9rZW5fY291bnQYBCABKANIA4gBARIkChdjYWNoZV93cml0ZV90b2tlbl9jb3VudBgFIAEoA0gEiAEBEi8KB2RldGFpbHMYBiADKAsyHi5tb2RlbGlyLnYxLlVzYWdlLkRldGFpbHNFbnRyeRouCgxEZXRhaWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgDOgI4AUIUChJfaW5wdXRfdG9rZW5fY291bnRCFQoTX291dHB1dF90b2tlbl9jb3VudEIYChZfcmVhc29uaW5nX3Rva2VuX2NvdW50QhkKF19jYWNoZV9yZWFkX3Rva2VuX2NvdW50QhoKGF9jYWNoZV93cml0ZV90b2tlbl9jb3VudCLjAgoGVGltaW5nEi4KCnN0YXJ0X3RpbWUYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZF90aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI4ChVmaXJzdF9vdXRwdXRfZHVyYXRpb24YAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMQoOcXVldWVfZHVyYXRpb24YBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFQoNYXR0ZW1wdF9jb3VudBgFIAEoBRI6Chdwcm92aWRlcl9pbnB1dF9kdXJhdGlvbhgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI7Chhwcm92aWRlcl9vdXRwdXRfZHVyYXRpb24YByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24i1AEKC1Jhd0V4Y2hhbmdlEhEKCXRyYW5zcG9ydBgBIAEoCRITCgtodHRwX3N0YXR1cxgCIAEoBRIUCgxjb250ZW50X3R5cGUYAyABKAkSDAoEYm9keRgEIAEoDBIxCg1zdHJlYW1fZXZlbnRzGAUgAygLMhoubW9kZWxpci52MS5SYXdTdHJlYW1FdmVudBIwChByZXNwb25zZV9oZWFkZXJzGAYgAygLMhYubW9kZWxpci52MS5IdHRwSGVhZGVyEhQKDHJlcXVlc3RfYm9keRgHIAEoDCIpCgpIdHRwSGVhZGVyEgwKBG5hbWUYASABKAkSDQoFdmFsdWUYAiABKAkiLQoOUmF3U3RyZWFtRXZlbnQSDQoFZXZlbnQYASABKAkSDAoEZGF0YRgCIAEoDCrJAgoMRmluaXNoUmVhc29uEh0KGUZJTklTSF9SRUFTT05fVU5TUEVDSUZJRUQQABIWChJGSU5JU0hfUkVBU09OX1NUT1AQARIYChRGSU5JU0hfUkVBU09OX0xFTkdUSBACEh8KG0ZJTklTSF9SRUFTT05fU1RPUF9TRVFVRU5DRRADEhwKGEZJTklTSF9SRUFTT05fVE9PTF9DQUxMUxAEEiAKHEZJTklTSF9SRUFTT05fQ09OVEVOVF9GSUxURVIQBRIZChVGSU5JU0hfUkVBU09OX1JFRlVTQUwQBhIYChRGSU5JU0hfUkVBU09OX1BBVVNFRBAHEiAKHEZJTklTSF9SRUFTT05fQ09OVEVYVF9XSU5ET1cQCBIXChNGSU5JU0hfUkVBU09OX0VSUk9SEAkSFwoTRklOSVNIX1JFQVNPTl9PVEhFUhAKQnQKDmRldi5tb2RlbGlyLnYxQg1SZXNwb25zZVByb3RvUAFaI21vZGVsaXIuZGV2L2dvL21vZGVsaXIvdjE7bW9kZWxpcnYxogIDTVhYqgIKTW9kZWxpci5WMcoCCk1vZGVsaXJcVjHqAgtNb2RlbGlyOjpWMWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_modelir_v1_content, file_modelir_v1_errors, file_modelir_v1_logprobs]);
 
 /**
  * The answer to one `Request`. It is also the persisted record schema (inside `Record`).
@@ -41,18 +41,20 @@ export type Response = Message<"modelir.v1.Response"> & {
   model: string;
 
   /**
-   * The generated choices, in index order.
+   * The generated choices, in index order. Empty when the provider generated nothing, e.g. for a blocked prompt
+   * (see `prompt_feedback`).
    *
    * @generated from field: repeated modelir.v1.Choice choices = 3;
    */
   choices: Choice[];
 
   /**
-   * The scores of the input, when input scoring was requested.
+   * The scores of the input, when input scoring was requested: one entry for the whole input, or one per
+   * requested continuation, in the request's order.
    *
-   * @generated from field: modelir.v1.InputScores input_scores = 4;
+   * @generated from field: repeated modelir.v1.InputScores input_scores = 4;
    */
-  inputScores?: InputScores | undefined;
+  inputScores: InputScores[];
 
   /**
    * Token usage, with one meaning across providers.
@@ -76,11 +78,13 @@ export type Response = Message<"modelir.v1.Response"> & {
   raw?: RawExchange | undefined;
 
   /**
-   * Set when the response is partial or suspect (a soft failure); the partial output is kept.
+   * Soft errors: set when the response is partial or suspect; the partial output is kept. Several may apply (one
+   * choice breaks its JSON schema while another is fine; a stream is cut and misses logprobs), in the order they
+   * were found.
    *
-   * @generated from field: modelir.v1.ResponseError error = 8;
+   * @generated from field: repeated modelir.v1.ResponseError errors = 8;
    */
-  error?: ResponseError | undefined;
+  errors: ResponseError[];
 
   /**
    * Non-fatal remarks about how the request was carried out.
@@ -95,6 +99,21 @@ export type Response = Message<"modelir.v1.Response"> & {
    * @generated from field: repeated int32 prompt_token_ids = 10;
    */
   promptTokenIds: number[];
+
+  /**
+   * What the provider said about the prompt itself (Gemini `promptFeedback`), when it said anything.
+   *
+   * @generated from field: modelir.v1.PromptFeedback prompt_feedback = 11;
+   */
+  promptFeedback?: PromptFeedback | undefined;
+
+  /**
+   * The service tier that actually served the request (OpenAI `service_tier`, e.g. `default`, `flex`,
+   * `priority`; Anthropic `usage.service_tier`). An open vocabulary; empty when the provider does not say.
+   *
+   * @generated from field: string service_tier = 12;
+   */
+  serviceTier: string;
 };
 
 /**
@@ -103,6 +122,49 @@ export type Response = Message<"modelir.v1.Response"> & {
  */
 export const ResponseSchema: GenMessage<Response> = /*@__PURE__*/
   messageDesc(file_modelir_v1_response, 0);
+
+/**
+ * The provider's verdict on the prompt, independent of any choice.
+ *
+ * @generated from message modelir.v1.PromptFeedback
+ */
+export type PromptFeedback = Message<"modelir.v1.PromptFeedback"> & {
+  /**
+   * True when the provider refused to process the prompt at all; the response then has no choices.
+   *
+   * @generated from field: bool blocked = 1;
+   */
+  blocked: boolean;
+
+  /**
+   * The provider's reason, verbatim (Gemini `blockReason`, e.g. `SAFETY`, `PROHIBITED_CONTENT`). Empty when not
+   * blocked.
+   *
+   * @generated from field: string block_reason = 2;
+   */
+  blockReason: string;
+
+  /**
+   * The provider's explanation, when it gives one (Gemini `blockReasonMessage`).
+   *
+   * @generated from field: string message = 3;
+   */
+  message: string;
+
+  /**
+   * The native feedback object as JSON text, verbatim (safety ratings and anything else it carries).
+   *
+   * @generated from field: string native_json = 4;
+   */
+  nativeJson: string;
+};
+
+/**
+ * Describes the message modelir.v1.PromptFeedback.
+ * Use `create(PromptFeedbackSchema)` to create a new message.
+ */
+export const PromptFeedbackSchema: GenMessage<PromptFeedback> = /*@__PURE__*/
+  messageDesc(file_modelir_v1_response, 1);
 
 /**
  * One generated alternative.
@@ -139,12 +201,28 @@ export type Choice = Message<"modelir.v1.Choice"> & {
   rawFinishReason: string;
 
   /**
-   * The stop string or token that ended generation, when the provider says which (vLLM `stop_reason`, Anthropic
-   * `stop_sequence`). A token id is written in decimal.
+   * What ended generation, when the provider says (vLLM `stop_reason`, Anthropic `stop_sequence`, llama.cpp
+   * `stopping_word`). Unset when it does not, or when generation did not end on a stop.
    *
-   * @generated from field: string stop_sequence = 5;
+   * @generated from oneof modelir.v1.Choice.stop
    */
-  stopSequence: string;
+  stop: {
+    /**
+     * The stop string that ended generation.
+     *
+     * @generated from field: string stop_sequence = 5;
+     */
+    value: string;
+    case: "stopSequence";
+  } | {
+    /**
+     * The stop token id that ended generation (vLLM reports an integer `stop_reason` for these).
+     *
+     * @generated from field: int32 stop_token_id = 7;
+     */
+    value: number;
+    case: "stopTokenId";
+  } | { case: undefined; value?: undefined };
 
   /**
    * Log probabilities of the sampled tokens, when requested.
@@ -152,6 +230,30 @@ export type Choice = Message<"modelir.v1.Choice"> & {
    * @generated from field: modelir.v1.TokenLogprobs logprobs = 6;
    */
   logprobs?: TokenLogprobs | undefined;
+
+  /**
+   * The sampled token ids, whenever the provider reports them (whether or not logprobs were asked for), with the
+   * part each belongs to.
+   *
+   * @generated from field: modelir.v1.SampledTokens sampled_tokens = 8;
+   */
+  sampledTokens?: SampledTokens | undefined;
+
+  /**
+   * How many tokens this choice generated, when the provider reports it per choice. Unset otherwise.
+   *
+   * @generated from field: optional int64 output_token_count = 9;
+   */
+  outputTokenCount?: bigint | undefined;
+
+  /**
+   * Under a `Constraint.choice`, the label the output is (the text itself stays verbatim in the message, e.g.
+   * JSON-quoted where the engine enforces the choice with a JSON schema, so that text, token bytes and logprobs
+   * agree). Empty otherwise, or when the output matches no label (a `CONSTRAINT_VIOLATED` soft error).
+   *
+   * @generated from field: string constrained_label = 10;
+   */
+  constrainedLabel: string;
 };
 
 /**
@@ -159,7 +261,39 @@ export type Choice = Message<"modelir.v1.Choice"> & {
  * Use `create(ChoiceSchema)` to create a new message.
  */
 export const ChoiceSchema: GenMessage<Choice> = /*@__PURE__*/
-  messageDesc(file_modelir_v1_response, 1);
+  messageDesc(file_modelir_v1_response, 2);
+
+/**
+ * The token ids a choice was sampled as, in order, each with the part of the message it belongs to, so that a
+ * trainer can mask reasoning or tool-call tokens without re-tokenizing.
+ *
+ * @generated from message modelir.v1.SampledTokens
+ */
+export type SampledTokens = Message<"modelir.v1.SampledTokens"> & {
+  /**
+   * Every sampled token id, in order, including a stop or end-of-sequence token whose text was trimmed from the
+   * message. When `Choice.logprobs` has token ids, they are the first entries of this list.
+   *
+   * @generated from field: repeated int32 token_ids = 1;
+   */
+  tokenIds: number[];
+
+  /**
+   * The index, in `Choice.message.parts`, of the part each token belongs to, one per token; -1 for a token that
+   * belongs to no part (a trimmed stop or end-of-sequence token, a template token between parts). Empty when the
+   * provider cannot attribute tokens to parts.
+   *
+   * @generated from field: repeated sint32 part_indexes = 2;
+   */
+  partIndexes: number[];
+};
+
+/**
+ * Describes the message modelir.v1.SampledTokens.
+ * Use `create(SampledTokensSchema)` to create a new message.
+ */
+export const SampledTokensSchema: GenMessage<SampledTokens> = /*@__PURE__*/
+  messageDesc(file_modelir_v1_response, 3);
 
 /**
  * Token usage with one meaning for every provider. A count the provider did not report is absent, not zero.
@@ -201,6 +335,22 @@ export type Usage = Message<"modelir.v1.Usage"> & {
    * @generated from field: optional int64 cache_write_token_count = 5;
    */
   cacheWriteTokenCount?: bigint | undefined;
+
+  /**
+   * Finer counts that only some providers report, by documented key (an open vocabulary; keys are
+   * lower_snake_case and end in their unit):
+   * - `cache_write_5m_token_count`, `cache_write_1h_token_count`: cache writes by TTL (Anthropic
+   *   `cache_creation`);
+   * - `tool_use_input_token_count`: input tokens fed back from provider-run tools (Gemini
+   *   `toolUsePromptTokenCount`), part of `input_token_count`;
+   * - `web_search_request_count`, `web_fetch_request_count`: provider-run tool calls (Anthropic
+   *   `server_tool_use`);
+   * - `audio_input_token_count`, `audio_output_token_count`, `image_input_token_count`: per-modality parts;
+   * - `accepted_prediction_token_count`, `rejected_prediction_token_count`: OpenAI predicted outputs.
+   *
+   * @generated from field: map<string, int64> details = 6;
+   */
+  details: { [key: string]: bigint };
 };
 
 /**
@@ -208,7 +358,7 @@ export type Usage = Message<"modelir.v1.Usage"> & {
  * Use `create(UsageSchema)` to create a new message.
  */
 export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
-  messageDesc(file_modelir_v1_response, 2);
+  messageDesc(file_modelir_v1_response, 4);
 
 /**
  * When a call ran and how long its phases took.
@@ -271,7 +421,7 @@ export type Timing = Message<"modelir.v1.Timing"> & {
  * Use `create(TimingSchema)` to create a new message.
  */
 export const TimingSchema: GenMessage<Timing> = /*@__PURE__*/
-  messageDesc(file_modelir_v1_response, 3);
+  messageDesc(file_modelir_v1_response, 5);
 
 /**
  * The provider's raw answer, kept so that a lift can be re-run from a stored response.
@@ -313,6 +463,22 @@ export type RawExchange = Message<"modelir.v1.RawExchange"> & {
    * @generated from field: repeated modelir.v1.RawStreamEvent stream_events = 5;
    */
   streamEvents: RawStreamEvent[];
+
+  /**
+   * The answer's HTTP headers in arrival order, names lowercased; credentials and cookies (`set-cookie`,
+   * `authorization`, ...) are never kept.
+   *
+   * @generated from field: repeated modelir.v1.HttpHeader response_headers = 6;
+   */
+  responseHeaders: HttpHeader[];
+
+  /**
+   * The lowered native request body as sent, when `Request.include_lowered_request` asked for it. Empty
+   * otherwise.
+   *
+   * @generated from field: bytes request_body = 7;
+   */
+  requestBody: Uint8Array;
 };
 
 /**
@@ -320,7 +486,35 @@ export type RawExchange = Message<"modelir.v1.RawExchange"> & {
  * Use `create(RawExchangeSchema)` to create a new message.
  */
 export const RawExchangeSchema: GenMessage<RawExchange> = /*@__PURE__*/
-  messageDesc(file_modelir_v1_response, 4);
+  messageDesc(file_modelir_v1_response, 6);
+
+/**
+ * One HTTP header.
+ *
+ * @generated from message modelir.v1.HttpHeader
+ */
+export type HttpHeader = Message<"modelir.v1.HttpHeader"> & {
+  /**
+   * The header's name, lowercased.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * The header's value, verbatim.
+   *
+   * @generated from field: string value = 2;
+   */
+  value: string;
+};
+
+/**
+ * Describes the message modelir.v1.HttpHeader.
+ * Use `create(HttpHeaderSchema)` to create a new message.
+ */
+export const HttpHeaderSchema: GenMessage<HttpHeader> = /*@__PURE__*/
+  messageDesc(file_modelir_v1_response, 7);
 
 /**
  * One raw event of a provider stream.
@@ -348,10 +542,12 @@ export type RawStreamEvent = Message<"modelir.v1.RawStreamEvent"> & {
  * Use `create(RawStreamEventSchema)` to create a new message.
  */
 export const RawStreamEventSchema: GenMessage<RawStreamEvent> = /*@__PURE__*/
-  messageDesc(file_modelir_v1_response, 5);
+  messageDesc(file_modelir_v1_response, 8);
 
 /**
- * Why generation stopped, normalised across providers. The provider's own words are in `raw_finish_reason`.
+ * Why generation stopped, normalised across providers. The provider's own words are in `raw_finish_reason`. An
+ * open enum: new values are added in minor versions; a receiver that does not know one treats it as
+ * `FINISH_REASON_OTHER`.
  *
  * @generated from enum modelir.v1.FinishReason
  */
@@ -378,7 +574,7 @@ export enum FinishReason {
   LENGTH = 2,
 
   /**
-   * A stop string or stop token was produced; see `Choice.stop_sequence`.
+   * A stop string or stop token was produced; see `Choice.stop`.
    *
    * @generated from enum value: FINISH_REASON_STOP_SEQUENCE = 3;
    */

@@ -4,11 +4,11 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Capability, CapabilityManifest } from "./capabilities_pb";
+import type { Capability, CapabilityManifest, TokenizerInfo } from "./capabilities_pb";
 import { file_modelir_v1_capabilities } from "./capabilities_pb";
 import type { FieldViolation, UnsupportedCapabilities } from "./errors_pb";
 import { file_modelir_v1_errors } from "./errors_pb";
-import type { Request } from "./request_pb";
+import type { Conversation, Request } from "./request_pb";
 import { file_modelir_v1_request } from "./request_pb";
 import type { Response } from "./response_pb";
 import { file_modelir_v1_response } from "./response_pb";
@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file modelir/v1/service.proto.
  */
 export const file_modelir_v1_service: GenFile = /*@__PURE__*/
-  fileDesc("Chhtb2RlbGlyL3YxL3NlcnZpY2UucHJvdG8SCm1vZGVsaXIudjEiNwoPR2VuZXJhdGVSZXF1ZXN0EiQKB3JlcXVlc3QYASABKAsyEy5tb2RlbGlyLnYxLlJlcXVlc3QiOgoQR2VuZXJhdGVSZXNwb25zZRImCghyZXNwb25zZRgBIAEoCzIULm1vZGVsaXIudjEuUmVzcG9uc2UiPQoVU3RyZWFtR2VuZXJhdGVSZXF1ZXN0EiQKB3JlcXVlc3QYASABKAsyEy5tb2RlbGlyLnYxLlJlcXVlc3QiQAoWU3RyZWFtR2VuZXJhdGVSZXNwb25zZRImCgVldmVudBgBIAEoCzIXLm1vZGVsaXIudjEuU3RyZWFtRXZlbnQiWwoPVG9rZW5pemVSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEgwKBHRleHQYAiABKAkSDwoHY29udGV4dBgDIAEoCRIaChJhZGRfc3BlY2lhbF90b2tlbnMYBCABKAgigQEKEFRva2VuaXplUmVzcG9uc2USEQoJdG9rZW5faWRzGAEgAygFEg4KBnBpZWNlcxgCIAMoCRITCgt0b2tlbl9ieXRlcxgDIAEoDBIaChJ0b2tlbl9ieXRlX29mZnNldHMYBCADKA0SGQoRc3RyYWRkbGVzX2NvbnRleHQYBSABKAgiEwoRTGlzdE1vZGVsc1JlcXVlc3QiOwoSTGlzdE1vZGVsc1Jlc3BvbnNlEiUKBm1vZGVscxgBIAMoCzIVLm1vZGVsaXIudjEuTW9kZWxJbmZvIksKCU1vZGVsSW5mbxIMCgRuYW1lGAEgASgJEjAKCG1hbmlmZXN0GAIgASgLMh4ubW9kZWxpci52MS5DYXBhYmlsaXR5TWFuaWZlc3QiNwoPVmFsaWRhdGVSZXF1ZXN0EiQKB3JlcXVlc3QYASABKAsyEy5tb2RlbGlyLnYxLlJlcXVlc3QivgEKEFZhbGlkYXRlUmVzcG9uc2USEAoIYWNjZXB0ZWQYASABKAgSKAoIcmVxdWlyZWQYAiADKA4yFi5tb2RlbGlyLnYxLkNhcGFiaWxpdHkSOAoLdW5zdXBwb3J0ZWQYAyABKAsyIy5tb2RlbGlyLnYxLlVuc3VwcG9ydGVkQ2FwYWJpbGl0aWVzEjQKEGZpZWxkX3Zpb2xhdGlvbnMYBCADKAsyGi5tb2RlbGlyLnYxLkZpZWxkVmlvbGF0aW9uIjUKEURldG9rZW5pemVSZXF1ZXN0Eg0KBW1vZGVsGAEgASgJEhEKCXRva2VuX2lkcxgCIAMoBSIiChJEZXRva2VuaXplUmVzcG9uc2USDAoEdGV4dBgBIAEoCSIWChRHZXRTZXJ2ZXJJbmZvUmVxdWVzdCJyChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USEgoKaXJfdmVyc2lvbhgBIAEoCRIWCg5zZXJ2ZXJfdmVyc2lvbhgCIAEoCRItCgp0cmFuc3BvcnRzGAMgAygLMhkubW9kZWxpci52MS5UcmFuc3BvcnRJbmZvIkMKDVRyYW5zcG9ydEluZm8SDAoEbmFtZRgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEhMKC21vZGVsX25hbWVzGAMgAygJMq4ECgxNb2RlbFNlcnZpY2USRQoIR2VuZXJhdGUSGy5tb2RlbGlyLnYxLkdlbmVyYXRlUmVxdWVzdBocLm1vZGVsaXIudjEuR2VuZXJhdGVSZXNwb25zZRJZCg5TdHJlYW1HZW5lcmF0ZRIhLm1vZGVsaXIudjEuU3RyZWFtR2VuZXJhdGVSZXF1ZXN0GiIubW9kZWxpci52MS5TdHJlYW1HZW5lcmF0ZVJlc3BvbnNlMAESRQoIVG9rZW5pemUSGy5tb2RlbGlyLnYxLlRva2VuaXplUmVxdWVzdBocLm1vZGVsaXIudjEuVG9rZW5pemVSZXNwb25zZRJLCgpMaXN0TW9kZWxzEh0ubW9kZWxpci52MS5MaXN0TW9kZWxzUmVxdWVzdBoeLm1vZGVsaXIudjEuTGlzdE1vZGVsc1Jlc3BvbnNlEkUKCFZhbGlkYXRlEhsubW9kZWxpci52MS5WYWxpZGF0ZVJlcXVlc3QaHC5tb2RlbGlyLnYxLlZhbGlkYXRlUmVzcG9uc2USSwoKRGV0b2tlbml6ZRIdLm1vZGVsaXIudjEuRGV0b2tlbml6ZVJlcXVlc3QaHi5tb2RlbGlyLnYxLkRldG9rZW5pemVSZXNwb25zZRJUCg1HZXRTZXJ2ZXJJbmZvEiAubW9kZWxpci52MS5HZXRTZXJ2ZXJJbmZvUmVxdWVzdBohLm1vZGVsaXIudjEuR2V0U2VydmVySW5mb1Jlc3BvbnNlQnMKDmRldi5tb2RlbGlyLnYxQgxTZXJ2aWNlUHJvdG9QAVojbW9kZWxpci5kZXYvZ28vbW9kZWxpci92MTttb2RlbGlydjGiAgNNWFiqAgpNb2RlbGlyLlYxygIKTW9kZWxpclxWMeoCC01vZGVsaXI6OlYxYgZwcm90bzM", [file_modelir_v1_capabilities, file_modelir_v1_errors, file_modelir_v1_request, file_modelir_v1_response, file_modelir_v1_stream]);
+  fileDesc("Chhtb2RlbGlyL3YxL3NlcnZpY2UucHJvdG8SCm1vZGVsaXIudjEiNwoPR2VuZXJhdGVSZXF1ZXN0EiQKB3JlcXVlc3QYASABKAsyEy5tb2RlbGlyLnYxLlJlcXVlc3QiOgoQR2VuZXJhdGVSZXNwb25zZRImCghyZXNwb25zZRgBIAEoCzIULm1vZGVsaXIudjEuUmVzcG9uc2UiPQoVU3RyZWFtR2VuZXJhdGVSZXF1ZXN0EiQKB3JlcXVlc3QYASABKAsyEy5tb2RlbGlyLnYxLlJlcXVlc3QiQAoWU3RyZWFtR2VuZXJhdGVSZXNwb25zZRImCgVldmVudBgBIAEoCzIXLm1vZGVsaXIudjEuU3RyZWFtRXZlbnQitwEKD1Rva2VuaXplUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIOCgR0ZXh0GAIgASgJSAASMAoMY29udmVyc2F0aW9uGAUgASgLMhgubW9kZWxpci52MS5Db252ZXJzYXRpb25IABIPCgdjb250ZXh0GAMgASgJEhoKEmFkZF9zcGVjaWFsX3Rva2VucxgEIAEoCBIdChVhZGRfZ2VuZXJhdGlvbl9wcm9tcHQYBiABKAhCBwoFaW5wdXQigQEKEFRva2VuaXplUmVzcG9uc2USEQoJdG9rZW5faWRzGAEgAygFEg4KBnRva2VucxgCIAMoCRITCgt0b2tlbl9ieXRlcxgDIAEoDBIaChJ0b2tlbl9ieXRlX29mZnNldHMYBCADKA0SGQoRc3RyYWRkbGVzX2NvbnRleHQYBSABKAgiEwoRTGlzdE1vZGVsc1JlcXVlc3QiOwoSTGlzdE1vZGVsc1Jlc3BvbnNlEiUKBm1vZGVscxgBIAMoCzIVLm1vZGVsaXIudjEuTW9kZWxJbmZvInkKCU1vZGVsSW5mbxIMCgRuYW1lGAEgASgJEjAKCG1hbmlmZXN0GAIgASgLMh4ubW9kZWxpci52MS5DYXBhYmlsaXR5TWFuaWZlc3QSLAoJdG9rZW5pemVyGAMgASgLMhkubW9kZWxpci52MS5Ub2tlbml6ZXJJbmZvIjcKD1ZhbGlkYXRlUmVxdWVzdBIkCgdyZXF1ZXN0GAEgASgLMhMubW9kZWxpci52MS5SZXF1ZXN0Ir4BChBWYWxpZGF0ZVJlc3BvbnNlEhAKCGFjY2VwdGVkGAEgASgIEigKCHJlcXVpcmVkGAIgAygOMhYubW9kZWxpci52MS5DYXBhYmlsaXR5EjgKC3Vuc3VwcG9ydGVkGAMgASgLMiMubW9kZWxpci52MS5VbnN1cHBvcnRlZENhcGFiaWxpdGllcxI0ChBmaWVsZF92aW9sYXRpb25zGAQgAygLMhoubW9kZWxpci52MS5GaWVsZFZpb2xhdGlvbiI1ChFEZXRva2VuaXplUmVxdWVzdBINCgVtb2RlbBgBIAEoCRIRCgl0b2tlbl9pZHMYAiADKAUiIgoSRGV0b2tlbml6ZVJlc3BvbnNlEgwKBHRleHQYASABKAkiFgoUR2V0U2VydmVySW5mb1JlcXVlc3QicgoVR2V0U2VydmVySW5mb1Jlc3BvbnNlEhIKCmlyX3ZlcnNpb24YASABKAkSFgoOc2VydmVyX3ZlcnNpb24YAiABKAkSLQoKdHJhbnNwb3J0cxgDIAMoCzIZLm1vZGVsaXIudjEuVHJhbnNwb3J0SW5mbyJDCg1UcmFuc3BvcnRJbmZvEgwKBG5hbWUYASABKAkSDwoHdmVyc2lvbhgCIAEoCRITCgttb2RlbF9uYW1lcxgDIAMoCTKuBAoMTW9kZWxTZXJ2aWNlEkUKCEdlbmVyYXRlEhsubW9kZWxpci52MS5HZW5lcmF0ZVJlcXVlc3QaHC5tb2RlbGlyLnYxLkdlbmVyYXRlUmVzcG9uc2USWQoOU3RyZWFtR2VuZXJhdGUSIS5tb2RlbGlyLnYxLlN0cmVhbUdlbmVyYXRlUmVxdWVzdBoiLm1vZGVsaXIudjEuU3RyZWFtR2VuZXJhdGVSZXNwb25zZTABEkUKCFRva2VuaXplEhsubW9kZWxpci52MS5Ub2tlbml6ZVJlcXVlc3QaHC5tb2RlbGlyLnYxLlRva2VuaXplUmVzcG9uc2USSwoKTGlzdE1vZGVscxIdLm1vZGVsaXIudjEuTGlzdE1vZGVsc1JlcXVlc3QaHi5tb2RlbGlyLnYxLkxpc3RNb2RlbHNSZXNwb25zZRJFCghWYWxpZGF0ZRIbLm1vZGVsaXIudjEuVmFsaWRhdGVSZXF1ZXN0GhwubW9kZWxpci52MS5WYWxpZGF0ZVJlc3BvbnNlEksKCkRldG9rZW5pemUSHS5tb2RlbGlyLnYxLkRldG9rZW5pemVSZXF1ZXN0Gh4ubW9kZWxpci52MS5EZXRva2VuaXplUmVzcG9uc2USVAoNR2V0U2VydmVySW5mbxIgLm1vZGVsaXIudjEuR2V0U2VydmVySW5mb1JlcXVlc3QaIS5tb2RlbGlyLnYxLkdldFNlcnZlckluZm9SZXNwb25zZUJzCg5kZXYubW9kZWxpci52MUIMU2VydmljZVByb3RvUAFaI21vZGVsaXIuZGV2L2dvL21vZGVsaXIvdjE7bW9kZWxpcnYxogIDTVhYqgIKTW9kZWxpci5WMcoCCk1vZGVsaXJcVjHqAgtNb2RlbGlyOjpWMWIGcHJvdG8z", [file_modelir_v1_capabilities, file_modelir_v1_errors, file_modelir_v1_request, file_modelir_v1_response, file_modelir_v1_stream]);
 
 /**
  * The request of `Generate`.
@@ -120,15 +120,32 @@ export type TokenizeRequest = Message<"modelir.v1.TokenizeRequest"> & {
   model: string;
 
   /**
-   * The text to tokenize.
+   * What to tokenize.
    *
-   * @generated from field: string text = 2;
+   * @generated from oneof modelir.v1.TokenizeRequest.input
    */
-  text: string;
+  input: {
+    /**
+     * Text, as a raw prompt.
+     *
+     * @generated from field: string text = 2;
+     */
+    value: string;
+    case: "text";
+  } | {
+    /**
+     * A conversation, rendered through the model's chat template first (needs
+     * `CAPABILITY_TOKENIZE_CONVERSATION`).
+     *
+     * @generated from field: modelir.v1.Conversation conversation = 5;
+     */
+    value: Conversation;
+    case: "conversation";
+  } | { case: undefined; value?: undefined };
 
   /**
    * Text that comes right before `text`; the answer holds only the tokens that cover `text`, as they come out
-   * when `context + text` is tokenized. Empty means none.
+   * when `context + text` is tokenized. Empty means none. Not allowed with a conversation.
    *
    * @generated from field: string context = 3;
    */
@@ -140,6 +157,14 @@ export type TokenizeRequest = Message<"modelir.v1.TokenizeRequest"> & {
    * @generated from field: bool add_special_tokens = 4;
    */
   addSpecialTokens: boolean;
+
+  /**
+   * With a conversation: when true, end the rendering with the template's generation prompt (the start of the
+   * assistant's reply), as for generation; when false, render only the messages.
+   *
+   * @generated from field: bool add_generation_prompt = 6;
+   */
+  addGenerationPrompt: boolean;
 };
 
 /**
@@ -163,11 +188,11 @@ export type TokenizeResponse = Message<"modelir.v1.TokenizeResponse"> & {
   tokenIds: number[];
 
   /**
-   * Each token's text as the tokenizer spells it, one per token.
+   * Each token's text as the tokenizer spells it, one per token (as `TokenLogprobs.tokens`).
    *
-   * @generated from field: repeated string pieces = 2;
+   * @generated from field: repeated string tokens = 2;
    */
-  pieces: string[];
+  tokens: string[];
 
   /**
    * The raw bytes of all tokens, concatenated.
@@ -253,6 +278,14 @@ export type ModelInfo = Message<"modelir.v1.ModelInfo"> & {
    * @generated from field: modelir.v1.CapabilityManifest manifest = 2;
    */
   manifest?: CapabilityManifest | undefined;
+
+  /**
+   * Facts about the model's tokenizer, where the engine reports them (llama.cpp `/props`, vLLM, the reference
+   * model). Unset when unknown.
+   *
+   * @generated from field: modelir.v1.TokenizerInfo tokenizer = 3;
+   */
+  tokenizer?: TokenizerInfo | undefined;
 };
 
 /**

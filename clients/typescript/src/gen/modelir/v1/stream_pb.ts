@@ -4,13 +4,13 @@
 
 import type { GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Blob, ReasoningArtifact } from "./content_pb";
+import type { Blob, Citation, OpaqueArtifact, Part } from "./content_pb";
 import { file_modelir_v1_content } from "./content_pb";
 import type { ResponseError, Warning } from "./errors_pb";
 import { file_modelir_v1_errors } from "./errors_pb";
 import type { InputScores, TokenLogprobs } from "./logprobs_pb";
 import { file_modelir_v1_logprobs } from "./logprobs_pb";
-import type { FinishReason, RawExchange, Timing, Usage } from "./response_pb";
+import type { FinishReason, PromptFeedback, RawExchange, Timing, Usage } from "./response_pb";
 import { file_modelir_v1_response } from "./response_pb";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -18,25 +18,34 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file modelir/v1/stream.proto.
  */
 export const file_modelir_v1_stream: GenFile = /*@__PURE__*/
-  fileDesc("Chdtb2RlbGlyL3YxL3N0cmVhbS5wcm90bxIKbW9kZWxpci52MSKOAQoLU3RyZWFtRXZlbnQSKAoFc3RhcnQYASABKAsyFy5tb2RlbGlyLnYxLlN0cmVhbVN0YXJ0SAASJgoFZGVsdGEYAiABKAsyFS5tb2RlbGlyLnYxLlBhcnREZWx0YUgAEiQKA2VuZBgDIAEoCzIVLm1vZGVsaXIudjEuU3RyZWFtRW5kSABCBwoFZXZlbnQiKAoLU3RyZWFtU3RhcnQSCgoCaWQYASABKAkSDQoFbW9kZWwYAiABKAkiwwIKCVBhcnREZWx0YRIUCgxjaG9pY2VfaW5kZXgYASABKAUSEgoKcGFydF9pbmRleBgCIAEoBRIOCgR0ZXh0GAMgASgJSAASLwoJcmVhc29uaW5nGAQgASgLMhoubW9kZWxpci52MS5SZWFzb25pbmdEZWx0YUgAEi4KCXRvb2xfY2FsbBgFIAEoCzIZLm1vZGVsaXIudjEuVG9vbENhbGxEZWx0YUgAEiAKBGJsb2IYBiABKAsyEC5tb2RlbGlyLnYxLkJsb2JIABIwCglhcnRpZmFjdHMYByADKAsyHS5tb2RlbGlyLnYxLlJlYXNvbmluZ0FydGlmYWN0Eg8KB2l0ZW1faWQYCCABKAkSKwoIbG9ncHJvYnMYCSABKAsyGS5tb2RlbGlyLnYxLlRva2VuTG9ncHJvYnNCCQoHY29udGVudCJhCg5SZWFzb25pbmdEZWx0YRIMCgR0ZXh0GAEgASgJEhUKDXN1bW1hcnlfaW5kZXgYAiABKAUSGQoMc3VtbWFyeV90ZXh0GAMgASgJSACIAQFCDwoNX3N1bW1hcnlfdGV4dCJBCg1Ub29sQ2FsbERlbHRhEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSFgoOYXJndW1lbnRzX2pzb24YAyABKAkihwEKDENob2ljZUZpbmlzaBIUCgxjaG9pY2VfaW5kZXgYASABKAUSLwoNZmluaXNoX3JlYXNvbhgCIAEoDjIYLm1vZGVsaXIudjEuRmluaXNoUmVhc29uEhkKEXJhd19maW5pc2hfcmVhc29uGAMgASgJEhUKDXN0b3Bfc2VxdWVuY2UYBCABKAki2AIKCVN0cmVhbUVuZBIqCghmaW5pc2hlcxgBIAMoCzIYLm1vZGVsaXIudjEuQ2hvaWNlRmluaXNoEiAKBXVzYWdlGAIgASgLMhEubW9kZWxpci52MS5Vc2FnZRItCgxpbnB1dF9zY29yZXMYAyABKAsyFy5tb2RlbGlyLnYxLklucHV0U2NvcmVzEhgKEHByb21wdF90b2tlbl9pZHMYBCADKAUSIgoGdGltaW5nGAUgASgLMhIubW9kZWxpci52MS5UaW1pbmcSKAoFZXJyb3IYBiABKAsyGS5tb2RlbGlyLnYxLlJlc3BvbnNlRXJyb3ISJQoId2FybmluZ3MYByADKAsyEy5tb2RlbGlyLnYxLldhcm5pbmcSJAoDcmF3GAggASgLMhcubW9kZWxpci52MS5SYXdFeGNoYW5nZRIKCgJpZBgJIAEoCRINCgVtb2RlbBgKIAEoCUJyCg5kZXYubW9kZWxpci52MUILU3RyZWFtUHJvdG9QAVojbW9kZWxpci5kZXYvZ28vbW9kZWxpci92MTttb2RlbGlydjGiAgNNWFiqAgpNb2RlbGlyLlYxygIKTW9kZWxpclxWMeoCC01vZGVsaXI6OlYxYgZwcm90bzM", [file_modelir_v1_content, file_modelir_v1_errors, file_modelir_v1_logprobs, file_modelir_v1_response]);
+  fileDesc("Chdtb2RlbGlyL3YxL3N0cmVhbS5wcm90bxIKbW9kZWxpci52MSLSAQoLU3RyZWFtRXZlbnQSKAoFc3RhcnQYASABKAsyFy5tb2RlbGlyLnYxLlN0cmVhbVN0YXJ0SAASJgoFZGVsdGEYAiABKAsyFS5tb2RlbGlyLnYxLlBhcnREZWx0YUgAEiQKA2VuZBgDIAEoCzIVLm1vZGVsaXIudjEuU3RyZWFtRW5kSAASKQoJcGFydF9kb25lGAQgASgLMhQubW9kZWxpci52MS5QYXJ0RG9uZUgAEhcKD3NlcXVlbmNlX251bWJlchgFIAEoA0IHCgVldmVudCJPCgtTdHJlYW1TdGFydBIKCgJpZBgBIAEoCRINCgVtb2RlbBgCIAEoCRIlCgh3YXJuaW5ncxgDIAMoCzITLm1vZGVsaXIudjEuV2FybmluZyKxAwoJUGFydERlbHRhEhQKDGNob2ljZV9pbmRleBgBIAEoBRISCgpwYXJ0X2luZGV4GAIgASgFEg4KBHRleHQYAyABKAlIABIvCglyZWFzb25pbmcYBCABKAsyGi5tb2RlbGlyLnYxLlJlYXNvbmluZ0RlbHRhSAASLgoJdG9vbF9jYWxsGAUgASgLMhkubW9kZWxpci52MS5Ub29sQ2FsbERlbHRhSAASIAoEYmxvYhgGIAEoCzIQLm1vZGVsaXIudjEuQmxvYkgAEhEKB3JlZnVzYWwYCiABKAlIABIgCgRwYXJ0GAsgASgLMhAubW9kZWxpci52MS5QYXJ0SAASLQoJYXJ0aWZhY3RzGAcgAygLMhoubW9kZWxpci52MS5PcGFxdWVBcnRpZmFjdBIPCgdpdGVtX2lkGAggASgJEisKCGxvZ3Byb2JzGAkgASgLMhkubW9kZWxpci52MS5Ub2tlbkxvZ3Byb2JzEicKCWNpdGF0aW9ucxgMIAMoCzIULm1vZGVsaXIudjEuQ2l0YXRpb24SEQoJdG9rZW5faWRzGA0gAygFQgkKB2NvbnRlbnQiNAoIUGFydERvbmUSFAoMY2hvaWNlX2luZGV4GAEgASgFEhIKCnBhcnRfaW5kZXgYAiABKAUiYQoOUmVhc29uaW5nRGVsdGESDAoEdGV4dBgBIAEoCRIVCg1zdW1tYXJ5X2luZGV4GAIgASgFEhkKDHN1bW1hcnlfdGV4dBgDIAEoCUgAiAEBQg8KDV9zdW1tYXJ5X3RleHQiQQoNVG9vbENhbGxEZWx0YRIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEhYKDmFyZ3VtZW50c19qc29uGAMgASgJIp0CCgxDaG9pY2VGaW5pc2gSFAoMY2hvaWNlX2luZGV4GAEgASgFEi8KDWZpbmlzaF9yZWFzb24YAiABKA4yGC5tb2RlbGlyLnYxLkZpbmlzaFJlYXNvbhIZChFyYXdfZmluaXNoX3JlYXNvbhgDIAEoCRIXCg1zdG9wX3NlcXVlbmNlGAQgASgJSAASFwoNc3RvcF90b2tlbl9pZBgFIAEoBUgAEh4KFnVuYXR0cmlidXRlZF90b2tlbl9pZHMYBiADKAUSHwoSb3V0cHV0X3Rva2VuX2NvdW50GAcgASgDSAGIAQESGQoRY29uc3RyYWluZWRfbGFiZWwYCCABKAlCBgoEc3RvcEIVChNfb3V0cHV0X3Rva2VuX2NvdW50IqQDCglTdHJlYW1FbmQSKgoIZmluaXNoZXMYASADKAsyGC5tb2RlbGlyLnYxLkNob2ljZUZpbmlzaBIgCgV1c2FnZRgCIAEoCzIRLm1vZGVsaXIudjEuVXNhZ2USLQoMaW5wdXRfc2NvcmVzGAMgAygLMhcubW9kZWxpci52MS5JbnB1dFNjb3JlcxIYChBwcm9tcHRfdG9rZW5faWRzGAQgAygFEiIKBnRpbWluZxgFIAEoCzISLm1vZGVsaXIudjEuVGltaW5nEikKBmVycm9ycxgGIAMoCzIZLm1vZGVsaXIudjEuUmVzcG9uc2VFcnJvchIlCgh3YXJuaW5ncxgHIAMoCzITLm1vZGVsaXIudjEuV2FybmluZxIkCgNyYXcYCCABKAsyFy5tb2RlbGlyLnYxLlJhd0V4Y2hhbmdlEgoKAmlkGAkgASgJEg0KBW1vZGVsGAogASgJEjMKD3Byb21wdF9mZWVkYmFjaxgLIAEoCzIaLm1vZGVsaXIudjEuUHJvbXB0RmVlZGJhY2sSFAoMc2VydmljZV90aWVyGAwgASgJQnIKDmRldi5tb2RlbGlyLnYxQgtTdHJlYW1Qcm90b1ABWiNtb2RlbGlyLmRldi9nby9tb2RlbGlyL3YxO21vZGVsaXJ2MaICA01YWKoCCk1vZGVsaXIuVjHKAgpNb2RlbGlyXFYx6gILTW9kZWxpcjo6VjFiBnByb3RvMw", [file_modelir_v1_content, file_modelir_v1_errors, file_modelir_v1_logprobs, file_modelir_v1_response]);
 
 /**
  * One event of a streamed generation. Folding the events of a stream in order, with the one accumulator the SDK
  * provides, gives exactly the `Response` the same exchange gives unstreamed.
  *
  * The accumulation rules, which every language's accumulator follows (conformance/service proves it):
- * - `start` sets the response's id and model; a non-empty `id` or `model` on `end` replaces them.
+ * - `start` sets the response's id and model, and its warnings; a non-empty `id` or `model` on `end` replaces
+ *   them.
  * - A delta whose `part_index` is one past the choice's last part starts a new part; a smaller index extends that
- *   part; a larger one is an error. Text, reasoning text, summary text and tool-call arguments are appended;
- *   a tool call's id and name are set by the delta that carries them; a blob replaces the part's content.
- * - A delta with no content, artifacts or item id only carries logprobs and starts no part.
+ *   part; a larger one is an error. Text, refusal, reasoning text, summary text and tool-call arguments are
+ *   appended; a tool call's id and name are set by the delta that carries them; a blob or a whole `part` replaces
+ *   the part's content (and a whole part's artifacts, item id and citations are appended to the part's).
+ * - A delta with no content, artifacts, citations or item id only carries logprobs or token ids and starts no
+ *   part.
  * - Logprob chunks are concatenated column by column in arrival order. `token_byte_offsets` (and
  *   `top_token_byte_offsets`) are relative to the chunk's own bytes, so each is rebased by the number of bytes
  *   that came before; the `basis` is the first chunk's that is not unspecified.
+ * - A delta's `token_ids` are appended to the choice's `sampled_tokens.token_ids`, each with the delta's
+ *   `part_index` (or -1 when the delta starts no part); a finish's `unattributed_token_ids` are appended last,
+ *   with -1.
+ * - `part_done` changes nothing in the response: it says that a part is complete, so that a caller can act on it
+ *   (run a tool call) before the stream ends.
  * - Every accumulated message has the role `ROLE_ASSISTANT`; choices are sorted by index, and a choice named only
  *   by a `ChoiceFinish` still appears.
- * - `end` carries what is known only at the end (finishes, usage, scores, prompt ids, timing, soft error,
- *   warnings, raw); its values are set on the response.
+ * - `end` carries what is known only at the end (finishes, usage, scores, prompt ids, timing, soft errors,
+ *   warnings, raw, prompt feedback, service tier); its values are set on the response (its warnings are appended
+ *   after the start's).
  *
  * @generated from message modelir.v1.StreamEvent
  */
@@ -70,7 +79,23 @@ export type StreamEvent = Message<"modelir.v1.StreamEvent"> & {
      */
     value: StreamEnd;
     case: "end";
+  } | {
+    /**
+     * A part is complete.
+     *
+     * @generated from field: modelir.v1.PartDone part_done = 4;
+     */
+    value: PartDone;
+    case: "partDone";
   } | { case: undefined; value?: undefined };
+
+  /**
+   * The event's position in its stream, from 0, increasing by one per event, so that a receiver can detect a lost
+   * or reordered event.
+   *
+   * @generated from field: int64 sequence_number = 5;
+   */
+  sequenceNumber: bigint;
 };
 
 /**
@@ -99,6 +124,14 @@ export type StreamStart = Message<"modelir.v1.StreamStart"> & {
    * @generated from field: string model = 2;
    */
   model: string;
+
+  /**
+   * Non-fatal remarks already known when the stream starts (e.g. a dropped foreign artifact), which would
+   * otherwise wait for the end (`Response.warnings`).
+   *
+   * @generated from field: repeated modelir.v1.Warning warnings = 3;
+   */
+  warnings: Warning[];
 };
 
 /**
@@ -130,7 +163,7 @@ export type PartDelta = Message<"modelir.v1.PartDelta"> & {
   partIndex: number;
 
   /**
-   * What to add to the part. Unset when the delta only carries logprobs or artifacts.
+   * What to add to the part. Unset when the delta only carries logprobs, token ids, artifacts or citations.
    *
    * @generated from oneof modelir.v1.PartDelta.content
    */
@@ -166,14 +199,31 @@ export type PartDelta = Message<"modelir.v1.PartDelta"> & {
      */
     value: Blob;
     case: "blob";
+  } | {
+    /**
+     * Refusal text appended to a refusal part.
+     *
+     * @generated from field: string refusal = 10;
+     */
+    value: string;
+    case: "refusal";
+  } | {
+    /**
+     * A complete part of any kind (server tool calls and results, provider parts, compaction, and any kind added
+     * later), so that a new part kind never needs a new delta kind.
+     *
+     * @generated from field: modelir.v1.Part part = 11;
+     */
+    value: Part;
+    case: "part";
   } | { case: undefined; value?: undefined };
 
   /**
-   * Complete reasoning artifacts, appended to the part's artifacts.
+   * Complete opaque artifacts, appended to the part's artifacts.
    *
-   * @generated from field: repeated modelir.v1.ReasoningArtifact artifacts = 7;
+   * @generated from field: repeated modelir.v1.OpaqueArtifact artifacts = 7;
    */
-  artifacts: ReasoningArtifact[];
+  artifacts: OpaqueArtifact[];
 
   /**
    * The provider's item id for the part; set once, on any delta of the part.
@@ -188,6 +238,20 @@ export type PartDelta = Message<"modelir.v1.PartDelta"> & {
    * @generated from field: modelir.v1.TokenLogprobs logprobs = 9;
    */
   logprobs?: TokenLogprobs | undefined;
+
+  /**
+   * Complete citations, appended to the part's citations.
+   *
+   * @generated from field: repeated modelir.v1.Citation citations = 12;
+   */
+  citations: Citation[];
+
+  /**
+   * The sampled token ids of this delta, appended to the choice's `sampled_tokens`.
+   *
+   * @generated from field: repeated int32 token_ids = 13;
+   */
+  tokenIds: number[];
 };
 
 /**
@@ -196,6 +260,34 @@ export type PartDelta = Message<"modelir.v1.PartDelta"> & {
  */
 export const PartDeltaSchema: GenMessage<PartDelta> = /*@__PURE__*/
   messageDesc(file_modelir_v1_stream, 2);
+
+/**
+ * A part that is complete: no later delta extends it.
+ *
+ * @generated from message modelir.v1.PartDone
+ */
+export type PartDone = Message<"modelir.v1.PartDone"> & {
+  /**
+   * The choice the part belongs to.
+   *
+   * @generated from field: int32 choice_index = 1;
+   */
+  choiceIndex: number;
+
+  /**
+   * The part's index in the choice's message.
+   *
+   * @generated from field: int32 part_index = 2;
+   */
+  partIndex: number;
+};
+
+/**
+ * Describes the message modelir.v1.PartDone.
+ * Use `create(PartDoneSchema)` to create a new message.
+ */
+export const PartDoneSchema: GenMessage<PartDone> = /*@__PURE__*/
+  messageDesc(file_modelir_v1_stream, 3);
 
 /**
  * A piece of a reasoning part.
@@ -230,7 +322,7 @@ export type ReasoningDelta = Message<"modelir.v1.ReasoningDelta"> & {
  * Use `create(ReasoningDeltaSchema)` to create a new message.
  */
 export const ReasoningDeltaSchema: GenMessage<ReasoningDelta> = /*@__PURE__*/
-  messageDesc(file_modelir_v1_stream, 3);
+  messageDesc(file_modelir_v1_stream, 4);
 
 /**
  * A piece of a tool call part.
@@ -265,7 +357,7 @@ export type ToolCallDelta = Message<"modelir.v1.ToolCallDelta"> & {
  * Use `create(ToolCallDeltaSchema)` to create a new message.
  */
 export const ToolCallDeltaSchema: GenMessage<ToolCallDelta> = /*@__PURE__*/
-  messageDesc(file_modelir_v1_stream, 4);
+  messageDesc(file_modelir_v1_stream, 5);
 
 /**
  * How one choice ended.
@@ -295,11 +387,48 @@ export type ChoiceFinish = Message<"modelir.v1.ChoiceFinish"> & {
   rawFinishReason: string;
 
   /**
-   * The stop string or token that ended it (`Choice.stop_sequence`).
+   * What ended it (`Choice.stop`).
    *
-   * @generated from field: string stop_sequence = 4;
+   * @generated from oneof modelir.v1.ChoiceFinish.stop
    */
-  stopSequence: string;
+  stop: {
+    /**
+     * The stop string (`Choice.stop_sequence`).
+     *
+     * @generated from field: string stop_sequence = 4;
+     */
+    value: string;
+    case: "stopSequence";
+  } | {
+    /**
+     * The stop token id (`Choice.stop_token_id`).
+     *
+     * @generated from field: int32 stop_token_id = 5;
+     */
+    value: number;
+    case: "stopTokenId";
+  } | { case: undefined; value?: undefined };
+
+  /**
+   * Sampled tokens that belong to no part, such as a trimmed stop token, appended to `Choice.sampled_tokens`.
+   *
+   * @generated from field: repeated int32 unattributed_token_ids = 6;
+   */
+  unattributedTokenIds: number[];
+
+  /**
+   * The choice's own output token count (`Choice.output_token_count`).
+   *
+   * @generated from field: optional int64 output_token_count = 7;
+   */
+  outputTokenCount?: bigint | undefined;
+
+  /**
+   * The chosen label under a choice constraint (`Choice.constrained_label`).
+   *
+   * @generated from field: string constrained_label = 8;
+   */
+  constrainedLabel: string;
 };
 
 /**
@@ -307,7 +436,7 @@ export type ChoiceFinish = Message<"modelir.v1.ChoiceFinish"> & {
  * Use `create(ChoiceFinishSchema)` to create a new message.
  */
 export const ChoiceFinishSchema: GenMessage<ChoiceFinish> = /*@__PURE__*/
-  messageDesc(file_modelir_v1_stream, 5);
+  messageDesc(file_modelir_v1_stream, 6);
 
 /**
  * The last event of a stream.
@@ -332,9 +461,9 @@ export type StreamEnd = Message<"modelir.v1.StreamEnd"> & {
   /**
    * The scores of the input, when requested (`Response.input_scores`).
    *
-   * @generated from field: modelir.v1.InputScores input_scores = 3;
+   * @generated from field: repeated modelir.v1.InputScores input_scores = 3;
    */
-  inputScores?: InputScores | undefined;
+  inputScores: InputScores[];
 
   /**
    * The input's token ids, when reported (`Response.prompt_token_ids`).
@@ -351,11 +480,11 @@ export type StreamEnd = Message<"modelir.v1.StreamEnd"> & {
   timing?: Timing | undefined;
 
   /**
-   * A soft error, when the output is partial or suspect (`Response.error`).
+   * Soft errors, when the output is partial or suspect (`Response.errors`).
    *
-   * @generated from field: modelir.v1.ResponseError error = 6;
+   * @generated from field: repeated modelir.v1.ResponseError errors = 6;
    */
-  error?: ResponseError | undefined;
+  errors: ResponseError[];
 
   /**
    * Non-fatal remarks (`Response.warnings`).
@@ -385,6 +514,20 @@ export type StreamEnd = Message<"modelir.v1.StreamEnd"> & {
    * @generated from field: string model = 10;
    */
   model: string;
+
+  /**
+   * What the provider said about the prompt (`Response.prompt_feedback`).
+   *
+   * @generated from field: modelir.v1.PromptFeedback prompt_feedback = 11;
+   */
+  promptFeedback?: PromptFeedback | undefined;
+
+  /**
+   * The service tier that served the request (`Response.service_tier`).
+   *
+   * @generated from field: string service_tier = 12;
+   */
+  serviceTier: string;
 };
 
 /**
@@ -392,5 +535,5 @@ export type StreamEnd = Message<"modelir.v1.StreamEnd"> & {
  * Use `create(StreamEndSchema)` to create a new message.
  */
 export const StreamEndSchema: GenMessage<StreamEnd> = /*@__PURE__*/
-  messageDesc(file_modelir_v1_stream, 6);
+  messageDesc(file_modelir_v1_stream, 7);
 
