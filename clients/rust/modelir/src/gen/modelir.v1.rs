@@ -2173,13 +2173,14 @@ impl RecordStatus {
 ///   appended; a tool call's id and name are set by the delta that carries them; a blob or a whole `part` replaces
 ///   the part's content (and a whole part's artifacts, item id and citations are appended to the part's).
 /// * A delta with no content, artifacts, citations or item id only carries logprobs or token ids and starts no
-///   part.
+///   part; its `part_index` may then be -1 (token ids of no part).
 /// * Logprob chunks are concatenated column by column in arrival order. `token_byte_offsets` (and
 ///   `top_token_byte_offsets`) are relative to the chunk's own bytes, so each is rebased by the number of bytes
 ///   that came before; the `basis` is the first chunk's that is not unspecified.
 /// * A delta's `token_ids` are appended to the choice's `sampled_tokens.token_ids`, each with the delta's
-///   `part_index` (or -1 when the delta starts no part); a finish's `unattributed_token_ids` are appended last,
-///   with -1.
+///   `part_index` as its part index; a finish's `unattributed_token_ids` are appended last, with -1. When no token
+///   has a part index of 0 or more, `sampled_tokens.part_indexes` stays empty (the provider did not attribute
+///   them).
 /// * `part_done` changes nothing in the response: it says that a part is complete, so that a caller can act on it
 ///   (run a tool call) before the stream ends.
 /// * Every accumulated message has the role `ROLE_ASSISTANT`; choices are sorted by index, and a choice named only
@@ -2237,7 +2238,8 @@ pub struct PartDelta {
     /// The choice this delta belongs to.
     #[prost(int32, tag = "1")]
     pub choice_index: i32,
-    /// The index of the part in the choice's message.
+    /// The index of the part in the choice's message; -1 only on a delta that carries nothing but token ids of no
+    /// part.
     #[prost(int32, tag = "2")]
     pub part_index: i32,
     /// Complete opaque artifacts, appended to the part's artifacts.
