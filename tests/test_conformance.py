@@ -26,7 +26,7 @@ def test_every_fixture_passes_with_full_coverage():
 def test_the_runner_catches_a_wrong_expectation(tmp_path):
     source = FIXTURES / "openai_chat" / "logprobs_top_k.json"
     fixture = json.loads(source.read_text())
-    fixture["expected_response"]["choices"][0]["logprobs"]["logprobs"][0] = -0.75
+    fixture["expected_response"]["choices"][0]["logprobs"]["tokenLogprobs"][0] = -0.75
     fixture["expected_http_request"]["body"]["top_logprobs"] = 3
     (tmp_path / "openai_chat").mkdir()
     (tmp_path / "openai_chat" / "drifted.json").write_text(json.dumps(fixture))

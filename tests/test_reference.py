@@ -154,7 +154,9 @@ async def test_required_tool_call_is_well_formed(reference):
     response = await reference.arun(request)
     (part,) = response.choices[0].message.parts
     assert part.tool_call.name == "get_weather" and part.tool_call.id.startswith("call_")
-    jsonschema.validate(orjson.loads(part.tool_call.arguments_json), orjson.loads(WEATHER.function.parameters_json_schema))
+    jsonschema.validate(
+        orjson.loads(part.tool_call.arguments_json), orjson.loads(WEATHER.function.parameters_json_schema)
+    )
     assert response.choices[0].finish_reason == response_pb2.FINISH_REASON_TOOL_CALLS
 
 

@@ -235,7 +235,10 @@ def test_build_request_takes_the_new_keywords():
     assert request.reasoning_controls.summary == request_pb2.REASONING_SUMMARY_AUTO
     assert request.tool_choice.tool_name == "forecast"
     assert request.foreign_artifact_policy == request_pb2.FOREIGN_ARTIFACT_POLICY_DROP
-    assert request.logprob_options.basis == logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING and request.logprob_options.require_token_ids
+    assert (
+        request.logprob_options.basis == logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING
+        and request.logprob_options.require_token_ids
+    )
     assert request.include_raw and request.sampling.min_p == pytest.approx(0.1)
     assert build_request("m", prompt="x", reasoning=2048).reasoning_controls.budget_tokens == 2048
     assert list(build_request("m", prompt="x", stop=["a", "b"]).sampling.stop) == ["a", "b"]

@@ -21,7 +21,9 @@ def _json_request(**extra) -> request_pb2.Request:
 
 
 def test_the_precedence_is_provider_malformed_cut_short_input_scores_logprobs_constraint():
-    request = _json_request(logprob_options=request_pb2.LogprobOptions(), input_scoring=request_pb2.InputScoringOptions())
+    request = _json_request(
+        logprob_options=request_pb2.LogprobOptions(), input_scoring=request_pb2.InputScoringOptions()
+    )
     facts = soft_errors.Facts(
         provider_error=soft_errors.provider_error("boom"),
         malformed="a tool input is not JSON",

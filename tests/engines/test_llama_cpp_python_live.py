@@ -234,7 +234,9 @@ async def test_stream_accumulates_to_the_unary_answer(model):
     unary = await model.arun(request)
     streamed = accumulate([event async for event in model.astream(request)])
     assert streamed.choices[0].message.parts[0].text == unary.choices[0].message.parts[0].text
-    assert list(streamed.choices[0].logprobs.token_logprobs) == pytest.approx(list(unary.choices[0].logprobs.token_logprobs))
+    assert list(streamed.choices[0].logprobs.token_logprobs) == pytest.approx(
+        list(unary.choices[0].logprobs.token_logprobs)
+    )
     assert streamed.choices[0].finish_reason == unary.choices[0].finish_reason
 
 

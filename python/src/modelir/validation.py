@@ -77,10 +77,10 @@ def _problems(req: request_pb2.Request) -> Iterator[tuple[str, str]]:
     functions = [t.function.name for t in req.tools if t.WhichOneof("kind") == "function"]
     names = functions + [t.provider.name or t.provider.type for t in req.tools if t.WhichOneof("kind") == "provider"]
     for i, tool in enumerate(req.tools):
-        kind = tool.WhichOneof("kind")
-        if kind is None:
+        tool_kind = tool.WhichOneof("kind")
+        if tool_kind is None:
             yield f"tools[{i}]", "A tool is a function tool or a provider tool."
-        elif kind == "provider":
+        elif tool_kind == "provider":
             if not tool.provider.transport:
                 yield f"tools[{i}].provider.transport", "Name the transport whose provider runs the tool."
             if not tool.provider.type:
