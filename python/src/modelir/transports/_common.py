@@ -73,3 +73,9 @@ def copy_sampling(sampling: request_pb2.SamplingParams, target: dict[str, Any], 
                 target[key] = sampling.choice_count
         elif sampling.HasField(field):  # type: ignore[arg-type]  # the callers name optional fields
             target[key] = getattr(sampling, field)
+
+
+def char_to_byte_offset(text: str, index: int) -> int:
+    """The UTF-8 byte offset of the code point at `index` in `text` (citations are stored in bytes; providers that
+    count characters, such as Responses annotations, are converted with this). Clamped to the text's ends."""
+    return len(text[: max(0, min(index, len(text)))].encode())
