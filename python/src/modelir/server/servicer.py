@@ -14,8 +14,10 @@ import grpc
 from grpc_status import rpc_status
 
 from modelir import errors, telemetry, varint, version
+from modelir.coalesce import coalesced
 from modelir.model import Model
 from modelir.rich_status import to_status
+from modelir.streams import closing_stream
 from modelir.v1 import errors_pb2, response_pb2, service_pb2, service_pb2_grpc, stream_pb2
 
 
@@ -56,10 +58,14 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
     async def StreamGenerate(
         self, request: service_pb2.StreamGenerateRequest, context
     ) -> AsyncIterator[service_pb2.StreamGenerateResponse]:
+        # Upstream deltas that wait together (the caller reads slower than the provider writes) leave as one
+        # message: a gRPC message per token is most of what a stream costs the server.
         async with _Call(self, "StreamGenerate", request.request.model, context) as call:
-            async for event in call.model().astream(request.request, deadline=self._deadline(context)):
-                call.observe(event)
-                yield service_pb2.StreamGenerateResponse(event=event)
+            events = coalesced(call.model().astream(request.request, deadline=self._deadline(context)))
+            async with closing_stream(events):
+                async for event in events:
+                    call.observe(event)
+                    yield service_pb2.StreamGenerateResponse(event=event)
 
     async def Tokenize(self, request: service_pb2.TokenizeRequest, context) -> service_pb2.TokenizeResponse:
         return await self._call("Tokenize", request.model, context, lambda model: model.atokenize_request(request))

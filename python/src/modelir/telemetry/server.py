@@ -7,6 +7,7 @@ included: the model call inside becomes its child, and the provider call the mod
 from __future__ import annotations
 
 import time
+from contextvars import ContextVar, Token
 from typing import Any
 
 import grpc
@@ -102,11 +103,14 @@ class ServerCall:
         """End the RPC's span and write its access-log line, with the `status` and `transport` set by then (what
         leaving the `with` block does, for a caller that keeps its own frame)."""
         latency = time.monotonic() - self.started
-        _runtime.current_capture.reset(self._capture_token)
+        # A streaming handler that its caller abandoned is closed by asyncio's finaliser, in a context of its own:
+        # what this call set is not current there, and resetting it would raise (or log, for OpenTelemetry's).
+        own_context = _reset(_runtime.current_capture, self._capture_token)
         trace_id = ""
         span = self.span
         if span is not None:
-            otel_context.detach(self._token)  # type: ignore[arg-type]
+            if own_context:
+                otel_context.detach(self._token)  # type: ignore[arg-type]
             trace_id = trace.format_trace_id(span.get_span_context().trace_id)
             if span.is_recording():
                 ending: dict[str, Any] = {sc.RPC_GRPC_STATUS_CODE: _GRPC_CODES.get(self.status, 2)}
@@ -129,6 +133,15 @@ class ServerCall:
             self.output_tokens,
             trace_id,
         )
+
+
+def _reset(variable: ContextVar[Any], token: Token[Any]) -> bool:
+    """Reset `variable` to before `token`; False when `token` belongs to another context (nothing to reset here)."""
+    try:
+        variable.reset(token)
+    except ValueError:
+        return False
+    return True
 
 
 def server_call(method: str, model: str, grpc_context: Any) -> ServerCall:
