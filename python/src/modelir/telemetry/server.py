@@ -19,7 +19,7 @@ from modelir.telemetry import _runtime
 from modelir.telemetry import conventions as sc
 from modelir.telemetry.access_log import access_log
 from modelir.telemetry.wire import PROVIDER_REQUEST_ID_TRAILER
-from modelir.v1 import response_pb2, stream_pb2
+from modelir.v1 import request_pb2, response_pb2, stream_pb2
 
 SERVICE = "modelir.v1.ModelService"
 _TRACE_KEYS = frozenset(("traceparent", "tracestate", "baggage"))
@@ -31,7 +31,9 @@ class ServerCall:
 
     __slots__ = (
         "_capture_token",
+        "_first_output",
         "_grpc_context",
+        "_operation",
         "_seen",
         "_token",
         "input_tokens",
@@ -44,9 +46,12 @@ class ServerCall:
         "transport",
     )
 
-    def __init__(self, method: str, model: str, grpc_context: Any) -> None:
+    def __init__(self, method: str, model: str, grpc_context: Any, operation: str = "") -> None:
         self.method = method
         self.model = model or "-"
+        # The generation RPCs also record the `gen_ai.server.*` metrics, under this `gen_ai.operation.name`.
+        self._operation = operation
+        self._first_output: float | None = None
         self.transport = "-"
         self.status = "OK"
         self.started = time.monotonic()
@@ -82,7 +87,11 @@ class ServerCall:
         return result
 
     def observe(self, event: stream_pb2.StreamEvent) -> None:
-        if event.WhichOneof("event") == "end":
+        which = event.WhichOneof("event")
+        if which == "delta":
+            if self._first_output is None:
+                self._first_output = time.monotonic()
+        elif which == "end":
             self._usage(event.end.usage)
             self._send_request_id()
 
@@ -123,6 +132,8 @@ class ServerCall:
                     span.set_status(Status(StatusCode.ERROR))
                 span.set_attributes(ending)
             span.end()
+        if self._operation:
+            self._record_server_metrics(latency)
         access_log().write(
             self.method,
             self.model,
@@ -134,6 +145,29 @@ class ServerCall:
             trace_id,
         )
 
+    def _record_server_metrics(self, latency: float) -> None:
+        """`gen_ai.server.request.duration` for every generation RPC; time to first token and time per output
+        token for successful streams (a unary answer arrives whole, so it has neither)."""
+        instruments = _runtime.instruments() if _runtime.active() else None
+        if instruments is None:
+            return
+        attributes: dict[str, Any] = {
+            sc.OPERATION_NAME: self._operation,
+            sc.PROVIDER_NAME: sc.provider_name(self.transport) if self.transport != "-" else sc.REMOTE_PROVIDER,
+            sc.REQUEST_MODEL: self.model,
+        }
+        if self.status != "OK":
+            instruments.server_request_duration.record(latency, {**attributes, sc.ERROR_TYPE: self.status})
+            return
+        instruments.server_request_duration.record(latency, attributes)
+        first = self._first_output
+        if first is None:
+            return
+        instruments.server_time_to_first_token.record(first - self.started, attributes)
+        if self.output_tokens is not None and self.output_tokens > 1:
+            after_first = self.started + latency - first
+            instruments.server_time_per_output_token.record(after_first / (self.output_tokens - 1), attributes)
+
 
 def _reset(variable: ContextVar[Any], token: Token[Any]) -> bool:
     """Reset `variable` to before `token`; False when `token` belongs to another context (nothing to reset here)."""
@@ -144,6 +178,8 @@ def _reset(variable: ContextVar[Any], token: Token[Any]) -> bool:
     return True
 
 
-def server_call(method: str, model: str, grpc_context: Any) -> ServerCall:
-    """Observe one RPC: `with server_call("Generate", name, context) as rpc: ...`."""
-    return ServerCall(method, model, grpc_context)
+def server_call(method: str, model: str, grpc_context: Any, request: request_pb2.Request | None = None) -> ServerCall:
+    """Observe one RPC: `with server_call("Generate", name, context) as rpc: ...`; with the `request` of a
+    generation RPC, it also records the `gen_ai.server.*` metrics."""
+    operation = "" if request is None else sc.operation_name(request, "")
+    return ServerCall(method, model, grpc_context, operation)

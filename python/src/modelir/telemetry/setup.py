@@ -79,9 +79,12 @@ def _span_exporter(name: str, environ: Mapping[str, str]):
 
         return ConsoleSpanExporter(out=sys.stdout)  # the stdout of now, not of import time
     if _protocol(environ, "traces") == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-    else:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # type: ignore[assignment]
+        # The stock gRPC exporter with modelir's span encoder: a third of the stock encoder's CPU (`otlp`).
+        from modelir.telemetry.otlp import FastOTLPSpanExporter
+
+        return FastOTLPSpanExporter()
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
     return OTLPSpanExporter()
 
 
