@@ -136,3 +136,24 @@ async def test_a_served_tokenize_is_one_trace_from_the_rpc_to_the_provider(otel,
     (attempt,) = otel.finished("POST")
     assert tokenize.parent.span_id == rpc.context.span_id and attempt.parent.span_id == tokenize.context.span_id
     assert otel.points("gen_ai.server.request.duration") == []  # not a generation RPC
+
+
+def test_the_server_keeps_a_tenth_of_new_traces_unless_the_environment_names_a_sampler(monkeypatch):
+    from modelir.telemetry import setup
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    monkeypatch.delenv("OTEL_TRACES_SAMPLER", raising=False)
+    environ = {"OTEL_TRACES_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "none"}
+    served = setup.build_from_env(environ, default_sampler_ratio=setup.SERVER_SAMPLER_RATIO)
+    library = setup.build_from_env(environ)
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on")
+    chosen = setup.build_from_env(environ, default_sampler_ratio=setup.SERVER_SAMPLER_RATIO)
+    try:
+        sampler = served.tracer_provider.sampler
+        assert isinstance(sampler, ParentBased) and "TraceIdRatioBased{0.1}" in sampler.get_description()
+        assert isinstance(sampler._root, TraceIdRatioBased)
+        assert "AlwaysOnSampler" in library.tracer_provider.sampler.get_description()  # `modelir run`: every trace
+        assert "AlwaysOnSampler" in chosen.tracer_provider.sampler.get_description()
+    finally:
+        for installed in (served, library, chosen):
+            installed.shutdown()

@@ -38,6 +38,8 @@ def _run_key(event: stream_pb2.StreamEvent) -> Hashable | None:
         return None
     delta = event.delta
     content = delta.WhichOneof("content")
+    if content == "text":  # nearly every delta
+        return (delta.choice_index, delta.part_index, content)
     if content is None:
         if delta.HasField("logprobs") and not delta.artifacts and not delta.item_id:
             return _LOGPROBS_ONLY
@@ -79,12 +81,14 @@ def _merge(run: Sequence[stream_pb2.StreamEvent]) -> stream_pb2.StreamEvent:
                 call.id = d.tool_call.id
             if d.tool_call.name:
                 call.name = d.tool_call.name
-    for d in deltas:
+    with_logprobs = []
+    for d in deltas:  # one pass: artifacts in order, the last item id set, the logprob chunks
         if d.artifacts:
             delta.artifacts.extend(d.artifacts)
         if d.item_id:
             delta.item_id = d.item_id
-    with_logprobs = [d.logprobs for d in deltas if d.HasField("logprobs")]
+        if d.HasField("logprobs"):
+            with_logprobs.append(d.logprobs)
     if len(with_logprobs) == 1:
         delta.logprobs.CopyFrom(with_logprobs[0])
     elif with_logprobs:
