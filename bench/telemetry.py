@@ -133,8 +133,112 @@ def run_access_log(repeat: int = 15, lines: int = 20_000) -> list[tuple[str, str
     return rows
 
 
+def run_hooks(rounds: int = 5, calls: int = 3000) -> list[tuple[str, str, str]]:
+    """The CPU of the telemetry hooks one served `Generate` runs (RPC, model call, HTTP attempt) plus the export
+    encoding of the spans they leave, in this process, per call: metrics only, 10% of traces, every trace. The
+    variants alternate round by round; steadier than the gateway rows, since no other process shares the cores."""
+    import time
+
+    import httpx
+    from modelir import build_request, telemetry
+    from modelir.telemetry import access_log
+    from modelir.telemetry.otlp import FastOTLPSpanExporter
+    from modelir.v1 import response_pb2
+    from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
+
+    class _Model:  # what the hooks read of a `Model` with an HTTP executor
+        name = "bench"
+
+        class transport:
+            name = "openai_chat"
+
+        class executor:
+            base_url = "http://127.0.0.1:8000/v1"
+
+    class _Context:  # what the server hook reads of a gRPC servicer context
+        def invocation_metadata(self):
+            return (("user-agent", "grpc-python"),)
+
+        def set_trailing_metadata(self, metadata) -> None:
+            pass
+
+    request = build_request("bench", messages=[("user", "Hello!")], max_output_tokens=16)
+    response = response_pb2.Response(id="chatcmpl-bench", model="bench-model")
+    response.choices.add().finish_reason = response_pb2.FINISH_REASON_STOP
+    response.usage.input_token_count, response.usage.output_token_count = 5, 2
+    response.timing.attempt_count = 1
+    response.timing.queue_duration.FromNanoseconds(3000)
+    http = httpx.Request("POST", "http://127.0.0.1:8000/v1/chat/completions", headers={"content-type": "x"})
+    model, context = _Model(), _Context()
+
+    def one() -> None:
+        with telemetry.server_call("Generate", "bench", context, request) as rpc:
+            rpc.transport = "openai_chat"
+            with telemetry.model_call(model, request) as call:
+                with telemetry.http_attempt(http, 1) as attempt:
+                    attempt.answered(200, {"x-request-id": "req-1"})
+                rpc.answered(call.finish(response))
+
+    def providers(sampler):
+        meters = MeterProvider(metric_readers=[InMemoryMetricReader()], exemplar_filter=AlwaysOffExemplarFilter())
+        if sampler is None:
+            return None, None, meters
+        exporter = FastOTLPSpanExporter(endpoint="127.0.0.1:9", insecure=True)  # never reached: nothing is sent
+        processor = BatchSpanProcessor(
+            exporter, max_queue_size=10**7, schedule_delay_millis=10**9, max_export_batch_size=10**7
+        )
+        tracers = TracerProvider(sampler=sampler)
+        tracers.add_span_processor(processor)
+        return tracers, processor, meters
+
+    variants = {
+        "metrics only": providers(None),
+        "metrics + 10% of traces": providers(ParentBased(TraceIdRatioBased(0.1))),
+        "metrics + every trace": providers(ParentBased(ALWAYS_ON)),
+    }
+    previous = access_log.access_log()
+    access_log.configure("off")
+    costs: dict[str, list[float]] = {label: [] for label in variants}
+    try:
+        for round_index in range(rounds + 1):
+            for label, (tracers, processor, meters) in variants.items():
+                telemetry.install(tracer_provider=tracers, meter_provider=meters)
+                start = time.process_time()
+                for _ in range(calls):
+                    one()
+                spent = time.process_time() - start
+                if processor is not None:  # encode what this round left in the queue, as the exporter would
+                    queue = processor._batch_processor._queue
+                    spans = list(queue)
+                    queue.clear()
+                    start = time.process_time()
+                    processor._batch_processor._exporter._translate_data(spans).SerializeToString()
+                    spent += time.process_time() - start
+                if round_index:  # the first round warms the caches
+                    costs[label].append(spent / calls * 1e6)
+    finally:
+        telemetry.install()
+        access_log.configure(previous.fmt)
+        for tracers, _, meters in variants.values():
+            meters.shutdown()
+            if tracers is not None:
+                tracers.shutdown()
+    return [
+        (
+            f"telemetry hooks of one served Generate, in-process: {label}",
+            f"{statistics.median(cost):.0f} us CPU per call (rounds {min(cost):.0f}-{max(cost):.0f})",
+            "against ~750 us of gateway CPU per request",
+        )
+        for label, cost in costs.items()
+    ]
+
+
 def run(seconds: float = 3.0) -> list[tuple[str, str, str]]:
-    return [*run_access_log(), *run_gateway(seconds=seconds)]
+    return [*run_access_log(), *run_hooks(), *run_gateway(seconds=seconds)]
 
 
 if __name__ == "__main__":

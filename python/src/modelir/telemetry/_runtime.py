@@ -162,7 +162,8 @@ def _capture_from_env() -> bool:
 
 def tracer() -> trace.Tracer | None:
     """modelir's tracer, or None when no tracer provider is configured."""
-    provider = _override.get("tracer_provider") or trace.get_tracer_provider()
+    # The API's global, read directly once set: `get_tracer_provider()` looks up an environment variable each time.
+    provider = _override.get("tracer_provider") or _trace_api._TRACER_PROVIDER or trace.get_tracer_provider()
     if provider is not _resolved.tracer_provider:
         _resolved.tracer_provider = provider
         _resolved.tracer = (
@@ -175,7 +176,7 @@ def tracer() -> trace.Tracer | None:
 
 def instruments() -> Instruments | None:
     """modelir's instruments, or None when no meter provider is configured."""
-    provider = _override.get("meter_provider") or metrics.get_meter_provider()
+    provider = _override.get("meter_provider") or _metrics_api._METER_PROVIDER or metrics.get_meter_provider()
     if provider is not _resolved.meter_provider:
         _resolved.meter_provider = provider
         _resolved.instruments = (
