@@ -33,7 +33,7 @@ class ServerCall:
         "_capture_token",
         "_first_output",
         "_grpc_context",
-        "_operation",
+        "_request",
         "_seen",
         "_token",
         "input_tokens",
@@ -46,11 +46,11 @@ class ServerCall:
         "transport",
     )
 
-    def __init__(self, method: str, model: str, grpc_context: Any, operation: str = "") -> None:
+    def __init__(self, method: str, model: str, grpc_context: Any, request: request_pb2.Request | None = None) -> None:
         self.method = method
         self.model = model or "-"
-        # The generation RPCs also record the `gen_ai.server.*` metrics, under this `gen_ai.operation.name`.
-        self._operation = operation
+        # A generation RPC's request: those RPCs also record the `gen_ai.server.*` metrics.
+        self._request = request
         self._first_output: float | None = None
         self.transport = "-"
         self.status = "OK"
@@ -132,8 +132,8 @@ class ServerCall:
                     span.set_status(Status(StatusCode.ERROR))
                 span.set_attributes(ending)
             span.end()
-        if self._operation:
-            self._record_server_metrics(latency)
+        if self._request is not None:
+            self._record_server_metrics(self._request, latency)
         access_log().write(
             self.method,
             self.model,
@@ -145,15 +145,16 @@ class ServerCall:
             trace_id,
         )
 
-    def _record_server_metrics(self, latency: float) -> None:
+    def _record_server_metrics(self, request: request_pb2.Request, latency: float) -> None:
         """`gen_ai.server.request.duration` for every generation RPC; time to first token and time per output
         token for successful streams (a unary answer arrives whole, so it has neither)."""
         instruments = _runtime.instruments() if _runtime.active() else None
         if instruments is None:
             return
+        transport = "" if self.transport == "-" else self.transport
         attributes: dict[str, Any] = {
-            sc.OPERATION_NAME: self._operation,
-            sc.PROVIDER_NAME: sc.provider_name(self.transport) if self.transport != "-" else sc.REMOTE_PROVIDER,
+            sc.OPERATION_NAME: sc.operation_name(request, transport),  # as the model call's span names it
+            sc.PROVIDER_NAME: sc.provider_name(transport) if transport else sc.REMOTE_PROVIDER,
             sc.REQUEST_MODEL: self.model,
         }
         if self.status != "OK":
@@ -181,5 +182,4 @@ def _reset(variable: ContextVar[Any], token: Token[Any]) -> bool:
 def server_call(method: str, model: str, grpc_context: Any, request: request_pb2.Request | None = None) -> ServerCall:
     """Observe one RPC: `with server_call("Generate", name, context) as rpc: ...`; with the `request` of a
     generation RPC, it also records the `gen_ai.server.*` metrics."""
-    operation = "" if request is None else sc.operation_name(request, "")
-    return ServerCall(method, model, grpc_context, operation)
+    return ServerCall(method, model, grpc_context, request)
