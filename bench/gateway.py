@@ -5,7 +5,6 @@ modelir logic) and a direct HTTP call to the upstream."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import re
 import statistics
@@ -159,64 +158,3 @@ def run(seconds: float = 4.0, in_flight: int = 64) -> list[tuple[str, str, str]]
             f"+{p50_gateway - p50_direct:.2f} ms (target <= 1 ms)",
         ),
     ]
-
-
-def run_telemetry(seconds: float = 3.0, in_flight: int = 64, rounds: int = 6) -> list[tuple[str, str, str]]:
-    """The gateway with telemetry on (batch span processor, OTLP/gRPC exporters to a local sink), every trace kept
-    and 10% of traces kept, against the same gateway with telemetry off. All three serve at once and are loaded in
-    turn, the order rotating every round, so every side of a ratio sees the same machine; each ratio is the median
-    of the per-round ratios."""
-    python, request = sys.executable, _setup()
-    quiet = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    with (
-        _process([python, str(HERE / "processes.py"), "upstream"], r"READY (\d+)") as (upstream_port, _),
-        _process([python, str(HERE / "processes.py"), "otlp_sink"], r"READY (\d+)") as (sink_port, _),
-        tempfile.NamedTemporaryFile("w", suffix=".yaml") as config,
-    ):
-        config.write(
-            f"models:\n  bench:\n    transport: openai_chat\n    base_url: http://127.0.0.1:{upstream_port}/v1\n"
-            "    provider_model: bench-model\n"
-        )
-        config.flush()
-        serve = [python, "-m", "modelir.cli", "serve", "--config", config.name, "--port", "0"]
-        traced = {
-            **quiet,
-            "OTEL_TRACES_EXPORTER": "otlp",
-            "OTEL_METRICS_EXPORTER": "otlp",
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
-            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink_port}",
-        }
-        sampled = {**traced, "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.1"}
-        variants = {"off": quiet, "every trace": traced, "10% of traces": sampled}
-        ready = r"on 127\.0\.0\.1:(\d+)"
-        with contextlib.ExitStack() as stack:
-            servers = {label: stack.enter_context(_process(serve, ready, env)) for label, env in variants.items()}
-            targets = {label: (f"127.0.0.1:{port}", pid) for label, (port, pid) in servers.items()}
-            for target, _ in targets.values():  # warm every server (connections, caches, the exporter's channel)
-                asyncio.run(_grpc_load(target, request, in_flight, 1.0))
-            labels = list(variants)
-            rates: dict[str, list[float]] = {label: [] for label in labels}
-            cpus: dict[str, list[float]] = {label: [] for label in labels}
-            ratios: dict[str, list[float]] = {label: [] for label in labels}
-            for round_index in range(rounds):
-                measured = {}
-                for label in labels[round_index % 3 :] + labels[: round_index % 3]:
-                    rate, cpu = _serve_load(*targets[label], request, in_flight, seconds)
-                    measured[label] = rate
-                    rates[label].append(rate)
-                    cpus[label].append(cpu)
-                for label in labels:
-                    ratios[label].append(measured[label] / measured["off"])
-    off_rate, off_cpu = statistics.median(rates["off"]), statistics.median(cpus["off"])
-    rows = []
-    for label in labels[1:]:
-        ratio = ratios[label]
-        rows.append(
-            (
-                f"modelir gateway, telemetry on ({label}, OTLP to a local sink) vs off, {in_flight} in flight",
-                f"{statistics.median(rates[label]):,.0f} req/s ({statistics.median(cpus[label]):.0f} us CPU/req) "
-                f"vs {off_rate:,.0f} req/s ({off_cpu:.0f} us)",
-                f"{statistics.median(ratio):.3f}x (target >= 0.95x); {rounds} rounds {min(ratio):.3f}-{max(ratio):.3f}",
-            )
-        )
-    return rows

@@ -130,7 +130,11 @@ def main(argv: list[str] | None = None) -> int:
         import gateway
 
         rows += gateway.run(seconds=max(args.seconds, 3.0))
-        rows += gateway.run_telemetry(seconds=max(args.seconds, 3.0))
+        import streams
+        import telemetry
+
+        rows += telemetry.run(seconds=max(args.seconds, 3.0))
+        rows += streams.run()
     width = max(len(r[0]) for r in rows)
     print(f"{'case'.ljust(width)}  measurement  |  ratio")
     for case, measured, ratio in rows:

@@ -230,6 +230,7 @@ class Model(ModelInterface):
             gaps = errors_pb2.UnsupportedCapabilities(model=self.name, missing=missing)
             raise errors.UnsupportedCapabilityError(gaps)
 
+    @telemetry.tokenize_span("detokenize")
     async def adetokenize(self, token_ids: list[int]) -> str:
         """Token ids back to text, with the model's own tokenizer."""
         self._require_tokenize()
@@ -264,6 +265,7 @@ class Model(ModelInterface):
         tokens = await self.atokenize(text)
         return await self.adetokenize(list(tokens.token_ids)) == text
 
+    @telemetry.tokenize_span("tokenize")
     async def atokenize_request(self, request: service_pb2.TokenizeRequest) -> service_pb2.TokenizeResponse:
         self._require_tokenize(request)
         transport = self.transport

@@ -248,7 +248,7 @@ async def keeping_partial(events: AsyncIterator[stream_pb2.StreamEvent]) -> Asyn
     fold happens on failure."""
     seen: list[stream_pb2.StreamEvent] = []
     try:
-        async with _closing(events):
+        async with closing_stream(events):
             async for event in events:
                 seen.append(event)
                 yield event
@@ -265,11 +265,12 @@ async def fold_stream(events: AsyncIterator[stream_pb2.StreamEvent]) -> response
     """Fold a whole stream into its response, closing the stream whatever happens (an error, a fold that raises):
     a generator left open is finalised by asyncio at shutdown, where its `finally` blocks raise out of context."""
     accumulator = StreamAccumulator()
-    async with _closing(events):
+    async with closing_stream(events):
         async for event in events:
             accumulator.add(event)
     return accumulator.response()
 
 
-def _closing(events: AsyncIterator) -> contextlib.AbstractAsyncContextManager:
+def closing_stream(events: AsyncIterator) -> contextlib.AbstractAsyncContextManager:
+    """`async with closing_stream(events)`: closes `events` on leaving, when it can be closed."""
     return contextlib.aclosing(events) if hasattr(events, "aclose") else contextlib.nullcontext()

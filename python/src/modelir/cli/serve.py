@@ -41,7 +41,7 @@ def _serve(args: argparse.Namespace) -> int:
         finally:
             await loaded.aclose()  # the models' HTTP sessions, so shutdown ends without "Unclosed client session"
 
-    with setup.installed_from_env():
+    with setup.installed_from_env(default_sampler_ratio=setup.SERVER_SAMPLER_RATIO):
         try:
             asyncio.run(serve_then_close())
         finally:

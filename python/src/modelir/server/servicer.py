@@ -14,9 +14,11 @@ import grpc
 from grpc_status import rpc_status
 
 from modelir import errors, telemetry, varint, version
+from modelir.coalesce import coalesced
 from modelir.model import Model
 from modelir.rich_status import to_status
-from modelir.v1 import errors_pb2, response_pb2, service_pb2, service_pb2_grpc, stream_pb2
+from modelir.streams import closing_stream
+from modelir.v1 import errors_pb2, request_pb2, response_pb2, service_pb2, service_pb2_grpc, stream_pb2
 
 
 class ModelServicer(service_pb2_grpc.ModelServiceServicer):
@@ -34,9 +36,16 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
         remaining = context.time_remaining()
         return None if remaining is None else time.monotonic() + remaining
 
-    async def _call(self, method: str, model_name: str, context, run: Callable[[Model], Awaitable[Any]]) -> Any:
-        """Run one unary RPC on the named model."""
-        async with _Call(self, method, model_name, context) as call:
+    async def _call(
+        self,
+        method: str,
+        model_name: str,
+        context,
+        run: Callable[[Model], Awaitable[Any]],
+        request: request_pb2.Request | None = None,
+    ) -> Any:
+        """Run one unary RPC on the named model (`request`: the one a generation RPC runs)."""
+        async with _Call(self, method, model_name, context, request) as call:
             return call.answered(await run(call.model()))
 
     async def Generate(  # type: ignore[override]  # deliberately the bare Response: see below
@@ -51,15 +60,19 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
         async def run(model: Model) -> response_pb2.Response:
             return await model.arun(request.request, deadline=self._deadline(context))
 
-        return await self._call("Generate", request.request.model, context, run)
+        return await self._call("Generate", request.request.model, context, run, request.request)
 
     async def StreamGenerate(
         self, request: service_pb2.StreamGenerateRequest, context
     ) -> AsyncIterator[service_pb2.StreamGenerateResponse]:
-        async with _Call(self, "StreamGenerate", request.request.model, context) as call:
-            async for event in call.model().astream(request.request, deadline=self._deadline(context)):
-                call.observe(event)
-                yield service_pb2.StreamGenerateResponse(event=event)
+        # Upstream deltas that wait together (the caller reads slower than the provider writes) leave as one
+        # message: a gRPC message per token is most of what a stream costs the server.
+        async with _Call(self, "StreamGenerate", request.request.model, context, request.request) as call:
+            events = coalesced(call.model().astream(request.request, deadline=self._deadline(context)))
+            async with closing_stream(events):
+                async for event in events:
+                    call.observe(event)
+                    yield service_pb2.StreamGenerateResponse(event=event)
 
     async def Tokenize(self, request: service_pb2.TokenizeRequest, context) -> service_pb2.TokenizeResponse:
         return await self._call("Tokenize", request.model, context, lambda model: model.atokenize_request(request))
@@ -116,9 +129,11 @@ class _Call:
 
     __slots__ = ("_context", "_model_name", "_rpc", "_servicer")
 
-    def __init__(self, servicer: ModelServicer, method: str, model_name: str, context) -> None:
+    def __init__(
+        self, servicer: ModelServicer, method: str, model_name: str, context, request: request_pb2.Request | None = None
+    ) -> None:
         self._servicer, self._model_name, self._context = servicer, model_name, context
-        self._rpc = telemetry.server_call(method, model_name, context)
+        self._rpc = telemetry.server_call(method, model_name, context, request)
 
     def model(self) -> Model:
         model = self._servicer._model(self._model_name)

@@ -7,7 +7,8 @@ usual and modelir's spans and metrics join it.
 
 The hooks, one line or one `with` each, where the rest of modelir calls in:
 
-- `model_call(model, request)` around `Model.arun` / `RemoteModel.arun`, `stream_call(...)` around `astream`;
+- `model_call(model, request)` around `Model.arun` / `RemoteModel.arun`, `stream_call(...)` around `astream`,
+  `@tokenize_span("tokenize")` on the tokenize and detokenize methods;
 - `http_attempt(built_request, attempt)` around each HTTP attempt in the executor;
 - `outgoing_metadata(metadata)` on each `RemoteModel` RPC (sends `traceparent`), `read_trailers(call)` after it
   (takes back the provider's request id);
@@ -23,7 +24,7 @@ from contextlib import contextmanager
 
 from modelir.telemetry._runtime import CAPTURE_CONTENT_ENV, Seen, install
 from modelir.telemetry.access_log import AccessLog
-from modelir.telemetry.calls import model_call, stream_call
+from modelir.telemetry.calls import model_call, stream_call, tokenize_span
 from modelir.telemetry.server import server_call
 from modelir.telemetry.wire import http_attempt, outgoing_metadata, read_trailers
 
@@ -40,6 +41,7 @@ __all__ = [
     "read_trailers",
     "server_call",
     "stream_call",
+    "tokenize_span",
 ]
 
 

@@ -36,6 +36,10 @@ class Instruments:
     token_usage: Any
     duration: Any
     time_to_first_chunk: Any
+    time_per_output_chunk: Any
+    server_request_duration: Any
+    server_time_to_first_token: Any
+    server_time_per_output_token: Any
     queue_duration: Any
     retries: Any
     soft_errors: Any
@@ -58,6 +62,30 @@ class Instruments:
                 "s",
                 "Time from issuing a streamed request to receiving its first output chunk.",
                 sc.DURATION_BUCKETS,
+            ),
+            time_per_output_chunk=histogram(
+                sc.METRIC_TIME_PER_OUTPUT_CHUNK,
+                "s",
+                "Time per output chunk after the first, from the end of the previous chunk to the end of this one.",
+                sc.TOKEN_TIME_BUCKETS,
+            ),
+            server_request_duration=histogram(
+                sc.METRIC_SERVER_REQUEST_DURATION,
+                "s",
+                "Generative AI server request duration, to the last byte of the answer.",
+                sc.DURATION_BUCKETS,
+            ),
+            server_time_to_first_token=histogram(
+                sc.METRIC_SERVER_TIME_TO_FIRST_TOKEN,
+                "s",
+                "Time to the first output of a successful streamed request.",
+                sc.FIRST_TOKEN_BUCKETS,
+            ),
+            server_time_per_output_token=histogram(
+                sc.METRIC_SERVER_TIME_PER_OUTPUT_TOKEN,
+                "s",
+                "Time per output token after the first, for successful streamed requests.",
+                sc.TOKEN_TIME_BUCKETS,
             ),
             queue_duration=histogram(
                 sc.METRIC_QUEUE_DURATION, "s", "Time a call waited for the client-side limiter.", sc.DURATION_BUCKETS
@@ -134,7 +162,8 @@ def _capture_from_env() -> bool:
 
 def tracer() -> trace.Tracer | None:
     """modelir's tracer, or None when no tracer provider is configured."""
-    provider = _override.get("tracer_provider") or trace.get_tracer_provider()
+    # The API's global, read directly once set: `get_tracer_provider()` looks up an environment variable each time.
+    provider = _override.get("tracer_provider") or _trace_api._TRACER_PROVIDER or trace.get_tracer_provider()
     if provider is not _resolved.tracer_provider:
         _resolved.tracer_provider = provider
         _resolved.tracer = (
@@ -147,7 +176,7 @@ def tracer() -> trace.Tracer | None:
 
 def instruments() -> Instruments | None:
     """modelir's instruments, or None when no meter provider is configured."""
-    provider = _override.get("meter_provider") or metrics.get_meter_provider()
+    provider = _override.get("meter_provider") or _metrics_api._METER_PROVIDER or metrics.get_meter_provider()
     if provider is not _resolved.meter_provider:
         _resolved.meter_provider = provider
         _resolved.instruments = (

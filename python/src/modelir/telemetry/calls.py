@@ -8,11 +8,12 @@ otherwise be left with the stream's span as its current one.
 
 from __future__ import annotations
 
+import functools
 import time
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -35,6 +36,10 @@ class _Target:
     kind: SpanKind
     remote: bool
 
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_Method = Callable[Concatenate[Any, _P], Coroutine[Any, Any, _R]]
 
 _targets: weakref.WeakKeyDictionary[object, _Target] = weakref.WeakKeyDictionary()
 
@@ -70,6 +75,7 @@ class Call:
         "_finished",
         "_first_chunk",
         "_instruments",
+        "_last_chunk",
         "_metric_attributes",
         "_request",
         "_started_as",
@@ -85,28 +91,32 @@ class Call:
     def __init__(
         self,
         model: Any,
-        request: request_pb2.Request,
+        request: request_pb2.Request | None,
         *,
         streaming: bool,
         parent: otel_context.Context | None = None,
         seen: _runtime.Seen | None = None,
+        operation: str = "",
     ) -> None:
+        """A generation call of `request`; or, with `request=None`, an `operation` (tokenize) that gets a span
+        and its HTTP attempts as children, but no GenAI metrics."""
         target = _target(model)
         tracer = _runtime.tracer()
-        self._instruments = _runtime.instruments()
+        self._instruments = _runtime.instruments() if request is not None else None
         self._target = target
         self._request = request
         self.streaming = streaming
         self.started = time.monotonic()
         self.attempts = 0
         self._first_chunk: float | None = None
+        self._last_chunk = 0.0
         self._finished = False
         self._started_as = ("", "")
         self._ctx_token: object = None
         self._call_token: object = None
-        model_name = request.model or model.name
+        model_name = (request.model if request is not None else "") or model.name
         attributes: dict[str, Any] = {
-            sc.OPERATION_NAME: sc.operation_name(request, target.transport),
+            sc.OPERATION_NAME: operation if request is None else sc.operation_name(request, target.transport),
             sc.PROVIDER_NAME: target.provider,
             sc.REQUEST_MODEL: model_name,
         }
@@ -124,7 +134,8 @@ class Call:
         elif tracer is not None:
             if target.transport:
                 attributes[sc.TRANSPORT] = target.transport
-            attributes.update(sc.request_attributes(request))
+            if request is not None:
+                attributes.update(sc.request_attributes(request))
             if streaming:
                 attributes[sc.REQUEST_STREAM] = True
             span = tracer.start_span(
@@ -134,7 +145,7 @@ class Call:
             # A span the sampler left out is not recorded: keep its context, skip all attribute work.
             self.span = span if span.is_recording() else None
         if self.span is not None:
-            if _runtime.capture_content():
+            if request is not None and _runtime.capture_content():
                 self._capture_content = True
                 messages, system = sc.input_messages_json(request)
                 self.span.set_attribute(sc.INPUT_MESSAGES, messages)
@@ -188,12 +199,20 @@ class Call:
         if self._stream_accumulator is not None:
             self._stream_accumulator.add(event)
         if which == "delta":
+            now = time.monotonic()
             if self._first_chunk is None:
-                self._first_chunk = time.monotonic() - self.started
+                self._first_chunk = now - self.started
                 if self.span is not None:
                     self.span.set_attribute(sc.RESPONSE_TIME_TO_FIRST_CHUNK, self._first_chunk)
                 if self._instruments is not None:
-                    self._instruments.time_to_first_chunk.record(self._first_chunk, self._metric_attributes)
+                    self._instruments.time_to_first_chunk.record(
+                        self._first_chunk, self._metric_attributes, self.context
+                    )
+            elif self._instruments is not None:
+                self._instruments.time_per_output_chunk.record(
+                    now - self._last_chunk, self._metric_attributes, self.context
+                )
+            self._last_chunk = now
         elif which == "start":
             self._started_as = (event.start.id, event.start.model)
             if self._capture_content and self._stream_accumulator is None:
@@ -238,13 +257,17 @@ class Call:
                 ending[sc.OUTPUT_MESSAGES] = sc.output_messages_json(choices)
             span.set_attributes(ending)
         if instruments is not None:
-            attributes = self._metric_attributes
+            # The call's context goes with each measurement: exemplars read its span there, and the SDK does not
+            # look up the current context again.
+            attributes, context = self._metric_attributes, self.context
             if usage.HasField("input_token_count"):
-                instruments.token_usage.record(usage.input_token_count, {**attributes, sc.TOKEN_TYPE: "input"})
+                instruments.token_usage.record(usage.input_token_count, {**attributes, sc.TOKEN_TYPE: "input"}, context)
             if usage.HasField("output_token_count"):
-                instruments.token_usage.record(usage.output_token_count, {**attributes, sc.TOKEN_TYPE: "output"})
+                instruments.token_usage.record(
+                    usage.output_token_count, {**attributes, sc.TOKEN_TYPE: "output"}, context
+                )
             if not self._target.remote and timing.HasField("queue_duration"):
-                instruments.queue_duration.record(timing.queue_duration.ToNanoseconds() / 1e9, attributes)
+                instruments.queue_duration.record(timing.queue_duration.ToNanoseconds() / 1e9, attributes, context)
             if error is not None:
                 instruments.soft_errors.add(1, {**attributes, sc.SOFT_ERROR_REASON: sc.soft_error_type(error)})
 
@@ -261,7 +284,7 @@ class Call:
                 for name in _capability_names(exc.unsupported):
                     instruments.rejections.add(1, {**self._metric_attributes, sc.CAPABILITY: name})
         if instruments is not None:
-            instruments.duration.record(time.monotonic() - self.started, self._metric_attributes)
+            instruments.duration.record(time.monotonic() - self.started, self._metric_attributes, self.context)
             if self.attempts > 1 and not self._target.remote:
                 instruments.retries.add(self.attempts - 1, self._metric_attributes)
         if span is not None:
@@ -308,6 +331,24 @@ def model_call(model: Any, request: request_pb2.Request) -> Call | _NoCall:
     if _off():
         return NO_CALL
     return Call(model, request, streaming=False)
+
+
+def tokenize_span(operation: str) -> Callable[[_Method[_P, _R]], _Method[_P, _R]]:
+    """Decorate a model's tokenize or detokenize method: a span named `{operation} {model}` around each call, with
+    the HTTP attempts it makes as children. `operation` (`tokenize`, `detokenize`) is a custom
+    `gen_ai.operation.name`: the conventions name no operation for it."""
+
+    def decorate(method: _Method[_P, _R]) -> _Method[_P, _R]:
+        @functools.wraps(method)
+        async def traced(self: Any, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+            if _off():
+                return await method(self, *args, **kwargs)
+            with Call(self, None, streaming=False, operation=operation):
+                return await method(self, *args, **kwargs)
+
+        return traced
+
+    return decorate
 
 
 def stream_call(

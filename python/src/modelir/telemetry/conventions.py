@@ -73,6 +73,11 @@ PROVIDER_REQUEST_ID = "modelir.provider.request_id"
 METRIC_TOKEN_USAGE = "gen_ai.client.token.usage"
 METRIC_OPERATION_DURATION = "gen_ai.client.operation.duration"
 METRIC_TIME_TO_FIRST_CHUNK = "gen_ai.client.operation.time_to_first_chunk"
+METRIC_TIME_PER_OUTPUT_CHUNK = "gen_ai.client.operation.time_per_output_chunk"
+# The model-server metrics, recorded by `modelir serve` for the generation RPCs it answers.
+METRIC_SERVER_REQUEST_DURATION = "gen_ai.server.request.duration"
+METRIC_SERVER_TIME_TO_FIRST_TOKEN = "gen_ai.server.time_to_first_token"
+METRIC_SERVER_TIME_PER_OUTPUT_TOKEN = "gen_ai.server.time_per_output_token"
 METRIC_QUEUE_DURATION = "modelir.client.limiter.queue.duration"
 METRIC_RETRIES = "modelir.client.retries"
 METRIC_SOFT_ERRORS = "modelir.client.soft_errors"
@@ -80,6 +85,9 @@ METRIC_REJECTIONS = "modelir.client.rejections"
 
 # The bucket boundaries the GenAI conventions advise for their histograms.
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
+# The conventions' advised boundaries for time to first token, and for the time per output token or chunk.
+FIRST_TOKEN_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+TOKEN_TIME_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
 DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
 
 # ---- values ------------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ included: the model call inside becomes its child, and the provider call the mod
 from __future__ import annotations
 
 import time
+from contextvars import ContextVar, Token
 from typing import Any
 
 import grpc
@@ -18,7 +19,7 @@ from modelir.telemetry import _runtime
 from modelir.telemetry import conventions as sc
 from modelir.telemetry.access_log import access_log
 from modelir.telemetry.wire import PROVIDER_REQUEST_ID_TRAILER
-from modelir.v1 import response_pb2, stream_pb2
+from modelir.v1 import request_pb2, response_pb2, stream_pb2
 
 SERVICE = "modelir.v1.ModelService"
 _TRACE_KEYS = frozenset(("traceparent", "tracestate", "baggage"))
@@ -30,7 +31,9 @@ class ServerCall:
 
     __slots__ = (
         "_capture_token",
+        "_first_output",
         "_grpc_context",
+        "_request",
         "_seen",
         "_token",
         "input_tokens",
@@ -43,9 +46,12 @@ class ServerCall:
         "transport",
     )
 
-    def __init__(self, method: str, model: str, grpc_context: Any) -> None:
+    def __init__(self, method: str, model: str, grpc_context: Any, request: request_pb2.Request | None = None) -> None:
         self.method = method
         self.model = model or "-"
+        # A generation RPC's request: those RPCs also record the `gen_ai.server.*` metrics.
+        self._request = request
+        self._first_output: float | None = None
         self.transport = "-"
         self.status = "OK"
         self.started = time.monotonic()
@@ -81,7 +87,11 @@ class ServerCall:
         return result
 
     def observe(self, event: stream_pb2.StreamEvent) -> None:
-        if event.WhichOneof("event") == "end":
+        which = event.WhichOneof("event")
+        if which == "delta":
+            if self._first_output is None:
+                self._first_output = time.monotonic()
+        elif which == "end":
             self._usage(event.end.usage)
             self._send_request_id()
 
@@ -102,11 +112,14 @@ class ServerCall:
         """End the RPC's span and write its access-log line, with the `status` and `transport` set by then (what
         leaving the `with` block does, for a caller that keeps its own frame)."""
         latency = time.monotonic() - self.started
-        _runtime.current_capture.reset(self._capture_token)
+        # A streaming handler that its caller abandoned is closed by asyncio's finaliser, in a context of its own:
+        # what this call set is not current there, and resetting it would raise (or log, for OpenTelemetry's).
+        own_context = _reset(_runtime.current_capture, self._capture_token)
         trace_id = ""
         span = self.span
         if span is not None:
-            otel_context.detach(self._token)  # type: ignore[arg-type]
+            if own_context:
+                otel_context.detach(self._token)  # type: ignore[arg-type]
             trace_id = trace.format_trace_id(span.get_span_context().trace_id)
             if span.is_recording():
                 ending: dict[str, Any] = {sc.RPC_GRPC_STATUS_CODE: _GRPC_CODES.get(self.status, 2)}
@@ -119,6 +132,8 @@ class ServerCall:
                     span.set_status(Status(StatusCode.ERROR))
                 span.set_attributes(ending)
             span.end()
+        if self._request is not None:
+            self._record_server_metrics(self._request, latency)
         access_log().write(
             self.method,
             self.model,
@@ -130,7 +145,41 @@ class ServerCall:
             trace_id,
         )
 
+    def _record_server_metrics(self, request: request_pb2.Request, latency: float) -> None:
+        """`gen_ai.server.request.duration` for every generation RPC; time to first token and time per output
+        token for successful streams (a unary answer arrives whole, so it has neither)."""
+        instruments = _runtime.instruments() if _runtime.active() else None
+        if instruments is None:
+            return
+        transport = "" if self.transport == "-" else self.transport
+        attributes: dict[str, Any] = {
+            sc.OPERATION_NAME: sc.operation_name(request, transport),  # as the model call's span names it
+            sc.PROVIDER_NAME: sc.provider_name(transport) if transport else sc.REMOTE_PROVIDER,
+            sc.REQUEST_MODEL: self.model,
+        }
+        if self.status != "OK":
+            instruments.server_request_duration.record(latency, {**attributes, sc.ERROR_TYPE: self.status})
+            return
+        instruments.server_request_duration.record(latency, attributes)
+        first = self._first_output
+        if first is None:
+            return
+        instruments.server_time_to_first_token.record(first - self.started, attributes)
+        if self.output_tokens is not None and self.output_tokens > 1:
+            after_first = self.started + latency - first
+            instruments.server_time_per_output_token.record(after_first / (self.output_tokens - 1), attributes)
 
-def server_call(method: str, model: str, grpc_context: Any) -> ServerCall:
-    """Observe one RPC: `with server_call("Generate", name, context) as rpc: ...`."""
-    return ServerCall(method, model, grpc_context)
+
+def _reset(variable: ContextVar[Any], token: Token[Any]) -> bool:
+    """Reset `variable` to before `token`; False when `token` belongs to another context (nothing to reset here)."""
+    try:
+        variable.reset(token)
+    except ValueError:
+        return False
+    return True
+
+
+def server_call(method: str, model: str, grpc_context: Any, request: request_pb2.Request | None = None) -> ServerCall:
+    """Observe one RPC: `with server_call("Generate", name, context) as rpc: ...`; with the `request` of a
+    generation RPC, it also records the `gen_ai.server.*` metrics."""
+    return ServerCall(method, model, grpc_context, request)

@@ -1,0 +1,195 @@
+"""The streaming cases: `modelir serve` relaying an instant OpenAI-style SSE upstream of one-token chunks, against
+reading that SSE directly; one stream for tokens per second, 16 at once for the server's CPU per token.
+
+Run alone with `python bench/streams.py` (or through `make bench`); `python bench/streams.py upstream` is the
+helper process (it prints `READY <port>`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+HERE = Path(__file__).resolve().parent
+CHUNKS = 500
+
+
+def _sse_body(chunks: int) -> bytes:
+    """A whole chat-completions stream: `chunks` one-token content chunks, a finish chunk, a usage chunk, [DONE]."""
+
+    def event(choices: list, **extra) -> bytes:
+        chunk = {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "bench-model",
+            "choices": choices,
+            **extra,
+        }
+        return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+    body = [event([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])]
+    body += [event([{"index": 0, "delta": {"content": f" t{i % 10}"}, "finish_reason": None}]) for i in range(chunks)]
+    body.append(event([{"index": 0, "delta": {}, "finish_reason": "length"}]))
+    body.append(event([], usage={"prompt_tokens": 5, "completion_tokens": chunks, "total_tokens": chunks + 5}))
+    body.append(b"data: [DONE]\n\n")
+    return b"".join(body)
+
+
+def upstream() -> None:
+    """An instant upstream: the whole stream is written at once, as fast as the connection takes it."""
+    from aiohttp import web
+
+    body = _sse_body(CHUNKS)
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(body)
+        await response.write_eof()
+        return response
+
+    async def main() -> None:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", handle)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
+        await site.start()
+        print("READY", site._server.sockets[0].getsockname()[1], flush=True)
+        await asyncio.Event().wait()
+
+    _uvloop()
+    asyncio.run(main())
+
+
+def _uvloop() -> None:
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+
+
+async def _direct(url: str, streams: int) -> tuple[float, int]:
+    """Read `streams` SSE streams at once with aiohttp, decoding each event: (seconds, tokens)."""
+    import aiohttp
+
+    body = orjson.dumps({"model": "bench-model", "messages": [{"role": "user", "content": "Hello!"}], "stream": True})
+
+    async def one(session: aiohttp.ClientSession) -> int:
+        tokens = 0
+        async with session.post(url, data=body, headers={"content-type": "application/json"}) as answer:
+            pending = b""
+            async for data in answer.content.iter_any():
+                pending += data
+                *events, pending = pending.split(b"\n\n")
+                for event in events:
+                    payload = event.removeprefix(b"data: ")
+                    if payload != b"[DONE]":
+                        for choice in orjson.loads(payload)["choices"]:
+                            tokens += bool(choice["delta"].get("content"))
+        return tokens
+
+    async with aiohttp.ClientSession() as session:
+        await one(session)  # warm the connection
+        start = time.perf_counter()
+        counts = await asyncio.gather(*(one(session) for _ in range(streams)))
+        return time.perf_counter() - start, sum(counts)
+
+
+async def _served(target: str, streams: int, request, pid: int) -> tuple[float, int, int, float]:
+    """`streams` StreamGenerate calls at once through the gateway: (seconds, tokens, messages received, the
+    gateway's CPU seconds meanwhile)."""
+    import grpc
+    from gateway import _cpu_seconds
+    from modelir.v1 import service_pb2, service_pb2_grpc
+
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = service_pb2_grpc.ModelServiceStub(channel)
+        message = service_pb2.StreamGenerateRequest(request=request)
+
+        async def one() -> tuple[int, int]:
+            tokens = messages = 0
+            async for answer in stub.StreamGenerate(message):
+                messages += 1
+                if answer.event.WhichOneof("event") == "end":
+                    tokens = answer.event.end.usage.output_token_count
+            return tokens, messages
+
+        await one()
+        cpu = _cpu_seconds(pid)
+        start = time.perf_counter()
+        results = await asyncio.gather(*(one() for _ in range(streams)))
+        seconds = time.perf_counter() - start
+        return seconds, sum(t for t, _ in results), sum(m for _, m in results), _cpu_seconds(pid) - cpu
+
+
+def run(rounds: int = 7, concurrent: int = 16) -> list[tuple[str, str, str]]:
+    from gateway import _process
+    from modelir import build_request
+
+    _uvloop()
+    python = sys.executable
+    request = build_request("bench", messages=[("user", "Hello!")], max_output_tokens=CHUNKS)
+    with (
+        _process([python, str(HERE / "streams.py"), "upstream"], r"READY (\d+)") as (port, _),
+        tempfile.NamedTemporaryFile("w", suffix=".yaml") as config,
+    ):
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        config.write(
+            f"models:\n  bench:\n    transport: openai_chat\n    base_url: http://127.0.0.1:{port}/v1\n"
+            "    provider_model: bench-model\n"
+        )
+        config.flush()
+        serve = [python, "-m", "modelir.cli", "serve", "--config", config.name, "--port", "0"]
+        with _process(serve, r"on 127\.0\.0\.1:(\d+)") as (gateway_port, pid):
+            target = f"127.0.0.1:{gateway_port}"
+            ratios, direct_rates, served_rates, messages_per_stream, cpu_per_token = [], [], [], [], []
+            for round_index in range(rounds):
+                # One stream: tokens per second, each side in turn, the order alternating by round.
+                measured = {}
+                for side in ("direct", "served")[:: 1 if round_index % 2 else -1]:
+                    if side == "direct":
+                        seconds, tokens = asyncio.run(_direct(url, 1))
+                    else:
+                        seconds, tokens, messages, _ = asyncio.run(_served(target, 1, request, pid))
+                        messages_per_stream.append(messages)
+                    measured[side] = tokens / seconds
+                direct_rates.append(measured["direct"])
+                served_rates.append(measured["served"])
+                ratios.append(measured["served"] / measured["direct"])
+                # Sixteen streams at once: the server's CPU per token relayed.
+                _, tokens, _, cpu = asyncio.run(_served(target, concurrent, request, pid))
+                cpu_per_token.append(cpu / tokens * 1e6)
+    return [
+        (
+            f"one stream of {CHUNKS} one-token chunks through the gateway vs reading the SSE directly",
+            f"{statistics.median(served_rates):,.0f} vs {statistics.median(direct_rates):,.0f} tokens/s; "
+            f"{statistics.median(messages_per_stream):.0f} gRPC messages per stream",
+            f"{statistics.median(ratios):.3f}x direct (target >= 0.3x); {rounds} rounds "
+            f"{min(ratios):.3f}-{max(ratios):.3f}",
+        ),
+        (
+            f"{concurrent} streams of {CHUNKS} chunks at once: gateway CPU per token",
+            f"{statistics.median(cpu_per_token):.1f} us (rounds {min(cpu_per_token):.1f}-{max(cpu_per_token):.1f})",
+            "target <= 10 us",
+        ),
+    ]
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["upstream"]:
+        upstream()
+    else:
+        sys.path.insert(0, str(HERE))
+        for case, measured, ratio in run():
+            print(f"{case}  {measured}  |  {ratio}")

@@ -1,0 +1,294 @@
+"""Stream coalescing: waiting deltas of one part merge into one event, a lone delta is never held back, the fold
+is unchanged (locally and through the server), failures and early closes reach the source, and an abandoned
+stream's RPC still ends cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import io
+
+import grpc
+import orjson
+import pytest
+from google.protobuf import json_format
+from modelir import Model, ReferenceModel, accumulate, build_request, errors
+from modelir.coalesce import coalesced, merge_waiting
+from modelir.remote import RemoteModel
+from modelir.server import build_server
+from modelir.streams import events_from_response
+from modelir.telemetry import access_log
+from modelir.transports.base import LocalTransport
+from modelir.v1 import content_pb2, request_pb2, response_pb2, service_pb2, service_pb2_grpc, stream_pb2
+
+E = stream_pb2.StreamEvent
+D = stream_pb2.PartDelta
+
+
+def _delta(**fields) -> stream_pb2.StreamEvent:
+    return E(delta=D(**fields))
+
+
+def _requests() -> list[request_pb2.Request]:
+    reasoning = json_format.ParseDict(
+        {
+            "model": "reference",
+            "conversation": {"messages": [{"role": "ROLE_USER", "parts": [{"text": "Why is the sky blue?"}]}]},
+            "sampling": {"seed": "1", "maxOutputTokens": 90, "choiceCount": 2},
+            "reasoning": {"effort": "REASONING_EFFORT_MINIMAL"},
+        },
+        request_pb2.Request(),
+    )
+    return [
+        build_request("reference", messages=[("user", "Tell me a story.")], max_output_tokens=120, top_logprobs=3),
+        build_request("reference", prompt="héllo wörld", max_output_tokens=70, top_logprobs=2, seed=3),
+        reasoning,
+    ]
+
+
+@pytest.mark.parametrize("chunk_size", [1, 2, 5, 16])
+async def test_merging_every_waiting_event_keeps_the_fold(chunk_size):
+    model = Model(ReferenceModel(), name="reference")
+    for request in _requests():
+        response = await model.arun(request)
+        events = list(events_from_response(response, chunk_size=chunk_size))
+        merged = merge_waiting(events)
+        assert accumulate(merged) == accumulate(events) == response
+        deltas = [e for e in events if e.WhichOneof("event") == "delta"]
+        merged_deltas = [e for e in merged if e.WhichOneof("event") == "delta"]
+        # One event per part at most: every part's deltas were waiting together.
+        parts = {(e.delta.choice_index, e.delta.part_index) for e in deltas if e.delta.WhichOneof("content")}
+        assert len(merged_deltas) <= len(parts) + 2 * len(response.choices)
+        if len(deltas) > len(parts) + 2 * len(response.choices):
+            assert len(merged_deltas) < len(deltas)
+
+
+def test_logprob_columns_are_appended_with_byte_offsets_rebased():
+    response = response_pb2.Response()
+    choice = response.choices.add()
+    choice.message.role = content_pb2.ROLE_ASSISTANT
+    choice.message.parts.add(text="héé!")
+    lp = choice.logprobs
+    lp.token_ids.extend([1, 2, 3])
+    lp.logprobs.extend([-0.5, -1.0, -1.5])
+    lp.tokens.extend(["h", "éé", "!"])
+    lp.token_bytes = "héé!".encode()
+    lp.token_byte_offsets.extend([0, 1, 5])
+    lp.top_counts.extend([1, 2, 0])
+    lp.top_token_ids.extend([7, 8, 9])
+    lp.top_logprobs.extend([-0.1, -0.2, -0.3])
+    lp.top_tokens.extend(["x", "é", "y"])
+    lp.top_token_bytes = "xéy".encode()
+    lp.top_token_byte_offsets.extend([0, 1, 3])
+    events = list(events_from_response(response, chunk_size=1))
+    (merged,) = [e for e in merge_waiting(events) if e.WhichOneof("event") == "delta"]
+    assert merged.delta.text == "héé!"
+    assert list(merged.delta.logprobs.token_byte_offsets) == [0, 1, 5]
+    assert list(merged.delta.logprobs.top_token_byte_offsets) == [0, 1, 3]
+    assert merged.delta.logprobs.token_bytes == "héé!".encode()
+    assert accumulate(merge_waiting(events)) == response
+
+
+def test_what_is_never_merged():
+    start, end = E(start=stream_pb2.StreamStart(id="r")), E(end=stream_pb2.StreamEnd())
+    blob = _delta(part_index=2, blob=content_pb2.Blob(mime_type="image/png", data=b"x"))
+    events = [
+        start,
+        _delta(text="a"),
+        _delta(text="b"),
+        _delta(part_index=1, text="c"),  # another part (a text part, then a tool call in the same slot)
+        _delta(choice_index=1, part_index=0, text="d"),  # another choice
+        _delta(part_index=1, tool_call=stream_pb2.ToolCallDelta(id="t", name="f", arguments_json='{"a"')),
+        _delta(part_index=1, tool_call=stream_pb2.ToolCallDelta(arguments_json=":1}")),
+        blob,
+        blob,
+        _delta(part_index=3, reasoning=stream_pb2.ReasoningDelta(summary_index=0, summary_text="s")),
+        _delta(part_index=3, reasoning=stream_pb2.ReasoningDelta(summary_index=1, summary_text="t")),
+        end,
+    ]
+    merged = merge_waiting(events)
+    kinds = [(e.WhichOneof("event"), e.delta.WhichOneof("content")) for e in merged]
+    assert kinds == [
+        ("start", None),
+        ("delta", "text"),  # "a" + "b"
+        ("delta", "text"),  # another part
+        ("delta", "text"),  # another choice
+        ("delta", "tool_call"),  # another kind at that part index; its two deltas merged
+        ("delta", "blob"),
+        ("delta", "blob"),
+        ("delta", "reasoning"),  # two summaries
+        ("delta", "reasoning"),
+        ("end", None),
+    ]
+    assert merged[1].delta.text == "ab"
+    assert [e.delta.text for e in merged[2:4]] == ["c", "d"]
+    (call,) = [e for e in merged if e.delta.WhichOneof("content") == "tool_call"]
+    assert (call.delta.tool_call.id, call.delta.tool_call.name, call.delta.tool_call.arguments_json) == (
+        "t",
+        "f",
+        '{"a":1}',
+    )
+    assert accumulate(merged) == accumulate(events)
+    assert merged[0] is start and merged[-1] is end
+
+
+def test_a_logprob_only_delta_joins_the_run_before_it_and_artifacts_keep_their_order():
+    first = _delta(text="a", item_id="i1")
+    first.delta.artifacts.add(data=b"1")
+    second = _delta(text="b")
+    second.delta.artifacts.add(data=b"2")
+    only = _delta(logprobs={"logprobs": [-1.0], "tokens": ["b"]})
+    events = [first, second, only]
+    (merged,) = merge_waiting(events)
+    assert merged.delta.text == "ab" and merged.delta.item_id == "i1"
+    assert [a.data for a in merged.delta.artifacts] == [b"1", b"2"]
+    assert list(merged.delta.logprobs.tokens) == ["b"]
+    assert accumulate(events) == accumulate([merged])
+
+
+async def test_a_lone_delta_is_passed_on_at_once():
+    handed_on = asyncio.Event()
+
+    async def source():
+        yield _delta(text="first")
+        await asyncio.wait_for(handed_on.wait(), 5)  # the next delta exists only once the first was passed on
+        yield _delta(text="second")
+
+    received = []
+    async for event in coalesced(source()):
+        received.append(event.delta.text)
+        handed_on.set()
+    assert received == ["first", "second"]
+
+
+async def test_deltas_waiting_behind_a_slow_reader_leave_as_one_event():
+    produced = asyncio.Event()
+
+    async def source():
+        yield _delta(text="a")
+        await asyncio.sleep(0)  # the reader takes "a" alone
+        for piece in "bcdef":
+            yield _delta(text=piece)
+        produced.set()
+        await asyncio.sleep(0)
+        yield E(end=stream_pb2.StreamEnd())
+
+    out = []
+    async for event in coalesced(source()):
+        out.append(event)
+        await produced.wait()  # a slow reader: everything else is waiting when it comes back
+    assert [e.WhichOneof("event") for e in out] == ["delta", "delta", "end"]
+    assert [e.delta.text for e in out[:2]] == ["a", "bcdef"]
+
+
+async def test_a_failure_reaches_the_reader_after_the_events_before_it_and_closing_closes_the_source():
+    async def failing():
+        yield _delta(text="a")
+        yield _delta(text="b")
+        raise errors.TruncatedStreamError("cut")
+
+    seen = []
+    with pytest.raises(errors.TruncatedStreamError):
+        async for event in coalesced(failing()):
+            seen.append(event.delta.text)
+    assert "".join(seen) == "ab"
+
+    closed = asyncio.Event()
+
+    async def endless():
+        try:
+            while True:
+                yield _delta(text="x")
+                await asyncio.sleep(0)
+        finally:
+            closed.set()
+
+    stream = coalesced(endless())
+    await stream.__anext__()
+    await stream.aclose()
+    assert closed.is_set()
+
+
+async def test_under_backlog_the_server_sends_fewer_events_and_the_same_answer():
+    model = Model(ReferenceModel(), name="reference")
+    server, port = await build_server({"reference": model}, "127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = service_pb2_grpc.ModelServiceStub(channel)
+            for request in _requests():
+                direct = [e async for e in model.astream(request)]
+                sent = [m.event async for m in stub.StreamGenerate(service_pb2.StreamGenerateRequest(request=request))]
+                unary = (await stub.Generate(service_pb2.GenerateRequest(request=request))).response
+                for response in (unary, folded := accumulate(sent)):
+                    response.ClearField("timing")
+                assert folded == unary
+                assert len(sent) < len(direct)  # the reference model's deltas are all waiting at once
+    finally:
+        await server.stop(None)
+
+
+class _Endless(LocalTransport):
+    """An in-process model whose stream never ends: a large delta every millisecond, so that a caller that stops
+    reading leaves the server blocked writing (gRPC flow control), where only asyncio's finaliser closes it."""
+
+    name = "endless"
+    version = "0"
+
+    def manifest(self):
+        manifest = ReferenceModel().manifest()
+        manifest.transport = self.name
+        return manifest
+
+    async def run(self, request):
+        raise AssertionError("only streamed")
+
+    async def stream(self, request):
+        yield E(start=stream_pb2.StreamStart(id="endless"))
+        while True:
+            yield _delta(text="x" * 100_000)
+            await asyncio.sleep(0.001)
+
+    async def tokenize(self, request):
+        raise AssertionError("only streamed")
+
+
+async def test_an_abandoned_stream_ends_its_rpc_in_the_finaliser_context():
+    """A stream the client cancels is closed by asyncio's finaliser in a context of its own: the RPC still writes
+    its access-log line (CANCELLED), without 'Token created in a different Context'."""
+    lines = io.BytesIO()
+    access_log.configure("json", lines)
+    problems: list[object] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _, context: problems.append(context.get("exception") or context["message"]))
+    server, port = await build_server({"endless": Model(_Endless(), name="endless")}, "127.0.0.1:0")
+    await server.start()
+    remote = RemoteModel(f"127.0.0.1:{port}", "endless")
+    try:
+        request = build_request("endless", prompt="x")
+
+        async def consume():
+            async for event in remote.astream(request):
+                if event.WhichOneof("event") == "delta":
+                    await asyncio.sleep(30)
+
+        task = asyncio.create_task(consume())
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for _ in range(20):
+            gc.collect()
+            await asyncio.sleep(0.05)
+            access_log.access_log().flush()
+            if b"CANCELLED" in lines.getvalue():
+                break
+    finally:
+        await remote.aclose()
+        await server.stop(None)
+        loop.set_exception_handler(None)
+        access_log.access_log().flush()
+        access_log.configure()
+    logged = [orjson.loads(line) for line in lines.getvalue().splitlines()]
+    assert [line["status"] for line in logged if line["method"] == "StreamGenerate"] == ["CANCELLED"]
+    assert not [p for p in problems if "different Context" in str(p)]
