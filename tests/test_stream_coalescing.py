@@ -70,7 +70,7 @@ def test_logprob_columns_are_appended_with_byte_offsets_rebased():
     choice.message.parts.add(text="héé!")
     lp = choice.logprobs
     lp.token_ids.extend([1, 2, 3])
-    lp.logprobs.extend([-0.5, -1.0, -1.5])
+    lp.token_logprobs.extend([-0.5, -1.0, -1.5])
     lp.tokens.extend(["h", "éé", "!"])
     lp.token_bytes = "héé!".encode()
     lp.token_byte_offsets.extend([0, 1, 5])
@@ -137,7 +137,7 @@ def test_a_logprob_only_delta_joins_the_run_before_it_and_artifacts_keep_their_o
     first.delta.artifacts.add(data=b"1")
     second = _delta(text="b")
     second.delta.artifacts.add(data=b"2")
-    only = _delta(logprobs={"logprobs": [-1.0], "tokens": ["b"]})
+    only = _delta(logprobs={"token_logprobs": [-1.0], "tokens": ["b"]})
     events = [first, second, only]
     (merged,) = merge_waiting(events)
     assert merged.delta.text == "ab" and merged.delta.item_id == "i1"

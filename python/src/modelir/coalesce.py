@@ -38,10 +38,11 @@ def _run_key(event: stream_pb2.StreamEvent) -> Hashable | None:
         return None
     delta = event.delta
     content = delta.WhichOneof("content")
-    if content == "text":  # nearly every delta
+    if content in ("text", "refusal"):  # nearly every delta
         return (delta.choice_index, delta.part_index, content)
     if content is None:
-        if delta.HasField("logprobs") and not delta.artifacts and not delta.item_id:
+        # Token ids and citations of a content-less delta belong to its own part index: never merged across.
+        if delta.HasField("logprobs") and not (delta.artifacts or delta.item_id or delta.token_ids or delta.citations):
             return _LOGPROBS_ONLY
         return None
     kind: Hashable = content
@@ -51,7 +52,7 @@ def _run_key(event: stream_pb2.StreamEvent) -> Hashable | None:
         if has_summary and reasoning.text:
             return None
         kind = ("summary", reasoning.summary_index) if has_summary else "reasoning"
-    elif content == "blob":
+    elif content in ("blob", "part"):  # complete parts: nothing to join
         return None
     return (delta.choice_index, delta.part_index, kind)
 
@@ -67,6 +68,8 @@ def _merge(run: Sequence[stream_pb2.StreamEvent]) -> stream_pb2.StreamEvent:
     deltas = [event.delta for event in run]
     if content == "text":
         delta.text = "".join([d.text for d in deltas])
+    elif content == "refusal":
+        delta.refusal = "".join([d.refusal for d in deltas])
     elif content == "reasoning":
         if first.reasoning.HasField("summary_text"):
             delta.reasoning.summary_index = first.reasoning.summary_index
@@ -82,9 +85,13 @@ def _merge(run: Sequence[stream_pb2.StreamEvent]) -> stream_pb2.StreamEvent:
             if d.tool_call.name:
                 call.name = d.tool_call.name
     with_logprobs = []
-    for d in deltas:  # one pass: artifacts in order, the last item id set, the logprob chunks
+    for d in deltas:  # one pass: artifacts, citations and token ids in order, the last item id set, the logprobs
         if d.artifacts:
             delta.artifacts.extend(d.artifacts)
+        if d.citations:
+            delta.citations.extend(d.citations)
+        if d.token_ids:
+            delta.token_ids.extend(d.token_ids)
         if d.item_id:
             delta.item_id = d.item_id
         if d.HasField("logprobs"):
