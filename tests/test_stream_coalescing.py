@@ -35,7 +35,7 @@ def _requests() -> list[request_pb2.Request]:
             "model": "reference",
             "conversation": {"messages": [{"role": "ROLE_USER", "parts": [{"text": "Why is the sky blue?"}]}]},
             "sampling": {"seed": "1", "maxOutputTokens": 90, "choiceCount": 2},
-            "reasoning": {"effort": "REASONING_EFFORT_MINIMAL"},
+            "reasoningControls": {"effort": "REASONING_EFFORT_MINIMAL"},
         },
         request_pb2.Request(),
     )
