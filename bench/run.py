@@ -121,15 +121,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=15, help="timed repetitions per measurement")
     parser.add_argument("--seconds", type=float, default=2.0, help="duration of each throughput case")
-    parser.add_argument("--skip-gateway", action="store_true", help="skip the multi-process gateway case")
+    parser.add_argument("--skip-gateway", action="store_true", help="skip the multi-process cases")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the multi-process cases")
+    parser.add_argument("--workers", type=int, default=2, help="processes of the `serve --workers` case")
     args = parser.parse_args(argv)
     import transports
 
     rows = [*bench_reference_calls(args.seconds), *bench_logprob_build(args.repeat), *transports.run(args.repeat)]
     if not args.skip_gateway:
         import gateway
+        import inprocess
 
-        rows += gateway.run(seconds=max(args.seconds, 3.0))
+        rows += inprocess.run(rounds=args.rounds)
+        rows += gateway.run(seconds=max(args.seconds, 3.0), rounds=args.rounds)
+        rows += gateway.run_workers(workers=args.workers, seconds=max(args.seconds, 3.0), rounds=args.rounds)
         rows += gateway.run_telemetry(seconds=max(args.seconds, 3.0))
     width = max(len(r[0]) for r in rows)
     print(f"{'case'.ljust(width)}  measurement  |  ratio")
