@@ -335,10 +335,17 @@ def paused_gc():
 
 
 def _stamp_timing(timing, started: float, queued: float, attempts: int, first_output: float | None = None):
-    # Set in place: building a Timestamp and copying it in costs twice as much.
-    timing.start_time.FromNanoseconds(int(started * 1e9))
-    timing.end_time.FromNanoseconds(int(time.time() * 1e9))
-    timing.queue_duration.FromNanoseconds(int(queued * 1e9))
+    _set(timing.start_time, started)
+    _set(timing.end_time, time.time())
+    _set(timing.queue_duration, queued)
     timing.attempt_count = attempts
     if first_output is not None:
-        timing.first_output_duration.FromNanoseconds(int(first_output * 1e9))
+        _set(timing.first_output_duration, first_output)
+
+
+def _set(field, seconds: float) -> None:
+    """A `Timestamp` or non-negative `Duration` field set in place to `seconds`, to the nanosecond (what
+    `FromNanoseconds` gives, without building a message to copy in or its Python-level normalising)."""
+    whole, nanos = divmod(int(seconds * 1e9), 1_000_000_000)
+    field.seconds = whole
+    field.nanos = nanos
