@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -120,6 +122,18 @@ async def _measure(base: str, calls: dict[str, int], rounds: int) -> dict[str, d
 
 
 def run(rounds: int = 5, small_calls: int = 1500, big_calls: int = 12) -> list[tuple[str, str, str]]:
+    """Measured in a fresh interpreter: what ran before in this one (another case's GC settings, its heap) would
+    change what the collector costs here."""
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__)), str(rounds), str(small_calls), str(big_calls)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [tuple(row) for row in json.loads(done.stdout)]
+
+
+def _rows(rounds: int, small_calls: int, big_calls: int) -> list[tuple[str, str, str]]:
     with _process([sys.executable, str(HERE / "processes.py"), "upstream"], r"READY (\d+)") as (port, _):
         results = asyncio.run(_measure(f"http://127.0.0.1:{port}", {"small": small_calls, "big": big_calls}, rounds))
     rows = []
@@ -145,5 +159,4 @@ def run(rounds: int = 5, small_calls: int = 1500, big_calls: int = 12) -> list[t
 
 
 if __name__ == "__main__":
-    for row in run():
-        print(" | ".join(row))
+    print(json.dumps(_rows(*(int(a) for a in sys.argv[1:4]))))
