@@ -314,24 +314,26 @@ def _settle(limiter: BaseLimiter, estimate: int, usage: response_pb2.Usage) -> N
         limiter.settle_tokens(estimate, usage.input_token_count + usage.output_token_count)
 
 
-@contextlib.contextmanager
-def paused_gc():
+class paused_gc:  # lower case: used like the contextlib context managers
     """The cyclic garbage collector paused for a lift (synchronous code, no other task runs meanwhile).
 
     Lifting a logprob-heavy answer allocates some 100,000 dicts and lists that live only until the lift returns;
     under the default thresholds the collector runs over them again and again, which made such a call about 1.8x
     slower in-process than under the thresholds `modelir serve` sets (`server.app.tune_gc`). Paused, they are
     freed by reference counting as the lift drops them; nothing a lift builds forms a cycle. A collector the
-    caller disabled stays disabled.
+    caller disabled stays disabled. (A class, not `contextlib.contextmanager`: it runs on every call.)
     """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
+
+    __slots__ = ("_was_enabled",)
+
+    def __enter__(self) -> None:
+        self._was_enabled = gc.isenabled()
+        if self._was_enabled:
+            gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._was_enabled:
+            gc.enable()
 
 
 def _stamp_timing(timing, started: float, queued: float, attempts: int, first_output: float | None = None):
