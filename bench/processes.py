@@ -1,4 +1,5 @@
-"""Helper processes for the gateway benchmark: an instant OpenAI-style upstream, a bare gRPC echo server, and
+"""Helper processes for the gateway and in-process benchmarks: an instant OpenAI-style upstream (a small chat
+answer, and a 2,000-token x top-20 one under `/big`), a bare gRPC echo server, and
 the floor gateway (the least any Python gateway of this shape does per call).
 
 Each runs in its own process (so it does not share the benchmark client's interpreter lock) and prints
@@ -27,13 +28,22 @@ def upstream() -> None:
         }
     )
 
+    from run import openai_chat_body
+
+    logprobs = openai_chat_body(2000, 20)  # what /big/v1/chat/completions answers: 2,000 tokens x top-20
+
     async def handle(request: web.Request) -> web.Response:
         await request.read()
         return web.Response(body=body, content_type="application/json")
 
+    async def handle_logprobs(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(body=logprobs, content_type="application/json")
+
     async def main() -> None:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", handle)
+        app.router.add_post("/big/v1/chat/completions", handle_logprobs)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)

@@ -117,24 +117,60 @@ def bench_reference_calls(seconds: float) -> list[tuple[str, str, str]]:
     ]
 
 
+GROUPS = ("reference", "build", "transports", "inprocess", "gateway", "workers", "telemetry", "streams")
+MULTI_PROCESS = ("inprocess", "gateway", "workers", "telemetry", "streams")
+
+
+def _group(group: str, args: argparse.Namespace) -> list[tuple[str, str, str]]:
+    seconds = max(args.seconds, 3.0)
+    if group == "reference":
+        return bench_reference_calls(args.seconds)
+    if group == "build":
+        return bench_logprob_build(args.repeat)
+    if group == "transports":
+        import transports
+
+        return transports.run(args.repeat)
+    if group == "inprocess":
+        import inprocess
+
+        return inprocess.run(rounds=args.rounds)
+    import gateway
+
+    if group == "gateway":
+        return gateway.run(seconds=seconds, rounds=args.rounds)
+    if group == "workers":
+        return gateway.run_workers(workers=args.workers, seconds=seconds, rounds=args.rounds)
+    if group == "telemetry":
+        import telemetry
+
+        return telemetry.run(seconds=seconds)
+    import streams
+
+    return streams.run()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=15, help="timed repetitions per measurement")
     parser.add_argument("--seconds", type=float, default=2.0, help="duration of each throughput case")
-    parser.add_argument("--skip-gateway", action="store_true", help="skip the multi-process gateway case")
+    parser.add_argument("--skip-gateway", action="store_true", help="skip the multi-process cases")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the multi-process cases")
+    parser.add_argument("--workers", type=int, default=2, help="processes of the `serve --workers` case")
+    parser.add_argument(
+        "--only", help=f"a comma-separated subset of the groups, in this order: {', '.join(GROUPS)}", default=""
+    )
     args = parser.parse_args(argv)
-    import transports
-
-    rows = [*bench_reference_calls(args.seconds), *bench_logprob_build(args.repeat), *transports.run(args.repeat)]
-    if not args.skip_gateway:
-        import gateway
-
-        rows += gateway.run(seconds=max(args.seconds, 3.0))
-        import streams
-        import telemetry
-
-        rows += telemetry.run(seconds=max(args.seconds, 3.0))
-        rows += streams.run()
+    chosen = [g.strip() for g in args.only.split(",") if g.strip()] or list(GROUPS)
+    unknown = set(chosen) - set(GROUPS)
+    if unknown:
+        parser.error(f"--only: unknown groups {sorted(unknown)}; choose from {', '.join(GROUPS)}")
+    if args.skip_gateway:
+        chosen = [g for g in chosen if g not in MULTI_PROCESS]
+    rows = []
+    for group in GROUPS:
+        if group in chosen:
+            rows += _group(group, args)
     width = max(len(r[0]) for r in rows)
     print(f"{'case'.ljust(width)}  measurement  |  ratio")
     for case, measured, ratio in rows:

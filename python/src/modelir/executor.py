@@ -1,25 +1,34 @@
 """All HTTP I/O: one place for connection reuse, deadlines, retries, stream decoding and cancellation.
 
-The httpx API runs on the aiohttp-backed transport (`httpx-aiohttp`, the aiohttp backend the OpenAI Python SDK
-offers as its `aiohttp` extra): at 64 requests in flight on a 2-core machine, httpx's own connection pool served
-about 12x fewer requests per second than aiohttp. Retries cover 429, 5xx and connection errors, wait with
-exponential backoff and full jitter, and honour `Retry-After` and provider retry hints carried by the transport's
-typed error. A retry that would pass the caller's deadline is not attempted. A stream is never retried once it
-has delivered an event. Cancelling the caller closes the upstream connection.
+Unary calls drive aiohttp directly: no `httpx.Request` / `httpx.Response` per call, which in the gateway and
+in-process profiles was the largest single cost left between modelir and a hand-written aiohttp client
+(bench/README.md has the side-by-side figures). Streams go through httpx on the same aiohttp session (the
+`httpx-aiohttp` transport) for its SSE decoding by `httpx-sse`. A caller who brings an httpx transport (a test's
+`httpx.MockTransport`) or an `httpx.AsyncClient` gets every call through httpx instead, with the same errors.
+
+Retries cover 429, 5xx and connection errors, wait with exponential backoff and full jitter, and honour
+`Retry-After` and provider retry hints carried by the transport's typed error. A retry that would pass the
+caller's deadline is not attempted. A stream is never retried once it has delivered an event. Cancelling the
+caller closes the upstream connection.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
+import ssl
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 import httpx
 import httpx_sse
 import orjson
+import yarl
 from httpx_aiohttp import AiohttpTransport
 
 from modelir import errors, telemetry
@@ -30,6 +39,10 @@ DEFAULT_HEADERS = {"user-agent": f"modelir/{SDK_VERSION}", "accept-encoding": "g
 
 ErrorFactory = Callable[[HttpResponse], errors.ModelError]
 Observer = Callable[[int, Mapping[str, str]], None]
+
+# What a broken connection raises, on either path (httpx-aiohttp passes some aiohttp errors through unmapped).
+_CONNECTION_ERRORS = (httpx.TransportError, aiohttp.ClientError)
+_TIMEOUTS = (httpx.TimeoutException, aiohttp.ServerTimeoutError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +66,104 @@ class Sent:
     attempts: int
 
 
+class _Outgoing:
+    """One attempt's request as the wire sends it. `url` (an `httpx.URL`), `method` and `headers` are what
+    `telemetry.http_attempt` reads, and it may replace `headers` with a copy carrying `traceparent`."""
+
+    __slots__ = ("body", "headers", "method", "target", "url")
+
+    def __init__(self, method: str, url: httpx.URL, target: Any, headers: Any, body: bytes) -> None:
+        self.method, self.url, self.target, self.headers, self.body = method, url, target, headers, body
+
+
+class _HttpxWire:
+    """Every call through httpx: a mounted transport (`httpx.MockTransport`, `AiohttpTransport`, ...), or a
+    caller's `httpx.AsyncClient` (its `send`, so the client's own settings apply)."""
+
+    def __init__(
+        self, connect_timeout: float, transport: httpx.AsyncBaseTransport | None, client: httpx.AsyncClient | None
+    ) -> None:
+        self._transport, self._client = transport, client
+        # Per-request deadlines are enforced around each call; only connecting gets its own bound.
+        self._extensions = {"timeout": httpx.Timeout(None, connect=connect_timeout).as_dict()}
+
+    def target(self, url: httpx.URL) -> Any:
+        return url
+
+    def headers(self, merged: dict[str, str]) -> Any:
+        return httpx.Headers(merged)
+
+    async def open(self, outgoing: _Outgoing) -> httpx.Response:
+        """The answer's status and headers, its body not yet read (`aread` / `aiter_bytes`, then `aclose`)."""
+        request = httpx.Request(
+            outgoing.method, outgoing.url, content=outgoing.body, headers=outgoing.headers, extensions=self._extensions
+        )
+        if self._client is not None:
+            return await self._client.send(request, stream=True)
+        assert self._transport is not None
+        return await self._transport.handle_async_request(request)
+
+    async def exchange(self, outgoing: _Outgoing, observed: Any) -> tuple[int, Mapping[str, str], bytes]:
+        raw = await self.open(outgoing)
+        try:
+            observed.answered(raw.status_code, raw.headers)
+            body = await raw.aread()
+        finally:
+            await raw.aclose()
+        return raw.status_code, raw.headers, body
+
+    async def aclose(self) -> None:
+        if self._transport is not None:
+            await self._transport.aclose()  # a caller's client stays the caller's to close
+
+
+class _AiohttpWire(_HttpxWire):
+    """Unary calls straight on an aiohttp session; streams through httpx on the same session."""
+
+    def __init__(self, connect_timeout: float, max_connections: int) -> None:
+        self._session: aiohttp.ClientSession | None = None
+        self._max_connections, self._connect_timeout = max_connections, connect_timeout
+        super().__init__(connect_timeout, AiohttpTransport(client=self.session), None)
+
+    def session(self) -> aiohttp.ClientSession:
+        """The session, created on first use (inside the running loop, as aiohttp wants)."""
+        if self._session is None:
+            self._session = aiohttp_session(self._max_connections, self._connect_timeout)
+        return self._session
+
+    def target(self, url: httpx.URL) -> Any:
+        return yarl.URL(str(url), encoded=True)
+
+    def headers(self, merged: dict[str, str]) -> Any:
+        return merged
+
+    async def exchange(self, outgoing: _Outgoing, observed: Any) -> tuple[int, Mapping[str, str], bytes]:
+        raw = await self.session().request(
+            outgoing.method,
+            outgoing.target,
+            data=outgoing.body or None,
+            headers=outgoing.headers,
+            allow_redirects=False,
+        )
+        try:
+            observed.answered(raw.status, raw.headers)
+            body = await raw.read()
+        except BaseException:
+            raw.close()  # cancelled or broken mid-body: the connection goes, the upstream sees it
+            raise
+        raw.release()
+        return raw.status, raw.headers, body
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
 class Executor:
-    """Sends native HTTP requests for one endpoint. Share one executor between models on the same endpoint."""
+    """Sends native HTTP requests for one endpoint. Share one executor between models on the same endpoint.
+
+    `transport` (an httpx transport) or `client` (an `httpx.AsyncClient`, which stays the caller's to close)
+    sends every call through httpx; without either, unary calls go straight to aiohttp."""
 
     def __init__(
         self,
@@ -65,48 +174,39 @@ class Executor:
         connect_timeout: float = 10.0,
         max_connections: int = 256,
         transport: httpx.AsyncBaseTransport | None = None,
+        client: httpx.AsyncClient | None = None,
     ) -> None:
+        if transport is not None and client is not None:
+            raise ValueError("give an httpx transport or an httpx client, not both")
         self.retry = retry or RetryPolicy()
         self._base_url = base_url.rstrip("/") + "/"
-        self._base_headers = httpx.Headers({**DEFAULT_HEADERS, **(headers or {})})
+        # Lower-case names, so a configured header replaces a default of the same name whatever its spelling.
+        self._base_headers = {k.lower(): v for k, v in {**DEFAULT_HEADERS, **(headers or {})}.items()}
         # The credentials this executor sends (the configured headers' values, and a bearer token alone): no error
         # it raises carries them, whatever the provider reflects back in its error body.
         self._secrets = _secrets(headers or {})
-        self._urls: dict[str, httpx.URL] = {}
-        self._header_sets: dict[tuple[tuple[str, str], ...], httpx.Headers] = {}
-        # Per-request deadlines are enforced around each call; only connecting gets its own bound.
-        self._extensions = {"timeout": httpx.Timeout(None, connect=connect_timeout).as_dict()}
-        # Requests go straight to the mounted transport, not through `httpx.AsyncClient.send`: the client's
-        # redirect, auth and cookie-jar layers do nothing a model API needs and cost about a sixth of the
-        # gateway's throughput (bench/README.md).
-        self._transport = transport or AiohttpTransport(client=lambda: _session(max_connections))
+        self._wire: _HttpxWire = (
+            _AiohttpWire(connect_timeout, max_connections)
+            if transport is None and client is None
+            else _HttpxWire(connect_timeout, transport, client)
+        )
+        # The URLs and merged headers are cached per path and header set: no URL parsing or merging per call.
+        self._urls: dict[str, tuple[httpx.URL, Any]] = {}
+        self._header_sets: dict[tuple[tuple[str, str], ...], Any] = {}
 
     async def aclose(self) -> None:
-        await self._transport.aclose()
+        await self._wire.aclose()
 
-    def _build(self, request: HttpRequest) -> httpx.Request:
-        # The merged URL and headers are cached per path and header set: no URL parsing or header merging per call.
-        return httpx.Request(
-            request.method,
-            self._url(request.path),
-            content=request.body,
-            headers=self._headers(request.headers),
-            extensions=self._extensions,
-        )
-
-    def _url(self, path: str) -> httpx.URL:
-        url = self._urls.get(path)
-        if url is None:
-            url = self._urls[path] = httpx.URL(self._base_url + path.lstrip("/"))
-        return url
-
-    def _headers(self, extra: tuple[tuple[str, str], ...]) -> httpx.Headers:
-        headers = self._header_sets.get(extra)
+    def _build(self, request: HttpRequest) -> _Outgoing:
+        urls = self._urls.get(request.path)
+        if urls is None:
+            url = httpx.URL(self._base_url + request.path.lstrip("/"))
+            urls = self._urls[request.path] = (url, self._wire.target(url))
+        headers = self._header_sets.get(request.headers)
         if headers is None:
-            headers = self._base_headers.copy()
-            headers.update(dict(extra))
-            self._header_sets[extra] = headers
-        return headers
+            merged = {**self._base_headers, **{k.lower(): v for k, v in request.headers}}
+            headers = self._header_sets[request.headers] = self._wire.headers(merged)
+        return _Outgoing(request.method, urls[0], urls[1], headers, request.body)
 
     async def _wait_before_retry(self, exc: errors.ModelError, attempt: int, deadline: float | None) -> None:
         """Sleep before the next attempt, or re-raise when no attempt is left or the deadline would pass."""
@@ -130,29 +230,28 @@ class Executor:
         error_from: ErrorFactory,
         deadline: float | None = None,
         observe: Observer | None = None,
+        deadline_enforced: bool = False,
     ) -> Sent:
-        """Send a unary request, retrying as the policy allows. `deadline` is a `time.monotonic()` value."""
+        """Send a unary request, retrying as the policy allows. `deadline` is a `time.monotonic()` value.
+
+        `deadline_enforced`: the caller already runs this call under a timeout for `deadline` (as `Model` does,
+        around the limiter and the lift too), so the executor only uses it to decide on retries."""
         try:
-            async with asyncio.timeout_at(_loop_deadline(deadline)):
+            async with timeout_for(None if deadline_enforced else deadline):
                 attempt = 0
                 while True:
                     attempt += 1
                     try:
-                        built = self._build(request)
-                        with telemetry.http_attempt(built, attempt) as observed:
-                            raw = await self._transport.handle_async_request(built)
-                            observed.answered(raw.status_code, raw.headers)
-                            try:
-                                body = await raw.aread()
-                            finally:
-                                await raw.aclose()
-                    except httpx.TransportError as exc:
+                        outgoing = self._build(request)
+                        with telemetry.http_attempt(outgoing, attempt) as observed:
+                            status, headers, body = await self._wire.exchange(outgoing, observed)
+                    except _CONNECTION_ERRORS as exc:
                         await self._wait_before_retry(_connection_error(exc), attempt, deadline)
                         continue
-                    response = HttpResponse(raw.status_code, raw.headers, body)
+                    response = HttpResponse(status, headers, body)
                     if observe is not None:
-                        observe(raw.status_code, raw.headers)
-                    if raw.status_code < 400:
+                        observe(status, headers)
+                    if status < 400:
                         return Sent(response, attempt)
                     await self._wait_before_retry(error_from(response), attempt, deadline)
         except TimeoutError:
@@ -166,23 +265,25 @@ class Executor:
         deadline: float | None = None,
         observe: Observer | None = None,
         attempts: list[int] | None = None,
+        deadline_enforced: bool = False,
     ) -> AsyncGenerator[RawEvent, None]:
         """Yield the raw events of a streamed request. Retries only until the first event is delivered.
 
         A connection that breaks after delivery raises `TruncatedStreamError`; the caller keeps what it has.
+        `deadline_enforced` as for `send`.
         """
         delivered = False
         attempt = 0
         try:
-            async with asyncio.timeout_at(_loop_deadline(deadline)):
+            async with timeout_for(None if deadline_enforced else deadline):
                 while True:
                     attempt += 1
                     if attempts is not None:
                         attempts[:] = [attempt]
                     try:
-                        built = self._build(request)
-                        with telemetry.http_attempt(built, attempt) as observed:
-                            raw = await self._transport.handle_async_request(built)
+                        outgoing = self._build(request)
+                        with telemetry.http_attempt(outgoing, attempt) as observed:
+                            raw = await self._wire.open(outgoing)
                             observed.answered(raw.status_code, raw.headers)
                         try:
                             if observe is not None:
@@ -197,7 +298,7 @@ class Executor:
                                 return
                         finally:
                             await raw.aclose()  # also when the consumer stops early: the upstream sees it go
-                    except httpx.TransportError as exc:
+                    except _CONNECTION_ERRORS as exc:
                         if delivered:
                             raise errors.TruncatedStreamError(
                                 f"the stream broke after output was delivered: {exc!r}"
@@ -208,27 +309,38 @@ class Executor:
             raise errors.DeadlineExceededError("the request's deadline expired") from None
 
 
-def _session(max_connections: int) -> aiohttp.ClientSession:
-    """The aiohttp session under the httpx transport (created on first use, inside the running loop).
+def aiohttp_session(max_connections: int, connect_timeout: float = 10.0) -> aiohttp.ClientSession:
+    """An executor's aiohttp session (create it inside the running loop).
 
     Cookies are never kept: one executor serves every caller of a model, so a cookie set by a provider's answer
-    to one caller must not ride along on the next caller's request.
+    to one caller must not ride along on the next caller's request. Per-request deadlines are enforced around
+    each call (aiohttp's default five-minute total is not one of them); only connecting gets its own bound.
     """
-    connector = aiohttp.TCPConnector(
-        limit=max_connections, keepalive_timeout=5.0, ssl=httpx.create_ssl_context(trust_env=False)
+    connector = aiohttp.TCPConnector(limit=max_connections, keepalive_timeout=5.0, ssl=_ssl_context())
+    return aiohttp.ClientSession(
+        connector=connector,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout),
     )
-    return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
 
 
-def _loop_deadline(deadline: float | None) -> float | None:
-    """Convert a `time.monotonic()` deadline to the running loop's clock."""
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """The TLS settings every executor's session uses (certifi's roots, as httpx has them), made once per process:
+    building a context loads the whole CA bundle (~25 ms), and a context is safe to share between sessions."""
+    return httpx.create_ssl_context(trust_env=False)
+
+
+def timeout_for(deadline: float | None) -> Any:
+    """A timeout for a `time.monotonic()` deadline, on the running loop's clock; no context at all without one
+    (entering `asyncio.timeout_at(None)` still costs a `current_task()` lookup and its bookkeeping)."""
     if deadline is None:
-        return None
-    return asyncio.get_running_loop().time() + (deadline - time.monotonic())
+        return nullcontext()
+    return asyncio.timeout_at(asyncio.get_running_loop().time() + (deadline - time.monotonic()))
 
 
-def _connection_error(exc: httpx.TransportError) -> errors.ModelError:
-    if isinstance(exc, httpx.TimeoutException):
+def _connection_error(exc: Exception) -> errors.ModelError:
+    if isinstance(exc, _TIMEOUTS):
         return errors.ProviderUnavailableError(f"the provider timed out: {exc!r}")
     return errors.ProviderUnavailableError(f"could not reach the provider: {exc!r}")
 

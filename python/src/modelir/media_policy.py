@@ -56,6 +56,8 @@ DEFAULT_POLICY = MediaPolicy()
 
 def check(request: Message, policy: MediaPolicy = DEFAULT_POLICY) -> None:
     """Raise `InvalidRequestError` naming every media URI of `request` that `policy` does not forward."""
+    if not _has_uri(request):  # the common case, found without building a single field path
+        return
     violations = [
         errors_pb2.FieldViolation(field=field, description=f"The media URI {problem}.")
         for field, uri in _uris(request, "")
@@ -94,19 +96,64 @@ def _private(host: str) -> bool:
 
 
 def _uris(message: Message, path: str) -> Iterator[tuple[str, str]]:
-    """(field path, uri) of every `Blob` with a URI anywhere in `message`."""
-    if isinstance(message, content_pb2.Blob):
+    """(field path, uri) of every `Blob` with a URI anywhere in `message`.
+
+    Only fields whose type can hold a `Blob` are entered (`_blob_fields`): a chat request without images is a few
+    field lookups, not a walk over its sampling, logprob and tool settings."""
+    if type(message) is content_pb2.Blob:
         if message.WhichOneof("source") == "uri":
             yield f"{path}.uri", message.uri
         return
-    for field, value in message.ListFields():
-        if field.message_type is None:
-            continue
-        name = f"{path}.{field.name}" if path else field.name
-        if field.is_repeated:
-            if field.message_type.GetOptions().map_entry:
-                continue
-            for index, item in enumerate(value):
-                yield from _uris(item, f"{name}[{index}]")
-        else:
-            yield from _uris(value, name)
+    for name, repeated in _blob_fields(type(message)):
+        where = f"{path}.{name}" if path else name
+        if repeated:
+            for index, item in enumerate(getattr(message, name)):
+                yield from _uris(item, f"{where}[{index}]")
+        elif message.HasField(name):
+            yield from _uris(getattr(message, name), where)
+
+
+def _has_uri(message: Message) -> bool:
+    """Whether `message` holds a `Blob` with a URI anywhere (the walk of `_uris`, without the paths)."""
+    if type(message) is content_pb2.Blob:
+        return message.WhichOneof("source") == "uri"
+    for name, repeated in _blob_fields(type(message)):
+        if repeated:
+            for item in getattr(message, name):
+                if _has_uri(item):
+                    return True
+        elif message.HasField(name) and _has_uri(getattr(message, name)):
+            return True
+    return False
+
+
+_BLOB_FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}
+
+
+def _blob_fields(message_type: type[Message]) -> tuple[tuple[str, bool], ...]:
+    """(name, repeated) of the fields of `message_type` whose type is, or can contain, a `Blob` (maps excluded);
+    worked out once per message type."""
+    found = _BLOB_FIELDS.get(message_type)
+    if found is None:
+        found = _BLOB_FIELDS[message_type] = tuple(
+            (field.name, field.is_repeated)
+            for field in message_type.DESCRIPTOR.fields
+            if field.message_type is not None
+            and not field.message_type.GetOptions().map_entry
+            and _reaches_blob(field.message_type, frozenset())
+        )
+    return found
+
+
+def _reaches_blob(descriptor: Any, seen: frozenset[str]) -> bool:
+    if descriptor.full_name == content_pb2.Blob.DESCRIPTOR.full_name:
+        return True
+    if descriptor.full_name in seen:  # a recursive message (a part holding messages): decided where it started
+        return False
+    seen = seen | {descriptor.full_name}
+    return any(
+        field.message_type is not None
+        and not field.message_type.GetOptions().map_entry
+        and _reaches_blob(field.message_type, seen)
+        for field in descriptor.fields
+    )

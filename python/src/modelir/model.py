@@ -8,16 +8,14 @@ capabilities, naming every gap, apply the foreign-artifact policy, lower), then 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
+import gc
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 
-from google.protobuf import duration_pb2, timestamp_pb2
-
 from modelir import capabilities, errors, media_policy, pipeline, telemetry
-from modelir.executor import Executor
+from modelir.executor import Executor, timeout_for
 from modelir.interface import ModelInterface
 from modelir.limiter import BaseLimiter, Limiter
 from modelir.request_builder import with_model
@@ -65,6 +63,8 @@ class Model(ModelInterface):
         self._pipeline = pipeline.Pipeline(transport, self._manifest, model=self.name)
         self.default_timeout = default_timeout
         self.media_policy = media  # which media URIs requests may carry to the provider (`media_policy`)
+        # Made once: a `functools.partial` per call is measurable on the hot path.
+        self._error_from = _error_from(transport) if isinstance(transport, HttpTransport) else None
 
     @property
     def capabilities(self) -> capabilities_pb2.CapabilityManifest:
@@ -82,12 +82,14 @@ class Model(ModelInterface):
     def _deadline(self, request: request_pb2.Request | None, deadline: float | None) -> float | None:
         """The earliest of the caller's deadline, the request's timeout and the operator's (monotonic): a request
         cannot ask for more time than the model is configured to give."""
-        candidates = [deadline] if deadline is not None else []
+        seconds = self.default_timeout
         if request is not None and request.HasField("timeout"):
-            candidates.append(time.monotonic() + request.timeout.ToTimedelta().total_seconds())
-        if self.default_timeout is not None:
-            candidates.append(time.monotonic() + self.default_timeout)
-        return min(candidates) if candidates else None
+            asked = request.timeout.seconds + request.timeout.nanos / 1e9
+            seconds = asked if seconds is None else min(asked, seconds)
+        if seconds is None:
+            return deadline
+        own = time.monotonic() + seconds
+        return own if deadline is None or own < deadline else deadline
 
     # ---- the primitive -------------------------------------------------------------------------------
 
@@ -103,7 +105,7 @@ class Model(ModelInterface):
         start_mono = time.monotonic()
         deadline = self._deadline(request, deadline)
         try:
-            async with asyncio.timeout_at(_loop_time(deadline)):
+            async with timeout_for(deadline):  # the one timeout of the call: limiter, HTTP and lift
                 async with self.limiter.acquire(estimate := _estimate_tokens(request)):
                     queued = time.monotonic() - start_mono
                     response, attempts = await self._run_transport(prepared, deadline)
@@ -121,15 +123,22 @@ class Model(ModelInterface):
         if isinstance(transport, LocalTransport):
             return await transport.run(request), 1
         assert isinstance(transport, HttpTransport) and self.executor is not None and prepared.native is not None
-        # The deadline goes down too: the executor does not start a retry that would pass it.
+        assert self._error_from is not None
+        # The deadline goes down too: the executor does not start a retry that would pass it (and does not arm a
+        # second timeout for it: `_arun` runs the whole call under one).
         sent = await self.executor.send(
-            prepared.native, error_from=_error_from(transport), deadline=deadline, observe=self.limiter.observe
+            prepared.native,
+            error_from=self._error_from,
+            deadline=deadline,
+            observe=self.limiter.observe,
+            deadline_enforced=True,
         )
-        transport.check_answer_shape(sent.response)
-        try:
-            response = transport.lift(request, sent.response)
-        except SHAPE_ERRORS as exc:
-            raise shape_error(transport, exc) from exc
+        with paused_gc():
+            transport.check_answer_shape(sent.response)
+            try:
+                response = transport.lift(request, sent.response)
+            except SHAPE_ERRORS as exc:
+                raise shape_error(transport, exc) from exc
         if request.include_raw:  # kept here, once, so that any lift can be re-run from a stored response
             response.raw.CopyFrom(
                 response_pb2.RawExchange(
@@ -157,7 +166,7 @@ class Model(ModelInterface):
         deadline = self._deadline(request, deadline)
         first_output: float | None = None
         try:
-            async with asyncio.timeout_at(_loop_time(deadline)):
+            async with timeout_for(deadline):
                 async with self.limiter.acquire(estimate := _estimate_tokens(request)):
                     queued = time.monotonic() - start_mono
                     attempts = [1]
@@ -183,15 +192,17 @@ class Model(ModelInterface):
                 yield event
             return
         assert isinstance(transport, HttpTransport) and self.executor is not None and prepared.native is not None
+        assert self._error_from is not None
         lifter = transport.stream_lifter(request)
         interrupted = False
         raw_events: list[response_pb2.RawStreamEvent] | None = [] if request.include_raw else None
         raws = self.executor.stream(
             prepared.native,
-            error_from=_error_from(transport),
+            error_from=self._error_from,
             deadline=deadline,
             observe=self.limiter.observe,
             attempts=attempts,
+            deadline_enforced=True,  # `_astream` runs the whole stream under one timeout
         )
         try:
             async with contextlib.aclosing(raws):  # a lift failure closes the upstream connection at once
@@ -305,28 +316,40 @@ def _settle(limiter: BaseLimiter, estimate: int, usage: response_pb2.Usage) -> N
         limiter.settle_tokens(estimate, usage.input_token_count + usage.output_token_count)
 
 
-def _loop_time(deadline: float | None) -> float | None:
-    if deadline is None:
-        return None
-    return asyncio.get_running_loop().time() + (deadline - time.monotonic())
+class paused_gc:  # lower case: used like the contextlib context managers
+    """The cyclic garbage collector paused for a lift (synchronous code, no other task runs meanwhile).
+
+    Lifting a logprob-heavy answer allocates some 100,000 dicts and lists that live only until the lift returns;
+    under the default thresholds the collector runs over them again and again, which made such a call about 1.8x
+    slower in-process than under the thresholds `modelir serve` sets (`server.app.tune_gc`). Paused, they are
+    freed by reference counting as the lift drops them; nothing a lift builds forms a cycle. A collector the
+    caller disabled stays disabled. (A class, not `contextlib.contextmanager`: it runs on every call.)
+    """
+
+    __slots__ = ("_was_enabled",)
+
+    def __enter__(self) -> None:
+        self._was_enabled = gc.isenabled()
+        if self._was_enabled:
+            gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._was_enabled:
+            gc.enable()
 
 
 def _stamp_timing(timing, started: float, queued: float, attempts: int, first_output: float | None = None):
-    timing.start_time.CopyFrom(_timestamp(started))
-    timing.end_time.CopyFrom(_timestamp(time.time()))
-    timing.queue_duration.CopyFrom(_duration(queued))
+    _set(timing.start_time, started)
+    _set(timing.end_time, time.time())
+    _set(timing.queue_duration, queued)
     timing.attempt_count = attempts
     if first_output is not None:
-        timing.first_output_duration.CopyFrom(_duration(first_output))
+        _set(timing.first_output_duration, first_output)
 
 
-def _timestamp(seconds: float) -> timestamp_pb2.Timestamp:
-    ts = timestamp_pb2.Timestamp()
-    ts.FromNanoseconds(int(seconds * 1e9))
-    return ts
-
-
-def _duration(seconds: float) -> duration_pb2.Duration:
-    d = duration_pb2.Duration()
-    d.FromNanoseconds(int(seconds * 1e9))
-    return d
+def _set(field, seconds: float) -> None:
+    """A `Timestamp` or non-negative `Duration` field set in place to `seconds`, to the nanosecond (what
+    `FromNanoseconds` gives, without building a message to copy in or its Python-level normalising)."""
+    whole, nanos = divmod(int(seconds * 1e9), 1_000_000_000)
+    field.seconds = whole
+    field.nanos = nanos

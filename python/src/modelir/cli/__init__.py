@@ -63,13 +63,18 @@ def _dispatch(args: argparse.Namespace) -> int:
             return on_interrupt(args)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def configure_logging() -> None:
+    """The command's logging and warnings (also what each `serve --workers` process sets up)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     # The format shows no thread or process fields: skip collecting them for every record (the server logs one
     # line per call, and each record would otherwise make a getpid() system call).
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     warnings.showwarning = _show_warning
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging()
     try:
         try:
             return _dispatch(args)

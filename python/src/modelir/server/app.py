@@ -6,7 +6,7 @@ import asyncio
 import gc
 import logging
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import cast
 
 import grpc
@@ -127,12 +127,16 @@ async def serve(
     auth_tokens: frozenset[str] = frozenset(),
     grace: float = 30.0,
     settings: ServerSettings | None = None,
+    ready: Callable[[int], None] | None = None,
 ) -> None:
-    """Serve until SIGTERM or SIGINT, then stop taking calls and drain those in flight for `grace` seconds."""
+    """Serve until SIGTERM or SIGINT, then stop taking calls and drain those in flight for `grace` seconds.
+    `ready` is called with the bound port once the server takes calls (`modelir serve --workers`)."""
     server, bound = await build_server(models, f"{host}:{port}", auth_tokens=auth_tokens, settings=settings)
     tune_gc()
     await server.start()
     logging.getLogger("modelir.server").info("modelir serving %s on %s:%d", ", ".join(sorted(models)), host, bound)
+    if ready is not None:
+        ready(bound)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

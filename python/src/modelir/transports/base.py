@@ -17,11 +17,16 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import ClassVar
 
+import msgspec
 import orjson
 
 from modelir import content_kinds, errors
 from modelir.transports import manifests
 from modelir.v1 import capabilities_pb2, content_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
+
+# An answer's top level (an object, or an array of them) with every value left unparsed, for `check_answer_shape`.
+_TOP_LEVEL = msgspec.json.Decoder(dict[str, msgspec.Raw] | list[msgspec.Raw])
+_OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,13 +163,13 @@ class HttpTransport(Transport):
         """Raise `MalformedResponseError` when a 2xx JSON answer has none of `answer_keys` (see there)."""
         if not self.answer_keys:
             return
-        try:
-            body = orjson.loads(response.body)
-        except orjson.JSONDecodeError:
+        try:  # only the top-level keys are read: no value is built (an `orjson.loads` would parse the body twice)
+            top = _TOP_LEVEL.decode(response.body)
+            answers = [top] if isinstance(top, dict) else [_OBJECT.decode(a) for a in top if memoryview(a)[:1] == b"{"]
+        except msgspec.DecodeError:
             return  # not JSON at all: the lift says so, with its own message
-        answers = body if isinstance(body, list) else [body]
         for answer in answers:
-            if isinstance(answer, dict) and not any(key in answer for key in self.answer_keys):
+            if not any(key in answer for key in self.answer_keys):
                 keys = ", ".join(sorted(answer)[:8]) or "no keys"
                 raise errors.MalformedResponseError(
                     f"{self.name}: the provider's answer has none of the keys its answer must have "
