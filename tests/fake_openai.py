@@ -75,9 +75,12 @@ class FakeOpenAI:
         model = body["model"]
         if not body.get("stream"):
             return web.json_response(
-                self.body_override or completion_body(model), headers={"x-request-id": self._request_id()}
+                self.body_override or completion_body(model),
+                headers={"x-request-id": self._request_id(), "set-cookie": "session=secret; HttpOnly"},
             )
-        response = web.StreamResponse(headers={"content-type": "text/event-stream", "x-request-id": self._request_id()})
+        response = web.StreamResponse(
+            headers={"content-type": "text/event-stream", "x-request-id": self._request_id(), "set-cookie": "s=1"}
+        )
         await response.prepare(request)
         await response.write(_chunk(model, {"role": "assistant", "content": ""}))
         for piece in ANSWER:

@@ -118,3 +118,22 @@ async def test_include_raw_keeps_the_provider_answer_byte_for_byte(upstream):
     streamed = accumulate([e async for e in model.astream(request)])
     events = streamed.raw.stream_events
     assert len(events) == len(ANSWER) + 4 and events[-1].data == b"[DONE]"
+
+
+async def test_the_kept_exchange_has_the_answer_headers_and_on_request_the_body_sent(upstream):
+    _, model = upstream
+    request = build_request("mini", messages=[("user", "hi")], max_output_tokens=3)
+    request.include_raw = True
+    unary = await model.arun(request)
+    names = [h.name for h in unary.raw.response_headers]
+    assert "content-type" in names and "x-request-id" in names and names == [n.lower() for n in names]
+    assert not {"set-cookie", "authorization"} & set(names)
+    assert unary.raw.request_body == b""  # only when asked
+    request.include_lowered_request = True
+    for kept in ((await model.arun(request)).raw, accumulate([e async for e in model.astream(request)]).raw):
+        sent = orjson.loads(kept.request_body)
+        assert sent["messages"] == [{"role": "user", "content": "hi"}] and sent["max_completion_tokens"] == 3
+        assert b"sk-test-123" not in kept.SerializeToString()  # the credential travels in a header, never kept
+        assert any(h.name == "content-type" for h in kept.response_headers)
+        assert not any(h.name == "set-cookie" for h in kept.response_headers)
+    assert kept.content_type.startswith("text/event-stream")

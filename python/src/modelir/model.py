@@ -12,9 +12,9 @@ import contextlib
 import functools
 import gc
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 
-from modelir import capabilities, errors, media_policy, pipeline, telemetry
+from modelir import capabilities, errors, media_policy, pipeline, raw_exchange, telemetry
 from modelir.executor import Executor, timeout_for
 from modelir.interface import ModelInterface
 from modelir.limiter import BaseLimiter, Limiter
@@ -141,10 +141,12 @@ class Model(ModelInterface):
                 raise shape_error(transport, exc) from exc
         if request.include_raw:  # kept here, once, so that any lift can be re-run from a stored response
             response.raw.CopyFrom(
-                response_pb2.RawExchange(
+                raw_exchange.exchange(
+                    request,
+                    prepared.native,
                     transport=transport.name,
-                    http_status=sent.response.status,
-                    content_type=sent.response.headers.get("content-type", ""),
+                    status=sent.response.status,
+                    answer_headers=sent.response.headers,
                     body=sent.response.body,
                 )
             )
@@ -196,11 +198,18 @@ class Model(ModelInterface):
         lifter = transport.stream_lifter(request)
         interrupted = False
         raw_events: list[response_pb2.RawStreamEvent] | None = [] if request.include_raw else None
+        answered: list[Mapping[str, str]] = []  # the stream's answer headers, for the kept raw exchange
+        limiter_observe = self.limiter.observe
+
+        def observe(status: int, headers: Mapping[str, str]) -> None:
+            answered[:] = [headers]
+            limiter_observe(status, headers)
+
         raws = self.executor.stream(
             prepared.native,
             error_from=self._error_from,
             deadline=deadline,
-            observe=self.limiter.observe,
+            observe=observe if raw_events is not None else limiter_observe,
             attempts=attempts,
             deadline_enforced=True,  # `_astream` runs the whole stream under one timeout
         )
@@ -224,7 +233,14 @@ class Model(ModelInterface):
         for event in closing:
             if raw_events is not None and event.WhichOneof("event") == "end":
                 event.end.raw.CopyFrom(
-                    response_pb2.RawExchange(transport=transport.name, http_status=200, stream_events=raw_events)
+                    raw_exchange.exchange(
+                        request,
+                        prepared.native,
+                        transport=transport.name,
+                        status=200,
+                        answer_headers=answered[0] if answered else None,
+                        events=raw_events,
+                    )
                 )
             yield event
 
