@@ -6,7 +6,7 @@ import asyncio
 
 import orjson
 import pytest
-from modelir import DeadlineExceededError, accumulate, build_request
+from modelir import DeadlineExceededError, accumulate, build_request, errors
 from modelir.config import build_config
 from modelir.remote import RemoteModel
 from modelir.server import build_server
@@ -137,3 +137,19 @@ async def test_the_kept_exchange_has_the_answer_headers_and_on_request_the_body_
         assert any(h.name == "content-type" for h in kept.response_headers)
         assert not any(h.name == "set-cookie" for h in kept.response_headers)
     assert kept.content_type.startswith("text/event-stream")
+
+
+async def test_a_reflected_credential_is_redacted_from_the_kept_body_and_from_shape_errors(upstream):
+    from tests.fake_openai import completion_body
+
+    fake, model = upstream
+    body = completion_body("gpt-4o-mini")
+    body["id"] = "echo sk-test-123"
+    fake.body_override = body
+    request = build_request("mini", messages=[("user", "hi")], include_raw=True)
+    kept = (await model.arun(request)).raw
+    assert b"sk-test-123" not in kept.body and b"[redacted]" in kept.body
+    fake.body_override = {"echo sk-test-123": 1}  # the wrong shape: the error names the keys the answer has
+    with pytest.raises(errors.MalformedResponseError) as caught:
+        await model.arun(request)
+    assert "sk-test-123" not in str(caught.value) and "[redacted]" in str(caught.value)

@@ -153,3 +153,12 @@ def test_the_policy_is_configurable_and_applied_by_the_model():
     strict = Model(ReferenceModel(), name="reference")
     with pytest.raises(errors.InvalidRequestError, match="file"):
         strict.run(_with_image("file:///etc/passwd"))
+
+
+async def test_validate_reports_a_refused_media_uri_as_the_call_would():
+    model = Model(ReferenceModel(), name="reference")
+    verdict = await model.avalidate(_with_image("http://169.254.169.254/latest/meta-data/"))
+    assert not verdict.accepted
+    assert [v.field for v in verdict.field_violations] == ["conversation.messages[0].parts[1].blob.uri"]
+    verdict = await model.avalidate(_with_image("https://example.com/cat.png"))
+    assert not verdict.field_violations  # a public URI is checked against the manifest as usual

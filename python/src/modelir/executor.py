@@ -185,6 +185,7 @@ class Executor:
         # The credentials this executor sends (the configured headers' values, and a bearer token alone): no error
         # it raises carries them, whatever the provider reflects back in its error body.
         self._secrets = _secrets(headers or {})
+        self.secrets = self._secrets  # for what the model writes from an answer (shape errors, kept raw bodies)
         self._wire: _HttpxWire = (
             _AiohttpWire(connect_timeout, max_connections)
             if transport is None and client is None
@@ -373,6 +374,15 @@ def _secrets(headers: Mapping[str, str]) -> tuple[str, ...]:
             if len(secret) >= 8:  # shorter values are not credentials, and redacting them would mangle text
                 found.add(secret)
     return tuple(sorted(found, key=len, reverse=True))
+
+
+def redact_bytes(data: bytes, secrets: tuple[str, ...]) -> bytes:
+    """`data` with every secret replaced (a kept raw body or event that reflects a credential)."""
+    for secret in secrets:
+        encoded = secret.encode()
+        if encoded in data:
+            data = data.replace(encoded, REDACTED.encode())
+    return data
 
 
 def redact(exc: errors.ModelError, secrets: tuple[str, ...]) -> errors.ModelError:

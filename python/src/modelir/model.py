@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 
 from modelir import capabilities, errors, media_policy, pipeline, raw_exchange, telemetry
-from modelir.executor import Executor, timeout_for
+from modelir.executor import Executor, redact, timeout_for
 from modelir.interface import ModelInterface
 from modelir.limiter import BaseLimiter, Limiter
 from modelir.request_builder import with_model
@@ -79,6 +79,10 @@ class Model(ModelInterface):
         media_policy.check(request, self.media_policy)
         return self._pipeline.prepare(request, streaming=streaming)
 
+    def _redacted(self, exc: errors.ModelError) -> errors.ModelError:
+        """`exc` without the configured credentials (a lift error can quote an answer that reflects one)."""
+        return redact(exc, self.executor.secrets) if self.executor is not None else exc
+
     def _deadline(self, request: request_pb2.Request | None, deadline: float | None) -> float | None:
         """The earliest of the caller's deadline, the request's timeout and the operator's (monotonic): a request
         cannot ask for more time than the model is configured to give."""
@@ -134,16 +138,20 @@ class Model(ModelInterface):
             deadline_enforced=True,
         )
         with paused_gc():
-            transport.check_answer_shape(sent.response)
+            try:
+                transport.check_answer_shape(sent.response)
+            except errors.MalformedResponseError as exc:
+                raise self._redacted(exc) from None
             try:
                 response = transport.lift(request, sent.response)
             except SHAPE_ERRORS as exc:
-                raise shape_error(transport, exc) from exc
+                raise self._redacted(shape_error(transport, exc)) from exc
         if request.include_raw:  # kept here, once, so that any lift can be re-run from a stored response
             response.raw.CopyFrom(
                 raw_exchange.exchange(
                     request,
                     prepared.native,
+                    secrets=self.executor.secrets,
                     transport=transport.name,
                     status=sent.response.status,
                     answer_headers=sent.response.headers,
@@ -221,7 +229,7 @@ class Model(ModelInterface):
                     try:
                         lifted = lifter.feed(raw)
                     except SHAPE_ERRORS as exc:
-                        raise shape_error(transport, exc) from exc
+                        raise self._redacted(shape_error(transport, exc)) from exc
                     for event in lifted:
                         yield event
         except errors.TruncatedStreamError:
@@ -229,13 +237,14 @@ class Model(ModelInterface):
         try:
             closing = lifter.close(interrupted=interrupted)
         except SHAPE_ERRORS as exc:
-            raise shape_error(transport, exc) from exc
+            raise self._redacted(shape_error(transport, exc)) from exc
         for event in closing:
             if raw_events is not None and event.WhichOneof("event") == "end":
                 event.end.raw.CopyFrom(
                     raw_exchange.exchange(
                         request,
                         prepared.native,
+                        secrets=self.executor.secrets,
                         transport=transport.name,
                         status=200,
                         answer_headers=answered[0] if answered else None,
@@ -248,6 +257,10 @@ class Model(ModelInterface):
         """Check `request` against this model without running it."""
         if not request.model:
             request = with_model(request, self.name)
+        try:  # `Validate` answers what a call would: a media URI the policy refuses is a field violation too
+            media_policy.check(request, self.media_policy)
+        except errors.InvalidRequestError as exc:
+            return service_pb2.ValidateResponse(field_violations=exc.violations)
         return self._pipeline.report(request)
 
     # ---- tokenize ------------------------------------------------------------------------------------
@@ -275,7 +288,7 @@ class Model(ModelInterface):
         try:
             return transport.lift_detokenize(sent.response)
         except SHAPE_ERRORS as exc:
-            raise shape_error(transport, exc) from exc
+            raise self._redacted(shape_error(transport, exc)) from exc
 
     async def arender_prompt(self, request: request_pb2.Request) -> str | None:
         """The conversation through the model's chat template, when its transport can render it (sdk-15)."""
@@ -310,7 +323,7 @@ class Model(ModelInterface):
         try:
             return transport.lift_tokenize(request, [s.response for s in sent])
         except SHAPE_ERRORS as exc:
-            raise shape_error(transport, exc) from exc
+            raise self._redacted(shape_error(transport, exc)) from exc
 
 
 def _error_from(transport: HttpTransport):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from modelir.executor import REDACTED, redact_bytes
 from modelir.transports.base import HttpRequest
 from modelir.v1 import request_pb2, response_pb2
 
@@ -34,11 +35,21 @@ def exchange(
     answer_headers: Mapping[str, str] | None,
     body: bytes = b"",
     events: list[response_pb2.RawStreamEvent] | None = None,
+    secrets: tuple[str, ...] = (),
 ) -> response_pb2.RawExchange:
+    """The kept exchange; the configured credentials are redacted from everything in it (a provider can reflect the
+    key in a body or an event)."""
+    if secrets:
+        body = redact_bytes(body, secrets)
+        for event in events or ():
+            event.data = redact_bytes(event.data, secrets)
     kept = response_pb2.RawExchange(transport=transport, http_status=status, body=body, stream_events=events or ())
     if answer_headers is not None:
         kept.content_type = answer_headers.get("content-type", "")
-        kept.response_headers.extend(headers(answer_headers))
+        for header in headers(answer_headers):
+            if any(secret in header.value for secret in secrets):
+                header.value = REDACTED
+            kept.response_headers.append(header)
     if request.include_lowered_request:
         kept.request_body = native.body
     return kept
