@@ -45,6 +45,7 @@ class MessagesStreamLifter(StreamLifter):
         self.facts = soft_errors.Facts()
         self.call_names: dict[str, str] = {}  # server tool call id -> name, to name its result
         self.message_facts: dict[str, Any] = {}  # `container` and `stop_details` from message_delta
+        self.unknown_deltas: set[str] = set()  # delta types this lift does not know, said in a warning
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
         data = common.parse_json(event.data, "stream event")
@@ -111,6 +112,8 @@ class MessagesStreamLifter(StreamLifter):
                         delta=stream_pb2.PartDelta(part_index=self.parts.index(0, index), citations=[citation])
                     )
                 )
+            else:
+                self.unknown_deltas.add(str(kinds))
         elif kind == "content_block_stop":
             index = data.get("index", 0)
             state = self.blocks.get(index) or {}
@@ -201,4 +204,9 @@ class MessagesStreamLifter(StreamLifter):
             self.facts.cut_short = "the stream ended before message_stop; the output is partial"
         soft_errors.settle_stream(self.request, end, self.facts, self.parts.texts())
         end.warnings.extend(self.transport.reasoning_warnings(self.request))
+        if self.unknown_deltas:
+            end.warnings.add(
+                code="unknown_stream_delta",
+                message=f"deltas of unknown types were not lifted: {', '.join(sorted(self.unknown_deltas))}",
+            )
         return [*out, stream_pb2.StreamEvent(end=end)]
