@@ -177,3 +177,8 @@ def test_a_cache_ttl_with_a_fraction_of_a_second_is_refused():
     request.conversation.messages[0].parts[0].cache_breakpoint.ttl.FromMilliseconds(300_500)
     problems = AnthropicMessages().field_problems(request)
     assert [f for f, _ in problems] == ["conversation.messages[0].parts[0].cache_breakpoint.ttl"]
+
+
+def test_the_beta_option_sends_the_anthropic_beta_header():
+    assert AnthropicMessages(beta="web-fetch-2025-09-10").auth_headers("k")["anthropic-beta"] == "web-fetch-2025-09-10"
+    assert "anthropic-beta" not in AnthropicMessages().auth_headers("k")

@@ -109,12 +109,19 @@ class AnthropicMessages(HttpTransport):
     version = "1.0.0"
     path = "/v1/messages"
 
-    def __init__(self, *, provider_model: str = "", default_max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
+    def __init__(
+        self, *, provider_model: str = "", default_max_tokens: int = DEFAULT_MAX_TOKENS, beta: str = ""
+    ) -> None:
+        """`beta`: the `anthropic-beta` header (comma-separated feature names, e.g. `web-fetch-2025-09-10`) for tool
+        versions that still need one; empty sends none."""
         super().__init__(provider_model=provider_model)
         self.default_max_tokens = default_max_tokens
+        self.beta = beta
 
     def auth_headers(self, credential: str) -> dict[str, str]:
         headers = {"anthropic-version": API_VERSION}
+        if self.beta:
+            headers["anthropic-beta"] = self.beta
         if credential:
             headers["x-api-key"] = credential
         return headers
