@@ -93,8 +93,15 @@ def lift_citation(native: dict[str, Any], issuer: content_pb2.Issuer) -> content
 
 def citation_native(citation: content_pb2.Citation) -> dict[str, Any] | None:
     """The native citation to replay, or None when it is not one of this transport's (a foreign citation, e.g. a
-    Responses annotation, has no Anthropic form)."""
-    index = next((a.data.decode() for a in citation.artifacts if a.kind == ENCRYPTED_CITATION), None)
+    Responses annotation, has no Anthropic form; an `encrypted_index` is only taken from this transport)."""
+    index = next(
+        (
+            a.data.decode()
+            for a in citation.artifacts
+            if a.kind == ENCRYPTED_CITATION and a.issuer.transport == TRANSPORT
+        ),
+        None,
+    )
     if citation.native_json:
         native = orjson.loads(citation.native_json)
         if not isinstance(native, dict) or native.get("type") not in CITATION_KINDS:
