@@ -46,7 +46,7 @@ def test_no_transport_option_hides_behind_a_model_field():
 
 def test_the_schema_is_the_constructor():
     options = registry()["anthropic_messages"].options
-    assert list(options) == ["provider_model", "default_max_tokens"]
+    assert list(options) == ["provider_model", "default_max_tokens", "beta"]
     assert options["default_max_tokens"].types == (int,)
     assert options["default_max_tokens"].default == 4096
     assert registry()["reference"].options["secret"].types == (bytes,)
@@ -65,7 +65,7 @@ def test_options_are_checked_and_converted():
         ({"default_max_tokens": "8k"}, "default_max_tokens", "expected a whole number"),
         ({"default_max_tokens": True}, "default_max_tokens", "got bool"),
         ({"provider_model": 3}, "provider_model", "expected a string"),
-        ({"max_tokens": 5}, "max_tokens", "takes no such option; it takes: default_max_tokens, provider_model"),
+        ({"max_tokens": 5}, "max_tokens", "takes no such option; it takes: beta, default_max_tokens, provider_model"),
     ]:
         with pytest.raises(TransportOptionError) as caught:
             build_transport("anthropic_messages", options)

@@ -9,8 +9,9 @@ cumulative, and a `redacted_thinking` block arrives whole in `content_block_star
 
 `max_tokens` is required by the API. When the IR leaves it unset, this transport sends `DEFAULT_MAX_TOKENS`
 (4,096), or the thinking budget plus 4,096 when a budget is set (the API requires max_tokens above the budget).
-A thinking budget is at least `MIN_THINKING_BUDGET` (1,024) tokens and below `max_tokens`; anything else is refused
-before any I/O, naming `reasoning.budget_tokens`.
+A thinking budget is at least `MIN_THINKING_BUDGET` (1,024) tokens (the manifest's `min_reasoning_budget_tokens`
+limit, checked with the capabilities) and below `max_tokens` (refused before any I/O, naming
+`reasoning.budget_tokens`).
 
 Reasoning effort (Anthropic's effort and adaptive-thinking guides, https://platform.claude.com/docs/en/build-with-claude/
 effort): the models in `EFFORT_MODELS` take an effort natively as `output_config.effort` (`low`, `medium`,
@@ -39,6 +40,7 @@ import orjson
 
 from modelir import content_kinds
 from modelir.transports import _common as common
+from modelir.transports import opaque_json
 from modelir.transports.anthropic import blocks
 from modelir.transports.anthropic.messages_stream import MessagesStreamLifter
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter
@@ -47,6 +49,8 @@ from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, request_pb2, r
 
 SIGNATURE = blocks.SIGNATURE
 REDACTED = blocks.REDACTED
+# Provider-option keys that belong on a content block (a part's or message's options), not on the request.
+BLOCK_OPTION_KEYS = ("cache_control", "citations", "context", "title", "caller")
 API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
 _TOOL_CHOICE = {
@@ -54,8 +58,29 @@ _TOOL_CHOICE = {
     request_pb2.TOOL_CHOICE_MODE_NONE: {"type": "none"},
     request_pb2.TOOL_CHOICE_MODE_REQUIRED: {"type": "any"},
 }
-PROVIDER_OPTION_KEYS = ("metadata", "service_tier")
+PROVIDER_OPTION_KEYS = ("metadata", "service_tier", "container", *BLOCK_OPTION_KEYS)
 MIN_THINKING_BUDGET = 1024
+# The provider-run tool types this wire declares (Anthropic's server tools; each is sent as `{type, name,
+# ...config}`), with the name Anthropic gives each when the IR leaves `ProviderTool.name` empty.
+PROVIDER_TOOL_TYPES = {
+    "web_search_20250305": "web_search",
+    "web_search_20260209": "web_search",
+    "web_search_20260318": "web_search",
+    "web_fetch_20250910": "web_fetch",
+    "web_fetch_20260209": "web_fetch",
+    "web_fetch_20260309": "web_fetch",
+    "web_fetch_20260318": "web_fetch",
+    "code_execution_20250522": "code_execution",
+    "code_execution_20250825": "code_execution",
+    "code_execution_20260120": "code_execution",
+    "code_execution_20260521": "code_execution",
+    "tool_search_tool_regex_20251119": "tool_search_tool_regex",
+    "tool_search_tool_bm25_20251119": "tool_search_tool_bm25",
+}
+# The media types of input blobs: images, and documents (PDF, plain text) as `document` blocks.
+INPUT_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp", "application/pdf", "text/plain")
+# Cache-breakpoint TTLs Anthropic takes (`cache_control.ttl`), in seconds.
+_CACHE_TTLS = {300: "5m", 3600: "1h"}
 # Model id prefixes, from Anthropic's effort and adaptive-thinking guides.
 ADAPTIVE_THINKING_MODELS = ("claude-opus-4-6", "claude-sonnet-4-6", "claude-opus-4-7")
 EFFORT_MODELS = (*ADAPTIVE_THINKING_MODELS, "claude-opus-4-5")
@@ -84,12 +109,19 @@ class AnthropicMessages(HttpTransport):
     version = "1.0.0"
     path = "/v1/messages"
 
-    def __init__(self, *, provider_model: str = "", default_max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
+    def __init__(
+        self, *, provider_model: str = "", default_max_tokens: int = DEFAULT_MAX_TOKENS, beta: str = ""
+    ) -> None:
+        """`beta`: the `anthropic-beta` header (comma-separated feature names, e.g. `web-fetch-2025-09-10`) for tool
+        versions that still need one; empty sends none."""
         super().__init__(provider_model=provider_model)
         self.default_max_tokens = default_max_tokens
+        self.beta = beta
 
     def auth_headers(self, credential: str) -> dict[str, str]:
         headers = {"anthropic-version": API_VERSION}
+        if self.beta:
+            headers["anthropic-beta"] = self.beta
         if credential:
             headers["x-api-key"] = credential
         return headers
@@ -97,10 +129,24 @@ class AnthropicMessages(HttpTransport):
     capabilities = capability_set(
         COMMON | CHAT_WITH_TOOLS,
         "REASONING REASONING_BUDGET REASONING_EFFORT PREFILL TOP_K_SAMPLING STOP_SEQUENCES",
+        "SERVER_TOOL_REPLAY PROVIDER_TOOLS PROMPT_CACHE_BREAKPOINTS DOCUMENT_INPUT",
     )
-    limits = capabilities_pb2.ModelLimits(max_choices=1)
+    limits = capabilities_pb2.ModelLimits(max_choices=1, min_reasoning_budget_tokens=MIN_THINKING_BUDGET)
     provider_option_keys = PROVIDER_OPTION_KEYS
-    part_kinds = content_kinds.chat_kinds("Anthropic Messages")
+    # A refusal part is never sent back (Anthropic has no input form for it: it came from `stop_details`).
+    part_kinds = content_kinds.chat_kinds(
+        "Anthropic Messages",
+        refusal=content_kinds.CARRIED,
+        server_tool_call=content_kinds.CARRIED,
+        server_tool_result=content_kinds.CARRIED,
+        provider_part=content_kinds.CARRIED,
+    )
+
+    def manifest(self) -> capabilities_pb2.CapabilityManifest:
+        manifest = super().manifest()
+        manifest.input_media_types.extend(INPUT_MEDIA_TYPES)
+        manifest.provider_tool_types.extend(PROVIDER_TOOL_TYPES)
+        return manifest
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []
@@ -127,12 +173,32 @@ class AnthropicMessages(HttpTransport):
                     reasons.append(
                         f"Anthropic requires each thinking block back with its signature ({where}.parts[{j}])."
                     )
-                elif kind == "blob" and not part.blob.mime_type.startswith("image/"):
-                    reasons.append(f"Only image blobs are supported here, not {part.blob.mime_type!r}.")
+                elif kind == "blob" and part.blob.mime_type == "text/plain" and part.blob.WhichOneof("source") == "uri":
+                    reasons.append(
+                        f"Anthropic takes a plain-text document inline only, not by URI ({where}.parts[{j}])."
+                    )
+                elif kind == "provider_part" and part.provider_part.issuer.transport != self.name:
+                    reasons.append(
+                        f"A provider part from {part.provider_part.issuer.transport or 'no issuer'} cannot be replayed "
+                        f"to {self.name} ({where}.parts[{j}])."
+                    )
+        if misplaced := sorted(set(common.provider_options(request, self.name)) & set(BLOCK_OPTION_KEYS)):
+            reasons.append(
+                f"The provider options {', '.join(misplaced)} belong on a message or part, not on the request."
+            )
         return reasons
 
     def field_problems(self, request: request_pb2.Request) -> list[tuple[str, str]]:
         problems = super().field_problems(request)
+        for i, message in enumerate(request.conversation.messages):
+            for where, part in content_kinds.parts_of(message):
+                if part.HasField("cache_breakpoint") and _cache_control(part) is None:
+                    problems.append(
+                        (
+                            f"conversation.messages[{i}].{where}.cache_breakpoint.ttl",
+                            "Anthropic caches for 5 minutes (300s) or 1 hour (3600s), nothing else.",
+                        )
+                    )
         budget = self.thinking_budget(request)
         if budget is None:
             return problems
@@ -142,8 +208,6 @@ class AnthropicMessages(HttpTransport):
             budget_text = f"The effort maps to a thinking budget of {budget} tokens (see EFFORT_BUDGETS), which"
         else:
             budget_text = f"Anthropic's thinking budget ({budget})"
-        if budget < MIN_THINKING_BUDGET:
-            problems.append((field, f"{budget_text} must be at least {MIN_THINKING_BUDGET} tokens."))
         max_tokens = self._max_tokens(request)
         if budget >= max_tokens:
             problems.append(
@@ -204,11 +268,13 @@ class AnthropicMessages(HttpTransport):
         messages = list(request.conversation.messages)
         system = []
         while messages and messages[0].role in (content_pb2.ROLE_SYSTEM, content_pb2.ROLE_DEVELOPER):
-            system.append("".join(p.text for p in messages.pop(0).parts))
+            system.append(messages.pop(0))
         body: dict[str, Any] = {"model": self.model_for(request), "max_tokens": self._max_tokens(request)}
         if system:
-            body["system"] = "\n\n".join(system)
-        wire_messages = [{"role": _role(m), "content": [_block(p) for p in m.parts]} for m in messages]
+            body["system"] = _system(system)
+        wire_messages = [{"role": _role(m), "content": _content(m)} for m in messages]
+        if container := _replayed_container(messages):
+            body["container"] = container
         if request.prefill:
             wire_messages.append({"role": "assistant", "content": [{"type": "text", "text": request.prefill}]})
         body["messages"] = _merge_roles(wire_messages)
@@ -243,16 +309,12 @@ class AnthropicMessages(HttpTransport):
         choice = out.choices.add(index=0)
         choice.message.role = content_pb2.ROLE_ASSISTANT
         issuer = self.issuer(request)
+        call_names: dict[str, str] = {}
         for block in body.get("content") or ():
-            part = blocks.lift_block(block, issuer)
-            if part is None:
-                out.warnings.add(
-                    code="unknown_content_block", message=f"a block of type {block.get('type')!r} was not lifted"
-                )
-            else:
-                choice.message.parts.append(part)
+            choice.message.parts.append(blocks.lift_block(block, issuer, call_names))
+        choice.message.parts.extend(blocks.message_facts(body.get("container"), body.get("stop_details"), issuer))
         blocks.finish(choice, body.get("stop_reason"), body.get("stop_sequence"))
-        blocks.usage(body.get("usage"), out.usage)
+        out.service_tier = blocks.usage(body.get("usage"), out.usage)
         out.warnings.extend(self.reasoning_warnings(request))
         return out
 
@@ -275,12 +337,79 @@ def _merge_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _block(part: content_pb2.Part) -> dict[str, Any]:
+def _system(messages: list[content_pb2.Message]) -> Any:
+    """The system prompt: one string, or text blocks when a part carries a cache breakpoint or options."""
+    if not any(
+        m.provider_options or any(p.provider_options or p.HasField("cache_breakpoint") for p in m.parts)
+        for m in messages
+    ):
+        return "\n\n".join("".join(p.text for p in m.parts) for m in messages)
+    return [block for m in messages for block in _content(m)]
+
+
+def _content(message: content_pb2.Message) -> list[dict[str, Any]]:
+    """A message's blocks; the message's own provider options go on its last block (where a message-level
+    `cache_control` belongs)."""
+    content = [block for part in message.parts if (block := _block(part)) is not None]
+    options = _entry_options(message.provider_options, AnthropicMessages.name)
+    if options and content:
+        content[-1].update(options)
+    return content
+
+
+def _replayed_container(messages: list[content_pb2.Message]) -> str | None:
+    """The id of the last code-execution container in the replayed turns: the conversation continues in it."""
+    container = None
+    for message in messages:
+        for part in message.parts:
+            if part.WhichOneof("content") == "provider_part" and part.provider_part.type == blocks.CONTAINER:
+                container = orjson.loads(part.provider_part.native_json).get("id") or container
+    return container
+
+
+def _cache_control(part: content_pb2.Part) -> dict[str, Any] | None:
+    ttl = part.cache_breakpoint.ttl
+    if not part.cache_breakpoint.HasField("ttl"):
+        return {"type": "ephemeral"}
+    name = _CACHE_TTLS.get(ttl.seconds) if not ttl.nanos else None
+    return {"type": "ephemeral", "ttl": name} if name else None
+
+
+def _block(part: content_pb2.Part) -> dict[str, Any] | None:
+    """One part as a content block, with its cache breakpoint and options; None for a part with no input form
+    (a refusal, the stop details, the container, which `_replayed_container` sends)."""
+    block = _content_block(part)
+    if block is None:
+        return None
+    if part.HasField("cache_breakpoint"):
+        block["cache_control"] = _cache_control(part)
+    block.update(_entry_options(part.provider_options, AnthropicMessages.name))
+    return block
+
+
+def _document(blob: content_pb2.Blob) -> dict[str, Any]:
+    if blob.WhichOneof("source") == "uri":
+        return {"type": "document", "source": {"type": "url", "url": blob.uri}}
+    if blob.mime_type == "text/plain":
+        return {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": blob.data.decode()}}
+    data = base64.b64encode(blob.data).decode()
+    return {"type": "document", "source": {"type": "base64", "media_type": blob.mime_type, "data": data}}
+
+
+def _content_block(part: content_pb2.Part) -> dict[str, Any] | None:
     kind = part.WhichOneof("content")
     if kind == "text":
-        return {"type": "text", "text": part.text}
+        block: dict[str, Any] = {"type": "text", "text": part.text}
+        citations = [c for c in map(blocks.citation_native, part.citations) if c is not None]
+        if citations:
+            block["citations"] = [
+                {k: v for k, v in c.items() if k in blocks.CITATION_REQUEST_KEYS.get(c["type"], c)} for c in citations
+            ]
+        return block
     if kind == "blob":
         blob = part.blob
+        if not blob.mime_type.startswith("image/"):
+            return _document(blob)
         if blob.WhichOneof("source") == "uri":
             return {"type": "image", "source": {"type": "url", "url": blob.uri}}
         data = base64.b64encode(blob.data).decode()
@@ -295,7 +424,7 @@ def _block(part: content_pb2.Part) -> dict[str, Any]:
         }
     if kind == "tool_result":
         result = part.tool_result
-        content: Any = [_block(p) for p in result.content]
+        content: Any = [b for p in result.content if (b := _block(p)) is not None]
         if len(result.content) == 1 and result.content[0].WhichOneof("content") == "text":
             content = result.content[0].text
         return {
@@ -310,10 +439,35 @@ def _block(part: content_pb2.Part) -> dict[str, Any]:
                 return {"type": "redacted_thinking", "data": artifact.data.decode()}
             if artifact.kind == SIGNATURE:
                 return {"type": "thinking", "thinking": part.reasoning.text, "signature": artifact.data.decode()}
+    if kind == "server_tool_call":
+        server = part.server_tool_call
+        call_block: dict[str, Any] = {"type": "server_tool_use", "id": server.id, "name": server.name}
+        if server.server_label:
+            call_block.update(type="mcp_tool_use", server_name=server.server_label)
+        call_block["input"] = orjson.loads(server.arguments_json or "{}")
+        return call_block
+    if kind == "server_tool_result":
+        restored = opaque_json.restore(part.server_tool_result.result_json, part.artifacts)
+        return restored if isinstance(restored, dict) else {"content": restored}
+    if kind == "provider_part":
+        if part.provider_part.type in (blocks.CONTAINER, blocks.STOP_DETAILS):
+            return None
+        native = orjson.loads(part.provider_part.native_json or "{}")
+        return native if isinstance(native, dict) else {"content": native}
+    if kind == "refusal":
+        return None
     raise content_kinds.NotCarriedError(AnthropicMessages.name, kind if kind != "reasoning" else "unsigned reasoning")
 
 
 def _tool(tool: request_pb2.Tool) -> dict[str, Any]:
+    if tool.WhichOneof("kind") == "provider":
+        provider = tool.provider
+        declared: dict[str, Any] = {
+            "type": provider.type,
+            "name": provider.name or PROVIDER_TOOL_TYPES.get(provider.type, provider.type),
+        }
+        declared.update(orjson.loads(provider.config_json) if provider.config_json else {})
+        return declared
     out: dict[str, Any] = {
         "name": tool.function.name,
         "input_schema": common.json_object(tool.function.parameters_json_schema),
@@ -321,3 +475,12 @@ def _tool(tool: request_pb2.Tool) -> dict[str, Any]:
     if tool.function.description:
         out["description"] = tool.function.description
     return out
+
+
+def _entry_options(entries: Any, transport: str) -> dict[str, Any]:
+    """This transport's entry of a message's or part's provider options (other entries are for other wires)."""
+    for entry in entries:
+        if entry.transport == transport:
+            options = orjson.loads(entry.options_json or b"{}")
+            return options if isinstance(options, dict) else {}
+    return {}

@@ -4,6 +4,12 @@ From Anthropic's streaming reference (https://docs.anthropic.com/en/docs/build-w
 come anywhere; a `signature_delta` ends a thinking block; `input_json_delta` partials are joined, then parsed;
 `message_delta.usage.output_tokens` is cumulative; a `redacted_thinking` block arrives whole in
 `content_block_start`.
+
+Provider-run tools (see `blocks`): a `server_tool_use` block starts with `input: {}` and fills through
+`input_json_delta`, so its part is sent whole (`PartDelta.part`) at `content_block_stop`; every `*_tool_result`
+block, and a block of an unknown type, arrives complete in `content_block_start` and is sent whole there. A cited
+text block starts with `citations: []`, and each `citations_delta` appends one citation. `container` and
+`stop_details` come in `message_delta.delta` and become the message's last parts when the stream ends.
 """
 
 from __future__ import annotations
@@ -37,6 +43,9 @@ class MessagesStreamLifter(StreamLifter):
         self.done = False
         self.parts = StreamParts()  # keys are the native block indices
         self.facts = soft_errors.Facts()
+        self.call_names: dict[str, str] = {}  # server tool call id -> name, to name its result
+        self.message_facts: dict[str, Any] = {}  # `container` and `stop_details` from message_delta
+        self.unknown_deltas: set[str] = set()  # delta types this lift does not know, said in a warning
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
         data = common.parse_json(event.data, "stream event")
@@ -52,10 +61,13 @@ class MessagesStreamLifter(StreamLifter):
             )
         elif kind == "content_block_start":
             index, block = data.get("index", 0), data.get("content_block") or {}
-            self.blocks[index] = {"type": block.get("type"), "signature": [], "json": []}
+            self.blocks[index] = {"type": block.get("type"), "signature": [], "json": [], "block": block}
             delta = stream_pb2.PartDelta()
+            if block.get("type") in blocks.CALL_TYPES:
+                return out  # sent whole when its input is complete
             if block.get("type") == "text":
                 delta.text = block.get("text") or ""
+                delta.citations.extend(blocks.lift_citation(c, self.issuer) for c in block.get("citations") or ())
             elif block.get("type") == "thinking":
                 delta.reasoning.text = block.get("thinking") or ""
                 if block.get("signature"):
@@ -66,8 +78,8 @@ class MessagesStreamLifter(StreamLifter):
             elif block.get("type") == "tool_use":
                 delta.tool_call.id = block.get("id") or ""
                 delta.tool_call.name = block.get("name") or ""
-            else:
-                return out
+            else:  # a server tool result or an unknown block: complete here
+                delta.part.CopyFrom(blocks.lift_block(block, self.issuer, self.call_names))
             delta.part_index = self.parts.index(0, index)
             out.append(stream_pb2.StreamEvent(delta=delta))
         elif kind == "content_block_delta":
@@ -93,6 +105,15 @@ class MessagesStreamLifter(StreamLifter):
                 state["signature"].append(native.get("signature") or "")
             elif kinds == "input_json_delta":
                 state["json"].append(native.get("partial_json") or "")
+            elif kinds == "citations_delta":
+                citation = blocks.lift_citation(native.get("citation") or {}, self.issuer)
+                out.append(
+                    stream_pb2.StreamEvent(
+                        delta=stream_pb2.PartDelta(part_index=self.parts.index(0, index), citations=[citation])
+                    )
+                )
+            else:
+                self.unknown_deltas.add(str(kinds))
         elif kind == "content_block_stop":
             index = data.get("index", 0)
             state = self.blocks.get(index) or {}
@@ -105,14 +126,10 @@ class MessagesStreamLifter(StreamLifter):
                         delta=stream_pb2.PartDelta(part_index=self.parts.index(0, index), artifacts=[artifact])
                     )
                 )
+            elif state.get("type") in blocks.CALL_TYPES:
+                out.append(self._server_call(index, state))
             elif state.get("type") == "tool_use":
-                # Partials are joined, then parsed, then written compactly: the same JSON text the unary lift gives.
-                text = "".join(state["json"]) or "{}"
-                try:
-                    arguments = orjson.dumps(orjson.loads(text)).decode()
-                except orjson.JSONDecodeError:
-                    arguments = text
-                    self.facts.malformed = f"the streamed tool input for block {index} is not valid JSON"
+                arguments = self._arguments(index, state)
                 out.append(
                     stream_pb2.StreamEvent(
                         delta=stream_pb2.PartDelta(
@@ -124,6 +141,7 @@ class MessagesStreamLifter(StreamLifter):
         elif kind == "message_delta":
             native = data.get("delta") or {}
             self.stop = (native.get("stop_reason"), native.get("stop_sequence"))
+            self.message_facts.update({k: native[k] for k in ("container", "stop_details") if native.get(k)})
             # output_tokens here is a running total, not an increment: the latest value wins.
             self.usage.update({k: v for k, v in (data.get("usage") or {}).items() if v is not None})
         elif kind == "message_stop":
@@ -137,7 +155,36 @@ class MessagesStreamLifter(StreamLifter):
             )
         return out
 
+    def _arguments(self, index: int, state: dict[str, Any]) -> str:
+        """Partials joined, then parsed, then written compactly: the same JSON text the unary lift gives."""
+        text = "".join(state["json"]) or "{}"
+        try:
+            return orjson.dumps(orjson.loads(text)).decode()
+        except orjson.JSONDecodeError:
+            self.facts.malformed = f"the streamed tool input for block {index} is not valid JSON"
+            return text
+
+    def _server_call(self, index: int, state: dict[str, Any]) -> stream_pb2.StreamEvent:
+        state["type"] = "sent"
+        part = blocks.server_tool_call(state["block"], self._arguments(index, state), self.call_names)
+        return stream_pb2.StreamEvent(delta=stream_pb2.PartDelta(part_index=self.parts.index(0, index), part=part))
+
     def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
+        out = [  # a server tool call cut off before its block stopped keeps the input it had
+            self._server_call(index, state)
+            for index, state in sorted(self.blocks.items())
+            if state.get("type") in blocks.CALL_TYPES
+        ]
+        facts = blocks.message_facts(
+            self.message_facts.get("container"), self.message_facts.get("stop_details"), self.issuer
+        )
+        for n, part in enumerate(facts):
+            delta = stream_pb2.PartDelta(part_index=self.parts.index(0, ("fact", n)))
+            if part.WhichOneof("content") == "refusal":
+                delta.refusal = part.refusal
+            else:
+                delta.part.CopyFrom(part)
+            out.append(stream_pb2.StreamEvent(delta=delta))
         end = stream_pb2.StreamEnd()
         choice = response_pb2.Choice()
         if self.stop is not None:
@@ -150,11 +197,16 @@ class MessagesStreamLifter(StreamLifter):
                 raw_finish_reason=choice.raw_finish_reason,
             ),
         )
-        blocks.usage(self.usage, end.usage)
+        end.service_tier = blocks.usage(self.usage, end.usage)
         if not end.usage.ListFields():
             end.ClearField("usage")
         if interrupted or not self.done:
             self.facts.cut_short = "the stream ended before message_stop; the output is partial"
         soft_errors.settle_stream(self.request, end, self.facts, self.parts.texts())
         end.warnings.extend(self.transport.reasoning_warnings(self.request))
-        return [stream_pb2.StreamEvent(end=end)]
+        if self.unknown_deltas:
+            end.warnings.add(
+                code="unknown_stream_delta",
+                message=f"deltas of unknown types were not lifted: {', '.join(sorted(self.unknown_deltas))}",
+            )
+        return [*out, stream_pb2.StreamEvent(end=end)]
