@@ -80,6 +80,11 @@ class Transport(ABC):
     grammar_dialects: ClassVar[tuple[str, ...]] = ()
     logprob_bases: ClassVar[tuple[str, ...]] = ()
     provider_option_keys: ClassVar[tuple[str, ...]] = ()
+    # Media types accepted in input blobs (exact, or `type/*`), provider tool types, and output modalities besides
+    # text (`Modality` names without `MODALITY_`): `CapabilityManifest.input_media_types` and the rest.
+    input_media_types: ClassVar[tuple[str, ...]] = ()
+    provider_tool_types: ClassVar[tuple[str, ...]] = ()
+    output_modalities: ClassVar[tuple[str, ...]] = ()
     # For every kind of `content_kinds.KINDS`: `CARRIED`, or the sentence that rejects a part of that kind.
     part_kinds: ClassVar[Mapping[str, str]] = MappingProxyType({})
     # The seeds the provider accepts, inclusive. Non-negative by default: several engines read a negative seed as

@@ -46,4 +46,7 @@ def build(transport: Transport) -> capabilities_pb2.CapabilityManifest:
         grammar_dialects=[request_pb2.GrammarDialect.Value(f"GRAMMAR_DIALECT_{d}") for d in transport.grammar_dialects],
         provider_option_keys=transport.provider_option_keys,
         logprob_bases=[logprobs_pb2.LogprobBasis.Value(f"LOGPROB_BASIS_{b}") for b in transport.logprob_bases],
+        input_media_types=transport.input_media_types,
+        provider_tool_types=transport.provider_tool_types,
+        output_modalities=[request_pb2.Modality.Value(f"MODALITY_{m}") for m in transport.output_modalities],
     )

@@ -133,6 +133,8 @@ class AnthropicMessages(HttpTransport):
     )
     limits = capabilities_pb2.ModelLimits(max_choices=1, min_reasoning_budget_tokens=MIN_THINKING_BUDGET)
     provider_option_keys = PROVIDER_OPTION_KEYS
+    input_media_types = INPUT_MEDIA_TYPES
+    provider_tool_types = tuple(PROVIDER_TOOL_TYPES)
     # A refusal part is never sent back (Anthropic has no input form for it: it came from `stop_details`).
     part_kinds = content_kinds.chat_kinds(
         "Anthropic Messages",
@@ -141,12 +143,6 @@ class AnthropicMessages(HttpTransport):
         server_tool_result=content_kinds.CARRIED,
         provider_part=content_kinds.CARRIED,
     )
-
-    def manifest(self) -> capabilities_pb2.CapabilityManifest:
-        manifest = super().manifest()
-        manifest.input_media_types.extend(INPUT_MEDIA_TYPES)
-        manifest.provider_tool_types.extend(PROVIDER_TOOL_TYPES)
-        return manifest
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []
