@@ -958,7 +958,10 @@ type ServerToolCall struct {
 	// `arguments`, Gemini `{language, code}`).
 	ArgumentsJson string `protobuf:"bytes,3,opt,name=arguments_json,json=argumentsJson,proto3" json:"arguments_json,omitempty"`
 	// The remote server the call went to, for tools that name one (a Responses MCP `server_label`). Empty otherwise.
-	ServerLabel   string `protobuf:"bytes,4,opt,name=server_label,json=serverLabel,proto3" json:"server_label,omitempty"`
+	ServerLabel string `protobuf:"bytes,4,opt,name=server_label,json=serverLabel,proto3" json:"server_label,omitempty"`
+	// Who ran the tool: the only party the call is replayed to (another transport rejects it, or drops it under
+	// `FOREIGN_ARTIFACT_POLICY_DROP`).
+	Issuer        *Issuer `protobuf:"bytes,5,opt,name=issuer,proto3" json:"issuer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1021,6 +1024,13 @@ func (x *ServerToolCall) GetServerLabel() string {
 	return ""
 }
 
+func (x *ServerToolCall) GetIssuer() *Issuer {
+	if x != nil {
+		return x.Issuer
+	}
+	return nil
+}
+
 // The result of a tool that the provider ran itself.
 type ServerToolResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1036,7 +1046,9 @@ type ServerToolResult struct {
 	// `OpaqueArtifact.json_pointer`. Replay puts them back in place.
 	ResultJson string `protobuf:"bytes,4,opt,name=result_json,json=resultJson,proto3" json:"result_json,omitempty"`
 	// True when the tool failed (an error result, Gemini `OUTCOME_FAILED`, a Responses item with an `error`).
-	Failed        bool `protobuf:"varint,5,opt,name=failed,proto3" json:"failed,omitempty"`
+	Failed bool `protobuf:"varint,5,opt,name=failed,proto3" json:"failed,omitempty"`
+	// Who ran the tool: the only party the result is replayed to (as `ServerToolCall.issuer`).
+	Issuer        *Issuer `protobuf:"bytes,6,opt,name=issuer,proto3" json:"issuer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1104,6 +1116,13 @@ func (x *ServerToolResult) GetFailed() bool {
 		return x.Failed
 	}
 	return false
+}
+
+func (x *ServerToolResult) GetIssuer() *Issuer {
+	if x != nil {
+		return x.Issuer
+	}
+	return nil
 }
 
 // Content of a kind the IR does not model yet, kept verbatim.
@@ -1625,12 +1644,13 @@ const file_modelir_v1_content_proto_rawDesc = "" +
 	"\x06failed\x18\x04 \x01(\bR\x06failed\"9\n" +
 	"\tReasoning\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x18\n" +
-	"\asummary\x18\x02 \x03(\tR\asummary\"~\n" +
+	"\asummary\x18\x02 \x03(\tR\asummary\"\xaa\x01\n" +
 	"\x0eServerToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
 	"\x0earguments_json\x18\x03 \x01(\tR\rargumentsJson\x12!\n" +
-	"\fserver_label\x18\x04 \x01(\tR\vserverLabel\"\xad\x01\n" +
+	"\fserver_label\x18\x04 \x01(\tR\vserverLabel\x12*\n" +
+	"\x06issuer\x18\x05 \x01(\v2\x12.modelir.v1.IssuerR\x06issuer\"\xd9\x01\n" +
 	"\x10ServerToolResult\x12 \n" +
 	"\ftool_call_id\x18\x01 \x01(\tR\n" +
 	"toolCallId\x12\x12\n" +
@@ -1638,7 +1658,8 @@ const file_modelir_v1_content_proto_rawDesc = "" +
 	"\acontent\x18\x03 \x03(\v2\x10.modelir.v1.PartR\acontent\x12\x1f\n" +
 	"\vresult_json\x18\x04 \x01(\tR\n" +
 	"resultJson\x12\x16\n" +
-	"\x06failed\x18\x05 \x01(\bR\x06failed\"o\n" +
+	"\x06failed\x18\x05 \x01(\bR\x06failed\x12*\n" +
+	"\x06issuer\x18\x06 \x01(\v2\x12.modelir.v1.IssuerR\x06issuer\"o\n" +
 	"\fProviderPart\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1f\n" +
 	"\vnative_json\x18\x02 \x01(\tR\n" +
@@ -1759,18 +1780,20 @@ var file_modelir_v1_content_proto_depIdxs = []int32{
 	18, // 14: modelir.v1.Part.provider_options:type_name -> modelir.v1.ProviderOptions
 	15, // 15: modelir.v1.Part.cache_breakpoint:type_name -> modelir.v1.CacheBreakpoint
 	5,  // 16: modelir.v1.ToolResult.content:type_name -> modelir.v1.Part
-	5,  // 17: modelir.v1.ServerToolResult.content:type_name -> modelir.v1.Part
-	16, // 18: modelir.v1.ProviderPart.issuer:type_name -> modelir.v1.Issuer
-	2,  // 19: modelir.v1.Citation.kind:type_name -> modelir.v1.CitationKind
-	17, // 20: modelir.v1.Citation.artifacts:type_name -> modelir.v1.OpaqueArtifact
-	19, // 21: modelir.v1.CacheBreakpoint.ttl:type_name -> google.protobuf.Duration
-	3,  // 22: modelir.v1.OpaqueArtifact.kind:type_name -> modelir.v1.OpaqueArtifactKind
-	16, // 23: modelir.v1.OpaqueArtifact.issuer:type_name -> modelir.v1.Issuer
-	24, // [24:24] is the sub-list for method output_type
-	24, // [24:24] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	16, // 17: modelir.v1.ServerToolCall.issuer:type_name -> modelir.v1.Issuer
+	5,  // 18: modelir.v1.ServerToolResult.content:type_name -> modelir.v1.Part
+	16, // 19: modelir.v1.ServerToolResult.issuer:type_name -> modelir.v1.Issuer
+	16, // 20: modelir.v1.ProviderPart.issuer:type_name -> modelir.v1.Issuer
+	2,  // 21: modelir.v1.Citation.kind:type_name -> modelir.v1.CitationKind
+	17, // 22: modelir.v1.Citation.artifacts:type_name -> modelir.v1.OpaqueArtifact
+	19, // 23: modelir.v1.CacheBreakpoint.ttl:type_name -> google.protobuf.Duration
+	3,  // 24: modelir.v1.OpaqueArtifact.kind:type_name -> modelir.v1.OpaqueArtifactKind
+	16, // 25: modelir.v1.OpaqueArtifact.issuer:type_name -> modelir.v1.Issuer
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_modelir_v1_content_proto_init() }

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18modelir/v1/content.proto\x12\nmodelir.v1\x1a\x1egoogle/protobuf/duration.proto\"\xcb\x01\n\x07Message\x12\x1e\n\x04role\x18\x01 \x01(\x0e\x32\x10.modelir.v1.Role\x12\x1f\n\x05parts\x18\x02 \x03(\x0b\x32\x10.modelir.v1.Part\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x35\n\x10provider_options\x18\x04 \x03(\x0b\x32\x1b.modelir.v1.ProviderOptions\x12\'\n\x05phase\x18\x05 \x01(\x0e\x32\x18.modelir.v1.MessagePhase\x12\x11\n\ttoken_ids\x18\x06 \x03(\x05\"\x88\x05\n\x04Part\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12 \n\x04\x62lob\x18\x02 \x01(\x0b\x32\x10.modelir.v1.BlobH\x00\x12)\n\ttool_call\x18\x03 \x01(\x0b\x32\x14.modelir.v1.ToolCallH\x00\x12-\n\x0btool_result\x18\x04 \x01(\x0b\x32\x16.modelir.v1.ToolResultH\x00\x12*\n\treasoning\x18\x05 \x01(\x0b\x32\x15.modelir.v1.ReasoningH\x00\x12\x11\n\x07refusal\x18\x08 \x01(\tH\x00\x12\x36\n\x10server_tool_call\x18\t \x01(\x0b\x32\x1a.modelir.v1.ServerToolCallH\x00\x12:\n\x12server_tool_result\x18\n \x01(\x0b\x32\x1c.modelir.v1.ServerToolResultH\x00\x12\x31\n\rprovider_part\x18\x0b \x01(\x0b\x32\x18.modelir.v1.ProviderPartH\x00\x12,\n\ncompaction\x18\x0f \x01(\x0b\x32\x16.modelir.v1.CompactionH\x00\x12-\n\tartifacts\x18\x06 \x03(\x0b\x32\x1a.modelir.v1.OpaqueArtifact\x12\x0f\n\x07item_id\x18\x07 \x01(\t\x12\'\n\tcitations\x18\x0c \x03(\x0b\x32\x14.modelir.v1.Citation\x12\x35\n\x10provider_options\x18\r \x03(\x0b\x32\x1b.modelir.v1.ProviderOptions\x12\x35\n\x10\x63\x61\x63he_breakpoint\x18\x0e \x01(\x0b\x32\x1b.modelir.v1.CacheBreakpointB\t\n\x07\x63ontent\"B\n\x04\x42lob\x12\x11\n\tmime_type\x18\x01 \x01(\t\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x12\r\n\x03uri\x18\x03 \x01(\tH\x00\x42\x08\n\x06source\"<\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\"c\n\nToolResult\x12\x14\n\x0ctool_call_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12!\n\x07\x63ontent\x18\x03 \x03(\x0b\x32\x10.modelir.v1.Part\x12\x0e\n\x06\x66\x61iled\x18\x04 \x01(\x08\"*\n\tReasoning\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x0f\n\x07summary\x18\x02 \x03(\t\"X\n\x0eServerToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\x12\x14\n\x0cserver_label\x18\x04 \x01(\t\"~\n\x10ServerToolResult\x12\x14\n\x0ctool_call_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12!\n\x07\x63ontent\x18\x03 \x03(\x0b\x32\x10.modelir.v1.Part\x12\x13\n\x0bresult_json\x18\x04 \x01(\t\x12\x0e\n\x06\x66\x61iled\x18\x05 \x01(\x08\"U\n\x0cProviderPart\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x13\n\x0bnative_json\x18\x02 \x01(\t\x12\"\n\x06issuer\x18\x03 \x01(\x0b\x32\x12.modelir.v1.Issuer\"\x0c\n\nCompaction\"\x97\x02\n\x08\x43itation\x12&\n\x04kind\x18\x01 \x01(\x0e\x32\x18.modelir.v1.CitationKind\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\r\n\x05title\x18\x03 \x01(\t\x12\x11\n\tsource_id\x18\x04 \x01(\t\x12\x10\n\x08\x66ilename\x18\x05 \x01(\t\x12\x12\n\ncited_text\x18\x06 \x01(\t\x12\x17\n\nstart_byte\x18\x07 \x01(\rH\x00\x88\x01\x01\x12\x15\n\x08\x65nd_byte\x18\x08 \x01(\rH\x01\x88\x01\x01\x12-\n\tartifacts\x18\t \x03(\x0b\x32\x1a.modelir.v1.OpaqueArtifact\x12\x13\n\x0bnative_json\x18\n \x01(\tB\r\n\x0b_start_byteB\x0b\n\t_end_byte\"9\n\x0f\x43\x61\x63heBreakpoint\x12&\n\x03ttl\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\"*\n\x06Issuer\x12\x11\n\ttransport\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\"\x95\x01\n\x0eOpaqueArtifact\x12,\n\x04kind\x18\x01 \x01(\x0e\x32\x1e.modelir.v1.OpaqueArtifactKind\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\"\n\x06issuer\x18\x03 \x01(\x0b\x32\x12.modelir.v1.Issuer\x12\x14\n\x0cjson_pointer\x18\x05 \x01(\tJ\x04\x08\x04\x10\x05R\x07item_id\":\n\x0fProviderOptions\x12\x11\n\ttransport\x18\x01 \x01(\t\x12\x14\n\x0coptions_json\x18\x02 \x01(\t*s\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_SYSTEM\x10\x01\x12\x12\n\x0eROLE_DEVELOPER\x10\x02\x12\r\n\tROLE_USER\x10\x03\x12\x12\n\x0eROLE_ASSISTANT\x10\x04\x12\r\n\tROLE_TOOL\x10\x05*k\n\x0cMessagePhase\x12\x1d\n\x19MESSAGE_PHASE_UNSPECIFIED\x10\x00\x12\x1c\n\x18MESSAGE_PHASE_COMMENTARY\x10\x01\x12\x1e\n\x1aMESSAGE_PHASE_FINAL_ANSWER\x10\x02*x\n\x0c\x43itationKind\x12\x1d\n\x19\x43ITATION_KIND_UNSPECIFIED\x10\x00\x12\x15\n\x11\x43ITATION_KIND_URL\x10\x01\x12\x1a\n\x16\x43ITATION_KIND_DOCUMENT\x10\x02\x12\x16\n\x12\x43ITATION_KIND_FILE\x10\x03*\xe2\x02\n\x12OpaqueArtifactKind\x12$\n OPAQUE_ARTIFACT_KIND_UNSPECIFIED\x10\x00\x12\"\n\x1eOPAQUE_ARTIFACT_KIND_SIGNATURE\x10\x01\x12&\n\"OPAQUE_ARTIFACT_KIND_REDACTED_DATA\x10\x02\x12*\n&OPAQUE_ARTIFACT_KIND_ENCRYPTED_CONTENT\x10\x03\x12*\n&OPAQUE_ARTIFACT_KIND_THOUGHT_SIGNATURE\x10\x04\x12\x30\n,OPAQUE_ARTIFACT_KIND_ENCRYPTED_SEARCH_RESULT\x10\x05\x12+\n\'OPAQUE_ARTIFACT_KIND_ENCRYPTED_CITATION\x10\x06\x12#\n\x1fOPAQUE_ARTIFACT_KIND_COMPACTION\x10\x07\x42s\n\x0e\x64\x65v.modelir.v1B\x0c\x43ontentProtoP\x01Z#modelir.dev/go/modelir/v1;modelirv1\xa2\x02\x03MXX\xaa\x02\nModelir.V1\xca\x02\nModelir\\V1\xea\x02\x0bModelir::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18modelir/v1/content.proto\x12\nmodelir.v1\x1a\x1egoogle/protobuf/duration.proto\"\xcb\x01\n\x07Message\x12\x1e\n\x04role\x18\x01 \x01(\x0e\x32\x10.modelir.v1.Role\x12\x1f\n\x05parts\x18\x02 \x03(\x0b\x32\x10.modelir.v1.Part\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x35\n\x10provider_options\x18\x04 \x03(\x0b\x32\x1b.modelir.v1.ProviderOptions\x12\'\n\x05phase\x18\x05 \x01(\x0e\x32\x18.modelir.v1.MessagePhase\x12\x11\n\ttoken_ids\x18\x06 \x03(\x05\"\x88\x05\n\x04Part\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12 \n\x04\x62lob\x18\x02 \x01(\x0b\x32\x10.modelir.v1.BlobH\x00\x12)\n\ttool_call\x18\x03 \x01(\x0b\x32\x14.modelir.v1.ToolCallH\x00\x12-\n\x0btool_result\x18\x04 \x01(\x0b\x32\x16.modelir.v1.ToolResultH\x00\x12*\n\treasoning\x18\x05 \x01(\x0b\x32\x15.modelir.v1.ReasoningH\x00\x12\x11\n\x07refusal\x18\x08 \x01(\tH\x00\x12\x36\n\x10server_tool_call\x18\t \x01(\x0b\x32\x1a.modelir.v1.ServerToolCallH\x00\x12:\n\x12server_tool_result\x18\n \x01(\x0b\x32\x1c.modelir.v1.ServerToolResultH\x00\x12\x31\n\rprovider_part\x18\x0b \x01(\x0b\x32\x18.modelir.v1.ProviderPartH\x00\x12,\n\ncompaction\x18\x0f \x01(\x0b\x32\x16.modelir.v1.CompactionH\x00\x12-\n\tartifacts\x18\x06 \x03(\x0b\x32\x1a.modelir.v1.OpaqueArtifact\x12\x0f\n\x07item_id\x18\x07 \x01(\t\x12\'\n\tcitations\x18\x0c \x03(\x0b\x32\x14.modelir.v1.Citation\x12\x35\n\x10provider_options\x18\r \x03(\x0b\x32\x1b.modelir.v1.ProviderOptions\x12\x35\n\x10\x63\x61\x63he_breakpoint\x18\x0e \x01(\x0b\x32\x1b.modelir.v1.CacheBreakpointB\t\n\x07\x63ontent\"B\n\x04\x42lob\x12\x11\n\tmime_type\x18\x01 \x01(\t\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x12\r\n\x03uri\x18\x03 \x01(\tH\x00\x42\x08\n\x06source\"<\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\"c\n\nToolResult\x12\x14\n\x0ctool_call_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12!\n\x07\x63ontent\x18\x03 \x03(\x0b\x32\x10.modelir.v1.Part\x12\x0e\n\x06\x66\x61iled\x18\x04 \x01(\x08\"*\n\tReasoning\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x0f\n\x07summary\x18\x02 \x03(\t\"|\n\x0eServerToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\x12\x14\n\x0cserver_label\x18\x04 \x01(\t\x12\"\n\x06issuer\x18\x05 \x01(\x0b\x32\x12.modelir.v1.Issuer\"\xa2\x01\n\x10ServerToolResult\x12\x14\n\x0ctool_call_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12!\n\x07\x63ontent\x18\x03 \x03(\x0b\x32\x10.modelir.v1.Part\x12\x13\n\x0bresult_json\x18\x04 \x01(\t\x12\x0e\n\x06\x66\x61iled\x18\x05 \x01(\x08\x12\"\n\x06issuer\x18\x06 \x01(\x0b\x32\x12.modelir.v1.Issuer\"U\n\x0cProviderPart\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x13\n\x0bnative_json\x18\x02 \x01(\t\x12\"\n\x06issuer\x18\x03 \x01(\x0b\x32\x12.modelir.v1.Issuer\"\x0c\n\nCompaction\"\x97\x02\n\x08\x43itation\x12&\n\x04kind\x18\x01 \x01(\x0e\x32\x18.modelir.v1.CitationKind\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\r\n\x05title\x18\x03 \x01(\t\x12\x11\n\tsource_id\x18\x04 \x01(\t\x12\x10\n\x08\x66ilename\x18\x05 \x01(\t\x12\x12\n\ncited_text\x18\x06 \x01(\t\x12\x17\n\nstart_byte\x18\x07 \x01(\rH\x00\x88\x01\x01\x12\x15\n\x08\x65nd_byte\x18\x08 \x01(\rH\x01\x88\x01\x01\x12-\n\tartifacts\x18\t \x03(\x0b\x32\x1a.modelir.v1.OpaqueArtifact\x12\x13\n\x0bnative_json\x18\n \x01(\tB\r\n\x0b_start_byteB\x0b\n\t_end_byte\"9\n\x0f\x43\x61\x63heBreakpoint\x12&\n\x03ttl\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\"*\n\x06Issuer\x12\x11\n\ttransport\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\"\x95\x01\n\x0eOpaqueArtifact\x12,\n\x04kind\x18\x01 \x01(\x0e\x32\x1e.modelir.v1.OpaqueArtifactKind\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\"\n\x06issuer\x18\x03 \x01(\x0b\x32\x12.modelir.v1.Issuer\x12\x14\n\x0cjson_pointer\x18\x05 \x01(\tJ\x04\x08\x04\x10\x05R\x07item_id\":\n\x0fProviderOptions\x12\x11\n\ttransport\x18\x01 \x01(\t\x12\x14\n\x0coptions_json\x18\x02 \x01(\t*s\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_SYSTEM\x10\x01\x12\x12\n\x0eROLE_DEVELOPER\x10\x02\x12\r\n\tROLE_USER\x10\x03\x12\x12\n\x0eROLE_ASSISTANT\x10\x04\x12\r\n\tROLE_TOOL\x10\x05*k\n\x0cMessagePhase\x12\x1d\n\x19MESSAGE_PHASE_UNSPECIFIED\x10\x00\x12\x1c\n\x18MESSAGE_PHASE_COMMENTARY\x10\x01\x12\x1e\n\x1aMESSAGE_PHASE_FINAL_ANSWER\x10\x02*x\n\x0c\x43itationKind\x12\x1d\n\x19\x43ITATION_KIND_UNSPECIFIED\x10\x00\x12\x15\n\x11\x43ITATION_KIND_URL\x10\x01\x12\x1a\n\x16\x43ITATION_KIND_DOCUMENT\x10\x02\x12\x16\n\x12\x43ITATION_KIND_FILE\x10\x03*\xe2\x02\n\x12OpaqueArtifactKind\x12$\n OPAQUE_ARTIFACT_KIND_UNSPECIFIED\x10\x00\x12\"\n\x1eOPAQUE_ARTIFACT_KIND_SIGNATURE\x10\x01\x12&\n\"OPAQUE_ARTIFACT_KIND_REDACTED_DATA\x10\x02\x12*\n&OPAQUE_ARTIFACT_KIND_ENCRYPTED_CONTENT\x10\x03\x12*\n&OPAQUE_ARTIFACT_KIND_THOUGHT_SIGNATURE\x10\x04\x12\x30\n,OPAQUE_ARTIFACT_KIND_ENCRYPTED_SEARCH_RESULT\x10\x05\x12+\n\'OPAQUE_ARTIFACT_KIND_ENCRYPTED_CITATION\x10\x06\x12#\n\x1fOPAQUE_ARTIFACT_KIND_COMPACTION\x10\x07\x42s\n\x0e\x64\x65v.modelir.v1B\x0c\x43ontentProtoP\x01Z#modelir.dev/go/modelir/v1;modelirv1\xa2\x02\x03MXX\xaa\x02\nModelir.V1\xca\x02\nModelir\\V1\xea\x02\x0bModelir::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,14 +33,14 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'modelir.v1.content_pb2', _g
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\016dev.modelir.v1B\014ContentProtoP\001Z#modelir.dev/go/modelir/v1;modelirv1\242\002\003MXX\252\002\nModelir.V1\312\002\nModelir\\V1\352\002\013Modelir::V1'
-  _globals['_ROLE']._serialized_start=2120
-  _globals['_ROLE']._serialized_end=2235
-  _globals['_MESSAGEPHASE']._serialized_start=2237
-  _globals['_MESSAGEPHASE']._serialized_end=2344
-  _globals['_CITATIONKIND']._serialized_start=2346
-  _globals['_CITATIONKIND']._serialized_end=2466
-  _globals['_OPAQUEARTIFACTKIND']._serialized_start=2469
-  _globals['_OPAQUEARTIFACTKIND']._serialized_end=2823
+  _globals['_ROLE']._serialized_start=2193
+  _globals['_ROLE']._serialized_end=2308
+  _globals['_MESSAGEPHASE']._serialized_start=2310
+  _globals['_MESSAGEPHASE']._serialized_end=2417
+  _globals['_CITATIONKIND']._serialized_start=2419
+  _globals['_CITATIONKIND']._serialized_end=2539
+  _globals['_OPAQUEARTIFACTKIND']._serialized_start=2542
+  _globals['_OPAQUEARTIFACTKIND']._serialized_end=2896
   _globals['_MESSAGE']._serialized_start=73
   _globals['_MESSAGE']._serialized_end=276
   _globals['_PART']._serialized_start=279
@@ -54,21 +54,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REASONING']._serialized_start=1160
   _globals['_REASONING']._serialized_end=1202
   _globals['_SERVERTOOLCALL']._serialized_start=1204
-  _globals['_SERVERTOOLCALL']._serialized_end=1292
-  _globals['_SERVERTOOLRESULT']._serialized_start=1294
-  _globals['_SERVERTOOLRESULT']._serialized_end=1420
-  _globals['_PROVIDERPART']._serialized_start=1422
-  _globals['_PROVIDERPART']._serialized_end=1507
-  _globals['_COMPACTION']._serialized_start=1509
-  _globals['_COMPACTION']._serialized_end=1521
-  _globals['_CITATION']._serialized_start=1524
-  _globals['_CITATION']._serialized_end=1803
-  _globals['_CACHEBREAKPOINT']._serialized_start=1805
-  _globals['_CACHEBREAKPOINT']._serialized_end=1862
-  _globals['_ISSUER']._serialized_start=1864
-  _globals['_ISSUER']._serialized_end=1906
-  _globals['_OPAQUEARTIFACT']._serialized_start=1909
-  _globals['_OPAQUEARTIFACT']._serialized_end=2058
-  _globals['_PROVIDEROPTIONS']._serialized_start=2060
-  _globals['_PROVIDEROPTIONS']._serialized_end=2118
+  _globals['_SERVERTOOLCALL']._serialized_end=1328
+  _globals['_SERVERTOOLRESULT']._serialized_start=1331
+  _globals['_SERVERTOOLRESULT']._serialized_end=1493
+  _globals['_PROVIDERPART']._serialized_start=1495
+  _globals['_PROVIDERPART']._serialized_end=1580
+  _globals['_COMPACTION']._serialized_start=1582
+  _globals['_COMPACTION']._serialized_end=1594
+  _globals['_CITATION']._serialized_start=1597
+  _globals['_CITATION']._serialized_end=1876
+  _globals['_CACHEBREAKPOINT']._serialized_start=1878
+  _globals['_CACHEBREAKPOINT']._serialized_end=1935
+  _globals['_ISSUER']._serialized_start=1937
+  _globals['_ISSUER']._serialized_end=1979
+  _globals['_OPAQUEARTIFACT']._serialized_start=1982
+  _globals['_OPAQUEARTIFACT']._serialized_end=2131
+  _globals['_PROVIDEROPTIONS']._serialized_start=2133
+  _globals['_PROVIDEROPTIONS']._serialized_end=2191
 # @@protoc_insertion_point(module_scope)

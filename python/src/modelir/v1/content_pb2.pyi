@@ -492,6 +492,7 @@ class ServerToolCall(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     ARGUMENTS_JSON_FIELD_NUMBER: _builtins.int
     SERVER_LABEL_FIELD_NUMBER: _builtins.int
+    ISSUER_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """The provider's id of the call, which its result names (Anthropic `srvtoolu_...`, Gemini `executableCode.id`,
     a Responses item id). Empty when the provider gives none (results then follow their call in order).
@@ -507,6 +508,12 @@ class ServerToolCall(_message.Message):
     """
     server_label: _builtins.str
     """The remote server the call went to, for tools that name one (a Responses MCP `server_label`). Empty otherwise."""
+    @_builtins.property
+    def issuer(self) -> Global___Issuer:
+        """Who ran the tool: the only party the call is replayed to (another transport rejects it, or drops it under
+        `FOREIGN_ARTIFACT_POLICY_DROP`).
+        """
+
     def __init__(
         self,
         *,
@@ -514,10 +521,11 @@ class ServerToolCall(_message.Message):
         name: _builtins.str = ...,
         arguments_json: _builtins.str = ...,
         server_label: _builtins.str = ...,
+        issuer: Global___Issuer | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["issuer", b"issuer"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["arguments_json", b"arguments_json", "id", b"id", "name", b"name", "server_label", b"server_label"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arguments_json", b"arguments_json", "id", b"id", "issuer", b"issuer", "name", b"name", "server_label", b"server_label"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -534,6 +542,7 @@ class ServerToolResult(_message.Message):
     CONTENT_FIELD_NUMBER: _builtins.int
     RESULT_JSON_FIELD_NUMBER: _builtins.int
     FAILED_FIELD_NUMBER: _builtins.int
+    ISSUER_FIELD_NUMBER: _builtins.int
     tool_call_id: _builtins.str
     """The id of the call this result belongs to (`ServerToolCall.id`). Empty when the provider gives none."""
     name: _builtins.str
@@ -551,6 +560,10 @@ class ServerToolResult(_message.Message):
         text, a generated image as a blob.
         """
 
+    @_builtins.property
+    def issuer(self) -> Global___Issuer:
+        """Who ran the tool: the only party the result is replayed to (as `ServerToolCall.issuer`)."""
+
     def __init__(
         self,
         *,
@@ -559,10 +572,11 @@ class ServerToolResult(_message.Message):
         content: _abc.Iterable[Global___Part] | None = ...,
         result_json: _builtins.str = ...,
         failed: _builtins.bool = ...,
+        issuer: Global___Issuer | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["issuer", b"issuer"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "failed", b"failed", "name", b"name", "result_json", b"result_json", "tool_call_id", b"tool_call_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "failed", b"failed", "issuer", b"issuer", "name", b"name", "result_json", b"result_json", "tool_call_id", b"tool_call_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

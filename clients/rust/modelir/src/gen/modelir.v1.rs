@@ -309,6 +309,10 @@ pub struct ServerToolCall {
     /// The remote server the call went to, for tools that name one (a Responses MCP `server_label`). Empty otherwise.
     #[prost(string, tag = "4")]
     pub server_label: ::prost::alloc::string::String,
+    /// Who ran the tool: the only party the call is replayed to (another transport rejects it, or drops it under
+    /// `FOREIGN_ARTIFACT_POLICY_DROP`).
+    #[prost(message, optional, tag = "5")]
+    pub issuer: ::core::option::Option<Issuer>,
 }
 /// The result of a tool that the provider ran itself.
 #[derive(Clone, PartialEq, ::prost::Message)]
@@ -331,6 +335,9 @@ pub struct ServerToolResult {
     /// True when the tool failed (an error result, Gemini `OUTCOME_FAILED`, a Responses item with an `error`).
     #[prost(bool, tag = "5")]
     pub failed: bool,
+    /// Who ran the tool: the only party the result is replayed to (as `ServerToolCall.issuer`).
+    #[prost(message, optional, tag = "6")]
+    pub issuer: ::core::option::Option<Issuer>,
 }
 /// Content of a kind the IR does not model yet, kept verbatim.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]

@@ -167,7 +167,7 @@ def lift_block(block: dict[str, Any], issuer: content_pb2.Issuer, call_names: di
             )
         )
     if kind in CALL_TYPES:
-        return server_tool_call(block, orjson.dumps(block.get("input") or {}).decode(), call_names)
+        return server_tool_call(block, orjson.dumps(block.get("input") or {}).decode(), call_names, issuer)
     if isinstance(kind, str) and kind.endswith("_tool_result"):
         result_json, artifacts = opaque_json.extract(block, _opaque_member, issuer)
         call_id = block.get("tool_use_id") or ""
@@ -177,18 +177,22 @@ def lift_block(block: dict[str, Any], issuer: content_pb2.Issuer, call_names: di
             content=_readable_content(block),
             result_json=result_json,
             failed=_failed(block),
+            issuer=issuer,
         )
         return content_pb2.Part(server_tool_result=result, artifacts=artifacts)
     return provider_part(f"{TRANSPORT}.{kind}", block, issuer)
 
 
-def server_tool_call(block: dict[str, Any], arguments_json: str, call_names: dict[str, str]) -> content_pb2.Part:
+def server_tool_call(
+    block: dict[str, Any], arguments_json: str, call_names: dict[str, str], issuer: content_pb2.Issuer
+) -> content_pb2.Part:
     """A `server_tool_use` / `mcp_tool_use` block, with its input as JSON text (compact, as the stream gives)."""
     call = content_pb2.ServerToolCall(
         id=block.get("id") or "",
         name=block.get("name") or "",
         arguments_json=arguments_json,
         server_label=block.get("server_name") or "",
+        issuer=issuer,
     )
     call_names[call.id] = call.name
     part = content_pb2.Part(server_tool_call=call)

@@ -166,7 +166,7 @@ class MessagesStreamLifter(StreamLifter):
 
     def _server_call(self, index: int, state: dict[str, Any]) -> stream_pb2.StreamEvent:
         state["type"] = "sent"
-        part = blocks.server_tool_call(state["block"], self._arguments(index, state), self.call_names)
+        part = blocks.server_tool_call(state["block"], self._arguments(index, state), self.call_names, self.issuer)
         return stream_pb2.StreamEvent(delta=stream_pb2.PartDelta(part_index=self.parts.index(0, index), part=part))
 
     def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
