@@ -21,20 +21,21 @@ create_exception!(
 );
 
 /// The bytes behind any buffer (bytes, memoryview, msgspec.Raw), without copying them.
-fn with_bytes<T: Send>(
-    py: Python<'_>,
+fn with_bytes<T>(
     data: &Bound<'_, PyAny>,
-    work: impl FnOnce(&[u8]) -> Result<T, Declined> + Send,
+    work: impl FnOnce(&[u8]) -> Result<T, Declined>,
 ) -> PyResult<T> {
     let buffer = PyBuffer::<u8>::get(data)?;
     if !buffer.is_c_contiguous() {
         return Err(Unsupported::new_err("a non-contiguous buffer"));
     }
-    let (ptr, len) = (buffer.buf_ptr() as usize, buffer.len_bytes());
     // The buffer (and so the bytes) stays alive and unchanged for the call: `buffer` holds the export, and the
-    // exporters used here (bytes, msgspec.Raw) are immutable. The GIL is released while parsing.
-    let result =
-        py.detach(move || work(unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }));
+    // exporters used here (bytes, msgspec.Raw) are immutable. The GIL is kept: taking it back after releasing it
+    // can wait up to the interpreter's switch interval whenever another thread runs Python (an in-process gRPC
+    // server's, say), far more than a small section costs to parse.
+    let bytes =
+        unsafe { std::slice::from_raw_parts(buffer.buf_ptr() as *const u8, buffer.len_bytes()) };
+    let result = work(bytes);
     drop(buffer);
     result.map_err(|Declined(why)| Unsupported::new_err(why))
 }
@@ -53,7 +54,7 @@ fn chat_choice_logprobs<'py>(
     py: Python<'py>,
     raw: &Bound<'py, PyAny>,
 ) -> PyResult<Option<Bound<'py, PyBytes>>> {
-    let built = with_bytes(py, raw, openai::chat_choice)?;
+    let built = with_bytes(raw, openai::chat_choice)?;
     Ok(section(py, built))
 }
 
@@ -63,7 +64,7 @@ fn entries_logprobs<'py>(
     py: Python<'py>,
     raw: &Bound<'py, PyAny>,
 ) -> PyResult<Option<Bound<'py, PyBytes>>> {
-    let built = with_bytes(py, raw, openai::entries)?;
+    let built = with_bytes(raw, openai::entries)?;
     Ok(section(py, built))
 }
 
@@ -80,7 +81,7 @@ fn completion_logprobs<'py>(
     token_ids: bool,
 ) -> PyResult<Vec<Span<'py>>> {
     let dialect = Dialect { unclamp, token_ids };
-    let found = with_bytes(py, body, move |bytes| {
+    let found = with_bytes(body, move |bytes| {
         openai::completion_spans(bytes)?
             .into_iter()
             .map(|span| {
