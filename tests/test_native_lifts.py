@@ -41,6 +41,12 @@ NATIVE_TRANSPORTS = ("openai_chat", "openai_completions", "openai_responses", "v
 needs_native = pytest.mark.skipif(native._ext is None, reason="the native extension is not built (make native)")
 
 
+@pytest.fixture(autouse=True)
+def _every_body_native(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bodies here are small; the fast path takes only large ones unless told otherwise."""
+    monkeypatch.setattr(native, "MIN_BODY_BYTES", 0)
+
+
 @contextmanager
 def _mode(on: bool) -> Iterator[None]:
     with mock.patch.dict(os.environ, {"MODELIR_NATIVE": "1" if on else "0"}):
@@ -507,6 +513,19 @@ def test_without_the_extension_the_python_builders_lift(monkeypatch, caplog) -> 
     assert list(first.choices[0].logprobs.tokens) == ["a"]
     said = [r for r in caplog.records if r.name == "modelir.native"]
     assert len(said) == 1 and said[0].levelno == logging.DEBUG and "Python builders" in said[0].getMessage()
+
+
+@needs_native
+def test_small_bodies_take_the_python_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(native, "MIN_BODY_BYTES", 16_384)
+    taken = _Taken(monkeypatch)
+    small = CHAT_CASES[0].chat()
+    build_transport("openai_chat", {"provider_model": "m"}).lift(CHAT, HttpResponse(200, {}, small))
+    assert not taken.counts
+    large = _chat([_entry("a", -1.0, [_entry("b", -2.0)] * 5)] * 100)
+    assert len(large) >= native.MIN_BODY_BYTES
+    build_transport("openai_chat", {"provider_model": "m"}).lift(CHAT, HttpResponse(200, {}, large))
+    assert taken.counts["built"] == 1
 
 
 def test_turned_off_by_the_environment(monkeypatch) -> None:

@@ -33,6 +33,9 @@ class _Never(Exception):
 
 Unsupported: type[Exception] = _ext.Unsupported if _ext is not None else _Never
 _said = False
+# Below this size a body takes the Python path: there the native calls' fixed cost (and, for completions, parsing
+# the body's rest a second time) outweighs what they save, measured at 5-20% of a small lift (bench/transports.py).
+MIN_BODY_BYTES = 16_384
 
 
 def enabled() -> bool:
@@ -44,6 +47,11 @@ def enabled() -> bool:
         _said = True
         _log.debug(_why)
     return False
+
+
+def wanted(body: bytes) -> bool:
+    """Whether a lift should take the native path for this body: enabled, and the body large enough to gain."""
+    return len(body) >= MIN_BODY_BYTES and enabled()
 
 
 def chat_choice(raw: Any) -> bytes | None:
@@ -68,7 +76,7 @@ def completion_body(body: bytes, *, unclamp: bool, token_ids: bool) -> dict[str,
     exactly what the reference decoder makes of it. `unclamp` reads vLLM's -9999.0 as -inf; `token_ids` reads its
     `token_id:N` spellings into the id columns.
     """
-    if not enabled():
+    if not wanted(body):
         return None
     try:
         spans = _ext.completion_logprobs(body, unclamp=unclamp, token_ids=token_ids)

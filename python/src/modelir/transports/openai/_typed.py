@@ -195,7 +195,7 @@ _EVENT_ITEM_BY_ITEM = msgspec.json.Decoder(_ItemByItemEvent)
 
 def response_object(body: bytes, *, event: bool = False) -> ResponseObject:
     """A Responses object (or the one in a final stream event): fully typed when every item type is known."""
-    if native.enabled():
+    if native.wanted(body):
         try:
             return _native_response_object(body, event=event)
         except (msgspec.DecodeError, RecursionError, native.Unsupported):
@@ -252,7 +252,7 @@ _RAW_EVENT = msgspec.json.Decoder(_RawResponseEvent)
 def chat_completion(body: bytes, transport: str) -> ChatCompletion:
     """A chat completion body, typed; each choice's `logprobs.content` is the native builder's bytes when the
     extension is there and takes the body, else the typed entries (the reference)."""
-    if native.enabled():
+    if native.wanted(body):
         try:
             parsed = _RAW_CHAT.decode(body)
             for choice in parsed.choices or ():
