@@ -397,6 +397,28 @@ def test_completion_edge_cases(transport_name: str, name: str, body: bytes, take
 
 
 @needs_native
+def test_logprobs_not_asked_for_are_not_lifted(monkeypatch: pytest.MonkeyPatch) -> None:
+    body = COMPLETION_CASES[0][1]
+    for name in ("openai_completions", "vllm"):
+        assert _same(build_transport(name, {"provider_model": "m"}), build_request("m", prompt="Hi"), body)[0] == "ok"
+
+
+@needs_native
+def test_responses_with_several_output_texts(monkeypatch: pytest.MonkeyPatch) -> None:
+    parts = [
+        {"type": "output_text", "text": "a\xe2", "logprobs": [_entry("a", -1.0, [_entry("b", -2.0)]), SPLIT_EURO[0]]},
+        {"type": "refusal", "refusal": "no"},
+        {"type": "output_text", "text": "x", "logprobs": []},
+        {"type": "output_text", "text": "\xac", "logprobs": [SPLIT_EURO[1]]},
+    ]
+    item = {"type": "message", "id": "m1", "role": "assistant", "content": parts}
+    body = orjson.dumps({"id": "r", "model": "m", "status": "completed", "output": [item]})
+    taken = _Taken(monkeypatch)
+    _same(build_transport("openai_responses", {"provider_model": "m"}), CHAT, body)
+    assert taken.counts == Counter(built=2, empty=1), taken.counts
+
+
+@needs_native
 def test_vllm_clamp_reads_back_as_minus_infinity() -> None:
     transport = build_transport("vllm", {"provider_model": "m"})
     body = _completion(_arrays(["a", "b"], [-9999.0, -2.0], [{"a": -9999.0}, {"b": -2.0}]))
@@ -532,3 +554,24 @@ def test_turned_off_by_the_environment(monkeypatch) -> None:
     monkeypatch.setenv("MODELIR_NATIVE", "0")
     assert not native.enabled()
     assert native.completion_body(COMPLETION_CASES[0][1], unclamp=False, token_ids=False) is None
+
+
+@needs_native
+@pytest.mark.parametrize("case", [c for c in CHAT_CASES if c.responses() is not None], ids=lambda c: c.name)
+def test_final_stream_event_of_responses(case: Case) -> None:
+    """`response.completed` carries the whole response: its logprobs take the same path as a unary body's."""
+    from modelir.transports.openai import responses_lift
+    from modelir.v1 import response_pb2
+
+    event = b'{"type":"response.completed","sequence_number":9,"response":' + case.responses() + b"}"  # type: ignore[operator]
+    transport = build_transport("openai_responses", {"provider_model": "m"})
+    outcomes = []
+    for on in (False, True):
+        with _mode(on):
+            try:
+                out = response_pb2.Response()
+                responses_lift.lift_object(transport, CHAT, responses_lift.decode(event, event=True), out)
+                outcomes.append(("ok", out.SerializeToString(deterministic=True)))
+            except Exception as exc:
+                outcomes.append(("error", type(exc).__name__, str(exc)))
+    assert outcomes[0] == outcomes[1]
