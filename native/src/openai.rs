@@ -20,7 +20,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::wire::Columns;
+use crate::wire::{Columns, Joined};
 
 /// Why the native path gave the body back to the Python builders (a shape it does not reproduce).
 #[derive(Debug)]
@@ -244,65 +244,6 @@ struct Entries {
     first_top_has_id: bool,
 }
 
-/// One alternative `{token, logprob, bytes, id}` (the token's UTF-8 where `bytes` is null or absent).
-struct TopSeed<'b>(&'b mut Entries);
-
-impl<'de> DeserializeSeed<'de> for TopSeed<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for TopSeed<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a top_logprobs object")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let b = self.0;
-        let (mut token, mut logprob, mut bytes, mut id) = (None, None, None, None);
-        b.out.top_token_bytes.start();
-        while let Some(key) = map.next_key::<Key>()? {
-            match key.0.as_ref() {
-                b"token" => once(&mut token, map.next_value::<Text>()?.0, "token")?,
-                b"logprob" => once(
-                    &mut logprob,
-                    map.next_value::<Num>()?.required()?,
-                    "logprob",
-                )?,
-                b"bytes" => {
-                    let given =
-                        map.next_value_seed(Nullable(ByteList(&mut b.out.top_token_bytes.data)))?;
-                    once(&mut bytes, given, "bytes")?;
-                }
-                b"id" => once(&mut id, map.next_value::<Option<i32>>()?, "id")?,
-                _ => unknown(&key, &mut map)?,
-            }
-        }
-        let token = token.ok_or_else(|| de::Error::missing_field("token"))?;
-        let logprob = logprob.ok_or_else(|| de::Error::missing_field("logprob"))?;
-        if bytes != Some(true) {
-            b.out
-                .top_token_bytes
-                .data
-                .extend_from_slice(token.as_bytes());
-        }
-        b.out.top_tokens.push(&token);
-        b.out.top_logprobs.push(float32(logprob)?);
-        let id = id.flatten();
-        if b.flat == 0 {
-            b.first_top_has_id = id.is_some();
-        }
-        if let Some(id) = id {
-            b.out.top_token_ids.push(id);
-            b.top_ids += 1;
-        }
-        b.flat += 1;
-        Ok(())
-    }
-}
-
 /// A list of alternatives; pushes its length to `top_counts`.
 struct TopsSeed<'b>(&'b mut Entries);
 
@@ -321,7 +262,13 @@ impl<'de> Visitor<'de> for TopsSeed<'_> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let b = self.0;
         let mut count = 0u32;
-        while seq.next_element_seed(TopSeed(&mut *b))?.is_some() {
+        while seq
+            .next_element_seed(ItemSeed {
+                b: &mut *b,
+                top: true,
+            })?
+            .is_some()
+        {
             count += 1;
         }
         b.out.top_counts.push(count);
@@ -329,25 +276,39 @@ impl<'de> Visitor<'de> for TopsSeed<'_> {
     }
 }
 
-/// One entry `{token, logprob, bytes, top_logprobs, id}`.
-struct EntrySeed<'b>(&'b mut Entries);
+/// One entry `{token, logprob, bytes, top_logprobs, id}`, or with `top` one of its alternatives (which has no
+/// `top_logprobs`), appended to the main or the top columns; the token's UTF-8 where `bytes` is null or absent.
+struct ItemSeed<'b> {
+    b: &'b mut Entries,
+    top: bool,
+}
 
-impl<'de> DeserializeSeed<'de> for EntrySeed<'_> {
+impl Entries {
+    fn bytes_of(&mut self, top: bool) -> &mut Joined {
+        if top {
+            &mut self.out.top_token_bytes
+        } else {
+            &mut self.out.token_bytes
+        }
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for ItemSeed<'_> {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
         deserializer.deserialize_map(self)
     }
 }
 
-impl<'de> Visitor<'de> for EntrySeed<'_> {
+impl<'de> Visitor<'de> for ItemSeed<'_> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a logprob entry object")
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let b = self.0;
+        let (b, top) = (self.b, self.top);
         let (mut token, mut logprob, mut bytes, mut tops, mut id) = (None, None, None, None, None);
-        b.out.token_bytes.start();
+        b.bytes_of(top).start();
         while let Some(key) = map.next_key::<Key>()? {
             match key.0.as_ref() {
                 b"token" => once(&mut token, map.next_value::<Text>()?.0, "token")?,
@@ -358,10 +319,10 @@ impl<'de> Visitor<'de> for EntrySeed<'_> {
                 )?,
                 b"bytes" => {
                     let given =
-                        map.next_value_seed(Nullable(ByteList(&mut b.out.token_bytes.data)))?;
+                        map.next_value_seed(Nullable(ByteList(&mut b.bytes_of(top).data)))?;
                     once(&mut bytes, given, "bytes")?;
                 }
-                b"top_logprobs" => {
+                b"top_logprobs" if !top => {
                     let given = map.next_value_seed(Nullable(TopsSeed(&mut *b)))?;
                     once(&mut tops, given, "top_logprobs")?;
                 }
@@ -370,25 +331,34 @@ impl<'de> Visitor<'de> for EntrySeed<'_> {
             }
         }
         let token = token.ok_or_else(|| de::Error::missing_field("token"))?;
-        let logprob = logprob.ok_or_else(|| de::Error::missing_field("logprob"))?;
+        let logprob = float32(logprob.ok_or_else(|| de::Error::missing_field("logprob"))?)?;
         if bytes != Some(true) {
-            b.out.token_bytes.data.extend_from_slice(token.as_bytes());
-        }
-        b.out.tokens.push(&token);
-        b.out.logprobs.push(float32(logprob)?);
-        if tops != Some(true) {
-            b.out.top_counts.push(0); // absent or null: no alternatives at this position
+            b.bytes_of(top).data.extend_from_slice(token.as_bytes());
         }
         let id = id.flatten();
-        if b.count == 0 {
-            b.first_has_id = id.is_some();
-            b.first_has_tops = tops == Some(true);
+        if top {
+            b.out.top_tokens.push(&token);
+            b.out.top_logprobs.push(logprob);
+            if b.flat == 0 {
+                b.first_top_has_id = id.is_some();
+            }
+            b.top_ids += usize::from(id.is_some());
+            b.out.top_token_ids.extend(id);
+            b.flat += 1;
+        } else {
+            b.out.tokens.push(&token);
+            b.out.logprobs.push(logprob);
+            if tops != Some(true) {
+                b.out.top_counts.push(0); // absent or null: no alternatives at this position
+            }
+            if b.count == 0 {
+                b.first_has_id = id.is_some();
+                b.first_has_tops = tops == Some(true);
+            }
+            b.ids += usize::from(id.is_some());
+            b.out.token_ids.extend(id);
+            b.count += 1;
         }
-        if let Some(id) = id {
-            b.out.token_ids.push(id);
-            b.ids += 1;
-        }
-        b.count += 1;
         Ok(())
     }
 }
@@ -410,7 +380,13 @@ impl<'de> Visitor<'de> for EntriesSeed<'_> {
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let b = self.0;
-        while seq.next_element_seed(EntrySeed(&mut *b))?.is_some() {}
+        while seq
+            .next_element_seed(ItemSeed {
+                b: &mut *b,
+                top: false,
+            })?
+            .is_some()
+        {}
         Ok(())
     }
 }
