@@ -43,8 +43,10 @@ needs_native = pytest.mark.skipif(native._ext is None, reason="the native extens
 
 @pytest.fixture(autouse=True)
 def _every_body_native(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The bodies here are small; the fast path takes only large ones unless told otherwise."""
+    """The bodies here are small; the fast path takes only large ones unless told otherwise, and completions only
+    when turned on (it is built and must be right, but is off by default)."""
     monkeypatch.setattr(native, "MIN_BODY_BYTES", 0)
+    monkeypatch.setattr(native, "COMPLETIONS", True)
 
 
 @contextmanager
@@ -548,6 +550,11 @@ def test_small_bodies_take_the_python_path(monkeypatch: pytest.MonkeyPatch) -> N
     assert len(large) >= native.MIN_BODY_BYTES
     build_transport("openai_chat", {"provider_model": "m"}).lift(CHAT, HttpResponse(200, {}, large))
     assert taken.counts["built"] == 1
+
+
+def test_completions_fast_path_is_off_by_default(monkeypatch) -> None:
+    monkeypatch.setattr(native, "COMPLETIONS", False)
+    assert native.completion_body(COMPLETION_CASES[0][1], unclamp=False, token_ids=False) is None
 
 
 def test_turned_off_by_the_environment(monkeypatch) -> None:

@@ -36,6 +36,9 @@ _said = False
 # Below this size a body takes the Python path: there the native calls' fixed cost (and, for completions, parsing
 # the body's rest a second time) outweighs what they save, measured at 5-20% of a small lift (bench/transports.py).
 MIN_BODY_BYTES = 16_384
+# The completions wires' fast path is built and tested but off: measured side by side it was no faster than the
+# Python builders there (orjson parses that shape cheaply) and in later runs 5-10% slower (bench/README.md).
+COMPLETIONS = False
 
 
 def enabled() -> bool:
@@ -76,7 +79,7 @@ def completion_body(body: bytes, *, unclamp: bool, token_ids: bool) -> dict[str,
     exactly what the reference decoder makes of it. `unclamp` reads vLLM's -9999.0 as -inf; `token_ids` reads its
     `token_id:N` spellings into the id columns.
     """
-    if not wanted(body):
+    if not COMPLETIONS or not wanted(body):
         return None
     try:
         spans = _ext.completion_logprobs(body, unclamp=unclamp, token_ids=token_ids)
