@@ -12,7 +12,7 @@ as the clamp for minus infinity (read back as -inf); `/tokenize` and `/detokeniz
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
@@ -89,6 +89,7 @@ def _finish(raw_reason: str | None, stop: Any) -> tuple[response_pb2.FinishReaso
 class _Completions(OpenAICompletions):
     name = "vllm"
     path = "/v1/completions"
+    native_dialect: ClassVar[dict[str, bool]] = {"unclamp": True, "token_ids": True}
 
     def body(self, request: request_pb2.Request, *, stream: bool) -> dict[str, Any]:
         body = super().body(request, stream=stream)

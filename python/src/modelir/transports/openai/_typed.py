@@ -9,9 +9,13 @@ these structs do not know is reported as a warning and the rest is still lifted.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import msgspec
 
 from modelir import logprobs as lp
+from modelir import native
+from modelir.transports.openai import _wire as wire
 from modelir.v1 import logprobs_pb2
 
 
@@ -144,8 +148,17 @@ def output_item(
     return _ITEM.decode(raw)
 
 
-def columns(entries: list[LogprobEntry], out: logprobs_pb2.TokenLogprobs | None = None) -> logprobs_pb2.TokenLogprobs:
-    """Typed entries -> columnar logprobs; the same result as `logprobs.from_openai_content` on the dicts."""
+def columns(
+    entries: Sequence[LogprobEntry] | bytes, out: logprobs_pb2.TokenLogprobs | None = None
+) -> logprobs_pb2.TokenLogprobs:
+    """Typed entries -> columnar logprobs; the same result as `logprobs.from_openai_content` on the dicts.
+
+    `bytes` are the columns the native fast path already built (see `chat_completion`): merged as they are.
+    """
+    if isinstance(entries, bytes):
+        out = logprobs_pb2.TokenLogprobs() if out is None else out
+        out.MergeFromString(entries)
+        return out
     tops = [e.top_logprobs or () for e in entries]
     flat = [t for top in tops for t in top]
     return lp.columns(
@@ -182,6 +195,11 @@ _EVENT_ITEM_BY_ITEM = msgspec.json.Decoder(_ItemByItemEvent)
 
 def response_object(body: bytes, *, event: bool = False) -> ResponseObject:
     """A Responses object (or the one in a final stream event): fully typed when every item type is known."""
+    if native.wanted(body):
+        try:
+            return _native_response_object(body, event=event)
+        except (msgspec.DecodeError, RecursionError, native.Unsupported):
+            pass  # the typed structs below are the reference: they lift it, or raise the typed error
     if not event:
         try:
             return _OBJECT.decode(body)
@@ -192,3 +210,65 @@ def response_object(body: bytes, *, event: bool = False) -> ResponseObject:
     except msgspec.ValidationError:
         envelope = _EVENT_ITEM_BY_ITEM.decode(body)
     return envelope.response or ResponseObject()
+
+
+# ---- the native fast path (modelir.native) ------------------------------------------------------------------
+# The same structs with the logprob sections left raw (msgspec skips them without building objects); the native
+# builder turns each into packed `TokenLogprobs` bytes, which stand where the entries would (`columns` merges them:
+# None, b"" and non-empty bytes follow the same branches as None, [] and a list). A body either declines goes to
+# the structs above, whole.
+_NULL = msgspec.Raw(b"null")
+
+
+class _RawLogprobsChoice(Choice):
+    logprobs: msgspec.Raw = _NULL  # type: ignore[assignment]
+
+
+class _RawLogprobsCompletion(ChatCompletion):
+    choices: list[_RawLogprobsChoice] | None = None  # type: ignore[assignment]
+
+
+class _RawOutputText(OutputText, tag="output_text"):
+    logprobs: msgspec.Raw = _NULL  # type: ignore[assignment]
+
+
+class _RawMessageItem(MessageItem, tag="message"):
+    content: list[_RawOutputText | Refusal] | None = None  # type: ignore[assignment]
+
+
+class _RawResponseObject(ResponseObject):
+    output: list[ReasoningItem | _RawMessageItem | FunctionCallItem] | None = None  # type: ignore[assignment]
+
+
+class _RawResponseEvent(msgspec.Struct):
+    response: _RawResponseObject | None = None
+
+
+_RAW_CHAT = msgspec.json.Decoder(_RawLogprobsCompletion)
+_RAW_OBJECT = msgspec.json.Decoder(_RawResponseObject)
+_RAW_EVENT = msgspec.json.Decoder(_RawResponseEvent)
+
+
+def chat_completion(body: bytes, transport: str) -> ChatCompletion:
+    """A chat completion body, typed; each choice's `logprobs.content` is the native builder's bytes when the
+    extension is there and takes the body, else the typed entries (the reference)."""
+    if native.wanted(body):
+        try:
+            parsed = _RAW_CHAT.decode(body)
+            for choice in parsed.choices or ():
+                built = native.chat_choice(choice.logprobs)
+                choice.logprobs = ChoiceLogprobs(content=built)  # type: ignore[arg-type,assignment]
+            return parsed
+        except (msgspec.DecodeError, RecursionError, native.Unsupported):
+            pass  # the typed structs are the reference: they lift it, or raise the typed error
+    return wire.decode(CHAT_DECODER, body, transport)
+
+
+def _native_response_object(body: bytes, *, event: bool) -> ResponseObject:
+    parsed = (_RAW_EVENT.decode(body).response or _RawResponseObject()) if event else _RAW_OBJECT.decode(body)
+    for item in parsed.output or ():
+        if isinstance(item, _RawMessageItem):
+            for content in item.content or ():
+                if isinstance(content, _RawOutputText):
+                    content.logprobs = native.entries(content.logprobs)  # type: ignore[assignment]
+    return parsed

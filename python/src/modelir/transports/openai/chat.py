@@ -155,7 +155,7 @@ class OpenAIChat(wire.BodyTransport):
     # ---- lift --------------------------------------------------------------------------------------
 
     def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
-        body: typed.ChatCompletion = wire.decode(typed.CHAT_DECODER, response.body, self.name)
+        body = typed.chat_completion(response.body, self.name)
         out = response_pb2.Response(id=body.id or "", model=body.model or "")
         facts = soft_errors.Facts()
         for raw in body.choices or ():

@@ -11,9 +11,9 @@ manifest does not claim it; the vLLM transport (which shares this code) does.
 from __future__ import annotations
 
 from itertools import chain
-from typing import Any
+from typing import Any, ClassVar
 
-from modelir import content_kinds, continuations, soft_errors, stops
+from modelir import content_kinds, continuations, native, soft_errors, stops
 from modelir import logprobs as lp
 from modelir.transports import _common as common
 from modelir.transports.base import HttpResponse, RawEvent, StreamLifter
@@ -42,6 +42,9 @@ class OpenAICompletions(wire.BodyTransport):
     )  # OpenAI caps `logprobs` at 5
     provider_option_keys = PROVIDER_OPTION_KEYS
     part_kinds = content_kinds.none_carried("OpenAI completions")
+    # How the native fast path reads this wire's logprobs (modelir.native.completion_body): dialects that clamp
+    # minus infinity or spell tokens as ids say so here, as `logprob_values` and `token_id` do for the Python path.
+    native_dialect: ClassVar[dict[str, bool]] = {"unclamp": False, "token_ids": False}
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []
@@ -72,7 +75,12 @@ class OpenAICompletions(wire.BodyTransport):
     # ---- lift --------------------------------------------------------------------------------------
 
     def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
-        body = common.parse_json(response.body, "response body")
+        # Echo scoring slices the arrays in Python; everything else may take the native fast path.
+        body = (
+            None if request.HasField("input_scoring") else native.completion_body(response.body, **self.native_dialect)
+        )
+        if body is None:
+            body = common.parse_json(response.body, "response body")
         out = response_pb2.Response(id=body.get("id") or "", model=body.get("model") or "")
         prompt_count = (body.get("usage") or {}).get("prompt_tokens")
         facts = soft_errors.Facts()
@@ -87,7 +95,10 @@ class OpenAICompletions(wire.BodyTransport):
                 text, logprobs = self._strip_echo(request, text, logprobs, prompt_count)
             choice.message.parts.add(text=text)
             self.lift_finish(raw, choice)
-            if logprobs and logprobs.get("tokens"):
+            if isinstance(logprobs, bytes):  # the native builder's columns (b"": a section without tokens)
+                if logprobs and request.HasField("logprob_options"):
+                    choice.logprobs.MergeFromString(logprobs)
+            elif logprobs and logprobs.get("tokens"):
                 if request.HasField("logprob_options"):
                     self.columns(logprobs, out=choice.logprobs)
             elif logprobs is None:
