@@ -27,6 +27,18 @@ from modelir.v1 import errors_pb2, request_pb2, response_pb2, stream_pb2
 
 _REFUSAL = response_pb2.FINISH_REASON_REFUSAL
 
+# The reasons this policy can put in `Response.errors` (soft: the output is kept). Every reason can also be hard
+# (raised, no response). The error table in `proto/README.md` says the same; `tests/test_error_table.py` checks it.
+SOFT_REASONS = frozenset(
+    {
+        errors_pb2.ERROR_REASON_PROVIDER_UNAVAILABLE,
+        errors_pb2.ERROR_REASON_MALFORMED_RESPONSE,
+        errors_pb2.ERROR_REASON_TRUNCATED_STREAM,
+        errors_pb2.ERROR_REASON_MISSING_LOGPROBS,
+        errors_pb2.ERROR_REASON_CONSTRAINT_VIOLATED,
+    }
+)
+
 
 @dataclass(slots=True)
 class Facts:
