@@ -81,6 +81,7 @@ class ReferenceModel(LocalTransport):
 
     name = "reference"
     version = "1.0.0"
+    scores_continuations_at_once = True
 
     def __init__(self, *, provider_model: str = "modelir-reference-1", secret: bytes = b"modelir-reference") -> None:
         self.model_id = provider_model
