@@ -7,9 +7,8 @@ rejected request never reaches the limiter or the network.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from modelir import artifacts, capabilities, continuations, errors
 from modelir.transports.base import HttpRequest, HttpTransport, Transport
