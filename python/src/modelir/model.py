@@ -172,12 +172,16 @@ class Model(ModelInterface):
                     attempts = [1]
                     events = self._stream_transport(prepared, deadline, attempts)
                     async with contextlib.aclosing(events):  # closed now, not by asyncio at shutdown
+                        pending_warnings = list(prepared.warnings)  # known now: on the start, else the end
                         async for event in events:
                             if event.WhichOneof("event") == "delta" and first_output is None:
                                 first_output = time.monotonic() - start_mono
+                            if event.WhichOneof("event") == "start":
+                                event.start.warnings.extend(pending_warnings)
+                                pending_warnings = []
                             if event.WhichOneof("event") == "end":
                                 _settle(self.limiter, estimate, event.end.usage)
-                                event.end.warnings.extend(prepared.warnings)
+                                event.end.warnings.extend(pending_warnings)
                                 _stamp_timing(event.end.timing, started, queued, attempts[0], first_output)
                             yield event
         except TimeoutError:
