@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from modelir import Model, ReferenceModel, build_request
 from modelir.reading import view
-from modelir.writing import ArgumentError
 from modelir.v1 import content_pb2, request_pb2, response_pb2
+from modelir.writing import ArgumentError
 
 
 async def test_token_masks_split_reasoning_from_the_answer():
