@@ -211,3 +211,10 @@ async def test_a_json_object_constraint_gives_a_json_object(reference):
     assert not response.errors
     for choice in response.choices:
         assert isinstance(orjson.loads(choice.message.parts[0].text), dict)
+
+
+async def test_tokenize_messages_sugar(reference):
+    tokens = await reference.atokenize_messages([("user", "Hi")])
+    assert tokens.token_bytes == b"<|user|>\nHi\n<|assistant|>\n"
+    bare = reference.tokenize_messages([("user", "Hi")], add_generation_prompt=False)
+    assert bare.token_bytes == b"<|user|>\nHi\n"
