@@ -13,7 +13,7 @@ import warnings
 import pytest
 from google.protobuf import json_format
 from modelir import Model, ReferenceModel, build_request, records
-from modelir.batch import read_inputs, request_key, run_batch
+from modelir.batch import read_inputs, run_batch
 from modelir.records import RecordFileError, RecordWriter
 from modelir.v1 import record_pb2, response_pb2
 
@@ -206,11 +206,11 @@ def test_failed_requests_are_recorded_and_retried_on_resume(tmp_path):
     assert max(r.provenance.attempt_count for r in records.read_records(output) if r.key == "bad") == 2
 
 
-def test_input_keys_are_given_or_a_stable_hash(tmp_path):
+def test_input_keys_are_given_or_the_input_position(tmp_path):
     source = tmp_path / "in.jsonl"
-    source.write_text('{"prompt": "a"}\n{"key": "mine", "request": {"prompt": "b"}}\n')
-    (first, request), (second, _) = read_inputs(source)
-    assert first == request_key(request) and len(first) == 24 and second == "mine"
+    source.write_text('{"prompt": "a"}\n\n{"key": "mine", "request": {"prompt": "b"}}\n{"request": {"prompt": "c"}}\n')
+    keys = [key for key, _ in read_inputs(source)]
+    assert keys == ["#0", "mine", "#2"]  # positions count requests (blank lines skipped), given keys are kept
     source.write_text('{"key": "x", "request": {"prompt": "a"}}\n{"key": "x", "request": {"prompt": "b"}}\n')
     with pytest.raises(ValueError, match="already used on line 1"):
         read_inputs(source)

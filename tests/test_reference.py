@@ -78,6 +78,22 @@ _budget = build_request("reference", messages=[("user", "x")], max_output_tokens
 _budget.reasoning_controls.budget_tokens = 20
 _budget.reasoning_controls.include_thoughts = True
 CAPABILITY_REQUESTS["reasoning_budget"] = _budget
+_json_object = build_request("reference", messages=[("user", "j")], max_output_tokens=120)
+_json_object.constraint.json_object.SetInParent()
+CAPABILITY_REQUESTS["json_object"] = _json_object
+_biased = build_request("reference", prompt="x", max_output_tokens=40, seed=6)
+_biased.sampling.logit_bias[ord("z")] = 8.0
+CAPABILITY_REQUESTS["logit_bias"] = _biased
+_min_tokens = build_request("reference", prompt="x.", max_output_tokens=60, seed=8, stop_token_ids=[ord("e")])
+_min_tokens.sampling.min_output_tokens = 30
+CAPABILITY_REQUESTS["min_output_tokens"] = _min_tokens
+_token_turn = build_request("reference", messages=[("user", "hi"), ("assistant", "ho"), ("user", "again")])
+_token_turn.conversation.messages[1].token_ids.extend([104, 111, 257])
+CAPABILITY_REQUESTS["multi_turn_token_input"] = _token_turn
+_labels = build_request("reference", messages=[("user", "Is it?")], max_output_tokens=0)
+for _label in ("yes", "no", "perhaps"):
+    _labels.input_scoring.continuations.add(text=_label)
+CAPABILITY_REQUESTS["continuations"] = _labels
 
 
 def _without_timing(response: response_pb2.Response) -> response_pb2.Response:

@@ -93,6 +93,21 @@ class ModelInterface(ABC):
             )
         )
 
+    async def atokenize_messages(
+        self,
+        messages: Iterable[MessageLike],
+        *,
+        add_generation_prompt: bool = True,
+        add_special_tokens: bool = False,
+    ) -> service_pb2.TokenizeResponse:
+        """The tokens of a conversation through the model's chat template, with the generation prompt (the start
+        of the assistant's reply, as for generation) unless told not to. Needs `TOKENIZE_CONVERSATION`."""
+        request = service_pb2.TokenizeRequest(
+            model=self.name, add_generation_prompt=add_generation_prompt, add_special_tokens=add_special_tokens
+        )
+        request.conversation.CopyFrom(build_request(self.name, messages=messages).conversation)
+        return await self.atokenize_request(request)
+
     # ---- sugar ---------------------------------------------------------------------------------------
 
     async def agenerate(self, prompt: str, **options: Any) -> response_pb2.Response:
@@ -132,6 +147,9 @@ class ModelInterface(ABC):
 
     def tokenize(self, text: str, context: str | None = None, **options: Any) -> service_pb2.TokenizeResponse:
         return run_sync(self.atokenize(text, context, **options))
+
+    def tokenize_messages(self, messages: Iterable[MessageLike], **options: Any) -> service_pb2.TokenizeResponse:
+        return run_sync(self.atokenize_messages(messages, **options))
 
     def validate(self, request: request_pb2.Request) -> service_pb2.ValidateResponse:
         return run_sync(self.avalidate(request))

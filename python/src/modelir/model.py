@@ -19,7 +19,7 @@ from modelir.executor import Executor, redact, timeout_for
 from modelir.interface import ModelInterface
 from modelir.limiter import BaseLimiter, Limiter
 from modelir.request_builder import with_model
-from modelir.streams import keeping_partial
+from modelir.streams import events_from_response, keeping_partial
 from modelir.transports.base import (
     SHAPE_ERRORS,
     HttpTransport,
@@ -104,6 +104,10 @@ class Model(ModelInterface):
 
     async def _arun(self, request: request_pb2.Request, deadline: float | None) -> response_pb2.Response:
         prepared = self._prepare(request, streaming=False)
+        if (split := pipeline.split_continuations(prepared.request, self.transport)) is not None:
+            deadline = self._deadline(request, deadline)  # one deadline for all the calls
+            calls = [self._arun(one, deadline) for one in split]
+            return pipeline.merge_continuations(await asyncio.gather(*calls))
         request = prepared.request
         started = time.time()
         start_mono = time.monotonic()
@@ -170,6 +174,11 @@ class Model(ModelInterface):
         self, request: request_pb2.Request, deadline: float | None
     ) -> AsyncIterator[stream_pb2.StreamEvent]:
         prepared = self._prepare(request, streaming=True)
+        if pipeline.split_continuations(prepared.request, self.transport) is not None:
+            # Scores arrive whole at the end anyway: run the split calls unary and unfold their merged answer.
+            for event in events_from_response(await self._arun(request, deadline)):
+                yield event
+            return
         request = prepared.request
         started = time.time()
         start_mono = time.monotonic()
@@ -182,12 +191,16 @@ class Model(ModelInterface):
                     attempts = [1]
                     events = self._stream_transport(prepared, deadline, attempts)
                     async with contextlib.aclosing(events):  # closed now, not by asyncio at shutdown
+                        pending_warnings = list(prepared.warnings)  # known now: on the start, else the end
                         async for event in events:
                             if event.WhichOneof("event") == "delta" and first_output is None:
                                 first_output = time.monotonic() - start_mono
+                            if event.WhichOneof("event") == "start":
+                                event.start.warnings.extend(pending_warnings)
+                                pending_warnings = []
                             if event.WhichOneof("event") == "end":
                                 _settle(self.limiter, estimate, event.end.usage)
-                                event.end.warnings.extend(prepared.warnings)
+                                event.end.warnings.extend(pending_warnings)
                                 _stamp_timing(event.end.timing, started, queued, attempts[0], first_output)
                             yield event
         except TimeoutError:

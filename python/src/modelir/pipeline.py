@@ -7,11 +7,12 @@ rejected request never reaches the limiter or the network.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from modelir import artifacts, capabilities, errors
+from modelir import artifacts, capabilities, continuations, errors
 from modelir.transports.base import HttpRequest, HttpTransport, Transport
-from modelir.v1 import capabilities_pb2, errors_pb2, request_pb2, service_pb2
+from modelir.v1 import capabilities_pb2, errors_pb2, request_pb2, response_pb2, service_pb2
 from modelir.validation import field_violations, model_mismatch
 
 
@@ -21,7 +22,7 @@ class Prepared:
 
     `request` is what the transport runs and lifts against (foreign artifacts already handled by the policy);
     `warnings` are what the policy did, for the response; `native` is the lowered HTTP request (None for an
-    in-process transport).
+    in-process transport, and for a request that `split_continuations` cuts into one call per continuation).
     """
 
     request: request_pb2.Request
@@ -127,7 +128,9 @@ class Pipeline:
     def prepare(self, request: request_pb2.Request, *, streaming: bool = False) -> Prepared:
         """`check`, then lower for an HTTP transport: everything a request goes through before the limiter."""
         checked, warnings = self.check(request, streaming=streaming)
-        native = self._lower(checked, stream=streaming) if self._lower is not None else None
+        native = None
+        if self._lower is not None and split_continuations(checked, self.transport) is None:
+            native = self._lower(checked, stream=streaming)  # a split request is lowered once per continuation
         return Prepared(checked, warnings, native)
 
     def report(self, request: request_pb2.Request) -> service_pb2.ValidateResponse:
@@ -147,3 +150,52 @@ class Pipeline:
             out.unsupported.CopyFrom(self._with_policy_hint(request, gaps, dropped=bool(dropped)))
         out.accepted = gaps is None
         return out
+
+
+# ---- several continuations on a transport that scores one per call ---------------------------------------------
+
+
+def split_continuations(request: request_pb2.Request, transport: Transport) -> list[request_pb2.Request] | None:
+    """One request per continuation, in order, when `request` asks to score several and `transport` scores one
+    per call (`scores_continuations_at_once` is False); None when the request runs as it is."""
+    spans = continuations.of(request)
+    if len(spans) < 2 or transport.scores_continuations_at_once:
+        return None
+    out = []
+    for span in spans:
+        one = request_pb2.Request()
+        one.CopyFrom(request)
+        del one.input_scoring.continuations[:]
+        one.input_scoring.continuations.append(span)
+        out.append(one)
+    return out
+
+
+def merge_continuations(responses: Sequence[response_pb2.Response]) -> response_pb2.Response:
+    """The one response to a split request: the first call's choices and identity, every call's input scores in
+    continuation order, usage summed (a count no call reported stays absent), every soft error and warning kept,
+    the timing from the first start to the last end with every attempt counted."""
+    first, last = responses[0], responses[-1]
+    merged = response_pb2.Response()
+    merged.CopyFrom(first)
+    for field in ("input_scores", "errors", "warnings"):
+        merged.ClearField(field)
+    for response in responses:
+        merged.input_scores.extend(response.input_scores)
+        merged.errors.extend(response.errors)
+        merged.warnings.extend(w for w in response.warnings if w not in merged.warnings)
+    merged.ClearField("usage")
+    for response in responses:
+        if not response.HasField("usage"):
+            continue
+        usage = merged.usage
+        for descriptor, value in response.usage.ListFields():
+            if descriptor.name == "details":
+                for key, count in value.items():
+                    usage.details[key] = usage.details.get(key, 0) + count
+            else:
+                setattr(usage, descriptor.name, getattr(usage, descriptor.name) + value)
+    if first.HasField("timing"):
+        merged.timing.end_time.CopyFrom(last.timing.end_time)
+        merged.timing.attempt_count = sum(r.timing.attempt_count for r in responses)
+    return merged

@@ -1,4 +1,5 @@
-"""Reading a `Response`: its text, reasoning, tool calls, finish reason, usage and logprobs, and a short summary.
+"""Reading a `Response`: its text, reasoning, refusal, citations, tool calls, finish reason, usage, logprobs, the
+sampled tokens (numpy ids with part masks, for RL), the soft errors, and a short summary.
 
 `view(response)` wraps the message without copying it; the protobuf stays the truth and is always at `.message`.
 Everything here is derived from it on access, so a view never disagrees with the message it wraps.
@@ -199,6 +200,44 @@ class ChoiceView:
             return None
         return logprob_arrays(self.message.logprobs)
 
+    @property
+    def refusal(self) -> str:
+        """The model's refusal in its own words, joined over refusal parts; empty when it did not refuse."""
+        return "".join(p.refusal for p in self._parts("refusal"))
+
+    @property
+    def citations(self) -> list[content_pb2.Citation]:
+        """Every citation on the message's text parts, in part order."""
+        return [c for p in self.message.message.parts for c in p.citations]
+
+    @property
+    def constrained_label(self) -> str:
+        """Under a choice constraint, the label chosen (the text stays verbatim); empty otherwise."""
+        return self.message.constrained_label
+
+    @property
+    def sampled_token_ids(self) -> np.ndarray:
+        """Every sampled token id as int64 (a trimmed stop or EOS token included), empty when none reported."""
+        return np.asarray(self.message.sampled_tokens.token_ids, dtype=np.int64)
+
+    @property
+    def sampled_part_indexes(self) -> np.ndarray | None:
+        """The message part of each sampled token (-1: of no part) as int64; None when the provider did not
+        attribute tokens to parts."""
+        indexes = self.message.sampled_tokens.part_indexes
+        return np.asarray(indexes, dtype=np.int64) if len(indexes) else None
+
+    def token_mask(self, *kinds: str) -> np.ndarray:
+        """A boolean mask over `sampled_token_ids`: True for the tokens of parts of these kinds (`"text"`,
+        `"reasoning"`, `"tool_call"`, ...), e.g. `token_mask("text", "tool_call")` to train on everything but
+        reasoning. Raises `ValueError` when the provider did not attribute tokens to parts."""
+        indexes = self.sampled_part_indexes
+        if indexes is None:
+            raise ValueError("the provider did not say which part each sampled token belongs to")
+        parts = self.message.message.parts
+        wanted = np.array([p.WhichOneof("content") in kinds for p in parts] + [False], dtype=bool)
+        return wanted[np.where(indexes >= 0, indexes, len(parts))]
+
     def __repr__(self) -> str:
         return "\n".join(_choice_lines(self.message))
 
@@ -230,6 +269,13 @@ class ResponseView:
     tool_calls = property(lambda self: self.first.tool_calls, doc=ChoiceView.tool_calls.__doc__)
     finish_reason = property(lambda self: self.first.finish_reason, doc=ChoiceView.finish_reason.__doc__)
     logprobs = property(lambda self: self.first.logprobs, doc=ChoiceView.logprobs.__doc__)
+    refusal = property(lambda self: self.first.refusal, doc=ChoiceView.refusal.__doc__)
+    citations = property(lambda self: self.first.citations, doc=ChoiceView.citations.__doc__)
+    constrained_label = property(lambda self: self.first.constrained_label, doc=ChoiceView.constrained_label.__doc__)
+    sampled_token_ids = property(lambda self: self.first.sampled_token_ids, doc=ChoiceView.sampled_token_ids.__doc__)
+
+    def token_mask(self, *kinds: str) -> np.ndarray:
+        return self.first.token_mask(*kinds)
 
     def arguments(self, index: int = 0) -> Any:
         return self.first.arguments(index)

@@ -4,7 +4,8 @@
 runs the request and records the outcome, failures included (a failed call is a `FAILED` record carrying its
 error, a soft error a `PARTIAL` one). Provenance is filled the way batch runs fill it: IR and SDK versions, the
 transport and its version from the model's manifest, the configured and the provider model, the call's start and
-end times and its attempt count. The key is the batch runner's: derived from the request, reproducible anywhere.
+end times and its attempt count. The key is opaque: the caller's, or (when none is given) the record's position in
+the file it is appended to, as the spec's record-key rule says.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import time
 from google.protobuf import timestamp_pb2
 
 from modelir import errors
-from modelir.batch import request_key
 from modelir.interface import ModelInterface, with_model
 from modelir.sync import run_sync as _sync
 from modelir.v1 import capabilities_pb2, record_pb2, request_pb2, response_pb2
@@ -37,7 +37,9 @@ def record_of(
 ) -> record_pb2.Record:
     """A record of `request` and its `response` (or its `failure`), with provenance.
 
-    `model` is the model that ran it (or its manifest, with `request.model` naming it). Times and attempts come
+    `model` is the model that ran it (or its manifest, with `request.model` naming it). `key` is the caller's
+    opaque record key; without one the record's key stays empty and `RecordWriter.append` gives it its position in
+    the file (`#<n>`), the spec's rule for a request given without a key. Times and attempts come
     from `response.timing`; for a failure, the end time is now.
     """
     if (response is None) == (failure is None):
@@ -48,7 +50,7 @@ def record_of(
         manifest, name = model.capabilities, model.name
     if not request.model:
         request = with_model(request, name)
-    record = record_pb2.Record(key=key or request_key(request), request=request)
+    record = record_pb2.Record(key=key or "", request=request)
     p = record.provenance
     p.ir_version, p.sdk_version = IR_VERSION, SDK_VERSION
     p.transport, p.transport_version = manifest.transport, manifest.transport_version

@@ -2,8 +2,14 @@
 
 Two formats hold the same entries (`RecordFileEntry`: the header first, then records):
 
-- JSON Lines (the default): one entry a line in proto-JSON, readable with any tool.
+- JSON Lines (the default): one entry a line in proto-JSON, enums written as integers (a reader of an older
+  release keeps a newer enum value as its number instead of turning an unknown name into 0); readers accept
+  enum names too.
 - Binary: each entry as a varint length followed by the serialized entry; smaller and faster.
+
+The header carries the `FileDescriptorSet` of the IR that wrote the file (`ir_descriptor_set`), so a reader of any
+later or earlier release can decode fields it does not know (`message_class`). The formats are defined
+normatively in `proto/README.md` ("Record files").
 
 The format is recognised from the first byte (`{` is JSON Lines). Appends are flushed to the OS after every record
 (so a killed process loses nothing it wrote) and fsynced at a bounded interval and on close (so a crashed machine
@@ -21,11 +27,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from google.protobuf import json_format
-from google.protobuf.message import DecodeError
+from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
+from google.protobuf.descriptor import FileDescriptor
+from google.protobuf.message import DecodeError, Message
 
 from modelir import varint
-from modelir.v1 import record_pb2
+from modelir.v1 import (
+    capabilities_pb2,
+    content_pb2,
+    errors_pb2,
+    logprobs_pb2,
+    record_pb2,
+    request_pb2,
+    response_pb2,
+    service_pb2,
+    stream_pb2,
+    version_pb2,
+)
 from modelir.version import IR_SEMVER, IR_VERSION, SDK_VERSION, parse_semver
 
 JSONL = "jsonl"
@@ -53,9 +71,72 @@ def format_of(path: str | os.PathLike) -> str:
     return BINARY if path.suffix in (".binpb", ".pb", ".bin") else JSONL
 
 
-def _encode(entry: record_pb2.RecordFileEntry, fmt: str) -> bytes:
+# Every file of the IR this SDK writes; the descriptor set in a header holds them and all their imports.
+_IR_FILES: tuple[FileDescriptor, ...] = tuple(
+    module.DESCRIPTOR
+    for module in (
+        version_pb2,
+        capabilities_pb2,
+        content_pb2,
+        errors_pb2,
+        logprobs_pb2,
+        request_pb2,
+        response_pb2,
+        stream_pb2,
+        record_pb2,
+        service_pb2,
+    )
+)
+_DESCRIPTOR_SET: bytes | None = None
+
+
+def ir_descriptor_set() -> bytes:
+    """The serialized `FileDescriptorSet` of this SDK's IR: every `modelir/v1` file and its imports, each file
+    after the files it imports (so a reader can add them to a pool in order)."""
+    global _DESCRIPTOR_SET
+    if _DESCRIPTOR_SET is None:
+        ordered: list[FileDescriptor] = []
+        seen: set[str] = set()
+
+        def visit(file: FileDescriptor) -> None:
+            if file.name in seen:
+                return
+            seen.add(file.name)
+            for dependency in file.dependencies:
+                visit(dependency)
+            ordered.append(file)
+
+        for file in _IR_FILES:
+            visit(file)
+        descriptor_set = descriptor_pb2.FileDescriptorSet()
+        for file in ordered:
+            file.CopyToProto(descriptor_set.file.add())
+        _DESCRIPTOR_SET = descriptor_set.SerializeToString()
+    return _DESCRIPTOR_SET
+
+
+def message_class(header: record_pb2.RecordHeader, full_name: str = "modelir.v1.Record") -> type[Message]:
+    """A message class built from the header's own descriptor set: it decodes (binary and proto-JSON) every field
+    the writer knew, also those this SDK does not. Decode an entry's bytes or line with it, e.g.
+    `message_class(header, "modelir.v1.RecordFileEntry").FromString(raw)`."""
+    if not header.ir_descriptor_set:
+        raise RecordFileError("the record file's header carries no descriptor set (written before IR 1.0.0?)")
+    descriptor_set = descriptor_pb2.FileDescriptorSet.FromString(header.ir_descriptor_set)
+    pool = descriptor_pool.DescriptorPool()
+    for file in descriptor_set.file:
+        pool.Add(file)
+    try:
+        descriptor = pool.FindMessageTypeByName(full_name)
+    except KeyError:
+        raise RecordFileError(f"the record file's descriptor set has no message {full_name!r}") from None
+    return message_factory.GetMessageClass(descriptor)
+
+
+def encode_entry(entry: Message, fmt: str) -> bytes:
+    """One `RecordFileEntry` as the format frames it: a proto-JSON line with integer enums, or varint length +
+    serialized bytes. Works for an entry of any descriptor pool (a reader of another release writes the same)."""
     if fmt == JSONL:
-        return json_format.MessageToJson(entry, indent=None).encode() + b"\n"
+        return json_format.MessageToJson(entry, indent=None, use_integers_for_enums=True).encode() + b"\n"
     payload = entry.SerializeToString()
     return varint.encode(len(payload)) + payload
 
@@ -209,6 +290,7 @@ class RecordWriter:
         self.path = path
         self._fsync_interval = fsync_interval
         self._last_sync = time.monotonic()
+        self.records_written = 0  # records in the file, also those before a resume: the next record's position
 
     @classmethod
     def create(
@@ -222,7 +304,9 @@ class RecordWriter:
         path = Path(path)
         fmt = fmt or format_of(path)
         handle = path.open("xb")  # never overwrite an existing file
-        header = record_pb2.RecordHeader(ir_version=IR_VERSION, sdk_version=SDK_VERSION)
+        header = record_pb2.RecordHeader(
+            ir_version=IR_VERSION, sdk_version=SDK_VERSION, ir_descriptor_set=ir_descriptor_set()
+        )
         header.create_time.GetCurrentTime()
         header.run_metadata.update(run_metadata or {})
         writer = cls(handle, fmt, path, fsync_interval)
@@ -241,17 +325,24 @@ class RecordWriter:
         if result.torn_bytes:
             handle.truncate(result.good_bytes)
         handle.seek(result.good_bytes)
-        return cls(handle, format_of(path), path, fsync_interval), result
+        writer = cls(handle, format_of(path), path, fsync_interval)
+        writer.records_written = len(result.records)
+        return writer, result
 
     def _write(self, entry: record_pb2.RecordFileEntry, *, sync: bool = False) -> None:
-        self._handle.write(_encode(entry, self.format))
+        self._handle.write(encode_entry(entry, self.format))
         self._handle.flush()
         if sync or time.monotonic() - self._last_sync >= self._fsync_interval:
             os.fsync(self._handle.fileno())
             self._last_sync = time.monotonic()
 
     def append(self, record: record_pb2.Record) -> None:
+        """Append `record`. A record without a key gets its position in the file, `#<n>` (from 0), as the spec's
+        key rule says for a request given without one (its input is the sequence of records appended)."""
+        if not record.key:
+            record = _with_key(record, f"#{self.records_written}")
         self._write(record_pb2.RecordFileEntry(record=record))
+        self.records_written += 1
 
     def close(self) -> None:
         if not self._handle.closed:
@@ -266,6 +357,13 @@ class RecordWriter:
         self.close()
 
 
+def _with_key(record: record_pb2.Record, key: str) -> record_pb2.Record:
+    keyed = record_pb2.Record()
+    keyed.CopyFrom(record)
+    keyed.key = key
+    return keyed
+
+
 def convert(source: str | os.PathLike, target: str | os.PathLike, fmt: str) -> int:
     """Copy a record file into the other format (header included). Returns the number of records."""
     result = scan(source)
@@ -273,9 +371,9 @@ def convert(source: str | os.PathLike, target: str | os.PathLike, fmt: str) -> i
         raise RecordFileError(f"{source} has no header")
     check_readable(result.header, source)
     with Path(target).open("xb") as handle:
-        handle.write(_encode(record_pb2.RecordFileEntry(header=result.header), fmt))
+        handle.write(encode_entry(record_pb2.RecordFileEntry(header=result.header), fmt))
         for record in result.records:
-            handle.write(_encode(record_pb2.RecordFileEntry(record=record), fmt))
+            handle.write(encode_entry(record_pb2.RecordFileEntry(record=record), fmt))
         handle.flush()
         os.fsync(handle.fileno())
     return len(result.records)

@@ -9,7 +9,8 @@ module decides. Every applicable one is reported, first to last, in `Response.er
 4. `missing_input_scores`: input scores were requested and none usable came back;
 5. `missing_logprobs`: logprobs were requested and a choice came without them (lowest choice index first);
 6. constraint violated: a choice that was not refused breaks the request's constraint (lowest index first): under
-   a JSON-schema constraint its text is not JSON, under a choice constraint it is not exactly one of the labels.
+   a JSON-schema constraint its text is not JSON, under a JSON-object constraint it is not a JSON object, under a
+   choice constraint it is not exactly one of the labels.
    Regex and grammar constraints are enforced by the engines and not re-checked. A choice cut short by its length
    limit is checked too: broken JSON is broken JSON, whatever the reason.
 
@@ -26,6 +27,18 @@ import orjson
 from modelir.v1 import errors_pb2, request_pb2, response_pb2, stream_pb2
 
 _REFUSAL = response_pb2.FINISH_REASON_REFUSAL
+
+# The reasons this policy can put in `Response.errors` (soft: the output is kept). Every reason can also be hard
+# (raised, no response). The error table in `proto/README.md` says the same; `tests/test_error_table.py` checks it.
+SOFT_REASONS = frozenset(
+    {
+        errors_pb2.ERROR_REASON_PROVIDER_UNAVAILABLE,
+        errors_pb2.ERROR_REASON_MALFORMED_RESPONSE,
+        errors_pb2.ERROR_REASON_TRUNCATED_STREAM,
+        errors_pb2.ERROR_REASON_MISSING_LOGPROBS,
+        errors_pb2.ERROR_REASON_CONSTRAINT_VIOLATED,
+    }
+)
 
 
 @dataclass(slots=True)
@@ -61,6 +74,19 @@ def _constraint_violation(request: request_pb2.Request, index: int, text: str) -
             message = f"the output is not valid JSON under the requested schema: {exc}"
             return errors_pb2.ResponseError(
                 reason=errors_pb2.ERROR_REASON_CONSTRAINT_VIOLATED, message=message, choice_index=index
+            )
+    elif kind == "json_object":
+        try:
+            value = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            value, problem = None, f"not valid JSON: {exc}"
+        else:
+            problem = "valid JSON, but not an object"
+        if not isinstance(value, dict):
+            return errors_pb2.ResponseError(
+                reason=errors_pb2.ERROR_REASON_CONSTRAINT_VIOLATED,
+                message=f"the output must be a JSON object and is {problem}",
+                choice_index=index,
             )
     elif kind == "choice" and text not in request.constraint.choice.labels:
         return errors_pb2.ResponseError(

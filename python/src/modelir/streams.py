@@ -208,8 +208,12 @@ def events_from_response(response: response_pb2.Response, *, chunk_size: int = 1
                 last_of_part[index].token_ids.extend(ids)
             else:
                 loose.append(stream_pb2.PartDelta(choice_index=choice.index, part_index=index, token_ids=ids))
+        last_delta = {d.part_index: d for d in deltas}
         for delta in deltas:
             yield stream_pb2.StreamEvent(delta=delta)
+            if last_delta[delta.part_index] is delta:  # the part is complete: a caller may act on it now
+                done = stream_pb2.PartDone(choice_index=choice.index, part_index=delta.part_index)
+                yield stream_pb2.StreamEvent(part_done=done)
         for chunk in chunks[len(text_deltas) :]:
             yield stream_pb2.StreamEvent(
                 delta=stream_pb2.PartDelta(choice_index=choice.index, part_index=0, logprobs=chunk)
@@ -242,7 +246,8 @@ def events_from_response(response: response_pb2.Response, *, chunk_size: int = 1
 
 
 async def keeping_partial(events: AsyncIterator[stream_pb2.StreamEvent]) -> AsyncIterator[stream_pb2.StreamEvent]:
-    """`events`, and when they end in a `ModelError` after output was delivered, that error with its `partial` set
+    """`events`, each with its `sequence_number` (from 0), and when they end in a `ModelError` after output was
+    delivered, that error with its `partial` set
     to the fold of what was delivered (unless it already carries one): a hard failure mid-stream (a deadline on an
     endless stream, a malformed event) never loses the output the caller has seen. Only references are kept; the
     fold happens on failure."""
@@ -250,6 +255,7 @@ async def keeping_partial(events: AsyncIterator[stream_pb2.StreamEvent]) -> Asyn
     try:
         async with closing_stream(events):
             async for event in events:
+                event.sequence_number = len(seen)  # numbered here, once, for every stream the SDK yields
                 seen.append(event)
                 yield event
     except errors.ModelError as exc:

@@ -8,8 +8,8 @@ workers in this process) and `ray_scheduler` (Ray actors on a cluster, the `ray`
 """
 
 from modelir.batch.calls import call_to_record
-from modelir.batch.inputs import BatchInputError, read_inputs, request_key
-from modelir.batch.ledger import SUCCESS, Ledger
+from modelir.batch.inputs import BatchInputError, position_key, read_inputs, request_key
+from modelir.batch.ledger import SUCCESS, ChangedInputError, Ledger
 from modelir.batch.local import LocalScheduler
 from modelir.batch.progress import Progress
 from modelir.batch.run import Scheduler, Summary, run_batch
@@ -17,12 +17,14 @@ from modelir.batch.run import Scheduler, Summary, run_batch
 __all__ = [
     "SUCCESS",
     "BatchInputError",
+    "ChangedInputError",
     "Ledger",
     "LocalScheduler",
     "Progress",
     "Scheduler",
     "Summary",
     "call_to_record",
+    "position_key",
     "read_inputs",
     "request_key",
     "run_batch",

@@ -14,10 +14,12 @@ import contextlib
 import fcntl
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from modelir.records import RecordFileError, RecordWriter, format_of
-from modelir.v1 import record_pb2
+from modelir.request_builder import with_model
+from modelir.v1 import record_pb2, request_pb2
 
 SUCCESS = (record_pb2.RECORD_STATUS_OK, record_pb2.RECORD_STATUS_PARTIAL)
 
@@ -40,15 +42,43 @@ def _lock(path: Path) -> int:
     return fd
 
 
+class ChangedInputError(RecordFileError):
+    """A resume whose input holds, at a recorded key, another request than the one recorded."""
+
+
 class Ledger:
     def __init__(
-        self, writer: RecordWriter, done: set[str], previous_attempts: dict[str, int], lock_fd: int = -1
+        self,
+        writer: RecordWriter,
+        done: set[str],
+        previous_attempts: dict[str, int],
+        lock_fd: int = -1,
+        recorded: dict[str, record_pb2.Record] | None = None,
     ) -> None:
         self.writer = writer
         self._lock_fd = lock_fd
         self.done = done
         # Attempts already spent on a key by earlier runs: a resumed record counts them too.
         self.previous_attempts = previous_attempts
+        # The newest record of each key already in the file, to check a resumed input against.
+        self.recorded = recorded or {}
+
+    def check_inputs(self, inputs: Iterable[tuple[str, request_pb2.Request]], model_name: str) -> None:
+        """Refuse a resume whose input changed: the request at a recorded key must be the one recorded (with the
+        model name filled in the way a record fills it). Keys are opaque, so a changed file would otherwise mix
+        the answers to two inputs under one key."""
+        for key, request in inputs:
+            record = self.recorded.get(key)
+            if record is None:
+                continue
+            expected = request if request.model else with_model(request, model_name)
+            if record.request != expected:
+                raise ChangedInputError(
+                    f"cannot resume into {self.writer.path}: the input's request at key {key!r} is not the request "
+                    "recorded under that key (or it ran on another model). The input changed since the records "
+                    "were written (keys given without one are input positions, so inserting or removing a line "
+                    "moves them); resume with the original input, or write to a new output file"
+                )
 
     @classmethod
     def open(
@@ -63,6 +93,7 @@ class Ledger:
         output = Path(output)
         previous_attempts: dict[str, int] = {}
         done: set[str] = set()
+        recorded: dict[str, record_pb2.Record] = {}
         if output.exists() and output.stat().st_size:
             if not resume:
                 raise FileExistsError(f"{output} exists: pass --resume to continue it, or choose another output file")
@@ -78,6 +109,7 @@ class Ledger:
             if scanned.torn_bytes:
                 print(f"modelir: repaired a torn last entry in {output} ({scanned.torn_bytes} bytes)", file=sys.stderr)
             for record in scanned.records:
+                recorded[record.key] = record
                 attempts = max(previous_attempts.get(record.key, 0), record.provenance.attempt_count)
                 previous_attempts[record.key] = attempts
                 if record.status in SUCCESS or not retry_failed:
@@ -86,7 +118,7 @@ class Ledger:
             if output.exists():
                 output.unlink()  # an empty file left by a crash before the header was written
             writer, lock_fd = _create(output, fmt, run_metadata)
-        return cls(writer, done, previous_attempts, lock_fd)
+        return cls(writer, done, previous_attempts, lock_fd, recorded)
 
     def append(self, record: record_pb2.Record) -> None:
         self.writer.append(record)

@@ -55,6 +55,11 @@ async def run_batch(
     inputs = list(inputs)
     scheduler = scheduler or LocalScheduler(concurrency)
     ledger = Ledger.open(output, resume=resume, retry_failed=retry_failed, fmt=fmt, run_metadata=run_metadata)
+    try:
+        ledger.check_inputs(inputs, model.name)
+    except BaseException:
+        ledger.close()
+        raise
     counts = {"ok": 0, "failed": 0}
     todo = [(key, request) for key, request in inputs if key not in ledger.done]
     progress = Progress(len(inputs), progress_stream, already=len(inputs) - len(todo))

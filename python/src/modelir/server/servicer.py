@@ -81,7 +81,9 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
         with telemetry.server_call("ListModels", "", context):
             return service_pb2.ListModelsResponse(
                 models=[
-                    service_pb2.ModelInfo(name=name, manifest=model.capabilities)
+                    service_pb2.ModelInfo(
+                        name=name, manifest=model.capabilities, tokenizer=model.transport.tokenizer_info()
+                    )
                     for name, model in sorted(self.models.items())
                 ]
             )

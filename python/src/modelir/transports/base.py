@@ -90,6 +90,9 @@ class Transport(ABC):
     # The seeds the provider accepts, inclusive. Non-negative by default: several engines read a negative seed as
     # "pick one at random" (llama.cpp, Ollama) and numpy refuses one, so none may pass unnoticed.
     seed_range: ClassVar[tuple[int, int]] = (0, 2**63 - 1)
+    # Whether one call scores every `InputScoringOptions.continuations` entry. When False (the safe default), the
+    # pipeline sends one call per continuation and merges the answers (`pipeline.split_continuations`).
+    scores_continuations_at_once: ClassVar[bool] = False
 
     @abstractmethod
     def manifest(self) -> capabilities_pb2.CapabilityManifest:
@@ -103,6 +106,11 @@ class Transport(ABC):
     def issuer_model(self, request: request_pb2.Request) -> str:
         """The model id artifacts issued for `request` carry; replayed artifacts must name the same."""
         return self.provider_model
+
+    def tokenizer_info(self) -> capabilities_pb2.TokenizerInfo | None:
+        """The model's tokenizer facts (vocabulary size, BOS and EOS ids) where this transport knows them, for
+        `ListModels`; None (the default) when it does not."""
+        return None
 
     def extra_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         """Reasons this transport cannot run `request` that the capability catalog cannot express: the parts of

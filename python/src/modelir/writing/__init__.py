@@ -8,14 +8,15 @@ it expects, before anything is sent.
 - `arguments`: `ArgumentError` and `enum_value`;
 - `tools`: `tool`, `tools`, `tool_choice` (JSON schemas from signatures and annotations);
 - `content`: `chat_message`, `image`, `tool_result`;
-- `options`: `apply` and `EXTRA_KEYWORDS`, with `reasoning`, `stop_sequences`, `set_sampling`.
+- `options`: `apply` and `EXTRA_KEYWORDS` (logit bias, min output tokens, JSON object, provider tools, allowed
+  tools, a cache breakpoint, ...), with `reasoning`, `stop_sequences`, `set_sampling`, `provider_tool`.
 """
 
 from __future__ import annotations
 
 from modelir.writing.arguments import ArgumentError, enum_value
 from modelir.writing.content import ContentLike, chat_message, image, tool_result
-from modelir.writing.options import EXTRA_KEYWORDS, apply, reasoning, set_sampling, stop_sequences
+from modelir.writing.options import EXTRA_KEYWORDS, apply, provider_tool, reasoning, set_sampling, stop_sequences
 from modelir.writing.tools import ToolLike, tool, tool_choice, tools
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "chat_message",
     "enum_value",
     "image",
+    "provider_tool",
     "reasoning",
     "set_sampling",
     "stop_sequences",

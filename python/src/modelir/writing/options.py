@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import datetime
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+import orjson
 
 from modelir.names import short_names
 from modelir.v1 import logprobs_pb2, request_pb2
@@ -91,6 +94,12 @@ EXTRA_KEYWORDS = (
     "logprob_basis",
     "foreign_artifact_policy",
     "include_raw",
+    "logit_bias",
+    "min_output_tokens",
+    "json_object",
+    "provider_tools",
+    "allowed_tools",
+    "cache_breakpoint",
 )
 
 
@@ -146,4 +155,84 @@ def apply(request: request_pb2.Request, **options: Any) -> request_pb2.Request:
         )
     if get("include_raw"):
         request.include_raw = True
+    _apply_v1(request, options)
     return request
+
+
+def _apply_v1(request: request_pb2.Request, options: dict[str, Any]) -> None:
+    """The keywords of the v1 fields: logit bias, a minimum output length, a JSON-object constraint, provider
+    tools, allowed tools and a prompt-cache breakpoint."""
+    get = options.get
+    if get("logit_bias"):
+        bias = options["logit_bias"]
+        if not isinstance(bias, Mapping) or not all(
+            isinstance(k, int) and not isinstance(k, bool) and isinstance(v, (int, float)) and not isinstance(v, bool)
+            for k, v in bias.items()
+        ):
+            raise ArgumentError("logit_bias", "a mapping of token id (int) to an additive bias (number)", bias)
+        for token, value in bias.items():
+            request.sampling.logit_bias[token] = float(value)
+    if get("min_output_tokens") is not None:
+        value = options["min_output_tokens"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ArgumentError("min_output_tokens", "a non-negative number of tokens (int)", value)
+        request.sampling.min_output_tokens = value
+    if get("json_object"):
+        if request.constraint.WhichOneof("kind") is not None:
+            raise ArgumentError("json_object", "no other constraint beside it", request.constraint.WhichOneof("kind"))
+        request.constraint.json_object.SetInParent()
+    for spec in get("provider_tools") or ():
+        request.tools.add(provider=provider_tool(spec))
+    if get("allowed_tools"):
+        names = options["allowed_tools"]
+        if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+            raise ArgumentError("allowed_tools", "a list of tool names", names)
+        choice = get("tool_choice")
+        if choice not in (None, "auto", "required"):
+            raise ArgumentError("tool_choice", "'auto' or 'required' (or nothing) with allowed_tools", choice)
+        mode = request_pb2.TOOL_CHOICE_MODE_REQUIRED if choice == "required" else request_pb2.TOOL_CHOICE_MODE_AUTO
+        request.tool_choice.allowed_tools.CopyFrom(request_pb2.AllowedTools(tool_names=list(names), mode=mode))
+    if get("cache_breakpoint") is not None and options["cache_breakpoint"] is not False:
+        _set_cache_breakpoint(request, options["cache_breakpoint"])
+
+
+def provider_tool(spec: Any) -> request_pb2.ProviderTool:
+    """A `ProviderTool` from itself or a dict `{"transport", "type", "name"?, "config"?}` (config: a JSON object)."""
+    if isinstance(spec, request_pb2.ProviderTool):
+        return spec
+    if not isinstance(spec, Mapping) or not spec.get("transport") or not spec.get("type"):
+        raise ArgumentError(
+            "provider_tools", 'a ProviderTool or {"transport": ..., "type": ..., "name"?: ..., "config"?: {...}}', spec
+        )
+    unknown = sorted(set(spec) - {"transport", "type", "name", "config"})
+    if unknown:
+        raise ArgumentError("provider_tools", f"only transport, type, name and config (not {unknown[0]!r})", spec)
+    config = spec.get("config")
+    if config is not None and not isinstance(config, Mapping):
+        raise ArgumentError("provider_tools[].config", "a JSON object (a dict)", config)
+    return request_pb2.ProviderTool(
+        transport=spec["transport"],
+        type=spec["type"],
+        name=spec.get("name", ""),
+        config_json=orjson.dumps(config).decode() if config else "",
+    )
+
+
+def _set_cache_breakpoint(request: request_pb2.Request, ttl: Any) -> None:
+    """A cache breakpoint on the last part of the last message (everything before it is cached); `True` for the
+    provider's default lifetime, or the lifetime in seconds or as a `timedelta`."""
+    if request.WhichOneof("input") != "conversation" or not request.conversation.messages:
+        raise ArgumentError("cache_breakpoint", "messages= to go with it (a breakpoint sits on a message part)")
+    parts = request.conversation.messages[-1].parts
+    if not parts:
+        raise ArgumentError("cache_breakpoint", "a last message with at least one part")
+    breakpoint_ = parts[-1].cache_breakpoint
+    breakpoint_.SetInParent()
+    if ttl is True:
+        return
+    if isinstance(ttl, datetime.timedelta):
+        breakpoint_.ttl.FromTimedelta(ttl)
+    elif isinstance(ttl, (int, float)) and not isinstance(ttl, bool) and ttl > 0:
+        breakpoint_.ttl.FromTimedelta(datetime.timedelta(seconds=ttl))
+    else:
+        raise ArgumentError("cache_breakpoint", "True, or a lifetime in seconds (> 0) or as a timedelta", ttl)

@@ -1,7 +1,9 @@
 """One response of the reference model: per choice, reasoning, then a tool call, a constrained answer or free text.
 
-Every choice has its own generator, seeded from the request's seed and the choice index; the logprobs of the
-answer (not of the reasoning) are read back from the table, and usage counts every token, reasoning included.
+Every choice has its own generator, seeded from the request's seed and the choice index; the logprobs of every
+generated token (reasoning included, as an engine reports them) are read back from the table, and usage counts
+every token. Each choice carries its sampled token ids with the part each belongs to (reasoning, text, tool call;
+-1 for a trimmed stop string, stop token or EOS, which come last), and its own output token count.
 """
 
 from __future__ import annotations
@@ -20,6 +22,11 @@ from modelir.transports.reference.vocabulary import LETTERS
 from modelir.v1 import content_pb2, request_pb2, response_pb2
 
 DEFAULT_MAX_OUTPUT_TOKENS = 256
+# What the reference model writes under a plain JSON-object constraint: an object with a few typed members.
+_JSON_OBJECT = {
+    "type": "object",
+    "properties": {"answer": {"type": "string"}, "confidence": {"type": "number"}},
+}
 _REASONING_LENGTH = {
     request_pb2.REASONING_EFFORT_MINIMAL: 8,
     request_pb2.REASONING_EFFORT_LOW: 24,
@@ -35,6 +42,9 @@ class _Choice:
     parts: list[content_pb2.Part] = field(default_factory=list)
     scored_prev: list[int] = field(default_factory=list)
     scored_ids: list[int] = field(default_factory=list)
+    part_indexes: list[int] = field(default_factory=list)  # the part of each scored (kept) token
+    trimmed: list[int] = field(default_factory=list)  # sampled, then trimmed from the text
+    label: str = ""  # the label chosen under a choice constraint
     output_tokens: int = 0
     reasoning_tokens: int = 0
     finish: int = 0
@@ -52,6 +62,7 @@ def generate(request: request_pb2.Request, sealer: Sealer, issuer: content_pb2.I
         top_k=s.top_k if s.HasField("top_k") else 0,
         top_p=s.top_p if s.HasField("top_p") else 1.0,
         min_p=s.min_p if s.HasField("min_p") else 0.0,
+        logit_bias=tuple(sorted(s.logit_bias.items())),
     )
     max_tokens = s.max_output_tokens if s.HasField("max_output_tokens") else DEFAULT_MAX_OUTPUT_TOKENS
     seed = s.seed if s.HasField("seed") else 0
@@ -59,6 +70,7 @@ def generate(request: request_pb2.Request, sealer: Sealer, issuer: content_pb2.I
     output_tokens = reasoning_tokens = 0
     for index in range(max(1, s.choice_count)):
         gen = Generator(context, sampler, seed + 1_000_003 * index, max_tokens)
+        gen.min_tokens = s.min_output_tokens if s.HasField("min_output_tokens") else 0
         choice = _generate_choice(request, gen, max_tokens, sealer, issuer)
         output_tokens += choice.output_tokens
         reasoning_tokens += choice.reasoning_tokens
@@ -66,13 +78,18 @@ def generate(request: request_pb2.Request, sealer: Sealer, issuer: content_pb2.I
         stops.set_stop(out, choice.stop_sequence)
         out.message.role = content_pb2.ROLE_ASSISTANT
         out.message.parts.extend(choice.parts)
+        out.output_token_count = choice.output_tokens
+        out.constrained_label = choice.label
+        if choice.scored_ids or choice.trimmed:
+            out.sampled_tokens.token_ids.extend(choice.scored_ids + choice.trimmed)
+            out.sampled_tokens.part_indexes.extend(choice.part_indexes + [-1] * len(choice.trimmed))
         if request.HasField("logprob_options"):
             out.logprobs.CopyFrom(
                 scoring.columns(choice.scored_prev, choice.scored_ids, request.logprob_options.top_logprob_count)
             )
     if request.HasField("input_scoring"):
-        response.input_scores.append(scoring.score_input(request, context))
-    response.usage.input_token_count = len(context) + len(scoring.continuation(request))
+        response.input_scores.extend(scoring.score_input(request, context))
+    response.usage.input_token_count = len(context) + sum(len(span) for span in scoring.spans(request))
     response.usage.output_token_count = output_tokens
     if request.HasField("reasoning_controls"):
         response.usage.reasoning_token_count = reasoning_tokens
@@ -92,6 +109,7 @@ def _generate_choice(
 
     if _wants_reasoning(request):
         _reason(request, gen, choice, sealer, issuer)
+    reasoning_parts = len(choice.parts)
 
     answer_start = len(gen.emitted)
     tool = _tool_to_call(request)
@@ -117,16 +135,24 @@ def _generate_choice(
         if kind == "choice":
             labels = list(request.constraint.choice.labels)
             label = labels[gen.pick_sequence([x.encode() for x in labels])]
-            if not gen.force(label.encode()):
+            if gen.force(label.encode()):
+                choice.label = label
+            else:
                 finish, raw = response_pb2.FINISH_REASON_LENGTH, "length"
         elif kind == "json_schema":
             if not emit_json(gen, orjson.loads(request.constraint.json_schema.schema_json)):
                 finish, raw = response_pb2.FINISH_REASON_LENGTH, "length"
+        elif kind == "json_object":
+            if not emit_json(gen, _JSON_OBJECT):
+                finish, raw = response_pb2.FINISH_REASON_LENGTH, "length"
         else:
             finish, raw, stop_seq = gen.free_text(gen.budget, stop, stop_ids)
         choice.parts.append(content_pb2.Part(text=bytes(gen.emitted[answer_start:]).decode("utf-8")))
-    choice.scored_prev = gen.prevs[answer_start:]
-    choice.scored_ids = gen.emitted[answer_start:]
+    choice.scored_prev = list(gen.prevs)
+    choice.scored_ids = list(gen.emitted)
+    # The reasoning part holds every token before the answer (its `<think>` tags too); the answer part the rest.
+    choice.part_indexes = [0] * answer_start + [reasoning_parts] * (len(gen.emitted) - answer_start)
+    choice.trimmed = list(gen.trimmed)
     choice.output_tokens = max_tokens - gen.budget
     choice.finish, choice.raw_finish, choice.stop_sequence = finish, raw, stop_seq
     return choice

@@ -11,7 +11,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from modelir.transports.reference.vocabulary import BOS, EOS, PRINTABLE, logprob_table
+from modelir.transports.reference.vocabulary import BOS, EOS, PRINTABLE, VOCAB, logprob_table
 from modelir.v1 import response_pb2
 
 
@@ -21,6 +21,22 @@ class Sampler:
     top_k: int
     top_p: float
     min_p: float
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, additive bias), sorted: hashable for the cache
+
+    def bias_row(self) -> np.ndarray:
+        """The additive bias of every token id (zeros without `logit_bias`)."""
+        row = np.zeros(VOCAB)
+        for token, bias in self.logit_bias:
+            row[token] += bias
+        return row
+
+
+@lru_cache(maxsize=64)
+def _biased_table(sampler: Sampler) -> np.ndarray:
+    """The table's logprobs plus the sampler's logit bias on each next token (the table itself without one)."""
+    if not sampler.logit_bias:
+        return logprob_table()
+    return logprob_table() + sampler.bias_row()[None, :]
 
 
 @lru_cache(maxsize=64)
@@ -28,7 +44,7 @@ def free_cdf(sampler: Sampler) -> np.ndarray | None:
     """Cumulative next-token distributions over `PRINTABLE` for free text; None means greedy."""
     if sampler.temperature == 0:
         return None
-    logits = logprob_table()[:, PRINTABLE] / sampler.temperature
+    logits = _biased_table(sampler)[:, PRINTABLE] / sampler.temperature
     probs = np.exp(logits - logits.max(axis=1, keepdims=True))
     probs /= probs.sum(axis=1, keepdims=True)
     order = np.argsort(-probs, axis=1, kind="stable")
@@ -53,13 +69,15 @@ class Generator:
     """Generates one choice: free text, forced bytes, and bytes sampled from a class, on one RNG."""
 
     def __init__(self, context: list[int], sampler: Sampler, seed: int, budget: int) -> None:
-        self.table = logprob_table()
+        self.table = _biased_table(sampler)  # what sampling draws from; reported logprobs are the model's own
         self.prev = context[-1] if context else BOS
         self.sampler = sampler
         self.rng = np.random.Generator(np.random.PCG64(seed))
         self.budget = budget
         self.emitted: list[int] = []  # every generated token, in order
         self.prevs: list[int] = []  # the token before each emitted one
+        self.trimmed: list[int] = []  # sampled tokens whose text was trimmed: a stop string, a stop id, EOS
+        self.min_tokens = 0  # EOS and stop ids may not end generation before this many tokens were generated
 
     def _push(self, token: int) -> None:
         self.prevs.append(self.prev)
@@ -91,6 +109,11 @@ class Generator:
             self._push(self.pick(candidates))
         return True
 
+    def _best_continuing(self, stop_ids: set[int]) -> int:
+        """The likeliest free-text token after the current one that neither is EOS nor a stop id."""
+        allowed = np.array([t for t in PRINTABLE.tolist() if t != EOS and t not in stop_ids], dtype=np.int64)
+        return int(allowed[int(np.argmax(self.table[self.prev, allowed]))])
+
     def pick_sequence(self, options: list[bytes]) -> int:
         """Choose among byte sequences by their total logprob under the model (sampled, or argmax at T=0)."""
         scores = np.array(
@@ -115,17 +138,22 @@ class Generator:
             else:
                 idx = int(np.searchsorted(cdf[self.prev], draws[i]))
                 token = int(PRINTABLE[min(idx, len(PRINTABLE) - 1)])
+            if (token == EOS or token in stop_ids) and len(self.emitted) < self.min_tokens:
+                token = self._best_continuing(stop_ids)  # too early to end: the likeliest token that does not
             if token == EOS:
                 self.budget -= 1
+                self.trimmed.append(EOS)
                 return response_pb2.FINISH_REASON_STOP, "eos", ""
             if token in stop_ids:
                 self.budget -= 1
+                self.trimmed.append(token)
                 return response_pb2.FINISH_REASON_STOP_SEQUENCE, "stop_token", token
             self._push(token)
             if stop:
                 tail = bytes(self.emitted[max(start, len(self.emitted) - 64) :])
                 for s in stop:
                     if tail.endswith(s):
+                        self.trimmed.extend(self.emitted[-len(s) :])
                         del self.emitted[-len(s) :], self.prevs[-len(s) :]
                         return response_pb2.FINISH_REASON_STOP_SEQUENCE, "stop", s.decode()
         return response_pb2.FINISH_REASON_LENGTH, "length", ""

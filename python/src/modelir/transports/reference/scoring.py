@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from modelir import continuations
-from modelir.transports.reference.vocabulary import PIECE_LEN, PIECES, logprob_table, token_ids, top_table
+from modelir.transports.reference.vocabulary import PIECE_BYTES, PIECE_LEN, PIECES, logprob_table, token_ids, top_table
 from modelir.v1 import logprobs_pb2, request_pb2
 
 
@@ -40,30 +40,55 @@ def _offsets(ids: np.ndarray) -> list[int]:
     return (np.cumsum(lengths) - lengths).tolist()
 
 
-def continuation(request: request_pb2.Request) -> list[int]:
-    """The tokens of the span to score after the prompt (none when the whole prompt is scored)."""
-    if (ids := continuations.first_tokens(request)) is not None:
-        return ids
-    return token_ids(text) if (text := continuations.first_text(request)) else []
+def spans(request: request_pb2.Request) -> list[list[int]]:
+    """The tokens of each continuation to score after the input, in order (none when the whole input is scored)."""
+    out = []
+    for span in continuations.of(request):
+        out.append(list(span.token_ids.ids) if span.WhichOneof("content") == "token_ids" else token_ids(span.text))
+    return out
 
 
-def score_input(request: request_pb2.Request, context: list[int]) -> logprobs_pb2.InputScores:
-    """The scores of the continuation after `context`, or of the whole prompt after its first token."""
-    span = continuation(request)
+def _char_count(data: bytes) -> int:
+    """Unicode code points in UTF-8 `data`: the bytes that do not continue a character."""
+    return int(np.count_nonzero((np.frombuffer(data, np.uint8) & 0xC0) != 0x80))
+
+
+def _bytes_of(ids: list[int]) -> bytes:
+    return b"".join(PIECE_BYTES[i] for i in ids)
+
+
+def score_input(request: request_pb2.Request, context: list[int]) -> list[logprobs_pb2.InputScores]:
+    """One `InputScores` per continuation after `context`, in order; or one for the whole prompt after its first
+    token. The reference tokenizer is bytewise, so no token ever straddles the context boundary."""
+    requested = spans(request)
+    if not requested:
+        return [_score(request, context, [], whole=True)]
+    return [_score(request, context, span, whole=False) for span in requested]
+
+
+def _score(
+    request: request_pb2.Request, context: list[int], span: list[int], *, whole: bool
+) -> logprobs_pb2.InputScores:
     ids = context + span
-    if span:
-        first, unscored = len(context), 0
-    else:
+    if whole:
         first, unscored = 1, 1  # the first token has no logprob: never scored as zero
+        requested = ids
+    else:
+        first, unscored = len(context), 0
+        requested = span
     prev, scored = ids[first - 1 : -1], ids[first:]
     tokens = columns(prev, scored, request.input_scoring.top_logprob_count)
     token_bytes = tokens.token_bytes
+    span_bytes = _bytes_of(requested)
     return logprobs_pb2.InputScores(
         tokens=tokens,
         logprob_sum=float(logprob_table()[prev, scored].sum()),
         scored_token_count=len(scored),
         scored_byte_count=len(token_bytes),
-        scored_char_count=int(np.count_nonzero((np.frombuffer(token_bytes, np.uint8) & 0xC0) != 0x80)),
+        scored_char_count=_char_count(token_bytes),
         unscored_token_count=unscored,
         span_start_byte=int(PIECE_LEN[ids[:first]].sum()),
+        span_byte_count=len(span_bytes),
+        span_char_count=_char_count(span_bytes),
+        first_token_straddles_context=False,
     )

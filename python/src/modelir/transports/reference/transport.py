@@ -10,7 +10,16 @@ from modelir.transports.base import LocalTransport
 from modelir.transports.reference.generation import generate, may_call_tools
 from modelir.transports.reference.json_emitter import schema_gaps
 from modelir.transports.reference.sealing import Sealer
-from modelir.transports.reference.vocabulary import BOS, MAX_TOP_LOGPROBS, PIECE_BYTES, PIECES, VOCAB, token_ids
+from modelir.transports.reference.template import render
+from modelir.transports.reference.vocabulary import (
+    BOS,
+    EOS,
+    MAX_TOP_LOGPROBS,
+    PIECE_BYTES,
+    PIECES,
+    VOCAB,
+    token_ids,
+)
 from modelir.v1 import capabilities_pb2, content_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
 
 MAX_CHOICES = 16
@@ -44,8 +53,26 @@ _CAPABILITIES = sorted(
         capabilities_pb2.CAPABILITY_STOP_SEQUENCES,
         capabilities_pb2.CAPABILITY_STOP_TOKEN_IDS,
         capabilities_pb2.CAPABILITY_SEED,
+        capabilities_pb2.CAPABILITY_CONSTRAINT_JSON_OBJECT,
+        capabilities_pb2.CAPABILITY_LOGIT_BIAS,
+        capabilities_pb2.CAPABILITY_MIN_OUTPUT_TOKENS,
+        capabilities_pb2.CAPABILITY_MULTI_TURN_TOKEN_INPUT,
+        capabilities_pb2.CAPABILITY_TOKENIZE_CONVERSATION,
     ]
 )
+
+
+def _request_token_ids(request: request_pb2.Request) -> list[int]:
+    """Every token id the request gives: its token input, its turns' token ids, its scored continuations' ids, its
+    stop ids and its logit-bias keys."""
+    ids = list(request.token_ids.ids) if request.WhichOneof("input") == "token_ids" else []
+    for message in request.conversation.messages:
+        ids.extend(message.token_ids)
+    for span in request.input_scoring.continuations:
+        ids.extend(span.token_ids.ids)
+    ids.extend(request.sampling.stop_token_ids)
+    ids.extend(request.sampling.logit_bias)
+    return ids
 
 
 class ReferenceModel(LocalTransport):
@@ -54,6 +81,7 @@ class ReferenceModel(LocalTransport):
 
     name = "reference"
     version = "1.0.0"
+    scores_continuations_at_once = True
 
     def __init__(self, *, provider_model: str = "modelir-reference-1", secret: bytes = b"modelir-reference") -> None:
         self.model_id = provider_model
@@ -85,8 +113,12 @@ class ReferenceModel(LocalTransport):
                     reasons += schema_gaps(
                         tool.function.parameters_json_schema, f"the parameters of tool {tool.function.name!r}"
                     )
-        if request.WhichOneof("input") == "token_ids" and any(t >= VOCAB for t in request.token_ids.ids):
-            reasons.append(f"The reference model's vocabulary has {VOCAB} tokens (ids 0 to {VOCAB - 1}).")
+        outside = [t for t in _request_token_ids(request) if not 0 <= t < VOCAB]
+        if outside:
+            reasons.append(
+                f"The reference model's vocabulary has {VOCAB} tokens (ids 0 to {VOCAB - 1}); the request uses "
+                f"{sorted(set(outside))[:5]}."
+            )
         return reasons
 
     def generate(self, request: request_pb2.Request) -> response_pb2.Response:
@@ -100,8 +132,15 @@ class ReferenceModel(LocalTransport):
         for event in events_from_response(generate(request, self._sealer, self._issuer)):
             yield event
 
+    def tokenizer_info(self) -> capabilities_pb2.TokenizerInfo:
+        """The bytewise vocabulary: 256 byte tokens, then BOS and EOS."""
+        return capabilities_pb2.TokenizerInfo(vocabulary_size=VOCAB, bos_token_id=BOS, eos_token_ids=[EOS])
+
     async def tokenize(self, request: service_pb2.TokenizeRequest) -> service_pb2.TokenizeResponse:
-        ids = token_ids(request.text)
+        if request.WhichOneof("input") == "conversation":
+            ids = render(request.conversation, (), self._sealer.unseal, generation_prompt=request.add_generation_prompt)
+        else:
+            ids = token_ids(request.text)
         if request.add_special_tokens and not request.context:
             ids = [BOS, *ids]
         out = service_pb2.TokenizeResponse(token_ids=ids, tokens=[PIECES[i] for i in ids])
