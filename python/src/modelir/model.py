@@ -8,6 +8,7 @@ capabilities, naming every gap, apply the foreign-artifact policy, lower), then 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import gc
