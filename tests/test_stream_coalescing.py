@@ -292,3 +292,17 @@ async def test_an_abandoned_stream_ends_its_rpc_in_the_finaliser_context():
     logged = [orjson.loads(line) for line in lines.getvalue().splitlines()]
     assert [line["status"] for line in logged if line["method"] == "StreamGenerate"] == ["CANCELLED"]
     assert not [p for p in problems if "different Context" in str(p)]
+
+
+async def test_the_coalesced_stream_is_numbered_again_without_gaps():
+    from modelir.coalesce import coalesced
+
+    async def source():
+        for i in range(40):
+            yield stream_pb2.StreamEvent(sequence_number=i, delta=stream_pb2.PartDelta(text="x"))
+            if i % 10 == 9:
+                await asyncio.sleep(0)
+
+    got = [e async for e in coalesced(source())]
+    assert len(got) < 40 and [e.sequence_number for e in got] == list(range(len(got)))
+    assert "".join(e.delta.text for e in got) == "x" * 40

@@ -201,17 +201,18 @@ class _Reader:
 async def coalesced(
     events: AsyncIterator[stream_pb2.StreamEvent], *, limit: int = DEFAULT_LIMIT
 ) -> AsyncIterator[stream_pb2.StreamEvent]:
-    """`events` with the deltas that wait together merged (see the module). Closing this closes `events`."""
+    """`events` with the deltas that wait together merged (see the module), numbered again from 0
+    (`StreamEvent.sequence_number` increases by one per event that leaves). Closing this closes `events`."""
     reader = _Reader(events, limit)
+    sent = 0
     try:
         while True:
             taken = await reader.take()
             if not taken:
                 return
-            if len(taken) == 1:
-                yield taken[0]
-                continue
-            for event in merge_waiting(taken):
+            for event in taken if len(taken) == 1 else merge_waiting(taken):
+                event.sequence_number = sent
+                sent += 1
                 yield event
     finally:
         await reader.close()
