@@ -9,6 +9,11 @@ count; zero counts are omitted; logprobs come with token ids (`logProbability`);
 and repeats the cumulative usage on every chunk; error bodies carry `google.rpc` details, whose
 `RetryInfo.retryDelay` feeds the executor's retry wait.
 
+Built-in tools (`Tool.provider`) are declared as `{<type>: <config>}`; their parts come back as
+`executableCode` / `codeExecutionResult` (server tool call and result) and grounding as candidate metadata (citations
+on the text parts plus verbatim provider parts, see `parts`); every part kind this lift does not model is a
+provider part, replayed verbatim to Gemini only. A blocked prompt is `Response.prompt_feedback`, with no choice.
+
 Tool results go back as `functionResponse.response`, which must be an object: a result whose text is a JSON
 object is sent as that object, any other text as `{"result": text}`.
 """

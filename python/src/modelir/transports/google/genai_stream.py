@@ -2,7 +2,9 @@
 
 From the Gemini API reference (https://ai.google.dev/api/generate-content): each event is a whole response chunk
 with only the new parts; there is no `[DONE]` (a stream is complete when its candidates say why they finished);
-the usage is cumulative on every chunk; Gemini 3 streams a call's arguments as `partialArgs` addressed by JSON path.
+the usage is cumulative on every chunk; Gemini 3 streams a call's arguments as `partialArgs` addressed by JSON path;
+code execution parts arrive whole; grounding metadata is filled only on the last chunk, its offsets into all chunks'
+text joined.
 """
 
 from __future__ import annotations
