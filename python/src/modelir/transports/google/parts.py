@@ -182,8 +182,9 @@ def citations(grounding: Any, texts: list[str | None]) -> dict[int, list[content
         segment = support.get("segment") or {}
         start, end = int(segment.get("startIndex") or 0), int(segment.get("endIndex") or 0)
         for chunk_index in support.get("groundingChunkIndices") or ():
-            chunk = chunks[chunk_index] if isinstance(chunk_index, int) and 0 <= chunk_index < len(chunks) else None
-            base = _citation_base(chunk)
+            if not (isinstance(chunk_index, int) and 0 <= chunk_index < len(chunks)):
+                continue  # names no chunk: nothing to cite (the metadata's provider part keeps it verbatim)
+            base = _citation_base(chunks[chunk_index])
             for index, low, high in spans:
                 if (start < high and end > low) or (start == end == low and low < high):
                     citation = content_pb2.Citation()
