@@ -195,7 +195,7 @@ class GoogleGenAI(HttpTransport):
             return error_for_status(response, response.body.decode("utf-8", "replace")[:2000])
         retry_after = None
         for detail in error.get("details") or ():
-            if isinstance(detail, dict) and detail.get("@type", "").endswith("google.rpc.RetryInfo"):
+            if isinstance(detail, dict) and str(detail.get("@type") or "").endswith("google.rpc.RetryInfo"):
                 retry_after = _seconds(detail.get("retryDelay"))
         return error_for_status(
             response,
@@ -234,8 +234,8 @@ class GoogleGenAI(HttpTransport):
         return GenAIStreamLifter(self, request)
 
 
-def _seconds(duration: str | None) -> float | None:
-    if not duration or not duration.endswith("s"):
+def _seconds(duration: object) -> float | None:
+    if not isinstance(duration, str) or not duration.endswith("s"):
         return None
     try:
         return float(duration[:-1])
