@@ -136,3 +136,14 @@ def test_grounding_metadata_is_not_sent_back_but_other_provider_parts_are():
     prepared = Pipeline(GoogleGenAI(provider_model="gemini-3-flash-preview")).prepare(request)
     body = json.loads(prepared.native.body)
     assert body["contents"][1]["parts"] == [{"text": "answer"}, {"toolCall": {"id": "t"}}]
+
+
+def test_a_built_in_tool_config_that_is_not_an_object_is_refused():
+    request = _replay(content_pb2.Part(text="a"))
+    request.tools.add().provider.CopyFrom(
+        request_pb2.ProviderTool(transport="google_genai", type="googleSearch", config_json="[1]")
+    )
+    assert any("config_json must be a JSON object" in r for r in GoogleGenAI().wire_unsupported(request))
+    request.tools[0].provider.config_json = '{"timeRangeFilter": {}}'
+    body = json.loads(GoogleGenAI().lower(request, stream=False).body)
+    assert body["tools"] == [{"googleSearch": {"timeRangeFilter": {}}}]

@@ -121,8 +121,14 @@ class GoogleGenAI(HttpTransport):
         if any(m != request_pb2.MODALITY_IMAGE for m in request.output_modalities):
             reasons.append("Gemini's generateContent gives image output only (audio needs the Live or TTS API).")
         for i, tool in enumerate(request.tools):
-            if tool.WhichOneof("kind") == "provider" and tool.provider.name:
+            if tool.WhichOneof("kind") != "provider":
+                continue
+            if tool.provider.name:
                 reasons.append(f"Gemini's built-in tools take no name (tools[{i}].provider.name).")
+            if tool.provider.config_json and not isinstance(_loads(tool.provider.config_json), dict):
+                reasons.append(
+                    f"A built-in tool's config_json must be a JSON object (tools[{i}].provider.config_json)."
+                )
         return reasons
 
     # ---- lower -------------------------------------------------------------------------------------
