@@ -9,6 +9,11 @@ count; zero counts are omitted; logprobs come with token ids (`logProbability`);
 and repeats the cumulative usage on every chunk; error bodies carry `google.rpc` details, whose
 `RetryInfo.retryDelay` feeds the executor's retry wait.
 
+Built-in tools (`Tool.provider`) are declared as `{<type>: <config>}`; their parts come back as
+`executableCode` / `codeExecutionResult` (server tool call and result) and grounding as candidate metadata (citations
+on the text parts plus verbatim provider parts, see `parts`); every part kind this lift does not model is a
+provider part, replayed verbatim to Gemini only. A blocked prompt is `Response.prompt_feedback`, with no choice.
+
 Tool results go back as `functionResponse.response`, which must be an object: a result whose text is a JSON
 object is sent as that object, any other text as `{"result": text}`.
 """
@@ -34,7 +39,21 @@ _MODES = {
     request_pb2.TOOL_CHOICE_MODE_NONE: "NONE",
     request_pb2.TOOL_CHOICE_MODE_REQUIRED: "ANY",
 }
-PROVIDER_OPTION_KEYS = ("cachedContent", "labels", "safetySettings")
+PROVIDER_OPTION_KEYS = ("labels", "safetySettings")  # `cachedContent` is the typed `Request.cached_content`
+# The built-in tools of the Gemini API (`Tool` fields besides `functionDeclarations`), each declared as
+# `{<type>: <config>}`.
+PROVIDER_TOOL_TYPES = (
+    *("codeExecution", "googleSearch", "googleSearchRetrieval", "googleMaps", "urlContext", "fileSearch"),
+)
+# The input media types of the Gemini API's image, audio, video and document understanding guides.
+INPUT_MEDIA_TYPES = (
+    *("image/png", "image/jpeg", "image/webp", "image/heic", "image/heif"),
+    *("audio/wav", "audio/mp3", "audio/mpeg", "audio/aiff", "audio/aac", "audio/ogg", "audio/flac"),
+    *("video/mp4", "video/mpeg", "video/mov", "video/avi", "video/x-flv", "video/mpg", "video/webm", "video/wmv"),
+    *("video/3gpp", "application/pdf", "text/plain"),
+)
+# Candidate metadata kept as provider parts: Gemini takes nothing back for it, so replay leaves it out.
+_NOT_REPLAYED = {f"google_genai.{key}" for key in parts.CANDIDATE_METADATA}
 
 
 # IR sampling fields, as `ir_name:native_name` where this wire renames them.
@@ -55,10 +74,29 @@ class GoogleGenAI(HttpTransport):
     capabilities = capability_set(
         COMMON | CHAT_WITH_TOOLS | LOGPROBS | OPENAI_SAMPLING,
         "REASONING REASONING_BUDGET SAMPLED_TOKEN_IDS CONSTRAINT_JSON_SCHEMA MULTIPLE_CHOICES TOP_K_SAMPLING",
+        "SERVER_TOOL_REPLAY PROVIDER_TOOLS CACHED_CONTENT CONSTRAINT_JSON_OBJECT AUDIO_INPUT VIDEO_INPUT",
+        "DOCUMENT_INPUT IMAGE_OUTPUT",
     )
-    limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=8, max_stop_sequences=5)
+    # `thinkingBudget` is at most 32768 (Gemini 2.5 Pro; Flash takes 24576) and may be 0 on Flash (thinking off), so
+    # the manifest, which is the same for every model, sets no minimum; the API refuses a budget its model cannot
+    # take.
+    limits = capabilities_pb2.ModelLimits(
+        max_top_logprobs=20, max_choices=8, max_stop_sequences=5, max_reasoning_budget_tokens=32768
+    )
     provider_option_keys = PROVIDER_OPTION_KEYS
-    part_kinds = content_kinds.chat_kinds("Gemini")
+    part_kinds = content_kinds.chat_kinds(
+        "Gemini",
+        server_tool_call=content_kinds.CARRIED,
+        server_tool_result=content_kinds.CARRIED,
+        provider_part=content_kinds.CARRIED,
+    )
+
+    def manifest(self) -> capabilities_pb2.CapabilityManifest:
+        out = super().manifest()
+        out.input_media_types.extend(INPUT_MEDIA_TYPES)
+        out.provider_tool_types.extend(PROVIDER_TOOL_TYPES)
+        out.output_modalities.append(request_pb2.MODALITY_IMAGE)
+        return out
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = [
@@ -76,9 +114,21 @@ class GoogleGenAI(HttpTransport):
                 where = f"conversation.messages[{i}].parts[{j}]"
                 if any(a.kind != THOUGHT_SIGNATURE for a in part.artifacts):
                     reasons.append(f"Gemini takes only thought signatures ({where}).")
+                reasons += _replay_problems(part, where)
                 if part.WhichOneof("content") == "tool_result" and part.tool_result.failed:
                     reasons.append(f"Gemini cannot mark a function response as failed ({where}).")
         reasons += common.non_text_tool_results(request, "Gemini")
+        if any(m != request_pb2.MODALITY_IMAGE for m in request.output_modalities):
+            reasons.append("Gemini's generateContent gives image output only (audio needs the Live or TTS API).")
+        for i, tool in enumerate(request.tools):
+            if tool.WhichOneof("kind") != "provider":
+                continue
+            if tool.provider.name:
+                reasons.append(f"Gemini's built-in tools take no name (tools[{i}].provider.name).")
+            if tool.provider.config_json and not isinstance(_loads(tool.provider.config_json), dict):
+                reasons.append(
+                    f"A built-in tool's config_json must be a JSON object (tools[{i}].provider.config_json)."
+                )
         return reasons
 
     # ---- lower -------------------------------------------------------------------------------------
@@ -93,9 +143,13 @@ class GoogleGenAI(HttpTransport):
             body["systemInstruction"] = {"parts": system}
         config: dict[str, Any] = {}
         common.copy_sampling(request.sampling, config, _SAMPLING)
-        if request.constraint.WhichOneof("kind") == "json_schema":
+        constraint = request.constraint.WhichOneof("kind")
+        if constraint in ("json_schema", "json_object"):
             config["responseMimeType"] = "application/json"
+        if constraint == "json_schema":
             config["responseJsonSchema"] = orjson.loads(request.constraint.json_schema.schema_json)
+        if request.output_modalities:
+            config["responseModalities"] = ["TEXT", "IMAGE"]
         if request.HasField("logprob_options"):
             config["responseLogprobs"] = True
             if request.logprob_options.top_logprob_count:
@@ -109,8 +163,13 @@ class GoogleGenAI(HttpTransport):
             config["thinkingConfig"] = thinking
         if config:
             body["generationConfig"] = config
-        if request.tools:
-            body["tools"] = [{"functionDeclarations": [_declaration(t) for t in request.tools]}]
+        declarations = [_declaration(t) for t in request.tools if t.WhichOneof("kind") == "function"]
+        tools = [{"functionDeclarations": declarations}] if declarations else []
+        tools += [_provider_tool(t.provider) for t in request.tools if t.WhichOneof("kind") == "provider"]
+        if tools:
+            body["tools"] = tools
+        if request.cached_content:
+            body["cachedContent"] = request.cached_content
         choice = request.tool_choice.WhichOneof("choice")
         if choice == "mode":
             body["toolConfig"] = {"functionCallingConfig": {"mode": _MODES[request.tool_choice.mode]}}
@@ -142,7 +201,7 @@ class GoogleGenAI(HttpTransport):
             return error_for_status(response, response.body.decode("utf-8", "replace")[:2000])
         retry_after = None
         for detail in error.get("details") or ():
-            if isinstance(detail, dict) and detail.get("@type", "").endswith("google.rpc.RetryInfo"):
+            if isinstance(detail, dict) and str(detail.get("@type") or "").endswith("google.rpc.RetryInfo"):
                 retry_after = _seconds(detail.get("retryDelay"))
         return error_for_status(
             response,
@@ -160,18 +219,19 @@ class GoogleGenAI(HttpTransport):
         for position, candidate in enumerate(candidates):
             choice = out.choices.add(index=candidate.get("index", position))
             choice.message.role = content_pb2.ROLE_ASSISTANT
+            pairing = parts.CallPairing()
             for raw in (candidate.get("content") or {}).get("parts") or ():
-                part = parts.lift_part(raw, issuer)
-                if part is None:
-                    out.warnings.add(code="unknown_part", message=f"a part with keys {sorted(raw)} was not lifted")
-                else:
-                    choice.message.parts.append(part)
+                choice.message.parts.append(parts.lift_part(raw, issuer, pairing))
+            texts = [p.text if p.WhichOneof("content") == "text" else None for p in choice.message.parts]
+            for index, cited in parts.citations(candidate.get("groundingMetadata"), texts).items():
+                choice.message.parts[index].citations.extend(cited)
+            choice.message.parts.extend(parts.candidate_metadata(candidate, issuer))
             parts.finish(choice, candidate.get("finishReason"))
             if candidate.get("logprobsResult"):
                 parts.logprobs(candidate["logprobsResult"], choice.logprobs)
             elif choice.message.parts:
                 facts.lack_logprobs(choice.index)
-        parts.blocked(body, out)
+        parts.prompt_feedback(body.get("promptFeedback"), out.prompt_feedback)
         parts.usage(body.get("usageMetadata"), out.usage)
         soft_errors.settle(request, out, facts)
         return out
@@ -180,8 +240,8 @@ class GoogleGenAI(HttpTransport):
         return GenAIStreamLifter(self, request)
 
 
-def _seconds(duration: str | None) -> float | None:
-    if not duration or not duration.endswith("s"):
+def _seconds(duration: object) -> float | None:
+    if not isinstance(duration, str) or not duration.endswith("s"):
         return None
     try:
         return float(duration[:-1])
@@ -193,7 +253,11 @@ def _contents(messages) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for message in messages:
         role = "model" if message.role == content_pb2.ROLE_ASSISTANT else "user"
-        wire_parts = [_wire_part(p) for p in message.parts]
+        wire_parts = [
+            _wire_part(p)
+            for p in message.parts
+            if not (p.WhichOneof("content") == "provider_part" and p.provider_part.type in _NOT_REPLAYED)
+        ]
         if out and out[-1]["role"] == role:
             out[-1]["parts"].extend(wire_parts)
         else:
@@ -230,12 +294,58 @@ def _wire_part(part: content_pb2.Part) -> dict[str, Any]:
         wire = {"functionResponse": {"name": result.name, "response": response}}
         if result.tool_call_id:
             wire["functionResponse"]["id"] = result.tool_call_id
+    elif kind == "server_tool_call":
+        # Only code execution is a part on this wire (`_replay_problems` refuses the rest before any I/O).
+        wire = {"executableCode": orjson.loads(part.server_tool_call.arguments_json or "{}")}
+        if part.server_tool_call.id:
+            wire["executableCode"]["id"] = part.server_tool_call.id
+    elif kind == "server_tool_result":
+        wire = {"codeExecutionResult": orjson.loads(part.server_tool_result.result_json or "{}")}
+    elif kind == "provider_part":
+        wire = orjson.loads(part.provider_part.native_json or "{}")
     else:
         raise content_kinds.NotCarriedError(GoogleGenAI.name, kind)
     for artifact in part.artifacts:
         # The signature goes back on the very part that carried it, spelled exactly as received.
         wire["thoughtSignature"] = artifact.data.decode()
     return wire
+
+
+def _replay_problems(part: content_pb2.Part, where: str) -> list[str]:
+    """Why a provider-run tool part or provider part cannot go back to Gemini: only code execution is a part on
+    this wire, and a provider part goes back only to the transport that issued it, as a JSON object."""
+    kind = part.WhichOneof("content")
+    if kind == "server_tool_call":
+        call = part.server_tool_call
+        if call.name != parts.CODE_EXECUTION:
+            return [f"Gemini replays only {parts.CODE_EXECUTION} server tool calls, not {call.name!r} ({where})."]
+        if not isinstance(_loads(call.arguments_json or "{}"), dict):
+            return [f"A code execution call's arguments must be a JSON object ({where}.server_tool_call)."]
+    elif kind == "server_tool_result":
+        result = part.server_tool_result
+        if result.name != parts.CODE_EXECUTION:
+            return [f"Gemini replays only {parts.CODE_EXECUTION} server tool results, not {result.name!r} ({where})."]
+        if not isinstance(_loads(result.result_json), dict):
+            return [f"A code execution result replays its result_json, a JSON object ({where}.server_tool_result)."]
+    elif kind == "provider_part":
+        native = part.provider_part
+        if native.issuer.transport != GoogleGenAI.name or not native.type.startswith(f"{GoogleGenAI.name}."):
+            source = f"{native.type!r} from {native.issuer.transport!r}"
+            return [f"Gemini replays only its own provider parts, not {source} ({where})."]
+        if native.type not in _NOT_REPLAYED and not isinstance(_loads(native.native_json), dict):
+            return [f"A provider part's native_json must be a JSON object ({where}.provider_part)."]
+    return []
+
+
+def _loads(text: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _provider_tool(tool: request_pb2.ProviderTool) -> dict[str, Any]:
+    return {tool.type: orjson.loads(tool.config_json) if tool.config_json else {}}
 
 
 def _declaration(tool: request_pb2.Tool) -> dict[str, Any]:

@@ -2,11 +2,15 @@
 
 From the Gemini API reference (https://ai.google.dev/api/generate-content): each event is a whole response chunk
 with only the new parts; there is no `[DONE]` (a stream is complete when its candidates say why they finished);
-the usage is cumulative on every chunk; Gemini 3 streams a call's arguments as `partialArgs` addressed by JSON path.
+the usage is cumulative on every chunk; Gemini 3 streams a call's arguments as `partialArgs` addressed by JSON path;
+code execution parts arrive whole; grounding metadata is filled only on the last chunk, its offsets into all chunks'
+text joined.
 """
 
 from __future__ import annotations
 
+import itertools
+import re
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -24,25 +28,78 @@ if TYPE_CHECKING:
 THOUGHT_SIGNATURE = parts.THOUGHT_SIGNATURE
 
 
+# One step of a `partialArgs` JSON path: `.name`, `['name']` or `[index]` (Vertex addresses array items).
+_PATH_STEP = re.compile(r"\.([^.\[\]]+)|\['([^']*)'\]|\[(\d+)\]")
+
+
+def _path_steps(path: str) -> list[str | int] | None:
+    """The steps of a JSON path such as `$.items[0].name`, or None when it is not one this lift can follow."""
+    if not path.startswith("$"):
+        return None
+    steps: list[str | int] = []
+    at = 1
+    while at < len(path):
+        match = _PATH_STEP.match(path, at)
+        if match is None:
+            return None
+        name, quoted, index = match.groups()
+        steps.append(int(index) if index is not None else name if name is not None else quoted)
+        at = match.end()
+    return steps or None
+
+
 def _apply_partial(args: dict[str, Any], fragment: dict[str, Any], warnings: list[str]) -> None:
-    """Apply one `partialArgs` fragment (`$.a.b` paths; string values arrive in pieces and are appended)."""
-    path = fragment.get("jsonPath") or ""
-    keys = path.removeprefix("$.").split(".") if path.startswith("$.") else []
-    if not keys or any(not k or "[" in k for k in keys):
+    """Apply one `partialArgs` fragment at its JSON path (object keys and array indices, nested; string values
+    arrive in pieces and are appended)."""
+    path = str(fragment.get("jsonPath") or "")
+    steps = _path_steps(path)
+    if steps is None or isinstance(steps[0], int):
         warnings.append(f"a streamed argument at JSON path {path!r} is not supported and was left out")
         return
-    target = args
-    for key in keys[:-1]:
-        target = target.setdefault(key, {})
-    last = keys[-1]
+    target: Any = args
+    for step, following in itertools.pairwise(steps):
+        empty: Any = [] if isinstance(following, int) else {}
+        target = _slot(target, step, empty)
+        if target is None:
+            warnings.append(f"a streamed argument at JSON path {path!r} conflicts with an earlier one")
+            return
+    last = steps[-1]
     if "stringValue" in fragment:
-        target[last] = target.get(last, "") + fragment["stringValue"]
+        previous = _get(target, last)
+        value: Any = (previous if isinstance(previous, str) else "") + str(fragment["stringValue"])
     elif "numberValue" in fragment:
-        target[last] = fragment["numberValue"]
+        value = fragment["numberValue"]
     elif "boolValue" in fragment:
-        target[last] = fragment["boolValue"]
+        value = fragment["boolValue"]
     elif "nullValue" in fragment:
-        target[last] = None
+        value = None
+    else:
+        return
+    if _slot(target, last, value, replace=True) is None and value is not None:
+        warnings.append(f"a streamed argument at JSON path {path!r} conflicts with an earlier one")
+
+
+def _get(container: Any, step: str | int) -> Any:
+    if isinstance(step, int):
+        return container[step] if isinstance(container, list) and step < len(container) else None
+    return container.get(step) if isinstance(container, dict) else None
+
+
+def _slot(container: Any, step: str | int, value: Any, *, replace: bool = False) -> Any:
+    """The value at `step` of `container`, set to `value` when absent (or always, with `replace`); None when the
+    container is of the wrong kind for the step."""
+    if isinstance(step, int):
+        if not isinstance(container, list):
+            return None
+        container.extend([None] * (step + 1 - len(container)))
+        if replace or container[step] is None:
+            container[step] = value
+        return container[step]
+    if not isinstance(container, dict):
+        return None
+    if replace or step not in container:
+        container[step] = value
+    return container[step]
 
 
 class GenAIStreamLifter(StreamLifter):
@@ -59,8 +116,11 @@ class GenAIStreamLifter(StreamLifter):
         self.finishes: dict[int, str] = {}
         self.has_logprobs: set[int] = set()
         self.usage: dict[str, Any] | None = None
-        self.block_reason = ""
+        self.prompt_feedback: dict[str, Any] | None = None
         self.pending_calls: dict[int, dict[str, Any]] = {}  # candidate index -> a call whose arguments stream
+        self.pairings: dict[int, parts.CallPairing] = {}  # candidate index -> its code execution calls, in order
+        self.part_texts: dict[int, dict[int, list[str]]] = {}  # candidate -> text part index -> its fragments
+        self.metadata: dict[int, dict[str, Any]] = {}  # candidate -> the last non-empty candidate metadata
         self.warnings: list[str] = []
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
@@ -83,12 +143,21 @@ class GenAIStreamLifter(StreamLifter):
                 delta = stream_pb2.PartDelta(choice_index=index)
                 parts.logprobs(candidate["logprobsResult"], delta.logprobs)
                 out.append(stream_pb2.StreamEvent(delta=delta))
+            for key in parts.CANDIDATE_METADATA:
+                if isinstance(candidate.get(key), dict) and candidate[key]:
+                    # Every chunk before the last carries `groundingMetadata: {}`; the last fills it, with offsets
+                    # into all chunks' text joined.
+                    self.metadata.setdefault(index, {})[key] = candidate[key]
             if candidate.get("finishReason"):
                 self.finishes[index] = candidate["finishReason"]
+                if index in self.pending_calls:
+                    # The chunk that finishes the candidate also ends a streamed call whose closing empty
+                    # `functionCall` never came.
+                    out.append(self._close_call(index))
         if chunk.get("usageMetadata"):
             self.usage = chunk["usageMetadata"]  # cumulative on every chunk: the last one wins
-        if (chunk.get("promptFeedback") or {}).get("blockReason"):
-            self.block_reason = chunk["promptFeedback"]["blockReason"]
+        if isinstance(chunk.get("promptFeedback"), dict) and chunk["promptFeedback"]:
+            self.prompt_feedback = chunk["promptFeedback"]
         return out
 
     def _streamed_call(self, index: int, kinds: list[str], raw: dict[str, Any]) -> list[stream_pb2.StreamEvent] | None:
@@ -115,18 +184,25 @@ class GenAIStreamLifter(StreamLifter):
             delta.artifacts.add(kind=THOUGHT_SIGNATURE, data=raw["thoughtSignature"].encode(), issuer=self.issuer)
         return [stream_pb2.StreamEvent(delta=delta)]
 
+    def _close_call(self, index: int) -> stream_pb2.StreamEvent:
+        pending = self.pending_calls.pop(index)
+        delta = stream_pb2.PartDelta(choice_index=index, part_index=pending["part"])
+        delta.tool_call.arguments_json = orjson.dumps(pending["args"]).decode()
+        return stream_pb2.StreamEvent(delta=delta)
+
     def _part_events(self, index: int, kinds: list[str], signed: set[int], raw: dict[str, Any]):
         if "functionCall" in raw and (streamed := self._streamed_call(index, kinds, raw)) is not None:
             return streamed
-        kind = (
-            "call"
-            if "functionCall" in raw
-            else "thought"
-            if raw.get("thought")
-            else "text"
-            if "text" in raw
-            else "other"
-        )
+        whole = None
+        if "functionCall" in raw:
+            kind = "call"
+        elif raw.get("thought") and "text" in raw:
+            kind = "thought"
+        elif "text" in raw:
+            kind = "text"
+        else:
+            whole = parts.lift_part(raw, self.issuer, self.pairings.setdefault(index, parts.CallPairing()))
+            kind = "text" if whole.WhichOneof("content") == "text" else "whole"  # a signature on no content
         text = raw.get("text") or ""
         signature = raw.get("thoughtSignature")
         joinable = kind in ("text", "thought") and kinds and kinds[-1] == kind and (len(kinds) - 1) not in signed
@@ -135,28 +211,52 @@ class GenAIStreamLifter(StreamLifter):
         else:
             part_index = self.parts.index(index, len(kinds), kind)
         delta = stream_pb2.PartDelta(choice_index=index, part_index=part_index)
-        if kind == "text" or (kind == "other" and signature):
+        if kind == "text":
             delta.text = text
             self.parts.add_text(index, text)
+            self.part_texts.setdefault(index, {}).setdefault(part_index, []).append(text)
         elif kind == "thought":
             delta.reasoning.text = text
         elif kind == "call":
             part = parts.lift_part(raw, self.issuer)
-            assert part is not None  # a functionCall always lifts
             delta.tool_call.id = part.tool_call.id
             delta.tool_call.name = part.tool_call.name
             delta.tool_call.arguments_json = part.tool_call.arguments_json
-        else:
-            part = parts.lift_part(raw, self.issuer)
-            if part is None or part.WhichOneof("content") != "blob":
-                return []
-            delta.blob.CopyFrom(part.blob)
+        elif whole is not None and whole.WhichOneof("content") == "blob":
+            delta.blob.CopyFrom(whole.blob)
+        elif whole is not None:
+            # Code execution and provider parts arrive whole; the part carries its own signature.
+            delta.part.CopyFrom(whole)
+            return [stream_pb2.StreamEvent(delta=delta)]
         if signature:
             delta.artifacts.add(kind=THOUGHT_SIGNATURE, data=signature.encode(), issuer=self.issuer)
             signed.add(part_index)
         return [stream_pb2.StreamEvent(delta=delta)]
 
+    def _metadata_events(self) -> list[stream_pb2.StreamEvent]:
+        """Citations on the text parts and the candidate metadata as provider parts after the others, as the
+        unary lift places them."""
+        out = []
+        for index, metadata in sorted(self.metadata.items()):
+            labels = self.parts.labels(index)
+            fragments = self.part_texts.get(index, {})
+            texts = ["".join(fragments.get(i, ())) if label == "text" else None for i, label in enumerate(labels)]
+            for part_index, cited in parts.citations(metadata.get("groundingMetadata"), texts).items():
+                delta = stream_pb2.PartDelta(choice_index=index, part_index=part_index, citations=cited)
+                out.append(stream_pb2.StreamEvent(delta=delta))
+            for whole in parts.candidate_metadata(metadata, self.issuer):
+                delta = stream_pb2.PartDelta(
+                    choice_index=index, part_index=self.parts.index(index, len(labels), "whole")
+                )
+                delta.part.CopyFrom(whole)
+                out.append(stream_pb2.StreamEvent(delta=delta))
+        return out
+
     def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
+        events = self._metadata_events()
+        if self.finishes:
+            # A candidate that finished ends any streamed call left open (see `feed`).
+            events += [self._close_call(index) for index in sorted(self.pending_calls) if index in self.finishes]
         end = stream_pb2.StreamEnd()
         choices = self.parts.choices()
         for index in choices:
@@ -168,12 +268,8 @@ class GenAIStreamLifter(StreamLifter):
             end.finishes.add(
                 choice_index=index, finish_reason=choice.finish_reason, raw_finish_reason=choice.raw_finish_reason
             )
-        if self.block_reason and not choices:
-            end.finishes.add(
-                choice_index=0,
-                finish_reason=response_pb2.FINISH_REASON_CONTENT_FILTER,
-                raw_finish_reason=f"promptFeedback.blockReason:{self.block_reason}",
-            )
+        if self.prompt_feedback is not None:
+            parts.prompt_feedback(self.prompt_feedback, end.prompt_feedback)
         parts.usage(self.usage, end.usage)
         if not end.usage.ListFields():
             end.ClearField("usage")
@@ -185,4 +281,4 @@ class GenAIStreamLifter(StreamLifter):
             facts.cut_short = "the stream ended before a finishReason; the output is partial"
         facts.missing_logprobs = [i for i in choices if i not in self.has_logprobs and self.parts.labels(i)]
         soft_errors.settle_stream(self.request, end, facts, self.parts.texts())
-        return [stream_pb2.StreamEvent(end=end)]
+        return [*events, stream_pb2.StreamEvent(end=end)]

@@ -36,7 +36,39 @@ FINISH_REASONS = {
 }
 
 
-def lift_part(raw: dict[str, Any], issuer: content_pb2.Issuer) -> content_pb2.Part | None:
+CODE_EXECUTION = "code_execution"  # the IR name of Gemini's code execution tool (`executableCode` parts)
+# Outcomes of `codeExecutionResult` that mean the code did not run to completion.
+_FAILED_OUTCOMES = {"OUTCOME_FAILED", "OUTCOME_DEADLINE_EXCEEDED"}
+# Keys that qualify a part's content rather than being content (they never name a provider part's type).
+_PART_SIBLINGS = {"thoughtSignature", "thought", "partMetadata", "videoMetadata", "mediaResolution"}
+# Candidate metadata that Gemini reports beside `content`, kept verbatim as provider parts after the candidate's
+# parts (see `candidate_metadata`).
+CANDIDATE_METADATA = ("groundingMetadata", "urlContextMetadata")
+
+
+class CallPairing:
+    """Pairs each `codeExecutionResult` with its `executableCode`: by `id` where Gemini gives one (Gemini API),
+    else by order, since a result follows its code (Vertex sends no ids)."""
+
+    def __init__(self) -> None:
+        self.last_call_id = ""
+
+    def call(self, call_id: str) -> None:
+        self.last_call_id = call_id
+
+    def result_for(self, result_id: str) -> str:
+        return result_id or self.last_call_id
+
+
+def provider_type(raw: dict[str, Any]) -> str:
+    """The provider part type of a part this lift does not model: `google_genai.<its content key>`."""
+    keys = [k for k in raw if k not in _PART_SIBLINGS] or sorted(raw)
+    return f"google_genai.{keys[0]}"
+
+
+def lift_part(raw: dict[str, Any], issuer: content_pb2.Issuer, pairing: CallPairing | None = None) -> content_pb2.Part:
+    """One native part as an IR part; a kind this lift does not model becomes a provider part, never dropped."""
+    pairing = pairing or CallPairing()
     if "functionCall" in raw:
         call = raw["functionCall"]
         part = content_pb2.Part(
@@ -55,13 +87,113 @@ def lift_part(raw: dict[str, Any], issuer: content_pb2.Issuer) -> content_pb2.Pa
         part = content_pb2.Part(
             blob=content_pb2.Blob(mime_type=data.get("mimeType") or "", data=base64.b64decode(data.get("data") or ""))
         )
-    elif "thoughtSignature" in raw:
+    elif isinstance(raw.get("executableCode"), dict):
+        code = dict(raw["executableCode"])
+        call_id = str(code.pop("id", "") or "")
+        pairing.call(call_id)
+        # The arguments are the native object without its id (`{language, code}`), so replay restores it exactly.
+        part = content_pb2.Part(
+            server_tool_call=content_pb2.ServerToolCall(
+                id=call_id, name=CODE_EXECUTION, arguments_json=orjson.dumps(code).decode(), issuer=issuer
+            )
+        )
+    elif isinstance(raw.get("codeExecutionResult"), dict):
+        result = raw["codeExecutionResult"]
+        output = result.get("output")
+        part = content_pb2.Part(
+            server_tool_result=content_pb2.ServerToolResult(
+                tool_call_id=pairing.result_for(str(result.get("id") or "")),
+                name=CODE_EXECUTION,
+                content=[content_pb2.Part(text=output)] if isinstance(output, str) and output else [],
+                result_json=orjson.dumps(result).decode(),
+                failed=result.get("outcome") in _FAILED_OUTCOMES,
+                issuer=issuer,
+            )
+        )
+    elif set(raw) == {"thoughtSignature"}:
         part = content_pb2.Part(text="")  # a signature alone stands on an (empty) text part
     else:
-        return None
+        native = {k: v for k, v in raw.items() if k != "thoughtSignature"}
+        part = content_pb2.Part(
+            provider_part=content_pb2.ProviderPart(
+                type=provider_type(raw), native_json=orjson.dumps(native).decode(), issuer=issuer
+            )
+        )
     if raw.get("thoughtSignature"):
-        part.artifacts.add(kind=THOUGHT_SIGNATURE, data=raw["thoughtSignature"].encode(), issuer=issuer)
+        part.artifacts.add(kind=THOUGHT_SIGNATURE, data=str(raw["thoughtSignature"]).encode(), issuer=issuer)
     return part
+
+
+def candidate_metadata(candidate: dict[str, Any], issuer: content_pb2.Issuer) -> list[content_pb2.Part]:
+    """`groundingMetadata` and `urlContextMetadata`, when not empty, as provider parts with their native JSON
+    verbatim (Gemini reports them beside the content, with no call id and no place among the parts, and takes
+    nothing back for them; the answer's citations are derived from them by `citations`)."""
+    return [
+        content_pb2.Part(
+            provider_part=content_pb2.ProviderPart(
+                type=f"google_genai.{key}", native_json=orjson.dumps(candidate[key]).decode(), issuer=issuer
+            )
+        )
+        for key in CANDIDATE_METADATA
+        if isinstance(candidate.get(key), dict) and candidate[key]
+    ]
+
+
+def _citation_base(chunk: Any) -> content_pb2.Citation:
+    """A grounding chunk as a citation without its span: `web` and `maps` are URLs, `retrievedContext` a
+    document; any other kind keeps its native JSON."""
+    citation = content_pb2.Citation()
+    if not isinstance(chunk, dict):
+        return citation
+    for key, kind in (("web", content_pb2.CITATION_KIND_URL), ("maps", content_pb2.CITATION_KIND_URL)):
+        if isinstance(chunk.get(key), dict):
+            citation.kind = kind
+            citation.url = str(chunk[key].get("uri") or "")
+            citation.title = str(chunk[key].get("title") or "")
+            return citation
+    if isinstance(chunk.get("retrievedContext"), dict):
+        source = chunk["retrievedContext"]
+        citation.kind = content_pb2.CITATION_KIND_DOCUMENT
+        citation.url = str(source.get("uri") or "")
+        citation.title = str(source.get("title") or "")
+        return citation
+    citation.native_json = orjson.dumps(chunk).decode()
+    return citation
+
+
+def citations(grounding: Any, texts: list[str | None]) -> dict[int, list[content_pb2.Citation]]:
+    """`groundingSupports` as citations on the text parts, by part index. `texts` holds each part's text (None
+    for a part that is not text). A segment's offsets are UTF-8 bytes into the candidate's text parts joined
+    (in a stream: all chunks joined), end exclusive, a start of 0 omitted; a span that crosses parts is cited on
+    each part it covers, with offsets relative to that part. Each chunk a support names is one citation."""
+    if not isinstance(grounding, dict):
+        return {}
+    chunks = grounding.get("groundingChunks") or []
+    spans: list[tuple[int, int, int]] = []  # (part index, joined start byte, joined end byte)
+    offset = 0
+    for index, text in enumerate(texts):
+        if text is not None:
+            size = len(text.encode())
+            spans.append((index, offset, offset + size))
+            offset += size
+    out: dict[int, list[content_pb2.Citation]] = {}
+    for support in grounding.get("groundingSupports") or ():
+        if not isinstance(support, dict):
+            continue
+        segment = support.get("segment") or {}
+        start, end = int(segment.get("startIndex") or 0), int(segment.get("endIndex") or 0)
+        for chunk_index in support.get("groundingChunkIndices") or ():
+            if not (isinstance(chunk_index, int) and 0 <= chunk_index < len(chunks)):
+                continue  # names no chunk: nothing to cite (the metadata's provider part keeps it verbatim)
+            base = _citation_base(chunks[chunk_index])
+            for index, low, high in spans:
+                if (start < high and end > low) or (start == end == low and low < high):
+                    citation = content_pb2.Citation()
+                    citation.CopyFrom(base)
+                    citation.start_byte = max(start, low) - low
+                    citation.end_byte = min(end, high) - low
+                    out.setdefault(index, []).append(citation)
+    return out
 
 
 def finish(choice: response_pb2.Choice, reason: str | None) -> None:
@@ -77,21 +209,27 @@ def finish(choice: response_pb2.Choice, reason: str | None) -> None:
     choice.finish_reason = normalised
 
 
-def blocked(body: dict[str, Any], out: response_pb2.Response) -> None:
-    """A blocked prompt has no candidates: one empty choice that says so, never an empty list."""
-    reason = (body.get("promptFeedback") or {}).get("blockReason")
-    if reason and not out.choices:
-        choice = out.choices.add(index=0)
-        choice.message.role = content_pb2.ROLE_ASSISTANT
-        choice.finish_reason = response_pb2.FINISH_REASON_CONTENT_FILTER
-        choice.raw_finish_reason = f"promptFeedback.blockReason:{reason}"
+def prompt_feedback(raw: Any, out: response_pb2.PromptFeedback) -> bool:
+    """`promptFeedback` as data (never an invented choice); True when there was any."""
+    if not isinstance(raw, dict) or not raw:
+        return False
+    out.block_reason = str(raw.get("blockReason") or "")
+    out.blocked = bool(out.block_reason)
+    out.message = str(raw.get("blockReasonMessage") or "")
+    out.native_json = orjson.dumps(raw).decode()
+    return True
 
 
 def usage(raw: dict[str, Any] | None, usage: response_pb2.Usage) -> None:
     """Gemini omits zero counts and counts thoughts apart from candidates; the IR output includes thoughts."""
     if not raw:
         return
-    usage.input_token_count = raw.get("promptTokenCount") or 0
+    # Tool output fed back to the model (`toolUsePromptTokenCount`) is outside `promptTokenCount` on the wire
+    # (total = prompt + candidates + toolUsePrompt + thoughts) but part of the IR's input.
+    tool_use = raw.get("toolUsePromptTokenCount") or 0
+    usage.input_token_count = (raw.get("promptTokenCount") or 0) + tool_use
+    if "toolUsePromptTokenCount" in raw:
+        usage.details["tool_use_input_token_count"] = tool_use
     usage.output_token_count = (raw.get("candidatesTokenCount") or 0) + (raw.get("thoughtsTokenCount") or 0)
     if "thoughtsTokenCount" in raw:
         usage.reasoning_token_count = raw["thoughtsTokenCount"]
