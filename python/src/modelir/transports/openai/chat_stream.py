@@ -33,9 +33,11 @@ class ChatStreamLifter(wire.ChunkStream):
         parts = self.parts
         out: list[stream_pb2.StreamEvent] = []
         delta = raw.get("delta") or {}
-        logprobs = (raw.get("logprobs") or {}).get("content")
+        raw_logprobs = raw.get("logprobs") or {}
+        logprobs = raw_logprobs.get("content")
+        refusal_logprobs = raw_logprobs.get("refusal")
         chunk_logprobs = self.transport.adjust_logprobs(lp.from_openai_content(logprobs)) if logprobs else None
-        if logprobs is not None:
+        if logprobs is not None or refusal_logprobs is not None:
             self.has_logprobs.add(index)
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if reasoning:
@@ -48,7 +50,11 @@ class ChatStreamLifter(wire.ChunkStream):
             out.append(event)
         if delta.get("refusal"):
             self.refused.add(index)
-            out.append(parts.delta(index, "refusal", text=delta["refusal"]))
+            event = parts.delta(index, "refusal", refusal=delta["refusal"])
+            if refusal_logprobs:
+                event.delta.logprobs.CopyFrom(self.transport.adjust_logprobs(lp.from_openai_content(refusal_logprobs)))
+                refusal_logprobs = None
+            out.append(event)
         for call in delta.get("tool_calls") or ():
             function = call.get("function") or {}
             fragment = stream_pb2.ToolCallDelta(
@@ -57,4 +63,7 @@ class ChatStreamLifter(wire.ChunkStream):
             out.append(parts.delta(index, ("tool", call.get("index", 0)), tool_call=fragment))
         if chunk_logprobs is not None:
             out.append(stream_pb2.StreamEvent(delta=stream_pb2.PartDelta(choice_index=index, logprobs=chunk_logprobs)))
+        if refusal_logprobs:
+            logprobs_only = self.transport.adjust_logprobs(lp.from_openai_content(refusal_logprobs))
+            out.append(stream_pb2.StreamEvent(delta=stream_pb2.PartDelta(choice_index=index, logprobs=logprobs_only)))
         return out
