@@ -91,8 +91,6 @@ class OpenAIResponses(wire.BodyTransport):
                 kind = part.WhichOneof("content")
                 where = f"conversation.messages[{i}].parts[{j}]"
                 if kind == "reasoning":
-                    if part.reasoning.text:
-                        reasons.append(f"OpenAI Responses cannot take reasoning text back ({where}.reasoning.text).")
                     if not part.item_id:
                         reasons.append(f"A replayed reasoning item needs its item id ({where}.item_id).")
                     following = parts[j + 1] if j + 1 < len(parts) else None
@@ -263,6 +261,8 @@ class OpenAIResponses(wire.BodyTransport):
                 "id": part.item_id,
                 "summary": [{"type": "summary_text", "text": s} for s in part.reasoning.summary],
             }
+            if part.reasoning.text:  # raw reasoning, as compatible servers (gpt-oss) return it
+                item["content"] = [{"type": "reasoning_text", "text": part.reasoning.text}]
             for artifact in part.artifacts:
                 item["encrypted_content"] = artifact.data.decode()
             return item

@@ -73,6 +73,8 @@ class ResponsesStreamLifter(StreamLifter):
         if kind == "response.function_call_arguments.delta":
             self.arguments_seen.add(data.get("output_index", 0))
             return [self._delta(data, tool_call=stream_pb2.ToolCallDelta(arguments_json=data.get("delta") or ""))]
+        if kind == "response.function_call_arguments.done":
+            return self._arguments_done(data, data.get("arguments"))
         if kind == "response.output_item.done":
             return self._item_done(data)
         elif kind in _FINAL_EVENTS:
@@ -117,6 +119,24 @@ class ResponsesStreamLifter(StreamLifter):
         index = self.parts.index(0, key)
         return [stream_pb2.StreamEvent(delta=stream_pb2.PartDelta(part_index=index, citations=[cited]))]
 
+    def _arguments_done(
+        self, data: dict[str, Any], arguments: Any, item: dict[str, Any] | None = None
+    ) -> list[stream_pb2.StreamEvent]:
+        """Arguments that arrive whole (`function_call_arguments.done`, `output_item.done`): compatible servers
+        (LM Studio, gpt-oss) may send no deltas. Taken once, and only when no delta brought them; a call whose
+        `output_item.added` never came takes its id and name from the done item."""
+        output_index = data.get("output_index", 0)
+        if output_index in self.arguments_seen or not isinstance(arguments, str) or not arguments:
+            return []
+        self.arguments_seen.add(output_index)
+        index, new = self.parts.open(0, (output_index, 0))
+        delta = stream_pb2.PartDelta(part_index=index, tool_call=stream_pb2.ToolCallDelta(arguments_json=arguments))
+        if new and item:
+            delta.item_id = item.get("id") or ""
+            delta.tool_call.id = item.get("call_id") or ""
+            delta.tool_call.name = item.get("name") or ""
+        return [stream_pb2.StreamEvent(delta=delta)]
+
     def _item_done(self, data: dict[str, Any]) -> list[stream_pb2.StreamEvent]:
         item = data.get("item") or {}
         output_index = data.get("output_index", 0)
@@ -127,11 +147,7 @@ class ResponsesStreamLifter(StreamLifter):
             self.reasoning_done[output_index] = item
             return []
         if kind == "function_call":
-            if output_index in self.arguments_seen or not item.get("arguments"):
-                return []
-            # Compatible servers may send the arguments only whole, here (LM Studio, gpt-oss).
-            call = stream_pb2.ToolCallDelta(arguments_json=str(item["arguments"]))
-            return [self._delta(data, tool_call=call)]
+            return self._arguments_done(data, item.get("arguments"), item)
         if kind in _TYPED_ITEMS or not isinstance(kind, str):
             return []
         parts = items.item_parts(typed.raw_item(item), self.transport.issuer(self.request))
