@@ -49,6 +49,7 @@ class ToolCall(msgspec.Struct):
 class Message(msgspec.Struct):
     content: str | None = None
     refusal: str | None = None
+    annotations: list[msgspec.Raw] | None = None  # `url_citation`s of the content (search models)
     tool_calls: list[ToolCall] | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None

@@ -17,6 +17,7 @@ from modelir.transports.base import HttpResponse, StreamLifter
 from modelir.transports.manifests import CHAT_WITH_TOOLS, COMMON, LOGPROBS, OPENAI_SAMPLING, capability_set
 from modelir.transports.openai import _typed as typed
 from modelir.transports.openai import _wire as wire
+from modelir.transports.openai import responses_items as items
 from modelir.transports.openai.chat_stream import ChatStreamLifter
 from modelir.v1 import capabilities_pb2, content_pb2, logprobs_pb2, request_pb2, response_pb2
 
@@ -207,7 +208,10 @@ class OpenAIChat(wire.BodyTransport):
             if reasoning:
                 choice.message.parts.add().reasoning.text = reasoning
             if message.content is not None:
-                choice.message.parts.add(text=message.content)
+                text = choice.message.parts.add(text=message.content)
+                for raw_annotation in message.annotations or ():
+                    value, _ = typed.raw_json(raw_annotation)
+                    text.citations.append(items.chat_citation(value, message.content))
             if message.refusal is not None:
                 choice.message.parts.add(refusal=message.refusal)
             for call in message.tool_calls or ():

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from modelir import logprobs as lp
 from modelir.transports.base import RawEvent
 from modelir.transports.openai import _wire as wire
+from modelir.transports.openai import responses_items as items
 from modelir.v1 import stream_pb2
 
 if TYPE_CHECKING:
@@ -48,6 +49,17 @@ class ChatStreamLifter(wire.ChunkStream):
                 event.delta.logprobs.CopyFrom(chunk_logprobs)
                 chunk_logprobs = None
             out.append(event)
+        annotations = [a for a in delta.get("annotations") or () if isinstance(a, dict)]
+        if annotations and index in parts.texts():  # citations of the content streamed so far
+            text = parts.texts().get(index, "")
+            cited = [items.chat_citation(a, text) for a in annotations]
+            out.append(
+                stream_pb2.StreamEvent(
+                    delta=stream_pb2.PartDelta(
+                        choice_index=index, part_index=parts.index(index, "text"), citations=cited
+                    )
+                )
+            )
         if delta.get("refusal"):
             self.refused.add(index)
             event = parts.delta(index, "refusal", refusal=delta["refusal"])

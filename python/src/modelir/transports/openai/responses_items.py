@@ -202,6 +202,16 @@ def citations(annotations: list[Any] | None, text: str) -> list[content_pb2.Cita
     return out
 
 
+def chat_citation(raw: dict[str, Any], text: str) -> content_pb2.Citation:
+    """A chat completions annotation (`{type: url_citation, url_citation: {start_index, end_index, url, title}}`,
+    https://platform.openai.com/docs/guides/tools-web-search?api-mode=chat) as a citation of the content."""
+    inner = raw.get(str(raw.get("type")))
+    flat = (
+        {"type": raw.get("type"), **inner} if isinstance(inner, dict) and set(raw) == {"type", raw.get("type")} else raw
+    )
+    return citation(flat, text, orjson.dumps(raw).decode())
+
+
 def _char_offset(text: str, byte_offset: int) -> int:
     return len(text.encode()[:byte_offset].decode("utf-8", "ignore"))
 
