@@ -47,6 +47,12 @@ PROVIDER_TOOL_TYPES = (
     "web_search_preview",
 )
 _MESSAGE_KINDS = ("text", "refusal")
+# The `include` entry that returns each hosted tool's results (https://platform.openai.com/docs/api-reference/responses/create).
+_TOOL_RESULTS = {
+    "code_interpreter": "code_interpreter_call.outputs",
+    "file_search": "file_search_call.results",
+    "web_search": "web_search_call.action.sources",
+}
 
 _SAMPLING = (
     "temperature top_p max_output_tokens"  # IR sampling fields, as `ir_name:native_name` where this wire renames them
@@ -166,8 +172,14 @@ class OpenAIResponses(wire.BodyTransport):
             include.append("message.output_text.logprobs")
             if request.logprob_options.top_logprob_count:
                 body["top_logprobs"] = request.logprob_options.top_logprob_count
+        # A hosted tool's results travel only when asked for; without them its result part would be empty.
+        include.extend(
+            _TOOL_RESULTS[t.provider.type]
+            for t in request.tools
+            if t.WhichOneof("kind") == "provider" and t.provider.type in _TOOL_RESULTS
+        )
         if include:
-            body["include"] = include
+            body["include"] = list(dict.fromkeys(include))
         if stream:
             body["stream"] = True
         body.update(common.provider_options(request, self.name))
