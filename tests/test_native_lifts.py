@@ -520,7 +520,10 @@ def test_fuzzed_bodies_lift_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
         assert fast == reference, f"seed {seed}: {name} differs on {text[:400]!r}"
         outcomes[reference[0]] += 1
     print(f"native fuzz seed {seed}: {dict(outcomes)}, native {dict(taken.counts)}")
-    assert outcomes["ok"] > 100 and taken.counts["built"] > 100, (outcomes, taken.counts)
+    assert outcomes["ok"] > 100 and taken.counts["built"] > 50, (
+        outcomes,
+        taken.counts,
+    )  # refusal tokens go to the typed structs
 
 
 # ---- without the extension ----------------------------------------------------------------------------------

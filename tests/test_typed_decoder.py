@@ -44,8 +44,9 @@ def test_every_chat_body_lifts_its_texts_and_calls(name, request_, body):
     for choice, native in zip(lifted.choices, raw["choices"], strict=True):
         message = native.get("message") or {}
         texts = [p.text for p in choice.message.parts if p.WhichOneof("content") == "text"]
-        expected = [t for t in (message.get("content"), message.get("refusal")) if t is not None]
-        assert texts == expected, name
+        assert texts == [t for t in (message.get("content"),) if t is not None], name
+        refusals = [p.refusal for p in choice.message.parts if p.WhichOneof("content") == "refusal"]
+        assert refusals == [t for t in (message.get("refusal"),) if t is not None], name
         calls = [p.tool_call.arguments_json for p in choice.message.parts if p.WhichOneof("content") == "tool_call"]
         assert calls == [c["function"]["arguments"] for c in message.get("tool_calls") or ()], name
         entries = (native.get("logprobs") or {}).get("content") or []
@@ -99,34 +100,44 @@ def _responses_bodies():
     ("name", "request_", "body"), list(_responses_bodies()), ids=lambda v: v if isinstance(v, str) else ""
 )
 def test_every_responses_body_lifts_each_output_item(name, request_, body):
+    from modelir.transports.openai.responses_items import HOSTED_TYPES
     from modelir.transports.openai_responses import OpenAIResponses
 
     lifted = OpenAIResponses(provider_model="gpt-5").lift(request_, HttpResponse(200, {}, body))
     items = json.loads(body).get("output") or []
-    known = [i for i in items if i.get("type") in ("reasoning", "message", "function_call")]
-    expected_parts = sum(len(i.get("content") or ()) if i["type"] == "message" else 1 for i in known)
+    # A message gives a part per content entry, a hosted-tool item a call and its result, any other item one part.
+    expected_parts = sum(
+        len(i.get("content") or ()) if i["type"] == "message" else 2 if i["type"] in HOSTED_TYPES else 1 for i in items
+    )
     assert len(lifted.choices[0].message.parts) == expected_parts, name
-    assert len(lifted.warnings) >= len(items) - len(known), name
-    output_ids = [i.get("id") or "" for i in known if i["type"] != "message"]
-    assert [p.item_id for p in lifted.choices[0].message.parts if p.WhichOneof("content") != "text"] == output_ids
+    assert not lifted.warnings, name
+    output_ids = [i.get("id") or "" for i in items if i["type"] != "message"]
+    assert [
+        p.item_id
+        for p in lifted.choices[0].message.parts
+        if p.WhichOneof("content") not in ("text", "refusal", "server_tool_result")
+    ] == output_ids
 
 
-def test_a_responses_item_of_an_unknown_type_is_warned_about_and_the_rest_lifted():
+def test_a_responses_item_of_an_unknown_type_is_a_provider_part_and_the_rest_lifted():
     from modelir.transports.openai_responses import OpenAIResponses
 
     body = {
         "id": "r",
         "status": "completed",
         "output": [
-            {"type": "web_search_call", "id": "ws_1", "status": "completed"},
+            {"type": "local_shell_call", "id": "lsh_1", "status": "completed", "action": {"type": "exec"}},
             {"type": "message", "id": "msg_1", "content": [{"type": "output_text", "text": "hi"}]},
         ],
     }
     lifted = OpenAIResponses(provider_model="o").lift(
         request_pb2.Request(model="m"), HttpResponse(200, {}, json.dumps(body).encode())
     )
-    assert [p.text for p in lifted.choices[0].message.parts] == ["hi"]
-    assert [w.code for w in lifted.warnings] == ["unknown_output_item"]
+    unknown, text = lifted.choices[0].message.parts
+    assert unknown.provider_part.type == "openai_responses.local_shell_call" and unknown.item_id == "lsh_1"
+    assert json.loads(unknown.provider_part.native_json) == body["output"][0]
+    assert unknown.provider_part.issuer.transport == "openai_responses"
+    assert text.text == "hi" and not lifted.warnings
 
 
 def test_a_responses_item_of_a_known_type_but_the_wrong_shape_is_a_typed_error():

@@ -9,9 +9,11 @@ these structs do not know is reported as a warning and the rest is still lifted.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import msgspec
+import orjson
 
 from modelir import logprobs as lp
 from modelir import native
@@ -36,6 +38,7 @@ class LogprobEntry(msgspec.Struct):
 
 class ChoiceLogprobs(msgspec.Struct):
     content: list[LogprobEntry] | None = None
+    refusal: list[LogprobEntry] | None = None  # the tokens of `message.refusal`
 
 
 class FunctionCall(msgspec.Struct):
@@ -51,6 +54,7 @@ class ToolCall(msgspec.Struct):
 class Message(msgspec.Struct):
     content: str | None = None
     refusal: str | None = None
+    annotations: list[msgspec.Raw] | None = None  # `url_citation`s of the content (search models)
     tool_calls: list[ToolCall] | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None
@@ -67,6 +71,7 @@ class Choice(msgspec.Struct):
 class ChatCompletion(msgspec.Struct):
     id: str | None = None
     model: str | None = None
+    service_tier: str | None = None
     choices: list[Choice] | None = None
     usage: dict | None = None
     prompt_logprobs: list | None = None  # vLLM
@@ -74,8 +79,12 @@ class ChatCompletion(msgspec.Struct):
 
 
 # The Responses API: output items are tagged by `type`. A body with an item of another type is decoded again with
-# its items left raw, and each is decoded on its own (`output_item`), so the unknown one is only warned about.
+# its items left raw, and each is decoded on its own (`output_item`): the other types are kept as `RawItem`s.
 class SummaryText(msgspec.Struct):
+    text: str = ""
+
+
+class ReasoningText(msgspec.Struct):
     text: str = ""
 
 
@@ -83,11 +92,13 @@ class ReasoningItem(msgspec.Struct, tag_field="type", tag="reasoning"):
     id: str | None = None
     summary: list[SummaryText] | None = None
     encrypted_content: str | None = None
+    content: list[ReasoningText] | None = None  # raw reasoning text (gpt-oss servers: `reasoning_text` entries)
 
 
 class OutputText(msgspec.Struct, tag_field="type", tag="output_text"):
     text: str = ""
     logprobs: list[LogprobEntry] | None = None
+    annotations: list[msgspec.Raw] | None = None  # kept raw: a citation the IR does not model travels verbatim
 
 
 class Refusal(msgspec.Struct, tag_field="type", tag="refusal"):
@@ -97,6 +108,7 @@ class Refusal(msgspec.Struct, tag_field="type", tag="refusal"):
 class MessageItem(msgspec.Struct, tag_field="type", tag="message"):
     id: str | None = None
     content: list[OutputText | Refusal] | None = None
+    phase: str | None = None  # `commentary` or `final_answer`
 
 
 class FunctionCallItem(msgspec.Struct, tag_field="type", tag="function_call"):
@@ -118,6 +130,7 @@ class ResponseObject(msgspec.Struct):
     usage: dict | None = None
     error: dict | None = None
     incomplete_details: IncompleteDetails | None = None
+    service_tier: str | None = None
 
 
 class _ItemByItem(ResponseObject):
@@ -130,22 +143,42 @@ class _ItemType(msgspec.Struct):
     type: str | None = None
 
 
+class RawItem(msgspec.Struct):
+    """An output item of a type the structs above do not know (hosted tools, compaction, anything newer): its type,
+    its JSON as a value, and that value as compact JSON text (the same text whether it came in a unary body or a
+    stream event, however the sender spaced it)."""
+
+    type: str
+    value: dict
+    text: str
+
+
 CHAT_DECODER = msgspec.json.Decoder(ChatCompletion)
 _ITEM_TYPE = msgspec.json.Decoder(_ItemType)
 _ITEM = msgspec.json.Decoder(ReasoningItem | MessageItem | FunctionCallItem)
+_OBJECT_VALUE = msgspec.json.Decoder(dict)
 KNOWN_ITEM_TYPES = frozenset({"reasoning", "message", "function_call"})
+Item = ReasoningItem | MessageItem | FunctionCallItem | RawItem
 
 
-def output_item(
-    raw: ReasoningItem | MessageItem | FunctionCallItem | msgspec.Raw,
-) -> ReasoningItem | MessageItem | FunctionCallItem | str:
-    """One output item, typed; or the type name of an item these structs do not know."""
+def output_item(raw: ReasoningItem | MessageItem | FunctionCallItem | msgspec.Raw) -> Item:
+    """One output item, typed; or, for a type these structs do not know, the item as a `RawItem`."""
     if not isinstance(raw, msgspec.Raw):
         return raw
     kind = _ITEM_TYPE.decode(raw).type
     if kind not in KNOWN_ITEM_TYPES:
-        return str(kind)
+        return raw_item(_OBJECT_VALUE.decode(raw))
     return _ITEM.decode(raw)
+
+
+def raw_item(value: dict) -> RawItem:
+    return RawItem(type=str(value.get("type")), value=value, text=orjson.dumps(value).decode())
+
+
+def raw_json(raw: msgspec.Raw) -> tuple[dict, str]:
+    """A raw JSON object as (value, compact JSON text)."""
+    value = _OBJECT_VALUE.decode(raw)
+    return value, orjson.dumps(value).decode()
 
 
 def columns(
@@ -245,6 +278,8 @@ class _RawResponseEvent(msgspec.Struct):
 
 
 _RAW_CHAT = msgspec.json.Decoder(_RawLogprobsCompletion)
+# A logprobs section whose `refusal` is anything but null: the typed structs read (or refuse) it.
+_REFUSAL_TOKENS = re.compile(rb'"refusal"\s*:\s*(?!null\b)')
 _RAW_OBJECT = msgspec.json.Decoder(_RawResponseObject)
 _RAW_EVENT = msgspec.json.Decoder(_RawResponseEvent)
 
@@ -256,6 +291,8 @@ def chat_completion(body: bytes, transport: str) -> ChatCompletion:
         try:
             parsed = _RAW_CHAT.decode(body)
             for choice in parsed.choices or ():
+                if _REFUSAL_TOKENS.search(bytes(choice.logprobs)):
+                    raise native.Unsupported("refusal logprobs")  # the builder reads `content` only
                 built = native.chat_choice(choice.logprobs)
                 choice.logprobs = ChoiceLogprobs(content=built)  # type: ignore[arg-type,assignment]
             return parsed

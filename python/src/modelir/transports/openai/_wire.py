@@ -19,7 +19,7 @@ from modelir import errors, soft_errors, stops
 from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpTransport, RawEvent, StreamLifter
 from modelir.transports.stream_parts import StreamParts
-from modelir.v1 import content_pb2, request_pb2, response_pb2, stream_pb2
+from modelir.v1 import capabilities_pb2, content_pb2, request_pb2, response_pb2, stream_pb2
 
 EFFORTS = {
     request_pb2.REASONING_EFFORT_NONE: "none",
@@ -74,6 +74,32 @@ def tool_choice(request: request_pb2.Request, named: Any) -> Any:
     return None
 
 
+def logit_bias(sampling: request_pb2.SamplingParams) -> dict[str, int]:
+    """`logit_bias` as OpenAI takes it: decimal token ids to integer biases (`logit_bias_problems` checked them)."""
+    return {str(token): int(bias) for token, bias in sorted(sampling.logit_bias.items())}
+
+
+def logit_bias_problems(sampling: request_pb2.SamplingParams, transport: BodyTransport) -> list[tuple[str, str]]:
+    """OpenAI takes integer biases from -100 to 100 (https://platform.openai.com/docs/api-reference/chat/create)."""
+    return [
+        (f"sampling.logit_bias[{token}]", f"{transport.name} takes an integer bias from -100 to 100, not {bias}.")
+        for token, bias in sorted(sampling.logit_bias.items())
+        if capabilities_pb2.CAPABILITY_LOGIT_BIAS in transport.capabilities
+        and not (-100 <= bias <= 100 and bias == int(bias))  # NaN fails the range, so int() never sees it
+    ]
+
+
+def allowed_mode(allowed: request_pb2.AllowedTools) -> str:
+    """The `mode` of an `allowed_tools` tool choice (auto unless required; validation refuses none)."""
+    return "required" if allowed.mode == request_pb2.TOOL_CHOICE_MODE_REQUIRED else "auto"
+
+
+def config(text: str) -> dict[str, Any]:
+    """A provider tool's JSON configuration (validation checked that it is an object); empty when unset."""
+    value: dict[str, Any] = orjson.loads(text) if text else {}
+    return value
+
+
 def function_tool(tool: request_pb2.Tool) -> dict[str, Any]:
     """A function tool's fields (chat nests them under `function`, Responses puts them beside `type`)."""
     function: dict[str, Any] = {
@@ -102,22 +128,48 @@ def blob_url(blob: content_pb2.Blob) -> str:
     return f"data:{blob.mime_type};base64,{base64.b64encode(blob.data).decode()}"
 
 
+# Usage detail members -> `Usage.details` keys (documented in response.proto).
+_INPUT_DETAILS = {"audio_tokens": "audio_input_token_count", "image_tokens": "image_input_token_count"}
+_OUTPUT_DETAILS = {
+    "audio_tokens": "audio_output_token_count",
+    "accepted_prediction_tokens": "accepted_prediction_token_count",
+    "rejected_prediction_tokens": "rejected_prediction_token_count",
+}
+
+
 def usage_from(raw: Mapping[str, Any] | None, usage: response_pb2.Usage, *, input_key: str, output_key: str) -> None:
-    """OpenAI's counts already follow the IR's meaning: cached and reasoning tokens sit inside the totals."""
+    """OpenAI's counts already follow the IR's meaning: cached and reasoning tokens sit inside the totals.
+
+    Some OpenAI-compatible providers (xAI) count reasoning outside the output (`total = prompt + completion +
+    reasoning`); the totals say which convention a body follows, and the output is normalised to include it."""
     if not raw:
         return
-    if (value := raw.get(input_key)) is not None:
-        usage.input_token_count = value
-    if (value := raw.get(output_key)) is not None:
-        usage.output_token_count = value
     input_details = raw.get("prompt_tokens_details") or raw.get("input_tokens_details") or {}
     output_details = raw.get("completion_tokens_details") or raw.get("output_tokens_details") or {}
+    prompt, output, total = raw.get(input_key), raw.get(output_key), raw.get("total_tokens")
+    reasoning = output_details.get("reasoning_tokens")
+    if (
+        isinstance(prompt, int)
+        and isinstance(output, int)
+        and isinstance(reasoning, int)
+        and reasoning > 0
+        and total == prompt + output + reasoning
+    ):
+        output += reasoning  # reasoning was counted beside the output, not in it
+    if prompt is not None:
+        usage.input_token_count = prompt
+    if output is not None:
+        usage.output_token_count = output
     if (value := input_details.get("cached_tokens")) is not None:
         usage.cache_read_token_count = value
     if (value := input_details.get("cache_write_tokens")) is not None:
         usage.cache_write_token_count = value
-    if (value := output_details.get("reasoning_tokens")) is not None:
-        usage.reasoning_token_count = value
+    if reasoning is not None:
+        usage.reasoning_token_count = reasoning
+    for details, keys in ((input_details, _INPUT_DETAILS), (output_details, _OUTPUT_DETAILS)):
+        for native, key in keys.items():
+            if isinstance(value := details.get(native), int):
+                usage.details[key] = value
 
 
 def malformed(transport: str, exc: msgspec.DecodeError) -> errors.MalformedResponseError:
@@ -177,6 +229,7 @@ class ChunkStream(StreamLifter):
         self.finishes: dict[int, dict[str, Any]] = {}
         self.has_logprobs: set[int] = set()
         self.refused: set[int] = set()
+        self.service_tier = ""
         self.parts = StreamParts()
         self.facts = soft_errors.Facts()
 
@@ -193,6 +246,8 @@ class ChunkStream(StreamLifter):
             return [], []
         if chunk.get("usage"):
             usage_from(chunk["usage"], self.usage, input_key="prompt_tokens", output_key="completion_tokens")
+        if isinstance(chunk.get("service_tier"), str):
+            self.service_tier = chunk["service_tier"]
         choices = [(raw.get("index", 0), raw) for raw in chunk.get("choices") or ()]
         for index, raw in choices:
             if raw.get("finish_reason") is not None or index not in self.finishes:
@@ -214,6 +269,7 @@ class ChunkStream(StreamLifter):
             stops.set_stop(finished, stop)
         if self.usage.ListFields():
             end.usage.CopyFrom(self.usage)
+        end.service_tier = self.service_tier
         if interrupted or not self.done:
             self.facts.cut_short = "the stream ended before [DONE]; the output is partial"
         self.facts.missing_logprobs = [i for i in self.finishes if i not in self.has_logprobs]

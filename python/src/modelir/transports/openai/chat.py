@@ -17,6 +17,7 @@ from modelir.transports.base import HttpResponse, StreamLifter
 from modelir.transports.manifests import CHAT_WITH_TOOLS, COMMON, LOGPROBS, OPENAI_SAMPLING, capability_set
 from modelir.transports.openai import _typed as typed
 from modelir.transports.openai import _wire as wire
+from modelir.transports.openai import responses_items as items
 from modelir.transports.openai.chat_stream import ChatStreamLifter
 from modelir.v1 import capabilities_pb2, content_pb2, logprobs_pb2, request_pb2, response_pb2
 
@@ -37,21 +38,47 @@ _SAMPLING = (
 )
 
 
+# What every server speaking this wire honours, and what OpenAI's own service adds. A dialect (a subclass) inherits
+# only the first: it claims what its own server honours (see `__init_subclass__`).
+_WIRE_CAPABILITIES = capability_set(
+    COMMON | CHAT_WITH_TOOLS | LOGPROBS | OPENAI_SAMPLING,
+    "REASONING REASONING_EFFORT CONSTRAINT_JSON_SCHEMA MULTIPLE_CHOICES",
+)
+_OPENAI_CAPABILITIES = capability_set("CONSTRAINT_JSON_OBJECT LOGIT_BIAS ALLOWED_TOOLS")
+_WIRE_KINDS = content_kinds.chat_kinds(
+    "OpenAI chat completions", reasoning="OpenAI chat completions cannot replay reasoning"
+)
+
+
 class OpenAIChat(wire.BodyTransport):
     name = "openai_chat"
     answer_keys = ("choices",)  # see HttpTransport.answer_keys
     path = "/chat/completions"
-    capabilities = capability_set(
-        COMMON | CHAT_WITH_TOOLS | LOGPROBS | OPENAI_SAMPLING,
-        "REASONING REASONING_EFFORT CONSTRAINT_JSON_SCHEMA MULTIPLE_CHOICES",
-    )
+    capabilities = _WIRE_CAPABILITIES | _OPENAI_CAPABILITIES
     limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=128, max_stop_sequences=4)
     provider_option_keys = PROVIDER_OPTION_KEYS
     part_kinds = content_kinds.chat_kinds(
-        "OpenAI chat completions", reasoning="OpenAI chat completions cannot replay reasoning"
+        "OpenAI chat completions",
+        reasoning="OpenAI chat completions cannot replay reasoning",
+        refusal=content_kinds.CARRIED,  # an assistant message's `refusal`
     )
     # What a dialect's server adds to this wire (structured, so that dialects need no filtering of reasons).
     returns_reasoning_text: ClassVar[bool] = False
+    # Whether the server takes an assistant message's `refusal` back (OpenAI does; a dialect says so itself).
+    replays_refusals: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A dialect starts from what the wire carries everywhere, not from OpenAI's own additions."""
+        super().__init_subclass__(**kwargs)
+        if "capabilities" not in cls.__dict__:
+            cls.capabilities = _WIRE_CAPABILITIES
+        if "part_kinds" not in cls.__dict__:
+            cls.part_kinds = _WIRE_KINDS
+        if "replays_refusals" not in cls.__dict__:
+            cls.replays_refusals = False
+
+    def field_problems(self, request: request_pb2.Request) -> list[tuple[str, str]]:
+        return super().field_problems(request) + wire.logit_bias_problems(request.sampling, self)
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         """What chat completions cannot carry, beyond the catalog and the content kinds."""
@@ -75,6 +102,8 @@ class OpenAIChat(wire.BodyTransport):
                     )
                 elif kind == "blob" and not part.blob.mime_type.startswith("image/"):
                     reasons.append(f"OpenAI chat completions take only image blobs, not {part.blob.mime_type!r}.")
+                elif kind == "refusal" and not self.replays_refusals:
+                    reasons.append(f"This server does not take refusals back (conversation.messages[{i}].parts[{j}]).")
         return reasons
 
     # ---- lower -------------------------------------------------------------------------------------
@@ -87,8 +116,14 @@ class OpenAIChat(wire.BodyTransport):
         if request.tools:
             body["tools"] = [{"type": "function", "function": wire.function_tool(t)} for t in request.tools]
         choice = wire.tool_choice(request, lambda name: {"type": "function", "function": {"name": name}})
+        if request.tool_choice.WhichOneof("choice") == "allowed_tools":
+            allowed = request.tool_choice.allowed_tools
+            tools = [{"type": "function", "function": {"name": name}} for name in allowed.tool_names]
+            choice = {"type": "allowed_tools", "allowed_tools": {"mode": wire.allowed_mode(allowed), "tools": tools}}
         if choice is not None:
             body["tool_choice"] = choice
+        if s.logit_bias:  # token ids as decimal keys, as the API takes them
+            body["logit_bias"] = wire.logit_bias(s)
         if request.reasoning_controls.WhichOneof("amount") == "effort":
             body["reasoning_effort"] = wire.EFFORTS[request.reasoning_controls.effort]
         if request.constraint.WhichOneof("kind") == "json_schema":
@@ -96,6 +131,8 @@ class OpenAIChat(wire.BodyTransport):
                 "type": "json_schema",
                 "json_schema": wire.json_schema_format(request.constraint.json_schema),
             }
+        elif request.constraint.WhichOneof("kind") == "json_object":
+            body["response_format"] = {"type": "json_object"}
         if request.HasField("logprob_options"):
             body["logprobs"] = True
             if request.logprob_options.top_logprob_count:
@@ -120,13 +157,15 @@ class OpenAIChat(wire.BodyTransport):
     def _messages(self, request: request_pb2.Request) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for message in request.conversation.messages:
-            results, calls, others = [], [], []
+            results, calls, others, refusals = [], [], [], []
             for part in message.parts:
                 kind = part.WhichOneof("content")
                 if kind == "tool_result":
                     results.append(part.tool_result)
                 elif kind == "tool_call":
                     calls.append(part.tool_call)
+                elif kind == "refusal" and self.replays_refusals:
+                    refusals.append(part.refusal)
                 elif kind in ("text", "blob"):
                     others.append(part)
                 else:
@@ -140,8 +179,10 @@ class OpenAIChat(wire.BodyTransport):
             entry: dict[str, Any] = {"role": _ROLE_NAMES[message.role]}
             if others:
                 entry["content"] = self._content(others)
-            elif not calls:
+            elif not calls and not refusals:
                 entry["content"] = ""
+            if refusals:
+                entry["refusal"] = "".join(refusals)
             if calls:
                 entry["tool_calls"] = [
                     {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json}}
@@ -156,7 +197,7 @@ class OpenAIChat(wire.BodyTransport):
 
     def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
         body = typed.chat_completion(response.body, self.name)
-        out = response_pb2.Response(id=body.id or "", model=body.model or "")
+        out = response_pb2.Response(id=body.id or "", model=body.model or "", service_tier=body.service_tier or "")
         facts = soft_errors.Facts()
         for raw in body.choices or ():
             choice = out.choices.add(index=raw.index)
@@ -167,9 +208,12 @@ class OpenAIChat(wire.BodyTransport):
             if reasoning:
                 choice.message.parts.add().reasoning.text = reasoning
             if message.content is not None:
-                choice.message.parts.add(text=message.content)
+                text = choice.message.parts.add(text=message.content)
+                for raw_annotation in message.annotations or ():
+                    value, _ = typed.raw_json(raw_annotation)
+                    text.citations.append(items.chat_citation(value, message.content))
             if message.refusal is not None:
-                choice.message.parts.add(text=message.refusal)
+                choice.message.parts.add(refusal=message.refusal)
             for call in message.tool_calls or ():
                 function = call.function or typed.FunctionCall()
                 choice.message.parts.add(
@@ -182,9 +226,16 @@ class OpenAIChat(wire.BodyTransport):
             if message.refusal is not None:
                 choice.finish_reason = response_pb2.FINISH_REASON_REFUSAL
             content = raw.logprobs.content if raw.logprobs is not None else None
-            if content:
-                self.adjust_logprobs(typed.columns(content, choice.logprobs))
-            elif content is None:
+            refusal = raw.logprobs.refusal if raw.logprobs is not None else None
+            if isinstance(content, bytes):  # the native builder's columns (it declines bodies with refusal tokens)
+                if content:
+                    self.adjust_logprobs(typed.columns(content, choice.logprobs))
+                continue
+            # The refusal's tokens come after the content's, as its part does.
+            entries = [*(content or ()), *(refusal or ())]
+            if entries:
+                self.adjust_logprobs(typed.columns(entries, choice.logprobs))
+            elif content is None and refusal is None:
                 facts.lack_logprobs(choice.index)
         wire.usage_from(body.usage, out.usage, input_key="prompt_tokens", output_key="completion_tokens")
         self.lift_extras(request, body, out, facts)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from modelir import logprobs as lp
 from modelir.transports.base import RawEvent
 from modelir.transports.openai import _wire as wire
+from modelir.transports.openai import responses_items as items
 from modelir.v1 import stream_pb2
 
 if TYPE_CHECKING:
@@ -33,9 +34,11 @@ class ChatStreamLifter(wire.ChunkStream):
         parts = self.parts
         out: list[stream_pb2.StreamEvent] = []
         delta = raw.get("delta") or {}
-        logprobs = (raw.get("logprobs") or {}).get("content")
+        raw_logprobs = raw.get("logprobs") or {}
+        logprobs = raw_logprobs.get("content")
+        refusal_logprobs = raw_logprobs.get("refusal")
         chunk_logprobs = self.transport.adjust_logprobs(lp.from_openai_content(logprobs)) if logprobs else None
-        if logprobs is not None:
+        if logprobs is not None or refusal_logprobs is not None:
             self.has_logprobs.add(index)
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if reasoning:
@@ -46,9 +49,24 @@ class ChatStreamLifter(wire.ChunkStream):
                 event.delta.logprobs.CopyFrom(chunk_logprobs)
                 chunk_logprobs = None
             out.append(event)
+        annotations = [a for a in delta.get("annotations") or () if isinstance(a, dict)]
+        if annotations and index in parts.texts():  # citations of the content streamed so far
+            text = parts.texts().get(index, "")
+            cited = [items.chat_citation(a, text) for a in annotations]
+            out.append(
+                stream_pb2.StreamEvent(
+                    delta=stream_pb2.PartDelta(
+                        choice_index=index, part_index=parts.index(index, "text"), citations=cited
+                    )
+                )
+            )
         if delta.get("refusal"):
             self.refused.add(index)
-            out.append(parts.delta(index, "refusal", text=delta["refusal"]))
+            event = parts.delta(index, "refusal", refusal=delta["refusal"])
+            if refusal_logprobs:
+                event.delta.logprobs.CopyFrom(self.transport.adjust_logprobs(lp.from_openai_content(refusal_logprobs)))
+                refusal_logprobs = None
+            out.append(event)
         for call in delta.get("tool_calls") or ():
             function = call.get("function") or {}
             fragment = stream_pb2.ToolCallDelta(
@@ -57,4 +75,7 @@ class ChatStreamLifter(wire.ChunkStream):
             out.append(parts.delta(index, ("tool", call.get("index", 0)), tool_call=fragment))
         if chunk_logprobs is not None:
             out.append(stream_pb2.StreamEvent(delta=stream_pb2.PartDelta(choice_index=index, logprobs=chunk_logprobs)))
+        if refusal_logprobs:
+            logprobs_only = self.transport.adjust_logprobs(lp.from_openai_content(refusal_logprobs))
+            out.append(stream_pb2.StreamEvent(delta=stream_pb2.PartDelta(choice_index=index, logprobs=logprobs_only)))
         return out

@@ -28,15 +28,17 @@ PROVIDER_OPTION_KEYS = ("best_of", "logit_bias", "user")
 _SAMPLING = "temperature top_p seed presence_penalty frequency_penalty max_output_tokens:max_tokens stop choice_count:n"
 
 
+# What every server speaking this wire honours; OpenAI adds logit biases. A dialect (a subclass) inherits only the
+# first and claims what its own server honours.
+_WIRE_CAPABILITIES = capability_set(COMMON | LOGPROBS | OPENAI_SAMPLING, "COMPLETION TOKEN_INPUT FIM MULTIPLE_CHOICES")
+
+
 class OpenAICompletions(wire.BodyTransport):
     name = "openai_completions"
     answer_keys = ("choices",)  # see HttpTransport.answer_keys
     version = "1.0.0"
     path = "/completions"
-    capabilities = capability_set(
-        COMMON | LOGPROBS | OPENAI_SAMPLING,
-        "COMPLETION TOKEN_INPUT FIM MULTIPLE_CHOICES",
-    )
+    capabilities = _WIRE_CAPABILITIES | capability_set("LOGIT_BIAS")
     limits = capabilities_pb2.ModelLimits(
         max_top_logprobs=5, max_choices=128, max_stop_sequences=4
     )  # OpenAI caps `logprobs` at 5
@@ -45,6 +47,14 @@ class OpenAICompletions(wire.BodyTransport):
     # How the native fast path reads this wire's logprobs (modelir.native.completion_body): dialects that clamp
     # minus infinity or spell tokens as ids say so here, as `logprob_values` and `token_id` do for the Python path.
     native_dialect: ClassVar[dict[str, bool]] = {"unclamp": False, "token_ids": False}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "capabilities" not in cls.__dict__:
+            cls.capabilities = _WIRE_CAPABILITIES
+
+    def field_problems(self, request: request_pb2.Request) -> list[tuple[str, str]]:
+        return super().field_problems(request) + wire.logit_bias_problems(request.sampling, self)
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []
@@ -65,6 +75,8 @@ class OpenAICompletions(wire.BodyTransport):
         common.copy_sampling(request.sampling, body, _SAMPLING)
         if request.HasField("fim"):
             body["suffix"] = request.fim.suffix
+        if request.sampling.logit_bias:  # token ids as decimal keys, as the API takes them
+            body["logit_bias"] = wire.logit_bias(request.sampling)
         top_k = max(request.logprob_options.top_logprob_count, request.input_scoring.top_logprob_count)
         if request.HasField("logprob_options") or request.HasField("input_scoring"):
             body["logprobs"] = top_k

@@ -16,6 +16,7 @@ from modelir.transports import _common as common
 from modelir.transports.base import HttpResponse, StreamLifter
 from modelir.transports.manifests import CHAT_WITH_TOOLS, COMMON, LOGPROBS, capability_set
 from modelir.transports.openai import _wire as wire
+from modelir.transports.openai import responses_items as items
 from modelir.transports.openai import responses_lift
 from modelir.transports.openai.responses_stream import ResponsesStreamLifter
 from modelir.v1 import capabilities_pb2, content_pb2, request_pb2, response_pb2
@@ -35,6 +36,24 @@ _ROLES = {
 }
 
 
+_PHASE_NAMES = {v: k for k, v in responses_lift.PHASES.items()}
+# The hosted tools this wire declares (`Tool.provider.type`, with its configuration merged in).
+PROVIDER_TOOL_TYPES = (
+    "code_interpreter",
+    "file_search",
+    "image_generation",
+    "mcp",
+    "web_search",
+    "web_search_preview",
+)
+_MESSAGE_KINDS = ("text", "refusal")
+# The `include` entry that returns each hosted tool's results (https://platform.openai.com/docs/api-reference/responses/create).
+_TOOL_RESULTS = {
+    "code_interpreter": "code_interpreter_call.outputs",
+    "file_search": "file_search_call.results",
+    "web_search": "web_search_call.action.sources",
+}
+
 _SAMPLING = (
     "temperature top_p max_output_tokens"  # IR sampling fields, as `ir_name:native_name` where this wire renames them
 )
@@ -46,11 +65,20 @@ class OpenAIResponses(wire.BodyTransport):
     path = "/responses"
     capabilities = capability_set(
         COMMON | CHAT_WITH_TOOLS | LOGPROBS,
-        "REASONING REASONING_EFFORT REASONING_SUMMARY CONSTRAINT_JSON_SCHEMA",
+        "REASONING REASONING_EFFORT REASONING_SUMMARY CONSTRAINT_JSON_SCHEMA CONSTRAINT_JSON_OBJECT "
+        "PROVIDER_TOOLS ALLOWED_TOOLS SERVER_TOOL_REPLAY",
     )
     limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=1)
     provider_option_keys = PROVIDER_OPTION_KEYS
-    part_kinds = content_kinds.chat_kinds("OpenAI Responses")
+    provider_tool_types = tuple(PROVIDER_TOOL_TYPES)
+    part_kinds = content_kinds.chat_kinds(
+        "OpenAI Responses",
+        refusal=content_kinds.CARRIED,
+        server_tool_call=content_kinds.CARRIED,
+        server_tool_result=content_kinds.CARRIED,
+        provider_part=content_kinds.CARRIED,
+        compaction=content_kinds.CARRIED,
+    )
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []
@@ -65,8 +93,6 @@ class OpenAIResponses(wire.BodyTransport):
                 kind = part.WhichOneof("content")
                 where = f"conversation.messages[{i}].parts[{j}]"
                 if kind == "reasoning":
-                    if part.reasoning.text:
-                        reasons.append(f"OpenAI Responses cannot take reasoning text back ({where}.reasoning.text).")
                     if not part.item_id:
                         reasons.append(f"A replayed reasoning item needs its item id ({where}.item_id).")
                     following = parts[j + 1] if j + 1 < len(parts) else None
@@ -85,6 +111,13 @@ class OpenAIResponses(wire.BodyTransport):
                     )
                 elif kind == "blob" and not part.blob.mime_type.startswith("image/"):
                     reasons.append(f"Only image blobs are supported here, not {part.blob.mime_type!r} ({where}).")
+                elif kind == "refusal" and not part.item_id:
+                    reasons.append(f"A replayed refusal needs the item id of its message ({where}.item_id).")
+                for k, cited in enumerate(part.citations):
+                    if not cited.native_json and cited.kind not in items.REPLAYED_CITATION_KINDS:
+                        reasons.append(f"OpenAI Responses cite only URLs and files ({where}.citations[{k}].kind).")
+            if message.role == content_pb2.ROLE_ASSISTANT:
+                reasons.extend(items.replay_problems(parts, f"conversation.messages[{i}].parts[{{}}]"))
         reasons += common.non_text_tool_results(request, "OpenAI Responses")
         return reasons
 
@@ -104,8 +137,15 @@ class OpenAIResponses(wire.BodyTransport):
             body["instructions"] = "\n\n".join(instructions)
         common.copy_sampling(request.sampling, body, _SAMPLING)
         if request.tools:
-            body["tools"] = [{"type": "function", **wire.function_tool(t)} for t in request.tools]
+            body["tools"] = [self._tool(t) for t in request.tools]
         choice = wire.tool_choice(request, lambda name: {"type": "function", "name": name})
+        if request.tool_choice.WhichOneof("choice") == "allowed_tools":
+            allowed = request.tool_choice.allowed_tools
+            choice = {
+                "type": "allowed_tools",
+                "mode": wire.allowed_mode(allowed),
+                "tools": [self._allowed(request, name) for name in allowed.tool_names],
+            }
         if choice is not None:
             body["tool_choice"] = choice
         include = []
@@ -122,16 +162,45 @@ class OpenAIResponses(wire.BodyTransport):
             body["text"] = {
                 "format": {"type": "json_schema", **wire.json_schema_format(request.constraint.json_schema)}
             }
+        elif request.constraint.WhichOneof("kind") == "json_object":
+            body["text"] = {"format": {"type": "json_object"}}
         if request.HasField("logprob_options"):
             include.append("message.output_text.logprobs")
             if request.logprob_options.top_logprob_count:
                 body["top_logprobs"] = request.logprob_options.top_logprob_count
+        # A hosted tool's results travel only when asked for; without them its result part would be empty.
+        include.extend(
+            _TOOL_RESULTS[t.provider.type]
+            for t in request.tools
+            if t.WhichOneof("kind") == "provider" and t.provider.type in _TOOL_RESULTS
+        )
         if include:
-            body["include"] = include
+            body["include"] = list(dict.fromkeys(include))
         if stream:
             body["stream"] = True
         body.update(common.provider_options(request, self.name))
         return body
+
+    @staticmethod
+    def _tool(tool: request_pb2.Tool) -> dict[str, Any]:
+        if tool.WhichOneof("kind") == "provider":
+            return {"type": tool.provider.type, **wire.config(tool.provider.config_json)}
+        return {"type": "function", **wire.function_tool(tool)}
+
+    @staticmethod
+    def _allowed(request: request_pb2.Request, name: str) -> dict[str, Any]:
+        """An allowed tool by name: a function tool, or a hosted tool by its type or name (an MCP server with its
+        label)."""
+        for tool in request.tools:
+            if tool.WhichOneof("kind") != "provider":
+                continue
+            config = wire.config(tool.provider.config_json)
+            if name not in (tool.provider.type, tool.provider.name):
+                continue
+            if tool.provider.type == "mcp" and config.get("server_label"):
+                return {"type": "mcp", "server_label": config["server_label"]}
+            return {"type": tool.provider.type}
+        return {"type": "function", "name": name}
 
     def _content(self, parts: list[content_pb2.Part]) -> list[dict[str, Any]] | str:
         if len(parts) == 1 and parts[0].WhichOneof("content") == "text":
@@ -149,22 +218,49 @@ class OpenAIResponses(wire.BodyTransport):
 
     def _items(self, messages: list[content_pb2.Message]) -> list[dict[str, Any]]:
         """IR messages -> input items. Assistant parts become output items in order, with their ids."""
-        items: list[dict[str, Any]] = []
+        items_out: list[dict[str, Any]] = []
         for message in messages:
             pending: list[content_pb2.Part] = []
+            start = len(items_out)
             for part in message.parts:
                 kind = part.WhichOneof("content")
                 if kind == "tool_result":
-                    self._flush(items, message.role, pending)
+                    self._flush(items_out, message.role, pending)
                     result = part.tool_result
                     output = "".join(p.text for p in result.content if p.WhichOneof("content") == "text")
-                    items.append({"type": "function_call_output", "call_id": result.tool_call_id, "output": output})
+                    items_out.append({"type": "function_call_output", "call_id": result.tool_call_id, "output": output})
                 elif message.role != content_pb2.ROLE_ASSISTANT:
                     pending.append(part)
+                elif kind in _MESSAGE_KINDS and part.item_id and self._extends(items_out, part):
+                    items_out[-1]["content"].append(self._message_content(part))
+                elif kind == "server_tool_call":
+                    continue  # its result part carries the whole native item
                 else:
-                    items.append(self._output_item(part, kind))
-            self._flush(items, message.role, pending)
-        return items
+                    items_out.append(self._output_item(part, kind))
+            self._flush(items_out, message.role, pending)
+            if message.phase:
+                self._set_phases(items_out[start:], _PHASE_NAMES[message.phase])
+        return items_out
+
+    @staticmethod
+    def _extends(items_out: list[dict[str, Any]], part: content_pb2.Part) -> bool:
+        """Whether `part` is further content of the message item just emitted (same item id)."""
+        last = items_out[-1] if items_out else {}
+        return last.get("type") == "message" and last.get("id") == part.item_id
+
+    @staticmethod
+    def _set_phases(turn: list[dict[str, Any]], phase: str) -> None:
+        """The message's phase on its last message item; the ones before it in the same turn were commentary
+        (the documented meaning of the two phases), since the IR keeps one phase per message."""
+        messages = [item for item in turn if item.get("type") == "message" or item.get("role") == "assistant"]
+        for k, item in enumerate(messages):
+            item["phase"] = phase if k == len(messages) - 1 else "commentary"
+
+    @staticmethod
+    def _message_content(part: content_pb2.Part) -> dict[str, Any]:
+        if part.WhichOneof("content") == "refusal":
+            return {"type": "refusal", "refusal": part.refusal}
+        return {"type": "output_text", "text": part.text, "annotations": items.annotations_of(part)}
 
     def _output_item(self, part: content_pb2.Part, kind: str | None) -> dict[str, Any]:
         if kind == "reasoning":
@@ -173,6 +269,8 @@ class OpenAIResponses(wire.BodyTransport):
                 "id": part.item_id,
                 "summary": [{"type": "summary_text", "text": s} for s in part.reasoning.summary],
             }
+            if part.reasoning.text:  # raw reasoning, as compatible servers (gpt-oss) return it
+                item["content"] = [{"type": "reasoning_text", "text": part.reasoning.text}]
             for artifact in part.artifacts:
                 item["encrypted_content"] = artifact.data.decode()
             return item
@@ -182,7 +280,7 @@ class OpenAIResponses(wire.BodyTransport):
             if part.item_id:
                 item["id"] = part.item_id
             return item
-        if kind == "text":
+        if kind in _MESSAGE_KINDS:
             if not part.item_id:
                 return {"role": "assistant", "content": part.text}
             return {
@@ -190,8 +288,10 @@ class OpenAIResponses(wire.BodyTransport):
                 "role": "assistant",
                 "id": part.item_id,
                 "status": "completed",
-                "content": [{"type": "output_text", "text": part.text, "annotations": []}],
+                "content": [self._message_content(part)],
             }
+        if (replayed := items.replay_item(part)) is not None:
+            return replayed
         raise self.not_carried(kind)
 
     def _flush(

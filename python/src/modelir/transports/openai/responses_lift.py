@@ -15,6 +15,7 @@ from modelir import logprobs as lp
 from modelir import soft_errors
 from modelir.transports.openai import _typed as typed
 from modelir.transports.openai import _wire as wire
+from modelir.transports.openai import responses_items as items
 from modelir.v1 import content_pb2, request_pb2, response_pb2
 
 if TYPE_CHECKING:
@@ -35,10 +36,11 @@ def decode(body: bytes, *, event: bool = False) -> typed.ResponseObject:
         raise wire.malformed("openai_responses", exc) from None
 
 
-def output_items(
-    body: typed.ResponseObject,
-) -> list[typed.ReasoningItem | typed.MessageItem | typed.FunctionCallItem | str]:
-    """Each output item, typed, or the type name of an item of a type the structs do not know."""
+PHASES = {"commentary": content_pb2.MESSAGE_PHASE_COMMENTARY, "final_answer": content_pb2.MESSAGE_PHASE_FINAL_ANSWER}
+
+
+def output_items(body: typed.ResponseObject) -> list[typed.Item]:
+    """Each output item, typed, or raw for an item of a type the structs do not model."""
     try:
         return [typed.output_item(raw) for raw in body.output or ()]
     except msgspec.ValidationError as exc:
@@ -75,22 +77,20 @@ def lift_object(
     chunks = []
     has_calls = refused = saw_logprobs = False
     for item in output_items(body):
-        if isinstance(item, str):
-            out.warnings.add(code="unknown_output_item", message=f"an output item of type {item!r} was not lifted")
+        if isinstance(item, typed.RawItem):
+            choice.message.parts.extend(items.item_parts(item, issuer))
         elif isinstance(item, typed.ReasoningItem):
-            part = choice.message.parts.add(item_id=item.id or "")
-            part.reasoning.summary.extend(s.text for s in item.summary or ())
-            if item.encrypted_content:
-                part.artifacts.add(kind=ENCRYPTED, data=item.encrypted_content.encode(), issuer=issuer)
-            if not part.HasField("reasoning"):
-                part.reasoning.SetInParent()
+            choice.message.parts.append(reasoning_part(item, issuer))
         elif isinstance(item, typed.MessageItem):
+            if item.phase in PHASES:
+                choice.message.phase = PHASES[item.phase]
             for content in item.content or ():
                 if isinstance(content, typed.Refusal):
                     refused = True
-                    choice.message.parts.add(text=content.refusal, item_id=item.id or "")
+                    choice.message.parts.add(refusal=content.refusal, item_id=item.id or "")
                     continue
-                choice.message.parts.add(text=content.text, item_id=item.id or "")
+                part = choice.message.parts.add(text=content.text, item_id=item.id or "")
+                part.citations.extend(items.citations(content.annotations, content.text))
                 if content.logprobs is not None:
                     saw_logprobs = True
                     if content.logprobs:
@@ -109,6 +109,7 @@ def lift_object(
         choice.logprobs.CopyFrom(lp.concat([typed.columns(c) for c in chunks]))
     choice.finish_reason, choice.raw_finish_reason = finish(body, has_calls, refused)
     wire.usage_from(body.usage, out.usage, input_key="input_tokens", output_key="output_tokens")
+    out.service_tier = body.service_tier or ""
     facts = soft_errors.Facts()
     if isinstance(body.error, dict):
         facts.provider_error = soft_errors.provider_error(
@@ -118,3 +119,15 @@ def lift_object(
     if not saw_logprobs and any(p.WhichOneof("content") == "text" for p in choice.message.parts):
         facts.lack_logprobs(0)
     return facts
+
+
+def reasoning_part(item: typed.ReasoningItem, issuer: content_pb2.Issuer) -> content_pb2.Part:
+    """A reasoning item as a part: summaries, raw reasoning text (gpt-oss servers), the encrypted content as an
+    artifact; the item id on the part only."""
+    part = content_pb2.Part(item_id=item.id or "")
+    part.reasoning.SetInParent()
+    part.reasoning.summary.extend(s.text for s in item.summary or ())
+    part.reasoning.text = "".join(c.text for c in item.content or ())
+    if item.encrypted_content:
+        part.artifacts.add(kind=ENCRYPTED, data=item.encrypted_content.encode(), issuer=issuer)
+    return part
