@@ -12,7 +12,7 @@ import email.utils
 import math
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import ClassVar
@@ -93,6 +93,10 @@ class Transport(ABC):
     # Whether one call scores every `InputScoringOptions.continuations` entry. When False (the safe default), the
     # pipeline sends one call per continuation and merges the answers (`pipeline.split_continuations`).
     scores_continuations_at_once: ClassVar[bool] = False
+    # Whether the lowering reads provider options on messages and parts (`Message.provider_options`,
+    # `Part.provider_options`); a transport that reads them only on the request refuses nested ones for itself,
+    # since they would otherwise be ignored.
+    reads_nested_provider_options: ClassVar[bool] = False
 
     @abstractmethod
     def manifest(self) -> capabilities_pb2.CapabilityManifest:
@@ -118,7 +122,21 @@ class Transport(ABC):
         reasons = []
         if request.WhichOneof("input") == "conversation" and capabilities_pb2.CAPABILITY_CHAT in self.capabilities:
             reasons = content_kinds.rejections(self.name, self.part_kinds, request.conversation.messages)
+            if not self.reads_nested_provider_options:
+                reasons += self._nested_option_rejections(request.conversation.messages)
         return reasons + self.wire_unsupported(request, streaming=streaming)
+
+    def _nested_option_rejections(self, messages: Iterable[content_pb2.Message]) -> list[str]:
+        found = []
+        for i, message in enumerate(messages):
+            if any(o.transport == self.name for o in message.provider_options):
+                found.append(f"conversation.messages[{i}].provider_options")
+            for where, part in content_kinds.parts_of(message):
+                if any(o.transport == self.name for o in part.provider_options):
+                    found.append(f"conversation.messages[{i}].{where}.provider_options")
+        return [
+            f"{self.name} reads provider options on the request only, not on messages or parts ({w})." for w in found
+        ]
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         """What this wire cannot carry beyond the catalog and the content kinds (transports override it)."""

@@ -133,6 +133,7 @@ class AnthropicMessages(HttpTransport):
     )
     limits = capabilities_pb2.ModelLimits(max_choices=1, min_reasoning_budget_tokens=MIN_THINKING_BUDGET)
     provider_option_keys = PROVIDER_OPTION_KEYS
+    reads_nested_provider_options = True  # block options on parts, message options on the message's last block
     input_media_types = INPUT_MEDIA_TYPES
     provider_tool_types = tuple(PROVIDER_TOOL_TYPES)
     # A refusal part is never sent back (Anthropic has no input form for it: it came from `stop_details`).
