@@ -21,6 +21,7 @@ import orjson
 from modelir import errors, soft_errors, stops
 from modelir import logprobs as lp
 from modelir.transports import _common as common
+from modelir.transports import _engine_output as tokens
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
 from modelir.transports.manifests import COMMON, ENGINE_SAMPLING, LOGPROBS, OPENAI_SAMPLING, capability_set
 from modelir.transports.openai.chat import OpenAIChat
@@ -36,7 +37,6 @@ PROVIDER_OPTION_KEYS = (
     "cache_prompt",
     "dry_multiplier",
     "ignore_eos",
-    "logit_bias",
     "post_sampling_probs",
     "typical_p",
 )
@@ -66,6 +66,8 @@ def _sampling(request: request_pb2.Request, body: dict[str, Any]) -> None:
         body["grammar"] = request.constraint.grammar.text
     elif kind == "json_schema":
         body["json_schema"] = orjson.loads(request.constraint.json_schema.schema_json)
+    elif kind == "json_object":  # a schema that admits exactly the JSON objects
+        body["json_schema"] = {"type": "object"}
 
 
 # IR sampling fields, as `ir_name:native_name` where this wire renames them.
@@ -82,7 +84,15 @@ class _Chat(OpenAIChat):
         body = super().body(request, stream=stream)
         body.pop("response_format", None)  # llama.cpp takes the schema itself, like the native endpoint
         _sampling(request, body)
+        if request.sampling.logit_bias:  # the OpenAI object form, which the chat endpoint also takes
+            body["logit_bias"] = {str(k): v for k, v in sorted(request.sampling.logit_bias.items())}
         return body
+
+    def lift_extras(self, request, body, out, facts) -> None:
+        tokens.label_choices(request, out)
+
+    def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
+        return tokens.LabelledStream(super().stream_lifter(request), request)
 
 
 class LlamaCpp(HttpTransport):
@@ -97,7 +107,7 @@ class LlamaCpp(HttpTransport):
     capabilities = capability_set(
         COMMON | LOGPROBS | OPENAI_SAMPLING | ENGINE_SAMPLING,
         "COMPLETION CHAT TOKEN_INPUT SYSTEM_MESSAGES SAMPLED_TOKEN_IDS CONSTRAINT_CHOICE "
-        "CONSTRAINT_JSON_SCHEMA CONSTRAINT_GRAMMAR TOKENIZE",
+        "CONSTRAINT_JSON_SCHEMA CONSTRAINT_JSON_OBJECT CONSTRAINT_GRAMMAR TOKENIZE LOGIT_BIAS",
     )
     # llama-server clamps larger n_probs silently; the manifest says where the honest limit is.
     limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=1)
@@ -128,6 +138,8 @@ class LlamaCpp(HttpTransport):
         if request.sampling.HasField("max_output_tokens"):
             body["n_predict"] = request.sampling.max_output_tokens
         _sampling(request, body)
+        if request.sampling.logit_bias:  # the documented `[[token id, bias], ...]` form
+            body["logit_bias"] = [[k, v] for k, v in sorted(request.sampling.logit_bias.items())]
         if request.HasField("logprob_options"):
             body["n_probs"] = max(request.logprob_options.top_logprob_count, 1)
             if request.logprob_options.basis == logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING:
@@ -148,6 +160,10 @@ class LlamaCpp(HttpTransport):
         choice.message.role = content_pb2.ROLE_ASSISTANT
         choice.message.parts.add(text=body.get("content") or "")
         _finish(choice, body)
+        ids = body.get("tokens")
+        if isinstance(ids, list):  # `return_tokens`: every sampled id, the EOS that ended it included
+            tokens.fill(choice, ids, trimmed=int(body.get("stop_type") == "eos"))
+        choice.constrained_label = tokens.constrained_label(request, body.get("content") or "")
         probabilities = body.get("completion_probabilities")
         facts = soft_errors.Facts()
         if request.HasField("logprob_options"):
@@ -278,6 +294,10 @@ class _CompletionStreamLifter(StreamLifter):
         self.final: dict[str, Any] | None = None
         self.saw_probabilities = False
         self.parts = StreamParts()
+        # Each event's sampled id is held until the next event says whether it was the EOS that ended the stream
+        # (a token of no part); llama-server sends one id per event.
+        self.pending: list[int] = []
+        self.id_count = 0
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
         data = common.parse_json(event.data, "stream event")
@@ -291,9 +311,21 @@ class _CompletionStreamLifter(StreamLifter):
             self.saw_probabilities = True
             if self.request.HasField("logprob_options") and probabilities:
                 _columns(probabilities, self.request.logprob_options.top_logprob_count, delta.delta.logprobs)
-        out.append(delta)
+        ids = data.get("tokens")
+        ids = [i for i in ids if isinstance(i, int)] if isinstance(ids, list) else []
+        self.id_count += len(ids)
         if data.get("stop"):
             self.final = data
+            if data.get("stop_type") == "eos":
+                delta.delta.token_ids.extend(self.pending[:-1] + ids[:-1])
+                self.pending = (self.pending + ids)[-1:]
+            else:
+                delta.delta.token_ids.extend(self.pending + ids)
+                self.pending = []
+        else:
+            delta.delta.token_ids.extend(self.pending)
+            self.pending = ids
+        out.append(delta)
         return out
 
     def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
@@ -304,14 +336,19 @@ class _CompletionStreamLifter(StreamLifter):
             choice = settled.choices.add()
             _finish(choice, self.final)
             _usage_and_timing(self.final, settled)
-            stops.copy_stop(
-                choice,
-                end.finishes.add(
-                    choice_index=0,
-                    finish_reason=choice.finish_reason,
-                    raw_finish_reason=choice.raw_finish_reason,
-                ),
+            finish = end.finishes.add(
+                choice_index=0, finish_reason=choice.finish_reason, raw_finish_reason=choice.raw_finish_reason
             )
+            stops.copy_stop(choice, finish)
+            tokens.finish_unattributed(finish, self.pending)
+            finish.constrained_label = tokens.constrained_label(self.request, self.parts.texts().get(0, ""))
+            predicted = self.final.get("tokens_predicted")
+            if isinstance(predicted, int) and self.id_count and self.id_count < predicted:
+                # llama-server sends no event for a token that ends inside a UTF-8 sequence, so its id is lost.
+                end.warnings.add(
+                    code="sampled_tokens_incomplete",
+                    message=f"the stream carried {self.id_count} of {predicted} sampled token ids",
+                )
             end.usage.CopyFrom(settled.usage)
             end.model = self.final.get("model") or ""  # only the last event names the model
             if settled.HasField("timing"):
@@ -321,5 +358,9 @@ class _CompletionStreamLifter(StreamLifter):
         else:
             end.finishes.add(choice_index=0)
             facts.cut_short = "the stream ended before its final (stop) event; the output is partial"
+        events = []
+        if self.final is None and self.pending:  # cut short: the held id was not a final EOS
+            held = stream_pb2.PartDelta(choice_index=0, part_index=0, token_ids=self.pending)
+            events.append(stream_pb2.StreamEvent(delta=held))
         soft_errors.settle_stream(self.request, end, facts, self.parts.texts())
-        return [stream_pb2.StreamEvent(end=end)]
+        return [*events, stream_pb2.StreamEvent(end=end)]

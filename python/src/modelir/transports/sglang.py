@@ -25,14 +25,15 @@ import orjson
 from modelir import content_kinds, continuations, soft_errors, stops
 from modelir import logprobs as lp
 from modelir.transports import _common as common
+from modelir.transports import _engine_output as tokens
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
 from modelir.transports.manifests import COMMON, ENGINE_SAMPLING, LOGPROBS, capability_set
 from modelir.transports.stream_parts import StreamParts
 from modelir.v1 import capabilities_pb2, content_pb2, logprobs_pb2, request_pb2, response_pb2, stream_pb2
 
 JSON_HEADERS = (("content-type", "application/json"),)
-PROVIDER_OPTION_KEYS = ("ignore_eos", "min_new_tokens", "no_stop_trim", "skip_special_tokens", "lora_path")
-_SAMPLING_OPTION_KEYS = {"ignore_eos", "min_new_tokens", "no_stop_trim", "skip_special_tokens"}
+PROVIDER_OPTION_KEYS = ("ignore_eos", "no_stop_trim", "skip_special_tokens", "lora_path")
+_SAMPLING_OPTION_KEYS = {"ignore_eos", "no_stop_trim", "skip_special_tokens"}
 
 
 def choice_regex(labels: list[str]) -> str:
@@ -42,7 +43,7 @@ def choice_regex(labels: list[str]) -> str:
 # IR sampling fields, as `ir_name:native_name` where this wire renames them.
 _SAMPLING = (
     "temperature top_p top_k min_p presence_penalty frequency_penalty repetition_penalty "
-    "max_output_tokens:max_new_tokens stop stop_token_ids choice_count:n"
+    "max_output_tokens:max_new_tokens stop stop_token_ids choice_count:n min_output_tokens:min_new_tokens"
 )
 
 
@@ -55,7 +56,7 @@ class SGLang(HttpTransport):
         COMMON | LOGPROBS | ENGINE_SAMPLING,
         "COMPLETION TOKEN_INPUT INPUT_SCORING SAMPLED_TOKEN_IDS CONSTRAINT_CHOICE CONSTRAINT_REGEX "
         "CONSTRAINT_JSON_SCHEMA CONSTRAINT_GRAMMAR MULTIPLE_CHOICES STOP_SEQUENCES STOP_TOKEN_IDS "
-        "PRESENCE_FREQUENCY_PENALTIES",
+        "PRESENCE_FREQUENCY_PENALTIES LOGIT_BIAS MIN_OUTPUT_TOKENS",
     )
     limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=64)
     grammar_dialects = ("EBNF",)
@@ -81,6 +82,8 @@ class SGLang(HttpTransport):
             body["text"] = request.prompt + continuation
         params: dict[str, Any] = {}
         common.copy_sampling(request.sampling, params, _SAMPLING)
+        if request.sampling.logit_bias:  # `SamplingParams.logit_bias`: token ids as strings
+            params["logit_bias"] = {str(k): v for k, v in sorted(request.sampling.logit_bias.items())}
         kind = request.constraint.WhichOneof("kind")
         if kind == "choice":
             params["regex"] = choice_regex(list(request.constraint.choice.labels))
@@ -124,6 +127,10 @@ class SGLang(HttpTransport):
             choice.message.role = content_pb2.ROLE_ASSISTANT
             choice.message.parts.add(text=answer.get("text") or "")
             _finish(choice, meta.get("finish_reason"), request.sampling.stop_token_ids)
+            ids = answer.get("output_ids")
+            if isinstance(ids, list):
+                tokens.fill(choice, ids, trimmed=_trimmed(request, meta, ids))
+            choice.constrained_label = tokens.constrained_label(request, answer.get("text") or "")
             if request.HasField("logprob_options"):
                 if meta.get("output_token_logprobs") is None:
                     facts.lack_logprobs(index)
@@ -150,6 +157,17 @@ def _continuation(request: request_pb2.Request) -> Any:
     if (ids := continuations.first_tokens(request)) is not None:
         return ids
     return continuations.first_text(request) if request.WhichOneof("input") != "token_ids" else []
+
+
+def _trimmed(request: request_pb2.Request, meta: dict[str, Any], ids: list[int]) -> int:
+    """1 when the last output id is the stop / EOS id that matched (`finish_reason.matched`), whose text sglang
+    trims unless `no_stop_trim`."""
+    reason = meta.get("finish_reason")
+    if not isinstance(reason, dict) or reason.get("type") != "stop":
+        return 0
+    if common.provider_options(request, "sglang").get("no_stop_trim"):
+        return 0
+    return tokens.trailing_stop(ids, reason.get("matched"))
 
 
 def _finish(choice: response_pb2.Choice, reason: Any, stop_token_ids) -> None:
@@ -247,6 +265,8 @@ class _GenerateStreamLifter(StreamLifter):
         self.texts: dict[int, str] = {}  # choice -> the text so far
         self.logprob_counts: dict[int, int] = {}  # choice -> output logprobs emitted so far
         self.metas: dict[int, dict[str, Any]] = {}
+        self.id_counts: dict[int, int] = {}  # choice -> output ids seen so far
+        self.trimmed: dict[int, list[int]] = {}  # choice -> its trimmed stop / EOS id
         self.cumulative: bool | None = None
         self.done = False
         self.parts = StreamParts()
@@ -275,6 +295,7 @@ class _GenerateStreamLifter(StreamLifter):
         self.texts[index] = so_far + piece
         event_out = self.parts.delta(index, "text", text=piece)
         delta = event_out.delta
+        self._token_ids(index, data.get("output_ids"), meta, delta)
         if self.request.HasField("logprob_options") and meta.get("output_token_logprobs") is not None:
             triples = meta["output_token_logprobs"]
             tops = meta.get("output_top_logprobs")
@@ -289,19 +310,31 @@ class _GenerateStreamLifter(StreamLifter):
         self.metas[index] = meta
         return out
 
+    def _token_ids(self, index: int, ids: Any, meta: dict[str, Any], delta: stream_pb2.PartDelta) -> None:
+        """The event's new output ids on its delta; cumulative lists (older servers) give only their new tail."""
+        if not isinstance(ids, list) or not ids:
+            return
+        seen = self.id_counts.get(index, 0)
+        cumulative = self.cumulative if self.cumulative is not None else bool(seen) and len(ids) > seen
+        new = ids[seen:] if cumulative else ids
+        self.id_counts[index] = len(ids) if cumulative else seen + len(ids)
+        if cut := _trimmed(self.request, meta, new):
+            self.trimmed[index], new = new[-cut:], new[:-cut]
+        delta.token_ids.extend(new)
+
     def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
         end = stream_pb2.StreamEnd()
         for index in sorted(self.metas):
             choice = response_pb2.Choice()
             _finish(choice, self.metas[index].get("finish_reason"), self.request.sampling.stop_token_ids)
-            stops.copy_stop(
-                choice,
-                end.finishes.add(
-                    choice_index=index,
-                    finish_reason=choice.finish_reason,
-                    raw_finish_reason=choice.raw_finish_reason,
-                ),
+            finish = end.finishes.add(
+                choice_index=index,
+                finish_reason=choice.finish_reason,
+                raw_finish_reason=choice.raw_finish_reason,
             )
+            stops.copy_stop(choice, finish)
+            tokens.finish_unattributed(finish, self.trimmed.get(index, ()))
+            finish.constrained_label = tokens.constrained_label(self.request, self.texts.get(index, ""))
         settled = response_pb2.Response()
         _usage([{"meta_info": m} for _, m in sorted(self.metas.items())], settled)
         if settled.HasField("usage"):

@@ -20,21 +20,20 @@ from modelir import logprobs as lp
 from modelir import stops
 from modelir.soft_errors import Facts
 from modelir.transports import _common as common
-from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter
+from modelir.transports import _engine_output as tokens
+from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
 from modelir.transports.manifests import capability_set
 from modelir.transports.openai import _typed as typed
 from modelir.transports.openai import _wire as wire
 from modelir.transports.openai.chat import OpenAIChat
 from modelir.transports.openai.completions import OpenAICompletions
-from modelir.v1 import capabilities_pb2, logprobs_pb2, request_pb2, response_pb2, service_pb2
+from modelir.v1 import capabilities_pb2, logprobs_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
 
 MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
 PROVIDER_OPTION_KEYS = (
     "bad_words",
     "ignore_eos",
     "include_stop_str_in_output",
-    "logit_bias",
-    "min_tokens",
     "priority",
     "skip_special_tokens",
     "spaces_between_special_tokens",
@@ -61,7 +60,9 @@ def _unclamp(value: float | None) -> float:
 
 def _extras(request: request_pb2.Request, body: dict[str, Any]) -> None:
     """The vLLM sampling and structured-output fields, shared by both endpoints."""
-    common.copy_sampling(request.sampling, body, "top_k min_p repetition_penalty stop_token_ids")
+    common.copy_sampling(
+        request.sampling, body, "top_k min_p repetition_penalty stop_token_ids min_output_tokens:min_tokens"
+    )
     kind = request.constraint.WhichOneof("kind")
     if kind == "choice":
         body["structured_outputs"] = {"choice": list(request.constraint.choice.labels)}
@@ -72,10 +73,31 @@ def _extras(request: request_pb2.Request, body: dict[str, Any]) -> None:
     elif kind == "json_schema":
         body.pop("response_format", None)
         body["structured_outputs"] = {"json": orjson.loads(request.constraint.json_schema.schema_json)}
+    elif kind == "json_object":
+        body["structured_outputs"] = {"json_object": True}
     if request.logprob_options.require_token_ids:
         body["return_tokens_as_token_ids"] = True
-    if request.logprob_options.require_token_ids or request.HasField("input_scoring"):
-        body["return_token_ids"] = True
+    # The sampled ids (and the prompt's), whether or not logprobs were asked for: RL needs them always.
+    body["return_token_ids"] = True
+    if request.sampling.logit_bias:
+        body["logit_bias"] = {str(k): v for k, v in sorted(request.sampling.logit_bias.items())}
+
+
+def _trimmed(request: request_pb2.Request, raw: Any, token_ids: list[int]) -> int:
+    """How many of a choice's trailing ids had their text trimmed: the stop token id or the EOS (`stop_reason`
+    null) that ended it, which vLLM's detokenizer skips unless `include_stop_str_in_output`."""
+    if not token_ids or _get(raw, "finish_reason") != "stop":
+        return 0
+    if common.provider_options(request, "vllm").get("include_stop_str_in_output"):
+        return 0
+    stop = _get(raw, "stop_reason")
+    if stop is None:
+        return 1
+    return tokens.trailing_stop(token_ids, stop)
+
+
+def _get(raw: Any, key: str) -> Any:
+    return raw.get(key) if isinstance(raw, dict) else getattr(raw, key, None)
 
 
 def _finish(raw_reason: str | None, stop: Any) -> tuple[response_pb2.FinishReason.ValueType, str, stops.Stop]:
@@ -114,9 +136,17 @@ class _Completions(OpenAICompletions):
         return _finish(raw_reason, stop_reason)
 
     def lift_extras(self, request, body, out) -> None:
+        choices = {c.index: c for c in out.choices}
         for raw in body.get("choices") or ():
             if raw.get("prompt_token_ids") and not out.prompt_token_ids:
                 out.prompt_token_ids.extend(raw["prompt_token_ids"])
+            ids = raw.get("token_ids")
+            if ids and (choice := choices.get(raw.get("index", 0))) is not None:
+                tokens.fill(choice, ids, trimmed=_trimmed(request, raw, ids))
+        tokens.label_choices(request, out)
+
+    def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
+        return _TokenIdStream(super().stream_lifter(request), request)
 
 
 class _Chat(OpenAIChat):
@@ -138,6 +168,9 @@ class _Chat(OpenAIChat):
     ) -> tuple[response_pb2.FinishReason.ValueType, str, stops.Stop]:
         return _finish(raw_reason, stop_reason)
 
+    def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
+        return _TokenIdStream(super().stream_lifter(request), request)
+
     def adjust_logprobs(self, logprobs: logprobs_pb2.TokenLogprobs) -> logprobs_pb2.TokenLogprobs:
         if logprobs.tokens and logprobs.tokens[0].startswith(_TOKEN_ID_PREFIX):
             _chat_token_ids(logprobs)
@@ -149,6 +182,12 @@ class _Chat(OpenAIChat):
     ) -> None:
         if body.prompt_token_ids:
             out.prompt_token_ids.extend(body.prompt_token_ids)
+        choices = {c.index: c for c in out.choices}
+        for raw in body.choices or ():
+            ids = raw.token_ids
+            if ids and (choice := choices.get(raw.index)) is not None:
+                tokens.fill(choice, ids, trimmed=_trimmed(request, raw, ids))
+        tokens.label_choices(request, out)
         if request.HasField("input_scoring"):
             scores = _prompt_logprob_scores(
                 body.prompt_logprobs, body.prompt_token_ids, request.input_scoring.top_logprob_count
@@ -157,6 +196,66 @@ class _Chat(OpenAIChat):
                 facts.missing_input_scores = "vLLM returned no usable prompt_logprobs"
             else:
                 out.input_scores.append(scores)
+
+
+class _TokenIdStream(StreamLifter):
+    """The OpenAI-shaped stream lift, plus each chunk's `token_ids` (vLLM `return_token_ids`) on that chunk's delta.
+
+    A chunk's ids ride on its one content delta (so they belong to that part); a chunk whose content spans two parts
+    (the end of reasoning and the start of text) or has none gives its ids on a delta of no part. The finishing
+    chunk's trimmed stop / EOS id goes on the choice's finish as an unattributed token.
+    """
+
+    def __init__(self, inner: StreamLifter, request: request_pb2.Request) -> None:
+        self.inner = inner
+        self.request = request
+        self.trimmed: dict[int, list[int]] = {}
+
+    def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
+        out = self.inner.feed(event)
+        if b'"token_ids"' not in event.data:
+            return out
+        chunk = common.parse_json(event.data, "stream chunk")
+        for raw in chunk.get("choices") or () if isinstance(chunk, dict) else ():
+            ids = raw.get("token_ids") if isinstance(raw, dict) else None
+            if not isinstance(ids, list) or not ids:
+                continue
+            index = raw.get("index", 0)
+            cut = _trimmed(self.request, raw, ids)
+            if cut:
+                self.trimmed[index] = ids[len(ids) - cut :]
+                ids = ids[: len(ids) - cut]
+            if ids:
+                parts = getattr(self.inner, "parts", None)
+                opened = len(parts.labels(index)) if parts is not None else 0
+                _attach(out, index, ids, opened - 1)
+        return out
+
+    def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
+        out = self.inner.close(interrupted=interrupted)
+        for event in out:
+            if event.WhichOneof("event") == "end":
+                for finish in event.end.finishes:
+                    tokens.finish_unattributed(finish, self.trimmed.get(finish.choice_index, ()))
+        parts = getattr(self.inner, "parts", None)
+        tokens.label_finishes(self.request, out, parts.texts() if parts is not None else {})
+        return out
+
+
+def _attach(events: list[stream_pb2.StreamEvent], choice: int, ids: list[int], last_part: int) -> None:
+    """The ids on the chunk's one content delta; on a delta of the choice's latest part when the chunk has no
+    content (a finishing chunk); on a delta of no part when its content spans two parts."""
+    deltas = [
+        e.delta
+        for e in events
+        if e.WhichOneof("event") == "delta" and e.delta.choice_index == choice and e.delta.WhichOneof("content")
+    ]
+    if len({d.part_index for d in deltas}) == 1:
+        deltas[-1].token_ids.extend(ids)
+    else:
+        part = last_part if not deltas else -1
+        delta = stream_pb2.PartDelta(choice_index=choice, part_index=part, token_ids=ids)
+        events.append(stream_pb2.StreamEvent(delta=delta))
 
 
 def _chat_token_ids(logprobs: logprobs_pb2.TokenLogprobs) -> None:
@@ -257,6 +356,7 @@ class VLLM(HttpTransport):
         | _Chat.capabilities
         | capability_set(
             "INPUT_SCORING SAMPLED_TOKEN_IDS TOP_K_SAMPLING MIN_P REPETITION_PENALTY STOP_TOKEN_IDS TOKENIZE "
+            "LOGIT_BIAS MIN_OUTPUT_TOKENS CONSTRAINT_JSON_OBJECT "
             "CONSTRAINT_CHOICE CONSTRAINT_REGEX CONSTRAINT_GRAMMAR CONSTRAINT_JSON_SCHEMA"
         )
     ) - capability_set("FIM")  # vLLM rejects `suffix`
