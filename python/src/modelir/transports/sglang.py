@@ -69,17 +69,23 @@ class SGLang(HttpTransport):
             reasons.append("sglang input scores are taken from the unary answer; score without streaming.")
         if request.HasField("input_scoring") and request.sampling.choice_count > 1:
             reasons.append("Input scoring with several choices would score the same prompt several times.")
+        generates = not request.sampling.HasField("max_output_tokens") or request.sampling.max_output_tokens > 0
+        if len(continuations.of(request)) > 1 and generates:
+            reasons.append(
+                "Several continuations are scored as a batch of inputs, each of which would also generate; "
+                "set sampling.max_output_tokens to 0."
+            )
         return reasons
 
     # ---- lower -------------------------------------------------------------------------------------
 
     def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
         body: dict[str, Any] = {}
-        continuation = _continuation(request)
-        if request.WhichOneof("input") == "token_ids":
-            body["input_ids"] = [*request.token_ids.ids, *continuation]
-        else:
-            body["text"] = request.prompt + continuation
+        inputs = [_full_input(request, span) for span in _spans(request)]
+        # Several continuations are one batch (a list of inputs), answered in order.
+        body["input_ids" if request.WhichOneof("input") == "token_ids" else "text"] = (
+            inputs[0] if len(inputs) == 1 else inputs
+        )
         params: dict[str, Any] = {}
         common.copy_sampling(request.sampling, params, _SAMPLING)
         if request.sampling.logit_bias:  # `SamplingParams.logit_bias`: token ids as strings
@@ -103,10 +109,8 @@ class SGLang(HttpTransport):
             if top_k:
                 body["top_logprobs_num"] = top_k
         if request.HasField("input_scoring"):
-            if request.WhichOneof("input") == "token_ids" and continuation:
-                body["logprob_start_len"] = len(request.token_ids.ids)
-            else:
-                body["logprob_start_len"] = 0
+            # From the first token: the context's tokens locate the span and give its start in bytes.
+            body["logprob_start_len"] = 0
         if stream:
             body["stream"] = True
         body.update({k: v for k, v in options.items() if k not in _SAMPLING_OPTION_KEYS})
@@ -119,6 +123,16 @@ class SGLang(HttpTransport):
         answers = body if isinstance(body, list) else [body]
         out = response_pb2.Response(model=self.provider_model)  # /generate does not name the model
         facts = soft_errors.Facts()
+        spans = _spans(request)
+        if request.HasField("input_scoring"):
+            if len(answers) != len(spans):
+                facts.missing_input_scores = f"sglang answered {len(answers)} inputs for {len(spans)} continuations"
+            else:
+                for span, answer in zip(spans, answers, strict=True):
+                    if not _input_scores(request, span, answer.get("meta_info") or {}, out):
+                        facts.missing_input_scores = "sglang returned no input_token_logprobs"
+            if len(spans) > 1:  # a batch of scored inputs, generating nothing: one (empty) choice
+                answers = answers[:1]
         for index, answer in enumerate(answers):
             meta = answer.get("meta_info") or {}
             if index == 0:
@@ -141,8 +155,6 @@ class SGLang(HttpTransport):
                         request.logprob_options.top_logprob_count,
                         choice.logprobs,
                     )
-            if index == 0 and request.HasField("input_scoring") and not _input_scores(request, meta, out):
-                facts.missing_input_scores = "sglang returned no input_token_logprobs"
         _usage(answers, out)
         soft_errors.settle(request, out, facts)
         return out
@@ -151,12 +163,21 @@ class SGLang(HttpTransport):
         return _GenerateStreamLifter(self, request)
 
 
-def _continuation(request: request_pb2.Request) -> Any:
-    if not request.HasField("input_scoring"):
-        return "" if request.WhichOneof("input") != "token_ids" else []
-    if (ids := continuations.first_tokens(request)) is not None:
-        return ids
-    return continuations.first_text(request) if request.WhichOneof("input") != "token_ids" else []
+_Span = str | list[int] | None  # a text continuation, a token-id one, or None: the whole input
+
+
+def _spans(request: request_pb2.Request) -> list[_Span]:
+    """What each scored input adds after the request's input: one None when nothing or the whole input is scored."""
+    spans = continuations.of(request)
+    if not spans:
+        return [None]
+    return [list(c.token_ids.ids) if c.WhichOneof("content") == "token_ids" else c.text for c in spans]
+
+
+def _full_input(request: request_pb2.Request, span: _Span) -> Any:
+    if request.WhichOneof("input") == "token_ids":
+        return [*request.token_ids.ids, *(span if isinstance(span, list) else [])]
+    return request.prompt + (span if isinstance(span, str) else "")
 
 
 def _trimmed(request: request_pb2.Request, meta: dict[str, Any], ids: list[int]) -> int:
@@ -209,21 +230,30 @@ def _columns(triples: list, tops: list | None, top_k: int, out: logprobs_pb2.Tok
     )
 
 
-def _input_scores(request: request_pb2.Request, meta: dict[str, Any], out: response_pb2.Response) -> bool:
-    """Fill `out.input_scores` from the prompt's logprobs; False when sglang returned none."""
+def _input_scores(request: request_pb2.Request, span: _Span, meta: dict[str, Any], out: response_pb2.Response) -> bool:
+    """Append the input scores of one scored input (the whole input, or one continuation after it) from its
+    logprobs, taken from the first token; False when sglang returned none.
+
+    With token input the continuation starts at its first id. With text it is located by the tokens' text offsets
+    (never by re-tokenizing): the first token not wholly inside the context starts it, and straddles the boundary
+    when it starts before it. The scored tokens run to the end of the input, so they start at its length in bytes
+    minus theirs (a BOS token, which has no text in the prompt, changes nothing).
+    """
     triples = meta.get("input_token_logprobs")
     if not triples:
         return False
     tops = meta.get("input_top_logprobs")
-    continuation = _continuation(request)
-    first = 0
-    if request.WhichOneof("input") != "token_ids" and continuation:
-        # Locate the continuation by the tokens' text offsets in the prompt (never by re-tokenizing).
+    scores = out.input_scores.add()
+    first, straddles = 0, False
+    if isinstance(span, list):
+        first = len(request.token_ids.ids)
+    elif isinstance(span, str):
         boundary, offset = len(request.prompt), 0
         while first < len(triples) and offset + len(triples[first][2] or "") <= boundary:
             offset += len(triples[first][2] or "")
             first += 1
-        if offset != boundary:
+        straddles = first < len(triples) and offset != boundary
+        if straddles:
             out.warnings.add(
                 code="scoring_token_straddles_boundary",
                 message="the first scored token also covers the end of the context",
@@ -233,7 +263,6 @@ def _input_scores(request: request_pb2.Request, meta: dict[str, Any], out: respo
         first += 1
         unscored += 1
     scored = triples[first:]
-    scores = out.input_scores.add()
     _columns(scored, (tops or [])[first:] if tops else None, request.input_scoring.top_logprob_count, scores.tokens)
     text = "".join(t[2] or "" for t in scored)
     scores.logprob_sum = float(sum(t[0] for t in scored))
@@ -241,6 +270,15 @@ def _input_scores(request: request_pb2.Request, meta: dict[str, Any], out: respo
     scores.scored_byte_count = len(text.encode())
     scores.scored_char_count = len(text)
     scores.unscored_token_count = unscored
+    scores.first_token_straddles_context = straddles
+    if request.WhichOneof("input") == "token_ids":  # the texts of the tokens are all there is
+        requested = "".join(t[2] or "" for t in triples[len(request.token_ids.ids) if isinstance(span, list) else 0 :])
+        whole = "".join(t[2] or "" for t in triples)
+    else:
+        requested = span if isinstance(span, str) else request.prompt
+        whole = request.prompt + (span if isinstance(span, str) else "")
+    scores.span_byte_count, scores.span_char_count = len(requested.encode()), len(requested)
+    scores.span_start_byte = max(0, len(whole.encode()) - scores.scored_byte_count)
     return True
 
 

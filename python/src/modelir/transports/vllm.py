@@ -16,8 +16,8 @@ from typing import Any
 
 import orjson
 
+from modelir import continuations, stops
 from modelir import logprobs as lp
-from modelir import stops
 from modelir.soft_errors import Facts
 from modelir.transports import _common as common
 from modelir.transports import _engine_output as tokens
@@ -27,7 +27,7 @@ from modelir.transports.openai import _typed as typed
 from modelir.transports.openai import _wire as wire
 from modelir.transports.openai.chat import OpenAIChat
 from modelir.transports.openai.completions import OpenAICompletions
-from modelir.v1 import capabilities_pb2, logprobs_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
+from modelir.v1 import capabilities_pb2, errors_pb2, logprobs_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
 
 MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
 PROVIDER_OPTION_KEYS = (
@@ -115,7 +115,35 @@ class _Completions(OpenAICompletions):
     def body(self, request: request_pb2.Request, *, stream: bool) -> dict[str, Any]:
         body = super().body(request, stream=stream)
         _extras(request, body)
+        spans = continuations.of(request)
+        if len(spans) > 1:  # one prompt per continuation, answered in order (choice i is prompt i)
+            body["prompt"] = [request.prompt + span.text for span in spans]
         return body
+
+    def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
+        spans = continuations.of(request)
+        if len(spans) <= 1:
+            return super().lift(request, response)
+        # A batch of echoed prompts, generating nothing: the first is lifted as usual (one empty choice), the
+        # others only add their input scores, in the continuations' order.
+        body = common.parse_json(response.body, "response body")
+        raws = sorted(body.get("choices") or (), key=lambda c: c.get("index", 0))
+        first = _with_continuations(request, spans[:1])
+        single = HttpResponse(response.status, response.headers, orjson.dumps({**body, "choices": raws[:1]}))
+        out = super().lift(first, single)
+        del out.prompt_token_ids[:]  # each prompt has its own ids; no one list is "the input's"
+        for span, raw in zip(spans[1:], raws[1:], strict=False):
+            prompt_ids = raw.get("prompt_token_ids")
+            count = len(prompt_ids) if isinstance(prompt_ids, list) else None
+            text, logprobs = raw.get("text") or "", raw.get("logprobs")
+            self._split_echo(_with_continuations(request, [span]), out, text, logprobs, count)
+        if len(out.input_scores) < len(spans) and not out.errors:
+            out.errors.add(
+                reason=errors_pb2.ERROR_REASON_MISSING_LOGPROBS,
+                message=f"input scores were requested but vLLM scored {len(out.input_scores)} of {len(spans)} "
+                "continuations",
+            )
+        return out
 
     def token_id(self, token: str) -> int | None:
         return _token_id(token)
@@ -136,6 +164,18 @@ class _Completions(OpenAICompletions):
         return _finish(raw_reason, stop_reason)
 
     def lift_extras(self, request, body, out) -> None:
+        raws = body.get("choices") or ()
+        if request.HasField("input_scoring") and not out.input_scores and raws and not continuations.of(request):
+            # A server that answers with `prompt_logprobs` (and `prompt_token_ids`) instead of echoed logprobs: the
+            # same scores as the chat route's.
+            first = raws[0]
+            scores = _prompt_logprob_scores(
+                first.get("prompt_logprobs"), first.get("prompt_token_ids"), request.input_scoring.top_logprob_count
+            )
+            if scores is not None:
+                scores.span_byte_count, scores.span_char_count = len(request.prompt.encode()), len(request.prompt)
+                scores.span_start_byte = max(0, scores.span_byte_count - scores.scored_byte_count)
+                out.input_scores.append(scores)
         choices = {c.index: c for c in out.choices}
         for raw in body.get("choices") or ():
             if raw.get("prompt_token_ids") and not out.prompt_token_ids:
@@ -195,6 +235,8 @@ class _Chat(OpenAIChat):
             if scores is None:
                 facts.missing_input_scores = "vLLM returned no usable prompt_logprobs"
             else:
+                # The first prompt token's text is not reported (its entry is null): the span is the scored tokens.
+                scores.span_byte_count, scores.span_char_count = scores.scored_byte_count, scores.scored_char_count
                 out.input_scores.append(scores)
 
 
@@ -256,6 +298,14 @@ def _attach(events: list[stream_pb2.StreamEvent], choice: int, ids: list[int], l
         part = last_part if not deltas else -1
         delta = stream_pb2.PartDelta(choice_index=choice, part_index=part, token_ids=ids)
         events.append(stream_pb2.StreamEvent(delta=delta))
+
+
+def _with_continuations(request: request_pb2.Request, spans: list[request_pb2.Continuation]) -> request_pb2.Request:
+    single = request_pb2.Request()
+    single.CopyFrom(request)
+    del single.input_scoring.continuations[:]
+    single.input_scoring.continuations.extend(spans)
+    return single
 
 
 def _chat_token_ids(logprobs: logprobs_pb2.TokenLogprobs) -> None:
@@ -382,6 +432,12 @@ class VLLM(HttpTransport):
             reasons += self._completions.wire_unsupported(request, streaming=streaming)
             if request.HasField("reasoning_controls"):
                 reasons.append("vLLM's completions endpoint takes no reasoning controls; send a conversation.")
+            generates = not request.sampling.HasField("max_output_tokens") or request.sampling.max_output_tokens > 0
+            if len(continuations.of(request)) > 1 and (generates or request.sampling.choice_count > 1):
+                reasons.append(
+                    "Several continuations are scored as a batch of prompts, each of which would also generate; "
+                    "set sampling.max_output_tokens to 0 (and one choice)."
+                )
         return reasons
 
     def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
