@@ -199,6 +199,12 @@ class _Chat(OpenAIChat):
         _extras(request, body)
         if request.HasField("input_scoring"):
             body["prompt_logprobs"] = request.input_scoring.top_logprob_count
+            if continuation := continuations.first_text(request):
+                # The continuation is the start of the assistant's reply: rendered after the generation prompt
+                # and left open (`continue_final_message`), so its tokens are the rendered prompt's last ones.
+                body["messages"].append({"role": "assistant", "content": continuation})
+                body["continue_final_message"] = True
+                body["add_generation_prompt"] = False
         if request.HasField("reasoning_controls"):
             body["include_reasoning"] = request.reasoning_controls.include_thoughts
         return body
@@ -229,11 +235,31 @@ class _Chat(OpenAIChat):
                 tokens.fill(choice, ids, trimmed=_trimmed(request, raw, ids))
         tokens.label_choices(request, out)
         if request.HasField("input_scoring"):
-            scores = _prompt_logprob_scores(
-                body.prompt_logprobs, body.prompt_token_ids, request.input_scoring.top_logprob_count
+            continuation = continuations.first_text(request)
+            start = _continuation_start(body.prompt_logprobs, body.prompt_token_ids, continuation)
+            scores = (
+                _prompt_logprob_scores(
+                    body.prompt_logprobs, body.prompt_token_ids, request.input_scoring.top_logprob_count, start or 0
+                )
+                if start is not None
+                else None
             )
             if scores is None:
-                facts.missing_input_scores = "vLLM returned no usable prompt_logprobs"
+                facts.missing_input_scores = (
+                    "vLLM returned no usable prompt_logprobs"
+                    if start is not None
+                    else "the rendered prompt does not end with the continuation's tokens"
+                )
+            elif continuation:
+                covered = scores.scored_char_count
+                scores.span_byte_count, scores.span_char_count = len(continuation.encode()), len(continuation)
+                scores.first_token_straddles_context = covered > len(continuation)
+                if scores.first_token_straddles_context:
+                    out.warnings.add(
+                        code="scoring_token_straddles_boundary",
+                        message="the first scored token also covers the end of the rendered conversation",
+                    )
+                out.input_scores.append(scores)
             else:
                 # The first prompt token's text is not reported (its entry is null): the span is the scored tokens.
                 scores.span_byte_count, scores.span_char_count = scores.scored_byte_count, scores.scored_char_count
@@ -330,13 +356,34 @@ def _unclamp_columns(logprobs: logprobs_pb2.TokenLogprobs) -> None:
         logprobs.top_logprobs.extend(values)
 
 
-def _prompt_logprob_scores(entries, prompt_ids, top_k: int) -> logprobs_pb2.InputScores | None:
-    """`prompt_logprobs` (null, then `{id: {logprob, rank, decoded_token}}` per position) -> input scores.
+def _continuation_start(entries, prompt_ids, continuation: str) -> int | None:
+    """Where a continuation's tokens start in the rendered prompt: walking back from its end over the tokens'
+    decoded text until the continuation is covered (a token that covers more straddles the boundary). 0 without a
+    continuation; None when the rendered prompt does not end with it."""
+    if not continuation:
+        return 0
+    if not entries or not prompt_ids or len(entries) != len(prompt_ids):
+        return None
+    tail, start = "", len(prompt_ids)
+    while start > 0 and len(tail) < len(continuation):
+        start -= 1
+        entry = entries[start]
+        actual = entry.get(str(prompt_ids[start])) if isinstance(entry, dict) else None
+        if actual is None:
+            return None
+        tail = (actual.get("decoded_token") or "") + tail
+    return start if tail.endswith(continuation) else None
+
+
+def _prompt_logprob_scores(entries, prompt_ids, top_k: int, start: int = 0) -> logprobs_pb2.InputScores | None:
+    """`prompt_logprobs` (null, then `{id: {logprob, rank, decoded_token}}` per position) -> input scores of the
+    positions from `start` on.
 
     The actual token at each position is `prompt_token_ids[i]`; the other keys are its top-k alternatives.
     """
     if not entries or not prompt_ids or len(entries) != len(prompt_ids):
         return None
+    entries, prompt_ids = entries[start:], prompt_ids[start:]
     scored = logprobs_pb2.TokenLogprobs()
     unscored = 0
     tops_count: list[int] = []
@@ -421,11 +468,13 @@ class VLLM(HttpTransport):
         if route is self._chat:
             reasons += self._chat.wire_unsupported(request, streaming=streaming)
             if request.HasField("input_scoring"):
-                if request.input_scoring.continuations:
+                if len(request.input_scoring.continuations) > 1:
                     reasons.append(
-                        "vLLM chat scores the whole rendered prompt (prompt_logprobs); to score a continuation, "
-                        "send a raw prompt."
+                        "vLLM chat scores one continuation per request (it renders one conversation); send the "
+                        "others separately, or a raw prompt with several."
                     )
+                if request.input_scoring.continuations and request.prefill:
+                    reasons.append("A scored continuation is the start of the assistant's reply: drop the prefill.")
                 if streaming:
                     reasons.append("vLLM returns prompt_logprobs on unary calls only, not on streams.")
         else:
