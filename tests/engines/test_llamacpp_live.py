@@ -238,3 +238,21 @@ async def test_json_object_constraint_gives_a_json_object(model):
     request.constraint.json_object.SetInParent()
     text = _text(await model.arun(request))
     assert text.startswith("{")
+
+
+def test_tokenizer_facts_give_the_vocabulary_size(server):
+    import httpx
+    from modelir.transports.base import HttpResponse
+
+    transport = LlamaCpp()
+    (native,) = transport.lower_tokenizer_info("tiny")
+    answer = httpx.request(native.method, server + native.path)
+    info = transport.lift_tokenizer_info([HttpResponse(answer.status_code, dict(answer.headers), answer.content)])
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tiny_model", ROOT / "engines/llamacpp/tiny_model.py")
+    assert spec is not None and spec.loader is not None
+    tiny = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tiny)
+    assert info.vocabulary_size == len(tiny.build_vocabulary()[0])  # bytes, merged pieces and controls
+    assert _eos_id(server) < info.vocabulary_size

@@ -224,6 +224,21 @@ class LlamaCpp(HttpTransport):
     def lift_detokenize(self, response: HttpResponse) -> str:
         return common.parse_json(response.body, "detokenize body")["content"]
 
+    def lower_tokenizer_info(self, model: str) -> list[HttpRequest]:
+        """`GET /v1/models`, whose `meta.n_vocab` is the vocabulary size (`ModelInfo.tokenizer`)."""
+        return [HttpRequest("GET", "/v1/models")]
+
+    def lift_tokenizer_info(self, responses: list[HttpResponse]) -> capabilities_pb2.TokenizerInfo:
+        """The vocabulary size. `/props` names BOS and EOS only as text (`bos_token`, `eos_token`), not as ids,
+        so they are left unset rather than guessed."""
+        body = common.parse_json(responses[0].body, "models body")
+        models = body.get("data") if isinstance(body, dict) else None
+        meta = models[0].get("meta") if isinstance(models, list) and models and isinstance(models[0], dict) else None
+        size = meta.get("n_vocab") if isinstance(meta, dict) else None
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 < size < 2**31:
+            raise errors.MalformedResponseError(f"{self.name}: /v1/models has no vocabulary size (meta.n_vocab)")
+        return capabilities_pb2.TokenizerInfo(vocabulary_size=size)
+
     def lower_render_prompt(self, request: request_pb2.Request) -> HttpRequest:
         """`/apply-template`: the conversation through the server's chat template, without generating."""
         body = {"messages": self._chat.body(request, stream=False)["messages"]}

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from modelir import content_kinds, soft_errors
+from modelir import content_kinds, errors, soft_errors
 from modelir import logprobs as lp
 from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
@@ -157,6 +157,36 @@ class Ollama(HttpTransport):
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
         return _NdjsonStreamLifter(self, request)
+
+    # ---- tokenizer facts ---------------------------------------------------------------------------
+
+    def lower_tokenizer_info(self, model: str) -> list[HttpRequest]:
+        """`POST /api/show`, whose `model_info` holds the GGUF metadata (`ModelInfo.tokenizer`)."""
+        body = {"model": self.provider_model or model}
+        return [HttpRequest("POST", "/api/show", orjson.dumps(body), JSON_HEADERS)]
+
+    def lift_tokenizer_info(self, responses: list[HttpResponse]) -> capabilities_pb2.TokenizerInfo:
+        """`<architecture>.vocab_size`, `tokenizer.ggml.bos_token_id` and `tokenizer.ggml.eos_token_id` (plus
+        `tokenizer.ggml.eos_token_ids` where a model has several), each left unset when absent."""
+        body = common.parse_json(responses[0].body, "show body")
+        info = body.get("model_info") if isinstance(body, dict) else None
+        if not isinstance(info, dict):
+            raise errors.MalformedResponseError(f"{self.name}: /api/show has no model_info")
+        out = capabilities_pb2.TokenizerInfo()
+        architecture = info.get("general.architecture")
+        if (size := _token_id(info.get(f"{architecture}.vocab_size"))) is not None and size > 0:
+            out.vocabulary_size = size
+        if (bos := _token_id(info.get("tokenizer.ggml.bos_token_id"))) is not None:
+            out.bos_token_id = bos
+        eos = [info.get("tokenizer.ggml.eos_token_id"), *(info.get("tokenizer.ggml.eos_token_ids") or [])]
+        for token in eos:
+            if (eos_id := _token_id(token)) is not None and eos_id not in out.eos_token_ids:
+                out.eos_token_ids.append(eos_id)
+        return out
+
+
+def _token_id(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31 else None
 
 
 def _label(request: request_pb2.Request, text: str) -> str:

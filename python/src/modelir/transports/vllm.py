@@ -453,7 +453,7 @@ class VLLM(HttpTransport):
         | _Chat.capabilities
         | capability_set(
             "INPUT_SCORING SAMPLED_TOKEN_IDS TOP_K_SAMPLING MIN_P REPETITION_PENALTY STOP_TOKEN_IDS TOKENIZE "
-            "LOGIT_BIAS MIN_OUTPUT_TOKENS CONSTRAINT_JSON_OBJECT "
+            "LOGIT_BIAS MIN_OUTPUT_TOKENS CONSTRAINT_JSON_OBJECT TOKENIZE_CONVERSATION "
             "CONSTRAINT_CHOICE CONSTRAINT_REGEX CONSTRAINT_GRAMMAR CONSTRAINT_JSON_SCHEMA"
         )
     ) - capability_set("FIM")  # vLLM rejects `suffix`
@@ -511,6 +511,17 @@ class VLLM(HttpTransport):
             }
             return HttpRequest("POST", "/tokenize", orjson.dumps(body), (("content-type", "application/json"),))
 
+        if request.WhichOneof("input") == "conversation":
+            # vLLM's `/tokenize` renders messages through the model's chat template itself.
+            conversation = request_pb2.Request(conversation=request.conversation)
+            body = {
+                "model": model,
+                "messages": self._chat.body(conversation, stream=False)["messages"],
+                "add_generation_prompt": request.add_generation_prompt,
+                "add_special_tokens": request.add_special_tokens,
+                "return_token_strs": True,
+            }
+            return [HttpRequest("POST", "/tokenize", orjson.dumps(body), (("content-type", "application/json"),))]
         natives = [tokenize(request.context + request.text)]
         if request.context:
             natives.append(tokenize(request.context))
