@@ -100,3 +100,19 @@ def test_constrained_label_is_the_label_or_nothing():
     assert _engine_output.constrained_label(request, "yes") == "yes"
     assert _engine_output.constrained_label(request, "yes!") == ""
     assert _engine_output.constrained_label(request_pb2.Request(model="m", prompt="x"), "yes") == ""
+
+
+def test_llamacpp_a_token_id_out_of_range_is_a_request_error():
+    # The body a real llama-server sent for `/detokenize` of [99999] on a 356-token vocabulary.
+    body = {
+        "error": {
+            "code": 500,
+            "message": "vector::_M_range_check: __n (which is 99999) >= this->size() (which is 356)",
+            "type": "server_error",
+        }
+    }
+    exc = LlamaCpp().error(HttpResponse(500, {"content-type": "application/json"}, orjson.dumps(body)))
+    assert isinstance(exc, errors.ProviderRejectedError) and not exc.retryable
+    assert "outside the model's vocabulary" in exc.message and exc.http_status == 500
+    other = LlamaCpp().error(HttpResponse(500, {}, b'{"error":{"message":"boom"}}'))
+    assert isinstance(other, errors.ProviderUnavailableError)

@@ -16,7 +16,7 @@ import pytest
 from modelir import Model, UnsupportedCapabilityError, accumulate, aclassify, build_request, errors
 from modelir.executor import Executor
 from modelir.transports.llamacpp import LlamaCpp
-from modelir.v1 import logprobs_pb2, request_pb2, response_pb2
+from modelir.v1 import errors_pb2, logprobs_pb2, request_pb2, response_pb2
 
 SERVER = os.environ.get("MODELIR_LLAMA_SERVER")
 pytestmark = pytest.mark.skipif(not SERVER, reason="set MODELIR_LLAMA_SERVER (make test-engines builds and sets it)")
@@ -142,7 +142,15 @@ async def test_stream_accumulates_to_the_unary_answer(model):
     unary = await model.arun(request)
     streamed = accumulate([e async for e in model.astream(request)])
     assert _text(streamed) == _text(unary)
-    assert list(streamed.choices[0].logprobs.token_ids) == list(unary.choices[0].logprobs.token_ids)
+    logprobs = unary.choices[0].logprobs
+    # The stream has no event for a token that ends inside a UTF-8 sequence; the unary answer keeps its position
+    # (NaN, flagged). The positions that have a logprob agree, and where the stream lost ids it says so.
+    scored = [i for i, v in zip(logprobs.token_ids, logprobs.token_logprobs, strict=True) if v == v]
+    assert list(streamed.choices[0].logprobs.token_ids) == scored
+    if len(scored) < len(logprobs.token_ids):
+        assert any(w.code == "sampled_tokens_incomplete" for w in streamed.warnings)
+    else:
+        assert streamed.choices[0].sampled_tokens == unary.choices[0].sampled_tokens
     assert streamed.choices[0].finish_reason == unary.choices[0].finish_reason
     assert streamed.usage.output_token_count == unary.usage.output_token_count and streamed.model == unary.model
 
@@ -256,3 +264,27 @@ def test_tokenizer_facts_give_the_vocabulary_size(server):
     spec.loader.exec_module(tiny)
     assert info.vocabulary_size == len(tiny.build_vocabulary()[0])  # bytes, merged pieces and controls
     assert _eos_id(server) < info.vocabulary_size
+
+
+async def test_detokenizing_an_id_outside_the_vocabulary_is_a_request_error(model):
+    with pytest.raises(errors.ProviderRejectedError, match="outside the model's vocabulary"):
+        await model.adetokenize([99999])
+
+
+async def test_logprob_entries_left_out_mid_utf8_are_aligned_to_the_sampled_ids(model):
+    flagged = 0
+    for seed in range(1, 16):
+        request = build_request(
+            "tiny", prompt="Hello world, café ü 日本", max_output_tokens=12, seed=seed, top_logprobs=1
+        )
+        response = await model.arun(request)
+        choice = response.choices[0]
+        # One logprob position per sampled token, with the same id, whatever llama-server left out.
+        assert list(choice.logprobs.token_ids) == list(choice.sampled_tokens.token_ids)
+        if any(e.reason == errors_pb2.ERROR_REASON_MISSING_LOGPROBS for e in response.errors):
+            flagged += 1
+            assert any(v != v for v in choice.logprobs.token_logprobs)  # the missing positions are NaN
+            streamed = accumulate([e async for e in model.astream(request)])
+            # The stream has no event for such a token at all: its ids are short, and it says so.
+            assert any(w.code == "sampled_tokens_incomplete" for w in streamed.warnings)
+    assert flagged  # the prompt's multi-byte characters make the tiny model split some

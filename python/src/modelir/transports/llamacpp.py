@@ -22,11 +22,20 @@ from modelir import errors, soft_errors, stops
 from modelir import logprobs as lp
 from modelir.transports import _common as common
 from modelir.transports import _engine_output as tokens
-from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
+from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter, json_error
 from modelir.transports.manifests import COMMON, ENGINE_SAMPLING, LOGPROBS, OPENAI_SAMPLING, capability_set
 from modelir.transports.openai.chat import OpenAIChat
 from modelir.transports.stream_parts import StreamParts
-from modelir.v1 import capabilities_pb2, content_pb2, logprobs_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
+from modelir.v1 import (
+    capabilities_pb2,
+    content_pb2,
+    errors_pb2,
+    logprobs_pb2,
+    request_pb2,
+    response_pb2,
+    service_pb2,
+    stream_pb2,
+)
 
 STOP_TYPES = {
     "eos": response_pb2.FINISH_REASON_STOP,
@@ -90,9 +99,39 @@ class _Chat(OpenAIChat):
 
     def lift_extras(self, request, body, out, facts) -> None:
         tokens.label_choices(request, out)
+        for choice in out.choices:
+            if choice.HasField("logprobs"):
+                _chat_logprobs(request, choice.logprobs)
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
-        return tokens.LabelledStream(super().stream_lifter(request), request)
+        return _ChatStream(super().stream_lifter(request), request)
+
+
+def _chat_logprobs(request: request_pb2.Request, logprobs: logprobs_pb2.TokenLogprobs) -> None:
+    """The chat endpoint's logprobs are the native `n_probs` ones (pre-sampling), and without `top_logprobs` it
+    still sends its default 20 alternatives (sending 0 turns logprobs off): keep only what was asked for."""
+    logprobs.basis = logprobs_pb2.LOGPROB_BASIS_PRE_SAMPLING
+    if not request.logprob_options.top_logprob_count:
+        for column in (
+            "top_counts",
+            "top_token_ids",
+            "top_logprobs",
+            "top_tokens",
+            "top_token_bytes",
+            "top_token_byte_offsets",
+        ):
+            logprobs.ClearField(column)  # type: ignore[arg-type]
+
+
+class _ChatStream(tokens.LabelledStream):
+    """The chat stream, with its logprobs labelled and trimmed as in the unary answer."""
+
+    def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
+        out = self.inner.feed(event)
+        for item in out:
+            if item.WhichOneof("event") == "delta" and item.delta.HasField("logprobs"):
+                _chat_logprobs(self.request, item.delta.logprobs)
+        return out
 
 
 class LlamaCpp(HttpTransport):
@@ -165,20 +204,42 @@ class LlamaCpp(HttpTransport):
             tokens.fill(choice, ids, trimmed=int(body.get("stop_type") == "eos"))
         choice.constrained_label = tokens.constrained_label(request, body.get("content") or "")
         probabilities = body.get("completion_probabilities")
+        missing: list[int] = []
         facts = soft_errors.Facts()
         if request.HasField("logprob_options"):
             if probabilities is None:
                 facts.lack_logprobs(0)
             else:
+                probabilities, missing = _aligned(probabilities, ids)
                 _columns(probabilities, request.logprob_options.top_logprob_count, choice.logprobs)
         _usage_and_timing(body, out)
         soft_errors.settle(request, out, facts)
+        if request.HasField("logprob_options") and probabilities is not None and missing:
+            out.errors.add(
+                reason=errors_pb2.ERROR_REASON_MISSING_LOGPROBS,
+                choice_index=0,
+                message=f"llama-server gave no logprob for the sampled tokens at positions {missing} (tokens that end "
+                "inside a UTF-8 sequence; their bytes are in the next entry's); they are NaN",
+            )
         return out
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
         if request.WhichOneof("input") == "conversation":
             return self._chat.stream_lifter(request)
         return _CompletionStreamLifter(self, request)
+
+    def error(self, response: HttpResponse) -> errors.ModelError:
+        """As the OpenAI-style error body says, except that a token id outside the vocabulary (detokenize, token
+        input) is a request error: llama-server answers it with a 500 carrying the C++ range check's message,
+        which retrying cannot fix."""
+        exc = json_error(response)
+        if response.status == 500 and "_M_range_check" in exc.message:
+            return errors.ProviderRejectedError(
+                f"a token id is outside the model's vocabulary: {exc.message}",
+                http_status=response.status,
+                provider_code=exc.provider_code,
+            )
+        return exc
 
     # ---- tokenize ----------------------------------------------------------------------------------
 
@@ -261,8 +322,31 @@ def _finish(choice: response_pb2.Choice, body: dict[str, Any]) -> None:
         stops.set_stop(choice, body.get("stopping_word"))
 
 
-def _probability_log(value: float) -> float:
+def _probability_log(value: float | None) -> float | None:
+    if value is None:  # a position without a logprob (see `_aligned`)
+        return None
     return math.log(value) if value > 0 else -math.inf
+
+
+def _aligned(entries: list[dict[str, Any]], ids: Any) -> tuple[list[dict[str, Any]], list[int]]:
+    """`completion_probabilities` aligned to the sampled ids (`tokens`, the truth): llama-server leaves out the entry
+    of a token that ends inside a UTF-8 sequence (the next entry carries its bytes), so each missing position gets
+    a placeholder without a logprob instead of shifting the rest. Unchanged when the entries are not a subsequence
+    of the ids (or there are no ids)."""
+    if not isinstance(ids, list) or len(ids) <= len(entries):
+        return entries, []
+    value = "prob" if entries and "prob" in entries[0] else "logprob"  # the entries' dialect (post- or pre-sampling)
+    out: list[dict[str, Any]] = []
+    missing: list[int] = []
+    j = 0
+    for position, token in enumerate(ids):
+        if j < len(entries) and entries[j].get("id") == token:
+            out.append(entries[j])
+            j += 1
+        else:
+            missing.append(position)
+            out.append({"id": token, "token": "", "bytes": [], value: None})
+    return (out, missing) if j == len(entries) else (entries, [])
 
 
 def _columns(entries: list[dict[str, Any]], top_k: int, out: logprobs_pb2.TokenLogprobs) -> None:
