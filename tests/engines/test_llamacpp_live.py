@@ -288,3 +288,19 @@ async def test_logprob_entries_left_out_mid_utf8_are_aligned_to_the_sampled_ids(
             # The stream has no event for such a token at all: its ids are short, and it says so.
             assert any(w.code == "sampled_tokens_incomplete" for w in streamed.warnings)
     assert flagged  # the prompt's multi-byte characters make the tiny model split some
+
+
+@pytest.mark.parametrize("kind", ["json_schema", "json_object"])
+async def test_json_cut_by_the_token_limit_is_flagged_on_raw_prompts_and_chat(model, kind):
+    schema = orjson.dumps({"type": "object", "properties": {"answer": {"type": "string"}}}).decode()
+    for request in (
+        build_request("tiny", prompt="JSON:", max_output_tokens=3, seed=3),
+        build_request("tiny", messages=[("user", "JSON please")], max_output_tokens=3, seed=3),
+    ):
+        if kind == "json_schema":
+            request.constraint.json_schema.schema_json = schema
+        else:
+            request.constraint.json_object.SetInParent()
+        response = await model.arun(request)
+        assert response.choices[0].finish_reason == response_pb2.FINISH_REASON_LENGTH
+        assert [e.reason for e in response.errors] == [errors_pb2.ERROR_REASON_CONSTRAINT_VIOLATED]

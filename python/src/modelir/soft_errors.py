@@ -54,7 +54,7 @@ def provider_error(message: str, provider_code: object = "", *, retryable: bool 
 
 def _constraint_violation(request: request_pb2.Request, index: int, text: str) -> errors_pb2.ResponseError | None:
     kind = request.constraint.WhichOneof("kind")
-    if kind == "json_schema":
+    if kind in ("json_schema", "json_object"):
         try:
             orjson.loads(text)
         except orjson.JSONDecodeError as exc:
