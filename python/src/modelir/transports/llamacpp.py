@@ -120,7 +120,7 @@ def _chat_logprobs(request: request_pb2.Request, logprobs: logprobs_pb2.TokenLog
             "top_token_bytes",
             "top_token_byte_offsets",
         ):
-            logprobs.ClearField(column)  # type: ignore[arg-type]
+            logprobs.ClearField(column)
 
 
 class _ChatStream(tokens.LabelledStream):

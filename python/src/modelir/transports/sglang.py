@@ -10,9 +10,11 @@ alternatives a list of such triples per position; `meta_info.finish_reason` is a
 list; streams are `data: {...}` lines ending with `[DONE]`, and `text` in them may be cumulative (older servers)
 or incremental (`--incremental-streaming-output`): both are handled.
 
-A choice among labels lowers to a regex alternation of the escaped labels. A continuation after a text context is
-located by the scored tokens' text offsets (cumulative token texts), never by re-tokenizing; with token input the
-span starts exactly at `logprob_start_len`.
+A choice among labels lowers to a regex alternation of the escaped labels (the text is then the label itself:
+`Choice.constrained_label`). Input scoring takes logprobs from the first token (`logprob_start_len: 0`); a
+continuation after a text context is located by the scored tokens' text offsets (cumulative token texts), never by
+re-tokenizing, and after token input it starts at its first id; several continuations are one batch (`text` or
+`input_ids` a list), answered in order. `output_ids` are the sampled ids (`Choice.sampled_tokens`).
 """
 
 from __future__ import annotations

@@ -7,6 +7,11 @@ are: `top_k`, `min_p`, `repetition_penalty`, `stop_token_ids`; structured output
 (top-level there; element 0 is null; keys are token ids as strings); `return_tokens_as_token_ids` (tokens spelled
 `token_id:N`) and `return_token_ids` (`prompt_token_ids`) for RL; `stop_reason` beside `finish_reason`; -9999.0
 as the clamp for minus infinity (read back as -inf); `/tokenize` and `/detokenize`.
+
+Also: `return_token_ids` on every request (the sampled ids are `Choice.sampled_tokens`, see `_engine_output`);
+`logit_bias` (token ids as strings) and `min_tokens`; several scored continuations as a list of prompts; a scored
+continuation after a conversation as a final assistant message with `continue_final_message`; `/tokenize` with
+`messages` and `add_generation_prompt` for a conversation.
 """
 
 from __future__ import annotations
