@@ -84,6 +84,8 @@ VLLM_EXTENSIONS = {
     "prompt_logprobs",
     "include_reasoning",
     "min_tokens",
+    "continue_final_message",
+    "add_generation_prompt",
 }
 
 

@@ -111,6 +111,22 @@ def test_llamacpp_native_stream_equals_the_final_totals():
         p["id"] for c in chunks for p in c.get("completion_probabilities", [])
     ]
     assert not bool(response.errors) and response.model == chunks[-1]["model"]
+    # Each event's sampled id rides on its delta, attributed to the one text part (the limit ended it: no EOS).
+    ids = [t for c in chunks for t in c.get("tokens", [])]
+    assert list(response.choices[0].sampled_tokens.token_ids) == ids
+    assert list(response.choices[0].sampled_tokens.part_indexes) == [0] * len(ids)
+
+
+def test_llamacpp_recorded_sampled_ids_are_the_answers_tokens():
+    native, path = _llama("completion__return_tokens")
+    body = json.loads(path.read_text())
+    response = LLAMA.lift(_ir_from_native(native), HttpResponse(200, {}, path.read_bytes()))
+    tokens = response.choices[0].sampled_tokens
+    # `tokens` (return_tokens, which we always send) is the truth, whether or not logprobs were asked for; the
+    # limit ended this answer, so every id belongs to the one text part.
+    assert body["stop_type"] == "limit" and list(tokens.token_ids) == body["tokens"] and len(body["tokens"]) == 6
+    assert list(tokens.part_indexes) == [0] * 6
+    assert not response.choices[0].HasField("logprobs")
 
 
 @pytest.mark.parametrize(

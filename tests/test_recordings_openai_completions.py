@@ -68,6 +68,7 @@ def test_recorded_vllm_completion_lower_and_lift():
     # The recording sends a one-prompt list and spells out defaults (n 1, logit_bias null) that we leave implicit.
     expected = {k: v for k, v in recorded.items() if (k, v) not in (("n", 1), ("logit_bias", None))}
     expected["prompt"] = recorded["prompt"][0]
+    assert sent.pop("return_token_ids") is True  # we always ask vLLM for the sampled ids (RL token fidelity)
     assert sent == expected
     response = vllm.lift(request, HttpResponse(200, exchange.headers, exchange.body))
     raw = json.loads(exchange.body)

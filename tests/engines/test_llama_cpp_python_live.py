@@ -167,18 +167,20 @@ async def _score(model, prompt: str, continuation: str | None = None, top_k: int
 @pytest.mark.parametrize("prompt", PROMPTS)
 async def test_whole_prompt_scores_and_bits_per_byte_equal_the_in_process_truth(model, truth, prompt):
     entry = truth[prompt]
-    scores = (await _score(model, prompt)).input_scores
+    scores = (await _score(model, prompt)).input_scores[0]
     # The server echoes no BOS and gives the first prompt token no logprob (OpenAI's convention): unscored.
     assert scores.unscored_token_count == 1
     expected = [p["logprob"] for p in entry["positions"][1:]]
     _compare(list(scores.tokens.token_logprobs), expected)
     first_scored_byte = _spans(entry)[2][0]
     assert scores.span_start_byte == first_scored_byte
-    assert scores.byte_count == len(prompt.encode()) - first_scored_byte
-    assert scores.char_count == len(prompt.encode()[first_scored_byte:].decode())
-    assert scores.token_count == len(expected)
+    assert scores.scored_byte_count == len(prompt.encode()) - first_scored_byte
+    assert scores.scored_char_count == len(prompt.encode()[first_scored_byte:].decode())
+    assert scores.scored_token_count == len(expected)
+    # The requested span is the whole prompt, its unscored first token included.
+    assert (scores.span_byte_count, scores.span_char_count) == (len(prompt.encode()), len(prompt))
     true_bpb = -math.fsum(expected) / math.log(2) / (len(prompt.encode()) - first_scored_byte)
-    bpb = -scores.logprob_sum / math.log(2) / scores.byte_count
+    bpb = -scores.logprob_sum / math.log(2) / scores.scored_byte_count
     LARGEST_DIFFERENCE[0] = max(LARGEST_DIFFERENCE[0], abs(bpb - true_bpb))
     assert bpb == pytest.approx(true_bpb, abs=FLOAT32_TOLERANCE)
 
@@ -189,11 +191,13 @@ async def test_a_continuation_is_scored_from_the_servers_own_token_offsets(model
     boundary = len(context.encode())
     first = next(i for i, (_, end) in enumerate(_spans(entry)) if i and end > boundary)
     expected = _continuation_truth(entry, context)
-    scores = (await _score(model, context, continuation)).input_scores
+    scores = (await _score(model, context, continuation)).input_scores[0]
     _compare(list(scores.tokens.token_logprobs), expected)
     start = _spans(entry)[first][0]
     assert scores.span_start_byte == start
-    assert scores.byte_count == len((context + continuation).encode()) - start
+    assert scores.scored_byte_count == len((context + continuation).encode()) - start
+    assert (scores.span_byte_count, scores.span_char_count) == (len(continuation.encode()), len(continuation))
+    assert scores.first_token_straddles_context == (start < boundary)
     assert scores.logprob_sum == pytest.approx(math.fsum(expected), abs=FLOAT32_TOLERANCE * len(expected))
 
 

@@ -16,7 +16,7 @@ import pytest
 from modelir import Model, UnsupportedCapabilityError, accumulate, aclassify, build_request, errors
 from modelir.executor import Executor
 from modelir.transports.llamacpp import LlamaCpp
-from modelir.v1 import logprobs_pb2, request_pb2, response_pb2
+from modelir.v1 import errors_pb2, logprobs_pb2, request_pb2, response_pb2
 
 SERVER = os.environ.get("MODELIR_LLAMA_SERVER")
 pytestmark = pytest.mark.skipif(not SERVER, reason="set MODELIR_LLAMA_SERVER (make test-engines builds and sets it)")
@@ -90,7 +90,7 @@ async def test_token_input_and_sampled_logprobs_with_ids_and_bytes(model):
     request.logprob_options.require_token_ids = True
     response = await model.arun(request)
     logprobs = response.choices[0].logprobs
-    assert len(logprobs.token_ids) == len(logprobs.logprobs) == 5
+    assert len(logprobs.token_ids) == len(logprobs.token_logprobs) == 5
     assert logprobs.basis == logprobs_pb2.LOGPROB_BASIS_PRE_SAMPLING
     assert list(logprobs.top_counts) == [3] * 5
     # The text is the bytes of the sampled tokens (control tokens have none); a cut UTF-8 token keeps its bytes.
@@ -102,13 +102,14 @@ async def test_post_sampling_probs_are_reported_as_post_sampling_logs(model):
     request.logprob_options.basis = logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING
     logprobs = (await model.arun(request)).choices[0].logprobs
     assert logprobs.basis == logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING
-    assert all(v <= 0 for v in logprobs.logprobs)
+    assert all(v <= 0 for v in logprobs.token_logprobs)
 
 
 async def test_choice_constraint_gives_a_label(model):
     for seed in range(5):
         response = await model.arun(build_request("tiny", prompt="Answer:", choices=["yes", "no", "maybe"], seed=seed))
         assert _text(response) in {"yes", "no", "maybe"}
+        assert response.choices[0].constrained_label == _text(response)
 
 
 async def test_json_schema_constraint_gives_valid_json(model):
@@ -141,7 +142,15 @@ async def test_stream_accumulates_to_the_unary_answer(model):
     unary = await model.arun(request)
     streamed = accumulate([e async for e in model.astream(request)])
     assert _text(streamed) == _text(unary)
-    assert list(streamed.choices[0].logprobs.token_ids) == list(unary.choices[0].logprobs.token_ids)
+    logprobs = unary.choices[0].logprobs
+    # The stream has no event for a token that ends inside a UTF-8 sequence; the unary answer keeps its position
+    # (NaN, flagged). The positions that have a logprob agree, and where the stream lost ids it says so.
+    scored = [i for i, v in zip(logprobs.token_ids, logprobs.token_logprobs, strict=True) if v == v]
+    assert list(streamed.choices[0].logprobs.token_ids) == scored
+    if len(scored) < len(logprobs.token_ids):
+        assert any(w.code == "sampled_tokens_incomplete" for w in streamed.warnings)
+    else:
+        assert streamed.choices[0].sampled_tokens == unary.choices[0].sampled_tokens
     assert streamed.choices[0].finish_reason == unary.choices[0].finish_reason
     assert streamed.usage.output_token_count == unary.usage.output_token_count and streamed.model == unary.model
 
@@ -183,3 +192,115 @@ async def test_rejections_before_any_request(model):
 async def test_a_prompt_longer_than_the_context_is_a_typed_error(model):
     with pytest.raises(errors.ProviderRejectedError, match="context"):
         await model.arun(build_request("tiny", prompt="word " * 400, max_output_tokens=1))
+
+
+def _eos_id(server: str) -> int:
+    import httpx
+
+    answer = httpx.post(server + "/tokenize", json={"content": "</s>", "parse_special": True, "add_special": False})
+    (token,) = answer.json()["tokens"]
+    return token
+
+
+async def test_sampled_token_ids_without_logprobs_agree_unary_and_streamed(model):
+    request = build_request("tiny", prompt="Hello world, the tiny llama", max_output_tokens=6, seed=42)
+    unary = await model.arun(request)
+    streamed = accumulate([e async for e in model.astream(request)])
+    tokens = unary.choices[0].sampled_tokens
+    assert len(tokens.token_ids) == unary.usage.output_token_count == 6
+    assert list(tokens.part_indexes) == [0] * 6  # one text part, no trimmed token (the limit ended it)
+    assert streamed.choices[0].sampled_tokens == tokens
+    detokenized = await model.adetokenize(list(tokens.token_ids))
+    assert detokenized == _text(unary)
+
+
+async def test_logit_bias_forces_the_eos_which_belongs_to_no_part(model, server):
+    eos = _eos_id(server)
+    request = build_request("tiny", prompt="Hello world, the tiny llama", max_output_tokens=8, seed=1)
+    request.sampling.logit_bias[eos] = 100.0
+    unary = await model.arun(request)
+    choice = unary.choices[0]
+    assert choice.finish_reason == response_pb2.FINISH_REASON_STOP and _text(unary) == ""
+    # The EOS id is reported (return_tokens) though its text is trimmed: it belongs to no part.
+    assert list(choice.sampled_tokens.token_ids) == [eos] and not choice.sampled_tokens.part_indexes
+    streamed = accumulate([e async for e in model.astream(request)])
+    assert streamed.choices[0].sampled_tokens == choice.sampled_tokens
+
+
+async def test_a_negative_logit_bias_removes_the_sampled_token(model):
+    request = build_request("tiny", prompt="Hello world, the tiny llama", max_output_tokens=1, temperature=0)
+    first = (await model.arun(request)).choices[0].sampled_tokens.token_ids[0]
+    request.sampling.logit_bias[first] = -100.0
+    assert (await model.arun(request)).choices[0].sampled_tokens.token_ids[0] != first
+
+
+async def test_chat_takes_the_logit_bias_too(model, server):
+    chat = build_request("tiny", messages=[("user", "Hi")], max_output_tokens=8, seed=1)
+    chat.sampling.logit_bias[_eos_id(server)] = 100.0  # the OpenAI object form, which the chat endpoint takes
+    response = await model.arun(chat)
+    assert _text(response) == "" and response.usage.output_token_count == 1
+
+
+async def test_json_object_constraint_gives_a_json_object(model):
+    request = build_request("tiny", prompt="JSON:", max_output_tokens=60, seed=3)
+    request.constraint.json_object.SetInParent()
+    text = _text(await model.arun(request))
+    assert text.startswith("{")
+
+
+def test_tokenizer_facts_give_the_vocabulary_size(server):
+    import httpx
+    from modelir.transports.base import HttpResponse
+
+    transport = LlamaCpp()
+    (native,) = transport.lower_tokenizer_info("tiny")
+    answer = httpx.request(native.method, server + native.path)
+    info = transport.lift_tokenizer_info([HttpResponse(answer.status_code, dict(answer.headers), answer.content)])
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tiny_model", ROOT / "engines/llamacpp/tiny_model.py")
+    assert spec is not None and spec.loader is not None
+    tiny = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tiny)
+    assert info.vocabulary_size == len(tiny.build_vocabulary()[0])  # bytes, merged pieces and controls
+    assert _eos_id(server) < info.vocabulary_size
+
+
+async def test_detokenizing_an_id_outside_the_vocabulary_is_a_request_error(model):
+    with pytest.raises(errors.ProviderRejectedError, match="outside the model's vocabulary"):
+        await model.adetokenize([99999])
+
+
+async def test_logprob_entries_left_out_mid_utf8_are_aligned_to_the_sampled_ids(model):
+    flagged = 0
+    for seed in range(1, 16):
+        request = build_request(
+            "tiny", prompt="Hello world, café ü 日本", max_output_tokens=12, seed=seed, top_logprobs=1
+        )
+        response = await model.arun(request)
+        choice = response.choices[0]
+        # One logprob position per sampled token, with the same id, whatever llama-server left out.
+        assert list(choice.logprobs.token_ids) == list(choice.sampled_tokens.token_ids)
+        if any(e.reason == errors_pb2.ERROR_REASON_MISSING_LOGPROBS for e in response.errors):
+            flagged += 1
+            assert any(v != v for v in choice.logprobs.token_logprobs)  # the missing positions are NaN
+            streamed = accumulate([e async for e in model.astream(request)])
+            # The stream has no event for such a token at all: its ids are short, and it says so.
+            assert any(w.code == "sampled_tokens_incomplete" for w in streamed.warnings)
+    assert flagged  # the prompt's multi-byte characters make the tiny model split some
+
+
+@pytest.mark.parametrize("kind", ["json_schema", "json_object"])
+async def test_json_cut_by_the_token_limit_is_flagged_on_raw_prompts_and_chat(model, kind):
+    schema = orjson.dumps({"type": "object", "properties": {"answer": {"type": "string"}}}).decode()
+    for request in (
+        build_request("tiny", prompt="JSON:", max_output_tokens=3, seed=3),
+        build_request("tiny", messages=[("user", "JSON please")], max_output_tokens=3, seed=3),
+    ):
+        if kind == "json_schema":
+            request.constraint.json_schema.schema_json = schema
+        else:
+            request.constraint.json_object.SetInParent()
+        response = await model.arun(request)
+        assert response.choices[0].finish_reason == response_pb2.FINISH_REASON_LENGTH
+        assert [e.reason for e in response.errors] == [errors_pb2.ERROR_REASON_CONSTRAINT_VIOLATED]

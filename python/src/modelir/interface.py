@@ -72,6 +72,10 @@ class ModelInterface(ABC):
     @abstractmethod
     async def atokenize_request(self, request: service_pb2.TokenizeRequest) -> service_pb2.TokenizeResponse: ...
 
+    async def atokenizer_info(self) -> capabilities_pb2.TokenizerInfo | None:
+        """The model's tokenizer facts (vocabulary size, BOS and EOS ids) where they are known; None otherwise."""
+        return None
+
     async def arender_prompt(self, request: request_pb2.Request) -> str | None:
         """The request's conversation as the model's chat template renders it, for models that can say
         (llama.cpp's `/apply-template`); None for the others. Nothing is generated."""

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import functools
 import gc
+import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 
@@ -35,6 +36,8 @@ from modelir.v1 import capabilities_pb2, errors_pb2, request_pb2, response_pb2, 
 # generation, short enough that an endless stream with no deadline cannot hold a connection and a limiter slot
 # forever. `default_timeout=None` lifts it (the caller then owns every deadline).
 DEFAULT_TIMEOUT = 600.0
+
+log = logging.getLogger("modelir.model")
 
 
 class Model(ModelInterface):
@@ -64,6 +67,7 @@ class Model(ModelInterface):
         self._pipeline = pipeline.Pipeline(transport, self._manifest, model=self.name)
         self.default_timeout = default_timeout
         self.media_policy = media  # which media URIs requests may carry to the provider (`media_policy`)
+        self._tokenizer_info: capabilities_pb2.TokenizerInfo | None = None
         # Made once: a `functools.partial` per call is measurable on the hot path.
         self._error_from = _error_from(transport) if isinstance(transport, HttpTransport) else None
 
@@ -283,6 +287,32 @@ class Model(ModelInterface):
         if missing := capabilities.tokenize_missing(request, self._manifest):
             gaps = errors_pb2.UnsupportedCapabilities(model=self.name, missing=missing)
             raise errors.UnsupportedCapabilityError(gaps)
+
+    async def atokenizer_info(self) -> capabilities_pb2.TokenizerInfo | None:
+        """The model's tokenizer facts (`ModelInfo.tokenizer`): what the transport knows, or what the engine reports
+        (asked once, then kept); None when neither says. An engine that cannot answer is logged, not raised:
+        `ListModels` must not fail because one model's engine is down."""
+        if self._tokenizer_info is not None:
+            return self._tokenizer_info
+        transport = self.transport
+        info = transport.tokenizer_info()
+        if info is None and isinstance(transport, HttpTransport) and self.executor is not None:
+            natives = transport.lower_tokenizer_info(transport.provider_model or self.name)
+            if natives:
+                try:
+                    deadline = time.monotonic() + 10.0
+                    sent = [
+                        await self.executor.send(
+                            native, error_from=_error_from(transport), deadline=deadline, observe=self.limiter.observe
+                        )
+                        for native in natives
+                    ]
+                    info = transport.lift_tokenizer_info([s.response for s in sent])
+                except errors.ModelError as exc:
+                    log.warning("%s: the engine's tokenizer facts are unavailable: %s", self.name, exc)
+                    return None
+        self._tokenizer_info = info
+        return info
 
     @telemetry.tokenize_span("detokenize")
     async def adetokenize(self, token_ids: list[int]) -> str:

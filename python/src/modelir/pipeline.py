@@ -159,7 +159,7 @@ def split_continuations(request: request_pb2.Request, transport: Transport) -> l
     """One request per continuation, in order, when `request` asks to score several and `transport` scores one
     per call (`scores_continuations_at_once` is False); None when the request runs as it is."""
     spans = continuations.of(request)
-    if len(spans) < 2 or transport.scores_continuations_at_once:
+    if len(spans) < 2 or transport.scores_continuations_together(request):
         return None
     out = []
     for span in spans:

@@ -67,7 +67,7 @@ def provider_error(message: str, provider_code: object = "", *, retryable: bool 
 
 def _constraint_violation(request: request_pb2.Request, index: int, text: str) -> errors_pb2.ResponseError | None:
     kind = request.constraint.WhichOneof("kind")
-    if kind == "json_schema":
+    if kind in ("json_schema", "json_object"):
         try:
             orjson.loads(text)
         except orjson.JSONDecodeError as exc:
@@ -142,7 +142,10 @@ def text_of(choice: response_pb2.Choice) -> str:
 def settle(request: request_pb2.Request, response: response_pb2.Response, facts: Facts) -> None:
     """Set the soft errors of a complete unary response from the lift's facts."""
     constrained = request.constraint.WhichOneof("kind") is not None
-    outcomes = [(c.index, c.finish_reason, text_of(c)) for c in response.choices] if constrained else []
+    # A choice's label stands for its text where the wire text is the label wrapped (Ollama's JSON-quoted enum).
+    outcomes = (
+        [(c.index, c.finish_reason, c.constrained_label or text_of(c)) for c in response.choices] if constrained else []
+    )
     response.errors.extend(soft_errors(request, facts, outcomes))
 
 
@@ -150,5 +153,7 @@ def settle_stream(
     request: request_pb2.Request, end: stream_pb2.StreamEnd, facts: Facts, texts: Mapping[int, str]
 ) -> None:
     """Set the soft errors of a stream's end from the lifter's facts and each choice's streamed text."""
-    outcomes = [(f.choice_index, f.finish_reason, texts.get(f.choice_index, "")) for f in end.finishes]
+    outcomes = [
+        (f.choice_index, f.finish_reason, f.constrained_label or texts.get(f.choice_index, "")) for f in end.finishes
+    ]
     end.errors.extend(soft_errors(request, facts, outcomes))

@@ -79,12 +79,12 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
 
     async def ListModels(self, request, context) -> service_pb2.ListModelsResponse:
         with telemetry.server_call("ListModels", "", context):
+            names = sorted(self.models)
+            tokenizers = await asyncio.gather(*(self.models[name].atokenizer_info() for name in names))
             return service_pb2.ListModelsResponse(
                 models=[
-                    service_pb2.ModelInfo(
-                        name=name, manifest=model.capabilities, tokenizer=model.transport.tokenizer_info()
-                    )
-                    for name, model in sorted(self.models.items())
+                    service_pb2.ModelInfo(name=name, manifest=self.models[name].capabilities, tokenizer=tokenizer)
+                    for name, tokenizer in zip(names, tokenizers, strict=True)
                 ]
             )
 

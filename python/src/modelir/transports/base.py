@@ -111,6 +111,11 @@ class Transport(ABC):
         """The model id artifacts issued for `request` carry; replayed artifacts must name the same."""
         return self.provider_model
 
+    def scores_continuations_together(self, request: request_pb2.Request) -> bool:
+        """Whether `request`'s several continuations go in one call (else the pipeline splits them, one call
+        each, and merges the scores in order)."""
+        return self.scores_continuations_at_once
+
     def tokenizer_info(self) -> capabilities_pb2.TokenizerInfo | None:
         """The model's tokenizer facts (vocabulary size, BOS and EOS ids) where this transport knows them, for
         `ListModels`; None (the default) when it does not."""
@@ -236,6 +241,14 @@ class HttpTransport(Transport):
 
     def lift_detokenize(self, response: HttpResponse) -> str:
         raise NotImplementedError(f"{self.name} has no detokenize endpoint")
+
+    def lower_tokenizer_info(self, model: str) -> list[HttpRequest]:
+        """The native requests that report the model's tokenizer facts (`ModelInfo.tokenizer`), in order; none (the
+        default) when the engine reports none beyond what `tokenizer_info` knows without a call."""
+        return []
+
+    def lift_tokenizer_info(self, responses: list[HttpResponse]) -> capabilities_pb2.TokenizerInfo:
+        raise NotImplementedError(f"{self.name} reports no tokenizer facts")
 
     def error(self, response: HttpResponse) -> errors.ModelError:
         """The typed error for a non-2xx answer. The default reads the de facto standard error body that OpenAI,

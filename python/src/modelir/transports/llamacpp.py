@@ -21,11 +21,21 @@ import orjson
 from modelir import errors, soft_errors, stops
 from modelir import logprobs as lp
 from modelir.transports import _common as common
-from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
+from modelir.transports import _engine_output as tokens
+from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter, json_error
 from modelir.transports.manifests import COMMON, ENGINE_SAMPLING, LOGPROBS, OPENAI_SAMPLING, capability_set
 from modelir.transports.openai.chat import OpenAIChat
 from modelir.transports.stream_parts import StreamParts
-from modelir.v1 import capabilities_pb2, content_pb2, logprobs_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
+from modelir.v1 import (
+    capabilities_pb2,
+    content_pb2,
+    errors_pb2,
+    logprobs_pb2,
+    request_pb2,
+    response_pb2,
+    service_pb2,
+    stream_pb2,
+)
 
 STOP_TYPES = {
     "eos": response_pb2.FINISH_REASON_STOP,
@@ -36,7 +46,6 @@ PROVIDER_OPTION_KEYS = (
     "cache_prompt",
     "dry_multiplier",
     "ignore_eos",
-    "logit_bias",
     "post_sampling_probs",
     "typical_p",
 )
@@ -66,6 +75,8 @@ def _sampling(request: request_pb2.Request, body: dict[str, Any]) -> None:
         body["grammar"] = request.constraint.grammar.text
     elif kind == "json_schema":
         body["json_schema"] = orjson.loads(request.constraint.json_schema.schema_json)
+    elif kind == "json_object":  # a schema that admits exactly the JSON objects
+        body["json_schema"] = {"type": "object"}
 
 
 # IR sampling fields, as `ir_name:native_name` where this wire renames them.
@@ -82,7 +93,45 @@ class _Chat(OpenAIChat):
         body = super().body(request, stream=stream)
         body.pop("response_format", None)  # llama.cpp takes the schema itself, like the native endpoint
         _sampling(request, body)
+        if request.sampling.logit_bias:  # the OpenAI object form, which the chat endpoint also takes
+            body["logit_bias"] = {str(k): v for k, v in sorted(request.sampling.logit_bias.items())}
         return body
+
+    def lift_extras(self, request, body, out, facts) -> None:
+        tokens.label_choices(request, out)
+        for choice in out.choices:
+            if choice.HasField("logprobs"):
+                _chat_logprobs(request, choice.logprobs)
+
+    def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
+        return _ChatStream(super().stream_lifter(request), request)
+
+
+def _chat_logprobs(request: request_pb2.Request, logprobs: logprobs_pb2.TokenLogprobs) -> None:
+    """The chat endpoint's logprobs are the native `n_probs` ones (pre-sampling), and without `top_logprobs` it
+    still sends its default 20 alternatives (sending 0 turns logprobs off): keep only what was asked for."""
+    logprobs.basis = logprobs_pb2.LOGPROB_BASIS_PRE_SAMPLING
+    if not request.logprob_options.top_logprob_count:
+        for column in (
+            "top_counts",
+            "top_token_ids",
+            "top_logprobs",
+            "top_tokens",
+            "top_token_bytes",
+            "top_token_byte_offsets",
+        ):
+            logprobs.ClearField(column)
+
+
+class _ChatStream(tokens.LabelledStream):
+    """The chat stream, with its logprobs labelled and trimmed as in the unary answer."""
+
+    def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
+        out = self.inner.feed(event)
+        for item in out:
+            if item.WhichOneof("event") == "delta" and item.delta.HasField("logprobs"):
+                _chat_logprobs(self.request, item.delta.logprobs)
+        return out
 
 
 class LlamaCpp(HttpTransport):
@@ -97,7 +146,7 @@ class LlamaCpp(HttpTransport):
     capabilities = capability_set(
         COMMON | LOGPROBS | OPENAI_SAMPLING | ENGINE_SAMPLING,
         "COMPLETION CHAT TOKEN_INPUT SYSTEM_MESSAGES SAMPLED_TOKEN_IDS CONSTRAINT_CHOICE "
-        "CONSTRAINT_JSON_SCHEMA CONSTRAINT_GRAMMAR TOKENIZE",
+        "CONSTRAINT_JSON_SCHEMA CONSTRAINT_JSON_OBJECT CONSTRAINT_GRAMMAR TOKENIZE LOGIT_BIAS",
     )
     # llama-server clamps larger n_probs silently; the manifest says where the honest limit is.
     limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=1)
@@ -128,6 +177,8 @@ class LlamaCpp(HttpTransport):
         if request.sampling.HasField("max_output_tokens"):
             body["n_predict"] = request.sampling.max_output_tokens
         _sampling(request, body)
+        if request.sampling.logit_bias:  # the documented `[[token id, bias], ...]` form
+            body["logit_bias"] = [[k, v] for k, v in sorted(request.sampling.logit_bias.items())]
         if request.HasField("logprob_options"):
             body["n_probs"] = max(request.logprob_options.top_logprob_count, 1)
             if request.logprob_options.basis == logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING:
@@ -148,21 +199,47 @@ class LlamaCpp(HttpTransport):
         choice.message.role = content_pb2.ROLE_ASSISTANT
         choice.message.parts.add(text=body.get("content") or "")
         _finish(choice, body)
+        ids = body.get("tokens")
+        if isinstance(ids, list):  # `return_tokens`: every sampled id, the EOS that ended it included
+            tokens.fill(choice, ids, trimmed=int(body.get("stop_type") == "eos"))
+        choice.constrained_label = tokens.constrained_label(request, body.get("content") or "")
         probabilities = body.get("completion_probabilities")
+        missing: list[int] = []
         facts = soft_errors.Facts()
         if request.HasField("logprob_options"):
             if probabilities is None:
                 facts.lack_logprobs(0)
             else:
+                probabilities, missing = _aligned(probabilities, ids)
                 _columns(probabilities, request.logprob_options.top_logprob_count, choice.logprobs)
         _usage_and_timing(body, out)
         soft_errors.settle(request, out, facts)
+        if request.HasField("logprob_options") and probabilities is not None and missing:
+            out.errors.add(
+                reason=errors_pb2.ERROR_REASON_MISSING_LOGPROBS,
+                choice_index=0,
+                message=f"llama-server gave no logprob for the sampled tokens at positions {missing} (tokens that end "
+                "inside a UTF-8 sequence; their bytes are in the next entry's); they are NaN",
+            )
         return out
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
         if request.WhichOneof("input") == "conversation":
             return self._chat.stream_lifter(request)
         return _CompletionStreamLifter(self, request)
+
+    def error(self, response: HttpResponse) -> errors.ModelError:
+        """As the OpenAI-style error body says, except that a token id outside the vocabulary (detokenize, token
+        input) is a request error: llama-server answers it with a 500 carrying the C++ range check's message,
+        which retrying cannot fix."""
+        exc = json_error(response)
+        if response.status == 500 and "_M_range_check" in exc.message:
+            return errors.ProviderRejectedError(
+                f"a token id is outside the model's vocabulary: {exc.message}",
+                http_status=response.status,
+                provider_code=exc.provider_code,
+            )
+        return exc
 
     # ---- tokenize ----------------------------------------------------------------------------------
 
@@ -208,6 +285,21 @@ class LlamaCpp(HttpTransport):
     def lift_detokenize(self, response: HttpResponse) -> str:
         return common.parse_json(response.body, "detokenize body")["content"]
 
+    def lower_tokenizer_info(self, model: str) -> list[HttpRequest]:
+        """`GET /v1/models`, whose `meta.n_vocab` is the vocabulary size (`ModelInfo.tokenizer`)."""
+        return [HttpRequest("GET", "/v1/models")]
+
+    def lift_tokenizer_info(self, responses: list[HttpResponse]) -> capabilities_pb2.TokenizerInfo:
+        """The vocabulary size. `/props` names BOS and EOS only as text (`bos_token`, `eos_token`), not as ids,
+        so they are left unset rather than guessed."""
+        body = common.parse_json(responses[0].body, "models body")
+        models = body.get("data") if isinstance(body, dict) else None
+        meta = models[0].get("meta") if isinstance(models, list) and models and isinstance(models[0], dict) else None
+        size = meta.get("n_vocab") if isinstance(meta, dict) else None
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 < size < 2**31:
+            raise errors.MalformedResponseError(f"{self.name}: /v1/models has no vocabulary size (meta.n_vocab)")
+        return capabilities_pb2.TokenizerInfo(vocabulary_size=size)
+
     def lower_render_prompt(self, request: request_pb2.Request) -> HttpRequest:
         """`/apply-template`: the conversation through the server's chat template, without generating."""
         body = {"messages": self._chat.body(request, stream=False)["messages"]}
@@ -230,8 +322,31 @@ def _finish(choice: response_pb2.Choice, body: dict[str, Any]) -> None:
         stops.set_stop(choice, body.get("stopping_word"))
 
 
-def _probability_log(value: float) -> float:
+def _probability_log(value: float | None) -> float | None:
+    if value is None:  # a position without a logprob (see `_aligned`)
+        return None
     return math.log(value) if value > 0 else -math.inf
+
+
+def _aligned(entries: list[dict[str, Any]], ids: Any) -> tuple[list[dict[str, Any]], list[int]]:
+    """`completion_probabilities` aligned to the sampled ids (`tokens`, the truth): llama-server leaves out the entry
+    of a token that ends inside a UTF-8 sequence (the next entry carries its bytes), so each missing position gets
+    a placeholder without a logprob instead of shifting the rest. Unchanged when the entries are not a subsequence
+    of the ids (or there are no ids)."""
+    if not isinstance(ids, list) or len(ids) <= len(entries):
+        return entries, []
+    value = "prob" if entries and "prob" in entries[0] else "logprob"  # the entries' dialect (post- or pre-sampling)
+    out: list[dict[str, Any]] = []
+    missing: list[int] = []
+    j = 0
+    for position, token in enumerate(ids):
+        if j < len(entries) and entries[j].get("id") == token:
+            out.append(entries[j])
+            j += 1
+        else:
+            missing.append(position)
+            out.append({"id": token, "token": "", "bytes": [], value: None})
+    return (out, missing) if j == len(entries) else (entries, [])
 
 
 def _columns(entries: list[dict[str, Any]], top_k: int, out: logprobs_pb2.TokenLogprobs) -> None:
@@ -278,6 +393,10 @@ class _CompletionStreamLifter(StreamLifter):
         self.final: dict[str, Any] | None = None
         self.saw_probabilities = False
         self.parts = StreamParts()
+        # Each event's sampled id is held until the next event says whether it was the EOS that ended the stream
+        # (a token of no part); llama-server sends one id per event.
+        self.pending: list[int] = []
+        self.id_count = 0
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
         data = common.parse_json(event.data, "stream event")
@@ -291,9 +410,21 @@ class _CompletionStreamLifter(StreamLifter):
             self.saw_probabilities = True
             if self.request.HasField("logprob_options") and probabilities:
                 _columns(probabilities, self.request.logprob_options.top_logprob_count, delta.delta.logprobs)
-        out.append(delta)
+        ids = data.get("tokens")
+        ids = [i for i in ids if isinstance(i, int)] if isinstance(ids, list) else []
+        self.id_count += len(ids)
         if data.get("stop"):
             self.final = data
+            if data.get("stop_type") == "eos":
+                delta.delta.token_ids.extend(self.pending[:-1] + ids[:-1])
+                self.pending = (self.pending + ids)[-1:]
+            else:
+                delta.delta.token_ids.extend(self.pending + ids)
+                self.pending = []
+        else:
+            delta.delta.token_ids.extend(self.pending)
+            self.pending = ids
+        out.append(delta)
         return out
 
     def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
@@ -304,14 +435,19 @@ class _CompletionStreamLifter(StreamLifter):
             choice = settled.choices.add()
             _finish(choice, self.final)
             _usage_and_timing(self.final, settled)
-            stops.copy_stop(
-                choice,
-                end.finishes.add(
-                    choice_index=0,
-                    finish_reason=choice.finish_reason,
-                    raw_finish_reason=choice.raw_finish_reason,
-                ),
+            finish = end.finishes.add(
+                choice_index=0, finish_reason=choice.finish_reason, raw_finish_reason=choice.raw_finish_reason
             )
+            stops.copy_stop(choice, finish)
+            tokens.finish_unattributed(finish, self.pending)
+            finish.constrained_label = tokens.constrained_label(self.request, self.parts.texts().get(0, ""))
+            predicted = self.final.get("tokens_predicted")
+            if isinstance(predicted, int) and self.id_count and self.id_count < predicted:
+                # llama-server sends no event for a token that ends inside a UTF-8 sequence, so its id is lost.
+                end.warnings.add(
+                    code="sampled_tokens_incomplete",
+                    message=f"the stream carried {self.id_count} of {predicted} sampled token ids",
+                )
             end.usage.CopyFrom(settled.usage)
             end.model = self.final.get("model") or ""  # only the last event names the model
             if settled.HasField("timing"):
@@ -321,5 +457,9 @@ class _CompletionStreamLifter(StreamLifter):
         else:
             end.finishes.add(choice_index=0)
             facts.cut_short = "the stream ended before its final (stop) event; the output is partial"
+        events = []
+        if self.final is None and self.pending:  # cut short: the held id was not a final EOS
+            held = stream_pb2.PartDelta(choice_index=0, part_index=0, token_ids=self.pending)
+            events.append(stream_pb2.StreamEvent(delta=held))
         soft_errors.settle_stream(self.request, end, facts, self.parts.texts())
-        return [stream_pb2.StreamEvent(end=end)]
+        return [*events, stream_pb2.StreamEvent(end=end)]

@@ -8,8 +8,9 @@ are a JSON *object*; streams are NDJSON (one object a line, no `[DONE]`, the las
 mid-stream failure is a final `{"error": ...}` line with status 200); usage is `prompt_eval_count` /
 `eval_count`; durations are nanoseconds; logprobs (recent servers) carry no token ids.
 
-A choice among labels lowers to a JSON schema `{"enum": labels}`; the reply (a JSON string) is unwrapped back to
-the bare label, so the IR output is exactly one of the labels.
+A choice among labels lowers to a JSON schema `{"enum": labels}`; the reply is a JSON string, kept verbatim as the
+text (so that text, token bytes and logprobs agree), and the label it unwraps to is `Choice.constrained_label`.
+A JSON object constraint is `format: "json"`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from modelir import content_kinds, soft_errors
+from modelir import content_kinds, errors, soft_errors
 from modelir import logprobs as lp
 from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
@@ -60,7 +61,7 @@ class Ollama(HttpTransport):
     capabilities = capability_set(
         COMMON | LOGPROBS | OPENAI_SAMPLING | ENGINE_SAMPLING,
         "COMPLETION CHAT SYSTEM_MESSAGES IMAGE_INPUT TOOLS REASONING REASONING_EFFORT FIM CONSTRAINT_CHOICE "
-        "CONSTRAINT_JSON_SCHEMA",
+        "CONSTRAINT_JSON_SCHEMA CONSTRAINT_JSON_OBJECT",
     )
     limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=1)
     provider_option_keys = PROVIDER_OPTION_KEYS
@@ -108,6 +109,8 @@ class Ollama(HttpTransport):
             body["format"] = orjson.loads(request.constraint.json_schema.schema_json)
         elif kind == "choice":
             body["format"] = {"enum": list(request.constraint.choice.labels)}
+        elif kind == "json_object":
+            body["format"] = "json"
         if request.HasField("reasoning_controls"):
             amount = request.reasoning_controls.WhichOneof("amount")
             if amount == "effort" and request.reasoning_controls.effort == request_pb2.REASONING_EFFORT_NONE:
@@ -139,7 +142,8 @@ class Ollama(HttpTransport):
         text = message.get("content") if "message" in body else body.get("response")
         if thinking:
             choice.message.parts.add().reasoning.text = thinking
-        choice.message.parts.add(text=_unwrap(request, text or ""))
+        choice.message.parts.add(text=text or "")
+        choice.constrained_label = _label(request, text or "")
         for call in message.get("tool_calls") or body.get("tool_calls") or ():
             choice.message.parts.append(_call_part(call))
         facts = soft_errors.Facts()
@@ -154,16 +158,46 @@ class Ollama(HttpTransport):
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
         return _NdjsonStreamLifter(self, request)
 
+    # ---- tokenizer facts ---------------------------------------------------------------------------
 
-def _unwrap(request: request_pb2.Request, text: str) -> str:
-    """Under a choice constraint the reply is a JSON string; the IR output is the bare label."""
+    def lower_tokenizer_info(self, model: str) -> list[HttpRequest]:
+        """`POST /api/show`, whose `model_info` holds the GGUF metadata (`ModelInfo.tokenizer`)."""
+        body = {"model": self.provider_model or model}
+        return [HttpRequest("POST", "/api/show", orjson.dumps(body), JSON_HEADERS)]
+
+    def lift_tokenizer_info(self, responses: list[HttpResponse]) -> capabilities_pb2.TokenizerInfo:
+        """`<architecture>.vocab_size`, `tokenizer.ggml.bos_token_id` and `tokenizer.ggml.eos_token_id` (plus
+        `tokenizer.ggml.eos_token_ids` where a model has several), each left unset when absent."""
+        body = common.parse_json(responses[0].body, "show body")
+        info = body.get("model_info") if isinstance(body, dict) else None
+        if not isinstance(info, dict):
+            raise errors.MalformedResponseError(f"{self.name}: /api/show has no model_info")
+        out = capabilities_pb2.TokenizerInfo()
+        architecture = info.get("general.architecture")
+        if (size := _token_id(info.get(f"{architecture}.vocab_size"))) is not None and size > 0:
+            out.vocabulary_size = size
+        if (bos := _token_id(info.get("tokenizer.ggml.bos_token_id"))) is not None:
+            out.bos_token_id = bos
+        eos = [info.get("tokenizer.ggml.eos_token_id"), *(info.get("tokenizer.ggml.eos_token_ids") or [])]
+        for token in eos:
+            if (eos_id := _token_id(token)) is not None and eos_id not in out.eos_token_ids:
+                out.eos_token_ids.append(eos_id)
+        return out
+
+
+def _token_id(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31 else None
+
+
+def _label(request: request_pb2.Request, text: str) -> str:
+    """Under a choice constraint the reply is a JSON string: the label it unwraps to, or "" when it is none."""
     if request.constraint.WhichOneof("kind") != "choice":
-        return text
+        return ""
     try:
         label = orjson.loads(text)
     except orjson.JSONDecodeError:
-        return text
-    return label if isinstance(label, str) else text
+        return ""
+    return label if isinstance(label, str) and label in request.constraint.choice.labels else ""
 
 
 def _messages(request: request_pb2.Request) -> list[dict[str, Any]]:
@@ -252,7 +286,7 @@ def _settle(body: dict[str, Any], choice: response_pb2.Choice, out: response_pb2
 
 
 class _NdjsonStreamLifter(StreamLifter):
-    """NDJSON lines -> IR events. Under a choice constraint the text is held to the end, to be unwrapped."""
+    """NDJSON lines -> IR events; the end names the chosen label under a choice constraint."""
 
     def __init__(self, transport: Ollama, request: request_pb2.Request) -> None:
         self.transport = transport
@@ -284,8 +318,7 @@ class _NdjsonStreamLifter(StreamLifter):
         delta = None
         if text:
             self.texts.append(text)
-            if self.request.constraint.WhichOneof("kind") != "choice":
-                delta = stream_pb2.PartDelta(part_index=self.parts.index(0, "text"), text=text)
+            delta = stream_pb2.PartDelta(part_index=self.parts.index(0, "text"), text=text)
         if data.get("logprobs"):
             self.saw_logprobs = True
             delta = delta or stream_pb2.PartDelta()
@@ -300,11 +333,9 @@ class _NdjsonStreamLifter(StreamLifter):
     def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
         out: list[stream_pb2.StreamEvent] = []
         text_index = self.parts.index(0, "text")
-        full = _unwrap(self.request, "".join(self.texts))
-        # The text part exists in the unary answer even when empty; under a choice constraint it was held back
-        # until now, to be unwrapped from its JSON string.
-        held = full if self.request.constraint.WhichOneof("kind") == "choice" else ""
-        out.append(stream_pb2.StreamEvent(delta=stream_pb2.PartDelta(part_index=text_index, text=held)))
+        full = "".join(self.texts)
+        # The text part exists in the unary answer even when empty.
+        out.append(stream_pb2.StreamEvent(delta=stream_pb2.PartDelta(part_index=text_index, text="")))
         for offset, call in enumerate(self.calls):
             part = _call_part(call)
             out.append(
@@ -329,8 +360,12 @@ class _NdjsonStreamLifter(StreamLifter):
             if not self.saw_logprobs:
                 facts.lack_logprobs(0)
             _settle(self.final, choice, settled)
+            choice.constrained_label = _label(self.request, full)
             end.finishes.add(
-                choice_index=0, finish_reason=choice.finish_reason, raw_finish_reason=choice.raw_finish_reason
+                choice_index=0,
+                finish_reason=choice.finish_reason,
+                raw_finish_reason=choice.raw_finish_reason,
+                constrained_label=choice.constrained_label,
             )
             end.usage.CopyFrom(settled.usage)
             if settled.HasField("timing"):

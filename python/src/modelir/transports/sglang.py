@@ -10,9 +10,11 @@ alternatives a list of such triples per position; `meta_info.finish_reason` is a
 list; streams are `data: {...}` lines ending with `[DONE]`, and `text` in them may be cumulative (older servers)
 or incremental (`--incremental-streaming-output`): both are handled.
 
-A choice among labels lowers to a regex alternation of the escaped labels. A continuation after a text context is
-located by the scored tokens' text offsets (cumulative token texts), never by re-tokenizing; with token input the
-span starts exactly at `logprob_start_len`.
+A choice among labels lowers to a regex alternation of the escaped labels (the text is then the label itself:
+`Choice.constrained_label`). Input scoring takes logprobs from the first token (`logprob_start_len: 0`); a
+continuation after a text context is located by the scored tokens' text offsets (cumulative token texts), never by
+re-tokenizing, and after token input it starts at its first id; several continuations are one batch (`text` or
+`input_ids` a list), answered in order. `output_ids` are the sampled ids (`Choice.sampled_tokens`).
 """
 
 from __future__ import annotations
@@ -25,14 +27,15 @@ import orjson
 from modelir import content_kinds, continuations, soft_errors, stops
 from modelir import logprobs as lp
 from modelir.transports import _common as common
+from modelir.transports import _engine_output as tokens
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
 from modelir.transports.manifests import COMMON, ENGINE_SAMPLING, LOGPROBS, capability_set
 from modelir.transports.stream_parts import StreamParts
 from modelir.v1 import capabilities_pb2, content_pb2, logprobs_pb2, request_pb2, response_pb2, stream_pb2
 
 JSON_HEADERS = (("content-type", "application/json"),)
-PROVIDER_OPTION_KEYS = ("ignore_eos", "min_new_tokens", "no_stop_trim", "skip_special_tokens", "lora_path")
-_SAMPLING_OPTION_KEYS = {"ignore_eos", "min_new_tokens", "no_stop_trim", "skip_special_tokens"}
+PROVIDER_OPTION_KEYS = ("ignore_eos", "no_stop_trim", "skip_special_tokens", "lora_path")
+_SAMPLING_OPTION_KEYS = {"ignore_eos", "no_stop_trim", "skip_special_tokens"}
 
 
 def choice_regex(labels: list[str]) -> str:
@@ -42,7 +45,7 @@ def choice_regex(labels: list[str]) -> str:
 # IR sampling fields, as `ir_name:native_name` where this wire renames them.
 _SAMPLING = (
     "temperature top_p top_k min_p presence_penalty frequency_penalty repetition_penalty "
-    "max_output_tokens:max_new_tokens stop stop_token_ids choice_count:n"
+    "max_output_tokens:max_new_tokens stop stop_token_ids choice_count:n min_output_tokens:min_new_tokens"
 )
 
 
@@ -55,11 +58,12 @@ class SGLang(HttpTransport):
         COMMON | LOGPROBS | ENGINE_SAMPLING,
         "COMPLETION TOKEN_INPUT INPUT_SCORING SAMPLED_TOKEN_IDS CONSTRAINT_CHOICE CONSTRAINT_REGEX "
         "CONSTRAINT_JSON_SCHEMA CONSTRAINT_GRAMMAR MULTIPLE_CHOICES STOP_SEQUENCES STOP_TOKEN_IDS "
-        "PRESENCE_FREQUENCY_PENALTIES",
+        "PRESENCE_FREQUENCY_PENALTIES LOGIT_BIAS MIN_OUTPUT_TOKENS",
     )
     limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=64)
     grammar_dialects = ("EBNF",)
     provider_option_keys = PROVIDER_OPTION_KEYS
+    scores_continuations_at_once = True  # several continuations are one batch (`text` or `input_ids` lists)
     part_kinds = content_kinds.none_carried("sglang /generate")
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
@@ -68,19 +72,27 @@ class SGLang(HttpTransport):
             reasons.append("sglang input scores are taken from the unary answer; score without streaming.")
         if request.HasField("input_scoring") and request.sampling.choice_count > 1:
             reasons.append("Input scoring with several choices would score the same prompt several times.")
+        generates = not request.sampling.HasField("max_output_tokens") or request.sampling.max_output_tokens > 0
+        if len(continuations.of(request)) > 1 and generates:
+            reasons.append(
+                "Several continuations are scored as a batch of inputs, each of which would also generate; "
+                "set sampling.max_output_tokens to 0."
+            )
         return reasons
 
     # ---- lower -------------------------------------------------------------------------------------
 
     def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
         body: dict[str, Any] = {}
-        continuation = _continuation(request)
-        if request.WhichOneof("input") == "token_ids":
-            body["input_ids"] = [*request.token_ids.ids, *continuation]
-        else:
-            body["text"] = request.prompt + continuation
+        inputs = [_full_input(request, span) for span in _spans(request)]
+        # Several continuations are one batch (a list of inputs), answered in order.
+        body["input_ids" if request.WhichOneof("input") == "token_ids" else "text"] = (
+            inputs[0] if len(inputs) == 1 else inputs
+        )
         params: dict[str, Any] = {}
         common.copy_sampling(request.sampling, params, _SAMPLING)
+        if request.sampling.logit_bias:  # `SamplingParams.logit_bias`: token ids as strings
+            params["logit_bias"] = {str(k): v for k, v in sorted(request.sampling.logit_bias.items())}
         kind = request.constraint.WhichOneof("kind")
         if kind == "choice":
             params["regex"] = choice_regex(list(request.constraint.choice.labels))
@@ -100,10 +112,8 @@ class SGLang(HttpTransport):
             if top_k:
                 body["top_logprobs_num"] = top_k
         if request.HasField("input_scoring"):
-            if request.WhichOneof("input") == "token_ids" and continuation:
-                body["logprob_start_len"] = len(request.token_ids.ids)
-            else:
-                body["logprob_start_len"] = 0
+            # From the first token: the context's tokens locate the span and give its start in bytes.
+            body["logprob_start_len"] = 0
         if stream:
             body["stream"] = True
         body.update({k: v for k, v in options.items() if k not in _SAMPLING_OPTION_KEYS})
@@ -116,6 +126,16 @@ class SGLang(HttpTransport):
         answers = body if isinstance(body, list) else [body]
         out = response_pb2.Response(model=self.provider_model)  # /generate does not name the model
         facts = soft_errors.Facts()
+        spans = _spans(request)
+        if request.HasField("input_scoring"):
+            if len(answers) != len(spans):
+                facts.missing_input_scores = f"sglang answered {len(answers)} inputs for {len(spans)} continuations"
+            else:
+                for span, answer in zip(spans, answers, strict=True):
+                    if not _input_scores(request, span, answer.get("meta_info") or {}, out):
+                        facts.missing_input_scores = "sglang returned no input_token_logprobs"
+            if len(spans) > 1:  # a batch of scored inputs, generating nothing: one (empty) choice
+                answers = answers[:1]
         for index, answer in enumerate(answers):
             meta = answer.get("meta_info") or {}
             if index == 0:
@@ -124,6 +144,10 @@ class SGLang(HttpTransport):
             choice.message.role = content_pb2.ROLE_ASSISTANT
             choice.message.parts.add(text=answer.get("text") or "")
             _finish(choice, meta.get("finish_reason"), request.sampling.stop_token_ids)
+            ids = answer.get("output_ids")
+            if isinstance(ids, list):
+                tokens.fill(choice, ids, trimmed=_trimmed(request, meta, ids))
+            choice.constrained_label = tokens.constrained_label(request, answer.get("text") or "")
             if request.HasField("logprob_options"):
                 if meta.get("output_token_logprobs") is None:
                     facts.lack_logprobs(index)
@@ -134,8 +158,6 @@ class SGLang(HttpTransport):
                         request.logprob_options.top_logprob_count,
                         choice.logprobs,
                     )
-            if index == 0 and request.HasField("input_scoring") and not _input_scores(request, meta, out):
-                facts.missing_input_scores = "sglang returned no input_token_logprobs"
         _usage(answers, out)
         soft_errors.settle(request, out, facts)
         return out
@@ -144,12 +166,32 @@ class SGLang(HttpTransport):
         return _GenerateStreamLifter(self, request)
 
 
-def _continuation(request: request_pb2.Request) -> Any:
-    if not request.HasField("input_scoring"):
-        return "" if request.WhichOneof("input") != "token_ids" else []
-    if (ids := continuations.first_tokens(request)) is not None:
-        return ids
-    return continuations.first_text(request) if request.WhichOneof("input") != "token_ids" else []
+_Span = str | list[int] | None  # a text continuation, a token-id one, or None: the whole input
+
+
+def _spans(request: request_pb2.Request) -> list[_Span]:
+    """What each scored input adds after the request's input: one None when nothing or the whole input is scored."""
+    spans = continuations.of(request)
+    if not spans:
+        return [None]
+    return [list(c.token_ids.ids) if c.WhichOneof("content") == "token_ids" else c.text for c in spans]
+
+
+def _full_input(request: request_pb2.Request, span: _Span) -> Any:
+    if request.WhichOneof("input") == "token_ids":
+        return [*request.token_ids.ids, *(span if isinstance(span, list) else [])]
+    return request.prompt + (span if isinstance(span, str) else "")
+
+
+def _trimmed(request: request_pb2.Request, meta: dict[str, Any], ids: list[int]) -> int:
+    """1 when the last output id is the stop / EOS id that matched (`finish_reason.matched`), whose text sglang
+    trims unless `no_stop_trim`."""
+    reason = meta.get("finish_reason")
+    if not isinstance(reason, dict) or reason.get("type") != "stop":
+        return 0
+    if common.provider_options(request, "sglang").get("no_stop_trim"):
+        return 0
+    return tokens.trailing_stop(ids, reason.get("matched"))
 
 
 def _finish(choice: response_pb2.Choice, reason: Any, stop_token_ids) -> None:
@@ -191,21 +233,30 @@ def _columns(triples: list, tops: list | None, top_k: int, out: logprobs_pb2.Tok
     )
 
 
-def _input_scores(request: request_pb2.Request, meta: dict[str, Any], out: response_pb2.Response) -> bool:
-    """Fill `out.input_scores` from the prompt's logprobs; False when sglang returned none."""
+def _input_scores(request: request_pb2.Request, span: _Span, meta: dict[str, Any], out: response_pb2.Response) -> bool:
+    """Append the input scores of one scored input (the whole input, or one continuation after it) from its
+    logprobs, taken from the first token; False when sglang returned none.
+
+    With token input the continuation starts at its first id. With text it is located by the tokens' text offsets
+    (never by re-tokenizing): the first token not wholly inside the context starts it, and straddles the boundary
+    when it starts before it. The scored tokens run to the end of the input, so they start at its length in bytes
+    minus theirs (a BOS token, which has no text in the prompt, changes nothing).
+    """
     triples = meta.get("input_token_logprobs")
     if not triples:
         return False
     tops = meta.get("input_top_logprobs")
-    continuation = _continuation(request)
-    first = 0
-    if request.WhichOneof("input") != "token_ids" and continuation:
-        # Locate the continuation by the tokens' text offsets in the prompt (never by re-tokenizing).
+    scores = out.input_scores.add()
+    first, straddles = 0, False
+    if isinstance(span, list):
+        first = len(request.token_ids.ids)
+    elif isinstance(span, str):
         boundary, offset = len(request.prompt), 0
         while first < len(triples) and offset + len(triples[first][2] or "") <= boundary:
             offset += len(triples[first][2] or "")
             first += 1
-        if offset != boundary:
+        straddles = first < len(triples) and offset != boundary
+        if straddles:
             out.warnings.add(
                 code="scoring_token_straddles_boundary",
                 message="the first scored token also covers the end of the context",
@@ -215,7 +266,6 @@ def _input_scores(request: request_pb2.Request, meta: dict[str, Any], out: respo
         first += 1
         unscored += 1
     scored = triples[first:]
-    scores = out.input_scores.add()
     _columns(scored, (tops or [])[first:] if tops else None, request.input_scoring.top_logprob_count, scores.tokens)
     text = "".join(t[2] or "" for t in scored)
     scores.logprob_sum = float(sum(t[0] for t in scored))
@@ -223,6 +273,15 @@ def _input_scores(request: request_pb2.Request, meta: dict[str, Any], out: respo
     scores.scored_byte_count = len(text.encode())
     scores.scored_char_count = len(text)
     scores.unscored_token_count = unscored
+    scores.first_token_straddles_context = straddles
+    if request.WhichOneof("input") == "token_ids":  # the texts of the tokens are all there is
+        requested = "".join(t[2] or "" for t in triples[len(request.token_ids.ids) if isinstance(span, list) else 0 :])
+        whole = "".join(t[2] or "" for t in triples)
+    else:
+        requested = span if isinstance(span, str) else request.prompt
+        whole = request.prompt + (span if isinstance(span, str) else "")
+    scores.span_byte_count, scores.span_char_count = len(requested.encode()), len(requested)
+    scores.span_start_byte = max(0, len(whole.encode()) - scores.scored_byte_count)
     return True
 
 
@@ -247,6 +306,8 @@ class _GenerateStreamLifter(StreamLifter):
         self.texts: dict[int, str] = {}  # choice -> the text so far
         self.logprob_counts: dict[int, int] = {}  # choice -> output logprobs emitted so far
         self.metas: dict[int, dict[str, Any]] = {}
+        self.id_counts: dict[int, int] = {}  # choice -> output ids seen so far
+        self.trimmed: dict[int, list[int]] = {}  # choice -> its trimmed stop / EOS id
         self.cumulative: bool | None = None
         self.done = False
         self.parts = StreamParts()
@@ -275,6 +336,7 @@ class _GenerateStreamLifter(StreamLifter):
         self.texts[index] = so_far + piece
         event_out = self.parts.delta(index, "text", text=piece)
         delta = event_out.delta
+        self._token_ids(index, data.get("output_ids"), meta, delta)
         if self.request.HasField("logprob_options") and meta.get("output_token_logprobs") is not None:
             triples = meta["output_token_logprobs"]
             tops = meta.get("output_top_logprobs")
@@ -289,19 +351,31 @@ class _GenerateStreamLifter(StreamLifter):
         self.metas[index] = meta
         return out
 
+    def _token_ids(self, index: int, ids: Any, meta: dict[str, Any], delta: stream_pb2.PartDelta) -> None:
+        """The event's new output ids on its delta; cumulative lists (older servers) give only their new tail."""
+        if not isinstance(ids, list) or not ids:
+            return
+        seen = self.id_counts.get(index, 0)
+        cumulative = self.cumulative if self.cumulative is not None else bool(seen) and len(ids) > seen
+        new = ids[seen:] if cumulative else ids
+        self.id_counts[index] = len(ids) if cumulative else seen + len(ids)
+        if cut := _trimmed(self.request, meta, new):
+            self.trimmed[index], new = new[-cut:], new[:-cut]
+        delta.token_ids.extend(new)
+
     def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
         end = stream_pb2.StreamEnd()
         for index in sorted(self.metas):
             choice = response_pb2.Choice()
             _finish(choice, self.metas[index].get("finish_reason"), self.request.sampling.stop_token_ids)
-            stops.copy_stop(
-                choice,
-                end.finishes.add(
-                    choice_index=index,
-                    finish_reason=choice.finish_reason,
-                    raw_finish_reason=choice.raw_finish_reason,
-                ),
+            finish = end.finishes.add(
+                choice_index=index,
+                finish_reason=choice.finish_reason,
+                raw_finish_reason=choice.raw_finish_reason,
             )
+            stops.copy_stop(choice, finish)
+            tokens.finish_unattributed(finish, self.trimmed.get(index, ()))
+            finish.constrained_label = tokens.constrained_label(self.request, self.texts.get(index, ""))
         settled = response_pb2.Response()
         _usage([{"meta_info": m} for _, m in sorted(self.metas.items())], settled)
         if settled.HasField("usage"):

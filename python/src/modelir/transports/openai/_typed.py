@@ -66,6 +66,7 @@ class Choice(msgspec.Struct):
     logprobs: ChoiceLogprobs | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None  # vLLM
+    token_ids: list[int] | None = None  # vLLM `return_token_ids`: the sampled ids
 
 
 class ChatCompletion(msgspec.Struct):
