@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 from modelir import accumulate, soft_errors
 from modelir.transports.base import HttpResponse, RawEvent
 from modelir.transports.google_genai import GoogleGenAI
@@ -103,3 +104,43 @@ def test_responses_checks_the_constraint_whatever_the_finish_reason():
     lifted = OpenAIResponses(provider_model="o").lift(_json_request(), HttpResponse(200, {}, orjson.dumps(body)))
     assert lifted.choices[0].finish_reason == response_pb2.FINISH_REASON_LENGTH
     assert lifted.errors[0].reason == R.ERROR_REASON_CONSTRAINT_VIOLATED
+
+
+def _constrained(**constraint) -> request_pb2.Request:
+    request = request_pb2.Request(model="m")
+    request.conversation.messages.add(role=1).parts.add(text="hi")
+    for key, value in constraint.items():
+        if key == "regex":
+            request.constraint.regex = value
+        else:
+            request.constraint.json_schema.schema_json = value
+    return request
+
+
+def _answer(text: str) -> response_pb2.Response:
+    response = response_pb2.Response()
+    response.choices.add(index=0).message.parts.add(text=text)
+    return response
+
+
+@pytest.mark.parametrize(
+    ("constraint", "text", "broken"),
+    [
+        ({"schema": '{"type":"object","required":["city"]}'}, '{"town": "Oslo"}', "'city' is a required property"),
+        ({"schema": '{"type":"object","properties":{"n":{"type":"integer"}}}'}, '{"n": "3"}', "at n:"),
+        ({"schema": '{"type":"object","required":["city"]}'}, '{"city": "Oslo"}', None),
+        ({"regex": "[0-9]{3}"}, "1234", "does not match the requested regex"),
+        ({"regex": "[0-9]{3}"}, "123", None),
+        ({"regex": "(?<unknown dialect"}, "anything", None),  # a regex Python cannot read is left to the engine
+    ],
+)
+def test_constraint_outcomes_are_checked_for_real(constraint, text, broken):
+    request = _constrained(**constraint)
+    response = _answer(text)
+    soft_errors.settle(request, response, soft_errors.Facts())
+    if broken is None:
+        assert not response.errors
+    else:
+        (error,) = response.errors
+        assert error.reason == R.ERROR_REASON_CONSTRAINT_VIOLATED and broken in error.message
+        assert error.choice_index == 0

@@ -11,16 +11,20 @@ module decides. Every applicable one is reported, first to last, in `Response.er
 6. constraint violated: a choice that was not refused breaks the request's constraint (lowest index first): under
    a JSON-schema constraint its text is not JSON, under a JSON-object constraint it is not a JSON object, under a
    choice constraint it is not exactly one of the labels.
-   Regex and grammar constraints are enforced by the engines and not re-checked. A choice cut short by its length
-   limit is checked too: broken JSON is broken JSON, whatever the reason.
+   JSON output is validated against its schema (jsonschema), regex output must match the whole regex (Python's
+   dialect; a regex it cannot compile is left to the engine that enforced it); grammars are not re-checked. A
+   choice cut short by its length limit is checked too: broken JSON is broken JSON, whatever the reason.
 
 Errors that concern one choice (missing logprobs, a violated constraint) name it in `choice_index`.
 """
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
@@ -65,35 +69,62 @@ def provider_error(message: str, provider_code: object = "", *, retryable: bool 
     )
 
 
+def _violated(index: int, message: str) -> errors_pb2.ResponseError:
+    return errors_pb2.ResponseError(
+        reason=errors_pb2.ERROR_REASON_CONSTRAINT_VIOLATED, message=message, choice_index=index
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _validator(schema_json: str) -> Any:
+    """A JSON Schema validator for the request's schema (compiled once per schema), or None when the schema itself
+    is not one this checker can read (the engine enforced it; an unreadable schema is not the output's fault)."""
+    import jsonschema  # a dependency of the SDK, imported on the first schema check only
+
+    try:
+        schema = orjson.loads(schema_json)
+        cls = jsonschema.validators.validator_for(schema)
+        cls.check_schema(schema)
+        return cls(schema)
+    except (orjson.JSONDecodeError, jsonschema.SchemaError, TypeError):
+        return None
+
+
+@functools.lru_cache(maxsize=64)
+def _pattern(regex: str) -> re.Pattern[str] | None:
+    """The request's regex, anchored at both ends as the spec says; None when Python's dialect cannot compile it
+    (the engine's dialect differs: it enforced the regex, and this check cannot judge it)."""
+    try:
+        return re.compile(regex)
+    except (re.error, RecursionError):
+        return None
+
+
 def _constraint_violation(request: request_pb2.Request, index: int, text: str) -> errors_pb2.ResponseError | None:
+    """The rule the output breaks, checked for real: JSON against its schema, a regex against the whole output,
+    a choice against the labels, an object constraint for an object."""
     kind = request.constraint.WhichOneof("kind")
     if kind in ("json_schema", "json_object"):
         try:
-            orjson.loads(text)
-        except orjson.JSONDecodeError as exc:
-            message = f"the output is not valid JSON under the requested schema: {exc}"
-            return errors_pb2.ResponseError(
-                reason=errors_pb2.ERROR_REASON_CONSTRAINT_VIOLATED, message=message, choice_index=index
-            )
-    elif kind == "json_object":
-        try:
             value = orjson.loads(text)
         except orjson.JSONDecodeError as exc:
-            value, problem = None, f"not valid JSON: {exc}"
-        else:
-            problem = "valid JSON, but not an object"
-        if not isinstance(value, dict):
-            return errors_pb2.ResponseError(
-                reason=errors_pb2.ERROR_REASON_CONSTRAINT_VIOLATED,
-                message=f"the output must be a JSON object and is {problem}",
-                choice_index=index,
+            wanted = "schema" if kind == "json_schema" else "JSON-object constraint"
+            return _violated(index, f"the output is not valid JSON under the requested {wanted}: {exc}")
+        if kind == "json_object":
+            return None if isinstance(value, dict) else _violated(index, "the output is JSON, but not an object")
+        validator = _validator(request.constraint.json_schema.schema_json)
+        if validator is not None and (error := next(iter(validator.iter_errors(value)), None)) is not None:
+            where = "/".join(str(p) for p in error.absolute_path) or "(the root)"
+            rule = "/".join(str(p) for p in error.absolute_schema_path)
+            return _violated(
+                index, f"the output breaks the requested schema at {where}: {error.message} (schema rule {rule})"
             )
+    elif kind == "regex":
+        pattern = _pattern(request.constraint.regex)
+        if pattern is not None and pattern.fullmatch(text) is None:
+            return _violated(index, f"the output does not match the requested regex {request.constraint.regex!r}")
     elif kind == "choice" and text not in request.constraint.choice.labels:
-        return errors_pb2.ResponseError(
-            reason=errors_pb2.ERROR_REASON_CONSTRAINT_VIOLATED,
-            message="the reply is not one of the labels",
-            choice_index=index,
-        )
+        return _violated(index, "the reply is not one of the labels")
     return None
 
 
