@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import orjson
 import pytest
@@ -147,8 +148,14 @@ def test_dialects_keep_only_what_the_wire_carries_everywhere():
     }
     assert openai_only <= OpenAIChat.capabilities
     assert capabilities_pb2.CAPABILITY_LOGIT_BIAS in OpenAICompletions.capabilities
+    # A dialect inherits none of these from the OpenAI wire: the engines claim logit bias and JSON objects on their
+    # own (proven by their own fixtures), and neither claims allowed tools.
     for dialect in (vllm.VLLM, llamacpp.LlamaCpp):
-        assert not openai_only & dialect.capabilities, dialect.name
+        assert capabilities_pb2.CAPABILITY_ALLOWED_TOOLS not in dialect.capabilities, dialect.name
+        for capability in openai_only & dialect.capabilities:
+            name = capabilities_pb2.Capability.Name(capability).removeprefix("CAPABILITY_")
+            fixtures = Path(__file__).parent.parent / "conformance" / "fixtures" / dialect.name
+            assert any(name in orjson.loads(f.read_bytes()).get("proves", []) for f in fixtures.glob("*.json"))
     assert vllm.VLLM.part_kinds["refusal"] != ""  # vLLM's chat does not take refusals back
     request = request_pb2.Request(model="m")
     request.conversation.messages.add(role=content_pb2.ROLE_ASSISTANT).parts.add(refusal="No.")
