@@ -9,7 +9,6 @@ these structs do not know is reported as a warning and the rest is still lifted.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import msgspec
@@ -254,8 +253,16 @@ def response_object(body: bytes, *, event: bool = False) -> ResponseObject:
 _NULL = msgspec.Raw(b"null")
 
 
+class _RawChoiceLogprobs(msgspec.Struct):
+    """A choice's `logprobs` with `content` left raw for the native builder; `refusal` is decoded (and checked) by
+    msgspec as the typed structs do, in the same single pass over the body."""
+
+    content: msgspec.Raw = _NULL
+    refusal: list[LogprobEntry] | None = None
+
+
 class _RawLogprobsChoice(Choice):
-    logprobs: msgspec.Raw = _NULL  # type: ignore[assignment]
+    logprobs: _RawChoiceLogprobs | None = None  # type: ignore[assignment]
 
 
 class _RawLogprobsCompletion(ChatCompletion):
@@ -279,8 +286,6 @@ class _RawResponseEvent(msgspec.Struct):
 
 
 _RAW_CHAT = msgspec.json.Decoder(_RawLogprobsCompletion)
-# A logprobs section whose `refusal` is anything but null: the typed structs read (or refuse) it.
-_REFUSAL_TOKENS = re.compile(rb'"refusal"\s*:\s*(?!null\b)')
 _RAW_OBJECT = msgspec.json.Decoder(_RawResponseObject)
 _RAW_EVENT = msgspec.json.Decoder(_RawResponseEvent)
 
@@ -292,9 +297,12 @@ def chat_completion(body: bytes, transport: str) -> ChatCompletion:
         try:
             parsed = _RAW_CHAT.decode(body)
             for choice in parsed.choices or ():
-                if _REFUSAL_TOKENS.search(bytes(choice.logprobs)):
+                section = choice.logprobs
+                if section is None:
+                    continue  # no logprobs: as the typed structs give it
+                if section.refusal is not None:
                     raise native.Unsupported("refusal logprobs")  # the builder reads `content` only
-                built = native.chat_choice(choice.logprobs)
+                built = native.entries(section.content)
                 choice.logprobs = ChoiceLogprobs(content=built)  # type: ignore[arg-type,assignment]
             return parsed
         except (msgspec.DecodeError, RecursionError, native.Unsupported):
