@@ -142,6 +142,7 @@ def run_hooks(rounds: int = 5, calls: int = 3000) -> list[tuple[str, str, str]]:
     import httpx
     from modelir import build_request, telemetry
     from modelir.telemetry import access_log
+    from modelir.telemetry.meter import AggregatingMeter
     from modelir.telemetry.otlp import FastOTLPSpanExporter
     from modelir.v1 import response_pb2
     from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
@@ -183,8 +184,13 @@ def run_hooks(rounds: int = 5, calls: int = 3000) -> list[tuple[str, str, str]]:
                     attempt.answered(200, {"x-request-id": "req-1"})
                 rpc.answered(call.finish(response))
 
-    def providers(sampler):
-        meters = MeterProvider(metric_readers=[InMemoryMetricReader()], exemplar_filter=AlwaysOffExemplarFilter())
+    def providers(sampler, sdk_meter: bool = False):
+        # `modelir serve` measures with its aggregating meter; the SDK's instruments are what a library user's
+        # own meter provider costs.
+        if sdk_meter:
+            meters = MeterProvider(metric_readers=[InMemoryMetricReader()], exemplar_filter=AlwaysOffExemplarFilter())
+        else:
+            meters = AggregatingMeter()
         if sampler is None:
             return None, None, meters
         exporter = FastOTLPSpanExporter(endpoint="127.0.0.1:9", insecure=True)  # never reached: nothing is sent
@@ -196,6 +202,7 @@ def run_hooks(rounds: int = 5, calls: int = 3000) -> list[tuple[str, str, str]]:
         return tracers, processor, meters
 
     variants = {
+        "metrics only, the SDK's instruments": providers(None, sdk_meter=True),
         "metrics only": providers(None),
         "metrics + 10% of traces": providers(ParentBased(TraceIdRatioBased(0.1))),
         "metrics + every trace": providers(ParentBased(ALWAYS_ON)),

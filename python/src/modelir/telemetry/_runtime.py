@@ -117,6 +117,17 @@ class _Resolved:
 
 _resolved = _Resolved()
 _override: dict[str, object] = {}
+# The meter `modelir.telemetry.setup` built from the environment (an `AggregatingMeter`), used before the global
+# meter provider: it is not the API's global one, since it makes only modelir's own instruments.
+_own_meter: object = None
+
+
+def use_meter(meter: object) -> None:
+    """Measure with `meter` (an `AggregatingMeter`; None: back to the global meter provider) unless `install` says
+    otherwise."""
+    global _own_meter, _resolved
+    _own_meter = meter
+    _resolved = _Resolved()
 
 
 def install(
@@ -148,6 +159,7 @@ def active() -> bool:
     """
     return bool(
         _override
+        or _own_meter is not None
         or _PROVIDERS_FROM_ENV
         or _trace_api._TRACER_PROVIDER is not None
         or _metrics_api._METER_PROVIDER is not None
@@ -162,8 +174,11 @@ def _capture_from_env() -> bool:
 
 def tracer() -> trace.Tracer | None:
     """modelir's tracer, or None when no tracer provider is configured."""
-    # The API's global, read directly once set: `get_tracer_provider()` looks up an environment variable each time.
-    provider = _override.get("tracer_provider") or _trace_api._TRACER_PROVIDER or trace.get_tracer_provider()
+    provider = _override.get("tracer_provider") or _trace_api._TRACER_PROVIDER
+    if provider is None and _PROVIDERS_FROM_ENV:  # the API loads the provider the environment names, once
+        provider = trace.get_tracer_provider()
+    if provider is None:  # nothing configured: `get_tracer_provider()` would look up an environment variable
+        return None
     if provider is not _resolved.tracer_provider:
         _resolved.tracer_provider = provider
         _resolved.tracer = (
@@ -175,8 +190,13 @@ def tracer() -> trace.Tracer | None:
 
 
 def instruments() -> Instruments | None:
-    """modelir's instruments, or None when no meter provider is configured."""
-    provider = _override.get("meter_provider") or _metrics_api._METER_PROVIDER or metrics.get_meter_provider()
+    """modelir's instruments, or None when no meter provider is configured. The provider may be an SDK one or
+    an `AggregatingMeter` (`modelir.telemetry.meter`): both make histograms and counters alike."""
+    provider = _override.get("meter_provider") or _own_meter or _metrics_api._METER_PROVIDER
+    if provider is None and _PROVIDERS_FROM_ENV:
+        provider = metrics.get_meter_provider()
+    if provider is None:  # nothing configured: `get_meter_provider()` would look up an environment variable
+        return None
     if provider is not _resolved.meter_provider:
         _resolved.meter_provider = provider
         _resolved.instruments = (
