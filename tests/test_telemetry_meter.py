@@ -217,3 +217,23 @@ def test_the_temporality_follows_the_exporters_preference_variable():
         assert temporality_from_env({"OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE": value}) is (
             AggregationTemporality.DELTA
         )
+
+
+def test_an_attribute_set_carries_its_key_cannot_be_changed_and_reads_as_a_mapping_everywhere():
+    from modelir.telemetry.attribute_set import AttributeSet
+
+    made = AttributeSet({"gen_ai.request.model": "a"}, **{"gen_ai.token.type": "input"})
+    assert made.key == frozenset(made.items()) and made == {"gen_ai.request.model": "a", "gen_ai.token.type": "input"}
+    for change in (
+        lambda: made.__setitem__("x", 1),
+        lambda: made.update(x=1),
+        lambda: made.pop("gen_ai.request.model"),
+    ):
+        with pytest.raises(TypeError, match="cannot be changed"):
+            change()
+    (sdk, sdk_collect), (ours, our_collect) = _both()
+    for instruments in (sdk, ours):
+        instruments.token_usage.record(3, made)
+        instruments.token_usage.record(4, dict(made))  # the same set, as a plain dict
+    expected, got = _points(sdk_collect()), _points(our_collect())
+    assert got == expected and [p["count"] for p in got.values()] == [2]

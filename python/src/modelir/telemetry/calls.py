@@ -12,7 +12,7 @@ import functools
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from opentelemetry import context as otel_context
@@ -23,18 +23,57 @@ from modelir import errors
 from modelir.accumulate import StreamAccumulator
 from modelir.telemetry import _runtime
 from modelir.telemetry import conventions as sc
+from modelir.telemetry.attribute_set import AttributeSet
 from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, stream_pb2
 
 
 @dataclass(frozen=True, slots=True)
 class _Target:
-    """What does not change between calls of one model."""
+    """What does not change between calls of one model, and the metric attribute sets its calls measure with."""
 
     transport: str
     provider: str
     endpoint: tuple[str, int] | None
     kind: SpanKind
     remote: bool
+    metric_sets: dict[tuple[str, str, str, str], _MetricSets] = field(default_factory=dict)
+
+    def metric_set(self, operation: str, model: str, response_model: str = "", error_type: str = "") -> _MetricSets:
+        """The attribute sets of one (operation, model, response model, error type), made once: a call measures
+        five or six times, and building the dicts anew each time was a fifth of its metrics' cost. They are
+        shared, so nobody may change them."""
+        key = (operation, model, response_model, error_type)
+        sets = self.metric_sets.get(key)
+        if sets is None:
+            if len(self.metric_sets) >= _METRIC_SETS_LIMIT:  # a bound, for models whose names or errors vary
+                self.metric_sets.clear()
+            plain: dict[str, Any] = {
+                sc.OPERATION_NAME: operation,
+                sc.PROVIDER_NAME: self.provider,
+                sc.REQUEST_MODEL: model,
+            }
+            if self.endpoint is not None:
+                plain[sc.SERVER_ADDRESS], plain[sc.SERVER_PORT] = self.endpoint
+            if response_model:
+                plain[sc.RESPONSE_MODEL] = response_model
+            if error_type:
+                plain[sc.ERROR_TYPE] = error_type
+            sets = self.metric_sets[key] = _MetricSets(
+                AttributeSet(plain),
+                AttributeSet(plain, **{sc.TOKEN_TYPE: "input"}),
+                AttributeSet(plain, **{sc.TOKEN_TYPE: "output"}),
+            )
+        return sets
+
+
+@dataclass(frozen=True, slots=True)
+class _MetricSets:
+    plain: dict[str, Any]
+    input_tokens: dict[str, Any]
+    output_tokens: dict[str, Any]
+
+
+_METRIC_SETS_LIMIT = 512
 
 
 _P = ParamSpec("_P")
@@ -72,12 +111,16 @@ class Call:
         "_call_token",
         "_capture_content",
         "_ctx_token",
+        "_error_type",
         "_finished",
         "_first_chunk",
         "_instruments",
         "_last_chunk",
-        "_metric_attributes",
+        "_metrics",
+        "_model_name",
+        "_operation",
         "_request",
+        "_response_model",
         "_started_as",
         "_stream_accumulator",
         "_target",
@@ -115,14 +158,10 @@ class Call:
         self._ctx_token: object = None
         self._call_token: object = None
         model_name = (request.model if request is not None else "") or model.name
-        attributes: dict[str, Any] = {
-            sc.OPERATION_NAME: operation if request is None else sc.operation_name(request, target.transport),
-            sc.PROVIDER_NAME: target.provider,
-            sc.REQUEST_MODEL: model_name,
-        }
-        if target.endpoint is not None:
-            attributes[sc.SERVER_ADDRESS], attributes[sc.SERVER_PORT] = target.endpoint
-        self._metric_attributes = dict(attributes)
+        self._model_name = model_name
+        self._operation = operation if request is None else sc.operation_name(request, target.transport)
+        self._response_model = self._error_type = ""
+        self._metrics = target.metric_set(self._operation, model_name)
         self.span: trace.Span | None = None
         self.context: otel_context.Context | None = None
         self._capture_content = False
@@ -132,6 +171,7 @@ class Call:
             # anyway, after doing most of the work of making it); the parent's context is what gets propagated.
             self.context = parent if parent is not None else otel_context.get_current()
         elif tracer is not None:
+            attributes = dict(self._metrics.plain)
             if target.transport:
                 attributes[sc.TRANSPORT] = target.transport
             if request is not None:
@@ -185,7 +225,7 @@ class Call:
         self._record_outcome(
             response.id,
             response.model,
-            [c.finish_reason for c in response.choices],
+            response.choices,
             response.usage,
             response.errors[0] if bool(response.errors) else None,
             response.timing,
@@ -205,12 +245,10 @@ class Call:
                 if self.span is not None:
                     self.span.set_attribute(sc.RESPONSE_TIME_TO_FIRST_CHUNK, self._first_chunk)
                 if self._instruments is not None:
-                    self._instruments.time_to_first_chunk.record(
-                        self._first_chunk, self._metric_attributes, self.context
-                    )
+                    self._instruments.time_to_first_chunk.record(self._first_chunk, self._metrics.plain, self.context)
             elif self._instruments is not None:
                 self._instruments.time_per_output_chunk.record(
-                    now - self._last_chunk, self._metric_attributes, self.context
+                    now - self._last_chunk, self._metrics.plain, self.context
                 )
             self._last_chunk = now
         elif which == "start":
@@ -224,23 +262,26 @@ class Call:
             self._record_outcome(
                 end.id or self._started_as[0],
                 end.model or self._started_as[1],
-                [f.finish_reason for f in end.finishes],
+                end.finishes,
                 end.usage,
                 end.errors[0] if bool(end.errors) else None,
                 end.timing,
                 choices,
             )
 
-    def _record_outcome(self, response_id, response_model, reasons, usage, error, timing, choices) -> None:
+    def _record_outcome(self, response_id, response_model, finished, usage, error, timing, choices) -> None:
+        """`finished`: the response's choices or the stream's finishes (whatever has `finish_reason`)."""
         self._finished = True
         span, instruments = self.span, self._instruments
-        if response_model:
-            self._metric_attributes[sc.RESPONSE_MODEL] = response_model
-        if error is not None:
-            self._metric_attributes[sc.ERROR_TYPE] = sc.soft_error_type(error)
+        if response_model or error is not None:
+            self._response_model = response_model or ""
+            self._error_type = sc.soft_error_type(error) if error is not None else ""
+            self._metrics = self._target.metric_set(
+                self._operation, self._model_name, self._response_model, self._error_type
+            )
         if span is not None:
             # One `set_attributes` call: the SDK takes its lock and checks the span's state once per call.
-            ending: dict[str, Any] = {sc.RESPONSE_FINISH_REASONS: sc.finish_reasons(reasons)}
+            ending: dict[str, Any] = {sc.RESPONSE_FINISH_REASONS: sc.finish_reasons(f.finish_reason for f in finished)}
             if response_id:
                 ending[sc.RESPONSE_ID] = response_id
             if response_model:
@@ -259,34 +300,33 @@ class Call:
         if instruments is not None:
             # The call's context goes with each measurement: exemplars read its span there, and the SDK does not
             # look up the current context again.
-            attributes, context = self._metric_attributes, self.context
+            sets, context = self._metrics, self.context
             if usage.HasField("input_token_count"):
-                instruments.token_usage.record(usage.input_token_count, {**attributes, sc.TOKEN_TYPE: "input"}, context)
+                instruments.token_usage.record(usage.input_token_count, sets.input_tokens, context)
             if usage.HasField("output_token_count"):
-                instruments.token_usage.record(
-                    usage.output_token_count, {**attributes, sc.TOKEN_TYPE: "output"}, context
-                )
+                instruments.token_usage.record(usage.output_token_count, sets.output_tokens, context)
             if not self._target.remote and timing.HasField("queue_duration"):
-                instruments.queue_duration.record(timing.queue_duration.ToNanoseconds() / 1e9, attributes, context)
+                instruments.queue_duration.record(timing.queue_duration.ToNanoseconds() / 1e9, sets.plain, context)
             if error is not None:
-                instruments.soft_errors.add(1, {**attributes, sc.SOFT_ERROR_REASON: sc.soft_error_type(error)})
+                instruments.soft_errors.add(1, {**sets.plain, sc.SOFT_ERROR_REASON: self._error_type})
 
     def _end(self, exc: BaseException | None) -> None:
         span, instruments = self.span, self._instruments
         if exc is not None and not isinstance(exc, GeneratorExit):
             error_type = sc.error_type(exc)
-            self._metric_attributes[sc.ERROR_TYPE] = error_type
+            self._error_type = error_type
+            self._metrics = self._target.metric_set(self._operation, self._model_name, self._response_model, error_type)
             if span is not None:
                 span.set_attribute(sc.ERROR_TYPE, error_type)
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, str(exc)))
             if instruments is not None and isinstance(exc, errors.UnsupportedCapabilityError):
                 for name in _capability_names(exc.unsupported):
-                    instruments.rejections.add(1, {**self._metric_attributes, sc.CAPABILITY: name})
+                    instruments.rejections.add(1, {**self._metrics.plain, sc.CAPABILITY: name})
         if instruments is not None:
-            instruments.duration.record(time.monotonic() - self.started, self._metric_attributes, self.context)
+            instruments.duration.record(time.monotonic() - self.started, self._metrics.plain, self.context)
             if self.attempts > 1 and not self._target.remote:
-                instruments.retries.add(self.attempts - 1, self._metric_attributes)
+                instruments.retries.add(self.attempts - 1, self._metrics.plain)
         if span is not None:
             span.end()
 

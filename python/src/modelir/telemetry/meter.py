@@ -44,6 +44,8 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
+from modelir.telemetry.attribute_set import AttributeSet
+
 _logger = logging.getLogger(__name__)
 
 CARDINALITY_LIMIT = 2000  # the SDK's default per instrument
@@ -73,7 +75,10 @@ class _Instrument:
         raise NotImplementedError
 
     def _key(self, attributes: Mapping[str, Any] | None) -> frozenset[tuple[str, Any]]:
-        key = frozenset(attributes.items()) if attributes else frozenset()
+        if type(attributes) is AttributeSet:
+            key = attributes.key
+        else:
+            key = frozenset(attributes.items()) if attributes else frozenset()
         if key not in self._points and len(self._points) >= CARDINALITY_LIMIT:
             return _OVERFLOW  # as the SDK: past the limit, one more set for all the rest
         return key

@@ -18,6 +18,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from modelir.telemetry import _runtime
 from modelir.telemetry import conventions as sc
 from modelir.telemetry.access_log import access_log
+from modelir.telemetry.attribute_set import AttributeSet
 from modelir.telemetry.wire import PROVIDER_REQUEST_ID_TRAILER
 from modelir.v1 import request_pb2, response_pb2, stream_pb2
 
@@ -151,16 +152,12 @@ class ServerCall:
         instruments = _runtime.instruments() if _runtime.active() else None
         if instruments is None:
             return
-        transport = "" if self.transport == "-" else self.transport
-        attributes: dict[str, Any] = {
-            sc.OPERATION_NAME: sc.operation_name(request, transport),  # as the model call's span names it
-            sc.PROVIDER_NAME: sc.provider_name(transport) if transport else sc.REMOTE_PROVIDER,
-            sc.REQUEST_MODEL: self.model,
-        }
-        if self.status != "OK":
-            instruments.server_request_duration.record(latency, {**attributes, sc.ERROR_TYPE: self.status})
-            return
+        attributes = _server_metric_set(
+            sc.operation_name(request, self.transport), self.transport, self.model, self.status
+        )
         instruments.server_request_duration.record(latency, attributes)
+        if self.status != "OK":
+            return
         first = self._first_output
         if first is None:
             return
@@ -168,6 +165,28 @@ class ServerCall:
         if self.output_tokens is not None and self.output_tokens > 1:
             after_first = self.started + latency - first
             instruments.server_time_per_output_token.record(after_first / (self.output_tokens - 1), attributes)
+
+
+_server_metric_sets: dict[tuple[str, str, str, str], AttributeSet] = {}
+
+
+def _server_metric_set(operation: str, transport: str, model: str, status: str) -> AttributeSet:
+    """The attribute set of a generation RPC's `gen_ai.server.*` metrics, made once per combination (shared: nobody
+    may change it)."""
+    key = (operation, transport, model, status)
+    attributes = _server_metric_sets.get(key)
+    if attributes is None:
+        if len(_server_metric_sets) >= 512:  # a bound, for servers whose model names or statuses vary
+            _server_metric_sets.clear()
+        made: dict[str, Any] = {
+            sc.OPERATION_NAME: operation,  # as the model call's span names it
+            sc.PROVIDER_NAME: sc.provider_name(transport) if transport != "-" else sc.REMOTE_PROVIDER,
+            sc.REQUEST_MODEL: model,
+        }
+        if status != "OK":
+            made[sc.ERROR_TYPE] = status
+        attributes = _server_metric_sets[key] = AttributeSet(made)
+    return attributes
 
 
 def _reset(variable: ContextVar[Any], token: Token[Any]) -> bool:

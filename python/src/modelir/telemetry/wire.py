@@ -36,8 +36,7 @@ class Attempt:
         if call is not None:
             call.attempts = max(call.attempts, attempt)
             tracer = _runtime.tracer()
-            sampled_out = call.span is None and _runtime.sampled_out(call.context)
-            if tracer is not None and call.context is not None and sampled_out:
+            if tracer is not None and call.context is not None and call.span is None:  # a trace left out
                 request.headers = request.headers.copy()  # a cached, shared object (see `Executor._headers`)
                 propagate.inject(request.headers, context=call.context)  # `traceparent` says "not sampled"
             elif tracer is not None and call.context is not None:
