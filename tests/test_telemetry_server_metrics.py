@@ -143,9 +143,19 @@ def test_the_server_keeps_a_tenth_of_new_traces_unless_the_environment_names_a_s
     from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
     monkeypatch.delenv("OTEL_TRACES_SAMPLER", raising=False)
+    monkeypatch.delenv("OTEL_TRACES_SAMPLER_ARG", raising=False)
     environ = {"OTEL_TRACES_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "none"}
     served = setup.build_from_env(environ, default_sampler_ratio=setup.SERVER_SAMPLER_RATIO)
     library = setup.build_from_env(environ)
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.01")  # the default sampler's ratio, as for its SDK name
+    one_in_a_hundred = setup.build_from_env(environ, default_sampler_ratio=setup.SERVER_SAMPLER_RATIO)
+    assert "TraceIdRatioBased{0.01}" in one_in_a_hundred.tracer_provider.sampler.get_description()
+    one_in_a_hundred.shutdown()
+    for bad in ("ten percent", "1.5"):
+        monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", bad)
+        with pytest.raises(setup.TelemetrySetupError, match="OTEL_TRACES_SAMPLER_ARG"):
+            setup.build_from_env(environ, default_sampler_ratio=setup.SERVER_SAMPLER_RATIO)
+    monkeypatch.delenv("OTEL_TRACES_SAMPLER_ARG")
     monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on")
     chosen = setup.build_from_env(environ, default_sampler_ratio=setup.SERVER_SAMPLER_RATIO)
     try:

@@ -8,7 +8,8 @@ localhost:4317 from every server), and never when `OTEL_SDK_DISABLED=true`. Expo
 (`OTEL_BSP_*`), the metric export interval and timeout (`OTEL_METRIC_EXPORT_INTERVAL`, `_TIMEOUT`), the
 temporality (`OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`), the sampler (`OTEL_TRACES_SAMPLER`) and the
 resource (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`) read their own variables. `modelir serve`'s default
-sampler, when `OTEL_TRACES_SAMPLER` is unset, is parent-based with 10% of new traces kept (`SERVER_SAMPLER_RATIO`).
+sampler, when `OTEL_TRACES_SAMPLER` is unset, is parent-based with 10% of new traces kept (`SERVER_SAMPLER_RATIO`;
+`OTEL_TRACES_SAMPLER_ARG` sets another ratio).
 OTLP/gRPC spans go through `modelir.telemetry.otlp`'s cheaper encoder, and modelir's metrics through its own
 aggregating meter (`modelir.telemetry.meter`).
 
@@ -115,6 +116,21 @@ def _metric_exporter(name: str, environ: Mapping[str, str]):
 SERVER_SAMPLER_RATIO = 0.1
 
 
+def _sampler_ratio(default: float) -> float:
+    """The default sampler's ratio: `OTEL_TRACES_SAMPLER_ARG` when it is a ratio (it is the argument the
+    `parentbased_traceidratio` sampler, which the default is, would take), else `default`."""
+    given = os.environ.get("OTEL_TRACES_SAMPLER_ARG", "").strip()
+    if not given:
+        return default
+    try:
+        ratio = float(given)
+    except ValueError:
+        raise TelemetrySetupError(f"OTEL_TRACES_SAMPLER_ARG={given!r}: give a ratio between 0 and 1") from None
+    if not 0.0 <= ratio <= 1.0:
+        raise TelemetrySetupError(f"OTEL_TRACES_SAMPLER_ARG={given!r}: give a ratio between 0 and 1")
+    return ratio
+
+
 def configure_from_env(
     environ: Mapping[str, str] = os.environ, *, default_sampler_ratio: float | None = None
 ) -> Installed | None:
@@ -174,7 +190,7 @@ def build_from_env(
         if default_sampler_ratio is not None and not os.environ.get("OTEL_TRACES_SAMPLER", "").strip():
             from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
-            sampler = ParentBased(TraceIdRatioBased(default_sampler_ratio))
+            sampler = ParentBased(TraceIdRatioBased(_sampler_ratio(default_sampler_ratio)))
         tracer_provider = TracerProvider(resource=resource, sampler=sampler)
         for exporter in span_exporters:
             tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
