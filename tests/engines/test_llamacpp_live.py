@@ -225,6 +225,7 @@ async def test_logit_bias_forces_the_eos_which_belongs_to_no_part(model, server)
     assert list(choice.sampled_tokens.token_ids) == [eos] and not choice.sampled_tokens.part_indexes
     streamed = accumulate([e async for e in model.astream(request)])
     assert streamed.choices[0].sampled_tokens == choice.sampled_tokens
+    assert streamed.choices[0].message == choice.message  # one empty text part in both
 
 
 async def test_a_negative_logit_bias_removes_the_sampled_token(model):
@@ -319,7 +320,9 @@ async def _both(model, request: request_pb2.Request) -> tuple[response_pb2.Respo
 async def test_a_stop_string_trims_logprobs_alike_unary_and_streamed(model):
     # Seed 42 samples " fa", then " hell", whose "e" is the stop string: the text keeps " fa h". The unary answer
     # drops as many trailing logprob entries as the stop string has tokens; the stream keeps them.
-    request = build_request("tiny", prompt="Hello world, the", max_output_tokens=40, stop=["e"], seed=42, top_logprobs=1)
+    request = build_request(
+        "tiny", prompt="Hello world, the", max_output_tokens=40, stop=["e"], seed=42, top_logprobs=1
+    )
     unary, streamed = await _both(model, request)
     for response in (unary, streamed):
         choice = response.choices[0]
@@ -330,7 +333,10 @@ async def test_a_stop_string_trims_logprobs_alike_unary_and_streamed(model):
         assert choice.logprobs.token_bytes.decode() == _text(response)
     assert unary.choices[0].sampled_tokens == streamed.choices[0].sampled_tokens
     assert unary.choices[0].logprobs.token_byte_offsets == streamed.choices[0].logprobs.token_byte_offsets
-    unary_values, streamed_values = unary.choices[0].logprobs.token_logprobs, streamed.choices[0].logprobs.token_logprobs
+    unary_values, streamed_values = (
+        unary.choices[0].logprobs.token_logprobs,
+        streamed.choices[0].logprobs.token_logprobs,
+    )
     missing = [i for i, v in enumerate(unary_values) if v != v]
     assert missing == [len(unary_values) - 1]  # the token that spelled the stop string: flagged, not shifted
     (error,) = unary.errors
@@ -355,9 +361,7 @@ async def test_a_final_token_ending_inside_a_utf8_character_is_flagged_in_the_st
     # Seed 4's last two tokens leave "日\xe6 caf\xc3" unfinished when the token limit ends generation: llama-server
     # holds the whole unfinished tail back in the stream, while the unary answer has it with U+FFFD for the cut
     # bytes (the server's own rendering, kept: that text is what the model produced).
-    request = build_request(
-        "tiny", prompt="Hello world, café ü 日本", max_output_tokens=8, seed=4, top_logprobs=1
-    )
+    request = build_request("tiny", prompt="Hello world, café ü 日本", max_output_tokens=8, seed=4, top_logprobs=1)
     unary, streamed = await _both(model, request)
     assert unary.choices[0].finish_reason == streamed.choices[0].finish_reason == response_pb2.FINISH_REASON_LENGTH
     assert _text(unary).endswith("\ufffd") and _text(unary).startswith(_text(streamed))
@@ -399,3 +403,31 @@ async def test_chat_unary_and_streamed_agree_on_forced_and_whitespace_only_outpu
     unary, streamed = await _both(model, request)
     assert _text(unary) == {"eos": "", "space": "    ", "newline": "\n\n\n\n"}[forced]
     assert unary.choices == streamed.choices and unary.usage == streamed.usage and unary.errors == streamed.errors
+
+
+async def test_when_every_token_is_held_back_the_stream_says_so(model):
+    # Id 230 is the byte 0xE6, which starts a three-byte character: three of them never finish one, so llama-server
+    # sends no token event at all, only the final one.
+    request = build_request("tiny", prompt="Hello", max_output_tokens=3, seed=1)
+    request.sampling.logit_bias[230] = 100.0
+    unary, streamed = await _both(model, request)
+    assert list(unary.choices[0].sampled_tokens.token_ids) == [230] * 3 and _text(unary) == "\ufffd" * 3
+    assert not streamed.choices[0].sampled_tokens.token_ids and _text(streamed) == ""
+    assert _warned(streamed, "stream_text_incomplete") and _warned(streamed, "sampled_tokens_incomplete")
+
+
+async def test_an_end_token_after_an_unfinished_character_is_not_taken_for_the_last_streamed_token(model, server):
+    # Seed 22 samples 342, then 0xE6 (230) and the EOS: neither of the last two has a stream event, so the last
+    # streamed id (342) is text, not the EOS that ended the answer.
+    eos = _eos_id(server)
+    request = build_request("tiny", prompt="Hello", max_output_tokens=6, seed=22)
+    request.sampling.logit_bias[230] = 10.0
+    request.sampling.logit_bias[eos] = 12.0
+    unary, streamed = await _both(model, request)
+    tokens = unary.choices[0].sampled_tokens
+    assert list(tokens.token_ids[1:]) == [230, eos] and list(tokens.part_indexes) == [0, 0, -1]
+    assert unary.choices[0].finish_reason == streamed.choices[0].finish_reason == response_pb2.FINISH_REASON_STOP
+    streamed_tokens = streamed.choices[0].sampled_tokens
+    assert list(streamed_tokens.token_ids) == list(tokens.token_ids[:1]) and list(streamed_tokens.part_indexes) == [0]
+    assert _text(unary).startswith(_text(streamed)) and _text(unary).endswith("\ufffd")
+    assert _warned(streamed, "stream_text_incomplete") and _warned(streamed, "sampled_tokens_incomplete")
