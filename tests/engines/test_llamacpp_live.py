@@ -317,17 +317,26 @@ async def _both(model, request: request_pb2.Request) -> tuple[response_pb2.Respo
     return await model.arun(request), accumulate([e async for e in model.astream(request)])
 
 
-async def test_a_stop_string_trims_logprobs_alike_unary_and_streamed(model):
-    # Seed 42 samples " fa", then " hell", whose "e" is the stop string: the text keeps " fa h". The unary answer
-    # drops as many trailing logprob entries as the stop string has tokens; the stream keeps them.
+@pytest.mark.parametrize(
+    ("stop", "text", "dropped"),
+    [
+        # Seed 42 samples " fa", then " hell", whose "e" is the stop string: the text keeps " fa h".
+        ("e", " fa h", [1]),
+        # "a hel" spans both tokens (two tokens itself): " fa" is held back as a possible start of it, the stop
+        # token's entry carries " f", and the unary answer drops both entries (and then leaves the key out).
+        ("a hel", " f", [0, 1]),
+    ],
+)
+async def test_a_stop_string_trims_logprobs_alike_unary_and_streamed(model, stop, text, dropped):
+    # The unary answer drops as many trailing logprob entries as the stop string has tokens; the stream keeps them.
     request = build_request(
-        "tiny", prompt="Hello world, the", max_output_tokens=40, stop=["e"], seed=42, top_logprobs=1
+        "tiny", prompt="Hello world, the", max_output_tokens=40, stop=[stop], seed=42, top_logprobs=1
     )
     unary, streamed = await _both(model, request)
     for response in (unary, streamed):
         choice = response.choices[0]
-        assert choice.finish_reason == response_pb2.FINISH_REASON_STOP_SEQUENCE and choice.stop_sequence == "e"
-        assert _text(response) == " fa h"
+        assert choice.finish_reason == response_pb2.FINISH_REASON_STOP_SEQUENCE and choice.stop_sequence == stop
+        assert _text(response) == text
         assert list(choice.logprobs.token_ids) == list(choice.sampled_tokens.token_ids)
         # Each position's bytes are the text it added, so the bytes give the text in both modes.
         assert choice.logprobs.token_bytes.decode() == _text(response)
@@ -337,13 +346,12 @@ async def test_a_stop_string_trims_logprobs_alike_unary_and_streamed(model):
         unary.choices[0].logprobs.token_logprobs,
         streamed.choices[0].logprobs.token_logprobs,
     )
-    missing = [i for i, v in enumerate(unary_values) if v != v]
-    assert missing == [len(unary_values) - 1]  # the token that spelled the stop string: flagged, not shifted
+    assert [i for i, v in enumerate(unary_values) if v != v] == dropped  # flagged in place, not shifted
     (error,) = unary.errors
     assert error.reason == errors_pb2.ERROR_REASON_MISSING_LOGPROBS and "stop string" in error.message
     assert all(v == v for v in streamed_values) and not streamed.errors  # the stream has every entry
-    assert [v for i, v in enumerate(unary_values) if i not in missing] == [
-        v for i, v in enumerate(streamed_values) if i not in missing
+    assert [v for i, v in enumerate(unary_values) if i not in dropped] == [
+        v for i, v in enumerate(streamed_values) if i not in dropped
     ]
 
 

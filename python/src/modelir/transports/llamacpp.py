@@ -284,6 +284,8 @@ class LlamaCpp(HttpTransport):
             tokens.fill(choice, ids, trimmed=int(body.get("stop_type") == "eos"))
         choice.constrained_label = tokens.constrained_label(request, body.get("content") or "")
         probabilities = body.get("completion_probabilities")
+        if probabilities is None and body.get("stop_type") == "word" and isinstance(ids, list) and ids:
+            probabilities = []  # the stop string's trim dropped every entry, and the server then leaves the key out
         missing: list[int] = []
         dropped: list[int] = []
         facts = soft_errors.Facts()
@@ -291,7 +293,8 @@ class LlamaCpp(HttpTransport):
             if probabilities is None:
                 facts.lack_logprobs(0)
             else:
-                probabilities, missing = _aligned(probabilities, ids)
+                post = request.logprob_options.basis == logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING
+                probabilities, missing = _aligned(probabilities, ids, post=post)
                 dropped = _dropped_with_the_stop(probabilities, missing, body)
                 _columns(probabilities, request.logprob_options.top_logprob_count, choice.logprobs)
         _usage_and_timing(body, out)
@@ -409,14 +412,15 @@ def _probability_log(value: float | None) -> float | None:
     return math.log(value) if value > 0 else -math.inf
 
 
-def _aligned(entries: list[dict[str, Any]], ids: Any) -> tuple[list[dict[str, Any]], list[int]]:
+def _aligned(entries: list[dict[str, Any]], ids: Any, *, post: bool) -> tuple[list[dict[str, Any]], list[int]]:
     """`completion_probabilities` aligned to the sampled ids (`tokens`, the truth): llama-server leaves out the entry
     of a token that ends inside a UTF-8 sequence (the next entry carries its bytes), so each missing position gets
     a placeholder without a logprob instead of shifting the rest. Unchanged when the entries are not a subsequence
-    of the ids (or there are no ids)."""
+    of the ids (or there are no ids). `post`: the dialect asked for, for when there are no entries to tell."""
     if not isinstance(ids, list) or len(ids) <= len(entries):
         return entries, []
-    value = "prob" if entries and "prob" in entries[0] else "logprob"  # the entries' dialect (post- or pre-sampling)
+    post = "prob" in entries[0] if entries else post  # the entries' dialect (post- or pre-sampling)
+    value = "prob" if post else "logprob"
     out: list[dict[str, Any]] = []
     missing: list[int] = []
     j = 0
@@ -435,9 +439,10 @@ def _dropped_with_the_stop(entries: list[dict[str, Any]], missing: list[int], bo
 
     Its unary answer (never its stream) drops as many trailing entries as the stop string has tokens, whichever
     tokens spelled it. Each entry's bytes are the text that token added (`text_to_send`), so the text after the
-    kept entries' bytes is the dropped tokens' text: it goes on the first of them (how it splits among several is
-    not said), so that the bytes still give the text, as in the stream. Left without bytes when that text is not
-    exact (it has U+FFFD standing for raw bytes)."""
+    kept entries' bytes is the dropped tokens' text. It goes on the last of them, where the stream has it whenever
+    the others were held back as a possible start of the stop string (a stop string spanning tokens; how it splits
+    otherwise is not said), so that the bytes still give the text. Left without bytes when that text is not exact
+    (it has U+FFFD standing for raw bytes)."""
     if body.get("stop_type") != "word" or not missing:
         return []
     gaps = set(missing)
@@ -452,10 +457,10 @@ def _dropped_with_the_stop(entries: list[dict[str, Any]], missing: list[int], bo
         rest = text[len(kept) :]
         if text.startswith(kept) and rest and _REPLACEMENT not in rest:
             try:
-                entries[first]["token"] = rest.decode()
+                entries[-1]["token"] = rest.decode()
             except UnicodeDecodeError:  # the kept bytes end inside a character: the split is not the text's
                 return dropped
-            entries[first]["bytes"] = list(rest)
+            entries[-1]["bytes"] = list(rest)
     return dropped
 
 
@@ -470,7 +475,7 @@ def _missing_message(missing: list[int], dropped: list[int]) -> str:
     if dropped:
         reasons.append(
             f"{dropped} (the last tokens before a stop string ended generation: llama-server's unary answer drops as "
-            "many entries as the stop string has tokens; their text is on the first of them)"
+            "many entries as the stop string has tokens; their text is on the last of them)"
         )
     return f"llama-server gave no logprob for the sampled tokens at positions {' and '.join(reasons)}; they are NaN"
 
