@@ -225,6 +225,7 @@ async def test_logit_bias_forces_the_eos_which_belongs_to_no_part(model, server)
     assert list(choice.sampled_tokens.token_ids) == [eos] and not choice.sampled_tokens.part_indexes
     streamed = accumulate([e async for e in model.astream(request)])
     assert streamed.choices[0].sampled_tokens == choice.sampled_tokens
+    assert streamed.choices[0].message == choice.message  # one empty text part in both
 
 
 async def test_a_negative_logit_bias_removes_the_sampled_token(model):
@@ -304,3 +305,137 @@ async def test_json_cut_by_the_token_limit_is_flagged_on_raw_prompts_and_chat(mo
         response = await model.arun(request)
         assert response.choices[0].finish_reason == response_pb2.FINISH_REASON_LENGTH
         assert [e.reason for e in response.errors] == [errors_pb2.ERROR_REASON_CONSTRAINT_VIOLATED]
+
+
+def _warned(response: response_pb2.Response, code: str) -> bool:
+    return any(w.code == code for w in response.warnings)
+
+
+async def _both(model, request: request_pb2.Request) -> tuple[response_pb2.Response, response_pb2.Response]:
+    """The unary answer and the folded stream of one request, prompt cache off (so usage counters agree)."""
+    request.provider_options.add(transport="llamacpp", options_json='{"cache_prompt": false}')
+    return await model.arun(request), accumulate([e async for e in model.astream(request)])
+
+
+@pytest.mark.parametrize(
+    ("stop", "text", "dropped"),
+    [
+        # Seed 42 samples " fa", then " hell", whose "e" is the stop string: the text keeps " fa h".
+        ("e", " fa h", [1]),
+        # "a hel" spans both tokens (two tokens itself): " fa" is held back as a possible start of it, the stop
+        # token's entry carries " f", and the unary answer drops both entries (and then leaves the key out).
+        ("a hel", " f", [0, 1]),
+    ],
+)
+async def test_a_stop_string_trims_logprobs_alike_unary_and_streamed(model, stop, text, dropped):
+    # The unary answer drops as many trailing logprob entries as the stop string has tokens; the stream keeps them.
+    request = build_request(
+        "tiny", prompt="Hello world, the", max_output_tokens=40, stop=[stop], seed=42, top_logprobs=1
+    )
+    unary, streamed = await _both(model, request)
+    for response in (unary, streamed):
+        choice = response.choices[0]
+        assert choice.finish_reason == response_pb2.FINISH_REASON_STOP_SEQUENCE and choice.stop_sequence == stop
+        assert _text(response) == text
+        assert list(choice.logprobs.token_ids) == list(choice.sampled_tokens.token_ids)
+        # Each position's bytes are the text it added, so the bytes give the text in both modes.
+        assert choice.logprobs.token_bytes.decode() == _text(response)
+    assert unary.choices[0].sampled_tokens == streamed.choices[0].sampled_tokens
+    assert unary.choices[0].logprobs.token_byte_offsets == streamed.choices[0].logprobs.token_byte_offsets
+    unary_values, streamed_values = (
+        unary.choices[0].logprobs.token_logprobs,
+        streamed.choices[0].logprobs.token_logprobs,
+    )
+    assert [i for i, v in enumerate(unary_values) if v != v] == dropped  # flagged in place, not shifted
+    (error,) = unary.errors
+    assert error.reason == errors_pb2.ERROR_REASON_MISSING_LOGPROBS and "stop string" in error.message
+    assert all(v == v for v in streamed_values) and not streamed.errors  # the stream has every entry
+    assert [v for i, v in enumerate(unary_values) if i not in dropped] == [
+        v for i, v in enumerate(streamed_values) if i not in dropped
+    ]
+
+
+async def test_a_possible_start_of_a_stop_string_held_back_at_the_limit_is_flagged_in_the_stream(model):
+    # " hell" could begin the stop string " hello", so llama-server holds its text back; the token limit then
+    # ends generation. The unary answer has the text; the stream never carried it, and says so.
+    request = build_request("tiny", prompt="Hello world, the", max_output_tokens=2, stop=[" hello"], seed=42)
+    unary, streamed = await _both(model, request)
+    assert _text(unary) == " fa hell" and _text(streamed) == " fa"
+    assert unary.choices[0].sampled_tokens == streamed.choices[0].sampled_tokens
+    assert _warned(streamed, "stream_text_incomplete") and not unary.warnings
+
+
+async def test_a_final_token_ending_inside_a_utf8_character_is_flagged_in_the_stream(model):
+    # Seed 4's last two tokens leave "日\xe6 caf\xc3" unfinished when the token limit ends generation: llama-server
+    # holds the whole unfinished tail back in the stream, while the unary answer has it with U+FFFD for the cut
+    # bytes (the server's own rendering, kept: that text is what the model produced).
+    request = build_request("tiny", prompt="Hello world, café ü 日本", max_output_tokens=8, seed=4, top_logprobs=1)
+    unary, streamed = await _both(model, request)
+    assert unary.choices[0].finish_reason == streamed.choices[0].finish_reason == response_pb2.FINISH_REASON_LENGTH
+    assert _text(unary).endswith("\ufffd") and _text(unary).startswith(_text(streamed))
+    assert len(_text(streamed)) < len(_text(unary))
+    assert _warned(streamed, "stream_text_incomplete") and _warned(streamed, "sampled_tokens_incomplete")
+    assert not _warned(unary, "stream_text_incomplete")
+    # The unary ids are complete; the stream's are a prefix of them (no event ever carried the last ones).
+    unary_ids, streamed_ids = unary.choices[0].sampled_tokens.token_ids, streamed.choices[0].sampled_tokens.token_ids
+    assert len(unary_ids) == 8 and list(unary_ids[: len(streamed_ids)]) == list(streamed_ids)
+    assert list(streamed.choices[0].sampled_tokens.part_indexes) == [0] * len(streamed_ids)
+
+
+async def test_chat_names_the_stop_string_like_the_raw_prompt(model):
+    raw = await model.arun(build_request("tiny", prompt="Hello world, the", max_output_tokens=40, stop=["e"], seed=42))
+    assert raw.choices[0].stop_sequence == "e"
+    request = build_request("tiny", messages=[("user", "Hi")], max_output_tokens=30, stop=["e"], seed=42)
+    unary, streamed = await _both(model, request)
+    for response in (unary, streamed):
+        choice = response.choices[0]
+        assert choice.finish_reason == response_pb2.FINISH_REASON_STOP_SEQUENCE and choice.stop_sequence == "e"
+        assert choice.raw_finish_reason == "stop"
+    assert unary.choices == streamed.choices
+
+
+async def test_chat_without_a_stop_string_ending_on_eos_is_a_natural_stop(model, server):
+    request = build_request("tiny", messages=[("user", "Hi")], max_output_tokens=8, seed=1, stop=["zzz"])
+    request.sampling.logit_bias[_eos_id(server)] = 100.0
+    unary, streamed = await _both(model, request)
+    for response in (unary, streamed):
+        assert response.choices[0].finish_reason == response_pb2.FINISH_REASON_STOP
+        assert response.choices[0].WhichOneof("stop") is None
+
+
+@pytest.mark.parametrize("forced", ["eos", "space", "newline"])
+async def test_chat_unary_and_streamed_agree_on_forced_and_whitespace_only_output(model, server, forced):
+    token = {"eos": _eos_id(server), "space": 32, "newline": 10}[forced]  # ids 0-255 are the bytes
+    request = build_request("tiny", messages=[("user", "Hi")], max_output_tokens=4, seed=1, top_logprobs=1)
+    request.sampling.logit_bias[token] = 100.0
+    unary, streamed = await _both(model, request)
+    assert _text(unary) == {"eos": "", "space": "    ", "newline": "\n\n\n\n"}[forced]
+    assert unary.choices == streamed.choices and unary.usage == streamed.usage and unary.errors == streamed.errors
+
+
+async def test_when_every_token_is_held_back_the_stream_says_so(model):
+    # Id 230 is the byte 0xE6, which starts a three-byte character: three of them never finish one, so llama-server
+    # sends no token event at all, only the final one.
+    request = build_request("tiny", prompt="Hello", max_output_tokens=3, seed=1)
+    request.sampling.logit_bias[230] = 100.0
+    unary, streamed = await _both(model, request)
+    assert list(unary.choices[0].sampled_tokens.token_ids) == [230] * 3 and _text(unary) == "\ufffd" * 3
+    assert not streamed.choices[0].sampled_tokens.token_ids and _text(streamed) == ""
+    assert _warned(streamed, "stream_text_incomplete") and _warned(streamed, "sampled_tokens_incomplete")
+
+
+async def test_an_end_token_after_an_unfinished_character_is_not_taken_for_the_last_streamed_token(model, server):
+    # Seed 22 samples 342, then 0xE6 (230) and the EOS: neither of the last two has a stream event, so the last
+    # streamed id (342) is text, not the EOS that ended the answer.
+    eos = _eos_id(server)
+    request = build_request("tiny", prompt="Hello", max_output_tokens=6, seed=22)
+    request.sampling.logit_bias[230] = 10.0
+    request.sampling.logit_bias[eos] = 12.0
+    unary, streamed = await _both(model, request)
+    tokens = unary.choices[0].sampled_tokens
+    assert list(tokens.token_ids[1:]) == [230, eos] and list(tokens.part_indexes) == [0, 0, -1]
+    assert unary.choices[0].finish_reason == streamed.choices[0].finish_reason == response_pb2.FINISH_REASON_STOP
+    streamed_tokens = streamed.choices[0].sampled_tokens
+    assert list(streamed_tokens.token_ids) == list(tokens.token_ids[:1]) and list(streamed_tokens.part_indexes) == [0]
+    assert _text(unary).startswith(_text(streamed)) and _text(unary).endswith("\ufffd")
+    assert _warned(streamed, "stream_text_incomplete") and _warned(streamed, "sampled_tokens_incomplete")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import msgspec
 import orjson
 
 from modelir import errors, soft_errors, stops
@@ -95,9 +96,23 @@ class _Chat(OpenAIChat):
         _sampling(request, body)
         if request.sampling.logit_bias:  # the OpenAI object form, which the chat endpoint also takes
             body["logit_bias"] = {str(k): v for k, v in sorted(request.sampling.logit_bias.items())}
+        if request.sampling.stop:
+            # The chat answer says `stop` for an end of sequence and for a stop string alike; the native fields
+            # that tell them apart come in `__verbose`, cut down to those two by `response_fields`.
+            body["verbose"] = True
+            body["response_fields"] = list(_VERBOSE_FIELDS)
         return body
 
+    def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
+        out = super().lift(request, response)
+        if request.sampling.stop and out.choices:
+            if unknown := _chat_stop(out.choices[0], _verbose(response.body)):
+                out.warnings.add(code="stop_sequence_unknown", message=unknown)
+        return out
+
     def lift_extras(self, request, body, out, facts) -> None:
+        for choice in out.choices:
+            _drop_empty_text(choice.message)
         tokens.label_choices(request, out)
         for choice in out.choices:
             if choice.HasField("logprobs"):
@@ -105,6 +120,54 @@ class _Chat(OpenAIChat):
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
         return _ChatStream(super().stream_lifter(request), request)
+
+
+_VERBOSE_FIELDS = ("stop_type", "stopping_word")
+
+
+class _Verbose(msgspec.Struct):
+    stop_type: Any = None
+    stopping_word: Any = None
+
+
+class _WithVerbose(msgspec.Struct):
+    verbose: _Verbose | None = msgspec.field(name="__verbose", default=None)
+
+
+def _verbose(body: bytes) -> _Verbose | None:
+    """The `__verbose` member of a chat answer or chunk (None when absent or not an object)."""
+    try:
+        return msgspec.json.decode(body, type=_WithVerbose).verbose
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def _chat_stop(target: response_pb2.Choice | stream_pb2.ChoiceFinish, verbose: _Verbose | None) -> str:
+    """A chat `stop` made precise by the native `stop_type` (a stop string is `STOP_SEQUENCE` with the string, as
+    on the raw-prompt route). Returns why it stays unknown when the answer does not say, else ""."""
+    if target.finish_reason != response_pb2.FINISH_REASON_STOP:
+        return ""
+    stop_type = verbose.stop_type if verbose is not None else None
+    if stop_type == "word":
+        target.finish_reason = response_pb2.FINISH_REASON_STOP_SEQUENCE
+        word = verbose.stopping_word if verbose is not None else None
+        stops.set_stop(target, word if isinstance(word, str) else None)
+        return ""
+    if stop_type == "eos":
+        return ""
+    return (
+        "llama-server's chat answer says `stop` for an end of sequence and for a stop string alike, and did not say "
+        "which (no `__verbose.stop_type`): a stop string may have ended it"
+    )
+
+
+def _drop_empty_text(message: content_pb2.Message) -> None:
+    """llama-server's unary chat answer has `content: ""` when there is none (a forced end token, tool calls only),
+    where its stream sends no content at all: no text part in either."""
+    for i in reversed(range(len(message.parts))):
+        part = message.parts[i]
+        if part.WhichOneof("content") == "text" and not part.text and not part.citations:
+            del message.parts[i]
 
 
 def _chat_logprobs(request: request_pb2.Request, logprobs: logprobs_pb2.TokenLogprobs) -> None:
@@ -124,13 +187,30 @@ def _chat_logprobs(request: request_pb2.Request, logprobs: logprobs_pb2.TokenLog
 
 
 class _ChatStream(tokens.LabelledStream):
-    """The chat stream, with its logprobs labelled and trimmed as in the unary answer."""
+    """The chat stream, with its logprobs labelled and trimmed, and its stop told, as in the unary answer."""
+
+    def __init__(self, inner: StreamLifter, request: request_pb2.Request) -> None:
+        super().__init__(inner, request)
+        self.verbose: _Verbose | None = None
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
         out = self.inner.feed(event)
+        if self.request.sampling.stop and b'"__verbose"' in event.data:  # on the first chunk of the final result
+            self.verbose = _verbose(event.data) or self.verbose
         for item in out:
             if item.WhichOneof("event") == "delta" and item.delta.HasField("logprobs"):
                 _chat_logprobs(self.request, item.delta.logprobs)
+        return out
+
+    def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
+        out = super().close(interrupted=interrupted)
+        if self.request.sampling.stop:
+            for item in out:
+                if item.WhichOneof("event") != "end":
+                    continue
+                for finish in item.end.finishes:
+                    if finish.choice_index == 0 and (unknown := _chat_stop(finish, self.verbose)):
+                        item.end.warnings.add(code="stop_sequence_unknown", message=unknown)
         return out
 
 
@@ -204,13 +284,18 @@ class LlamaCpp(HttpTransport):
             tokens.fill(choice, ids, trimmed=int(body.get("stop_type") == "eos"))
         choice.constrained_label = tokens.constrained_label(request, body.get("content") or "")
         probabilities = body.get("completion_probabilities")
+        if probabilities is None and body.get("stop_type") == "word" and isinstance(ids, list) and ids:
+            probabilities = []  # the stop string's trim dropped every entry, and the server then leaves the key out
         missing: list[int] = []
+        dropped: list[int] = []
         facts = soft_errors.Facts()
         if request.HasField("logprob_options"):
             if probabilities is None:
                 facts.lack_logprobs(0)
             else:
-                probabilities, missing = _aligned(probabilities, ids)
+                post = request.logprob_options.basis == logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING
+                probabilities, missing = _aligned(probabilities, ids, post=post)
+                dropped = _dropped_with_the_stop(probabilities, missing, body)
                 _columns(probabilities, request.logprob_options.top_logprob_count, choice.logprobs)
         _usage_and_timing(body, out)
         soft_errors.settle(request, out, facts)
@@ -218,8 +303,7 @@ class LlamaCpp(HttpTransport):
             out.errors.add(
                 reason=errors_pb2.ERROR_REASON_MISSING_LOGPROBS,
                 choice_index=0,
-                message=f"llama-server gave no logprob for the sampled tokens at positions {missing} (tokens that end "
-                "inside a UTF-8 sequence; their bytes are in the next entry's); they are NaN",
+                message=_missing_message(missing, dropped),
             )
         return out
 
@@ -328,14 +412,15 @@ def _probability_log(value: float | None) -> float | None:
     return math.log(value) if value > 0 else -math.inf
 
 
-def _aligned(entries: list[dict[str, Any]], ids: Any) -> tuple[list[dict[str, Any]], list[int]]:
+def _aligned(entries: list[dict[str, Any]], ids: Any, *, post: bool) -> tuple[list[dict[str, Any]], list[int]]:
     """`completion_probabilities` aligned to the sampled ids (`tokens`, the truth): llama-server leaves out the entry
     of a token that ends inside a UTF-8 sequence (the next entry carries its bytes), so each missing position gets
     a placeholder without a logprob instead of shifting the rest. Unchanged when the entries are not a subsequence
-    of the ids (or there are no ids)."""
+    of the ids (or there are no ids). `post`: the dialect asked for, for when there are no entries to tell."""
     if not isinstance(ids, list) or len(ids) <= len(entries):
         return entries, []
-    value = "prob" if entries and "prob" in entries[0] else "logprob"  # the entries' dialect (post- or pre-sampling)
+    post = "prob" in entries[0] if entries else post  # the entries' dialect (post- or pre-sampling)
+    value = "prob" if post else "logprob"
     out: list[dict[str, Any]] = []
     missing: list[int] = []
     j = 0
@@ -347,6 +432,52 @@ def _aligned(entries: list[dict[str, Any]], ids: Any) -> tuple[list[dict[str, An
             missing.append(position)
             out.append({"id": token, "token": "", "bytes": [], value: None})
     return (out, missing) if j == len(entries) else (entries, [])
+
+
+def _dropped_with_the_stop(entries: list[dict[str, Any]], missing: list[int], body: dict[str, Any]) -> list[int]:
+    """The positions at the end whose entries llama-server dropped because a stop string ended generation.
+
+    Its unary answer (never its stream) drops as many trailing entries as the stop string has tokens, whichever
+    tokens spelled it. Each entry's bytes are the text that token added (`text_to_send`), so the text after the
+    kept entries' bytes is the dropped tokens' text. It goes on the last of them, where the stream has it whenever
+    the others were held back as a possible start of the stop string (a stop string spanning tokens; how it splits
+    otherwise is not said), so that the bytes still give the text. Left without bytes when that text is not exact
+    (it has U+FFFD standing for raw bytes)."""
+    if body.get("stop_type") != "word" or not missing:
+        return []
+    gaps = set(missing)
+    first = len(entries)
+    while first > 0 and first - 1 in gaps:
+        first -= 1
+    dropped = list(range(first, len(entries)))
+    content = body.get("content")
+    if dropped and isinstance(content, str):
+        kept = b"".join(bytes(e.get("bytes") or []) for e in entries[:first])
+        text = content.encode()
+        rest = text[len(kept) :]
+        if text.startswith(kept) and rest and _REPLACEMENT not in rest:
+            try:
+                entries[-1]["token"] = rest.decode()
+            except UnicodeDecodeError:  # the kept bytes end inside a character: the split is not the text's
+                return dropped
+            entries[-1]["bytes"] = list(rest)
+    return dropped
+
+
+_REPLACEMENT = "\ufffd".encode()  # what the server's JSON writes for bytes that are not UTF-8
+
+
+def _missing_message(missing: list[int], dropped: list[int]) -> str:
+    inside = [p for p in missing if p not in dropped]
+    reasons = []
+    if inside:
+        reasons.append(f"{inside} (tokens that end inside a UTF-8 sequence; their bytes are in the next entry's)")
+    if dropped:
+        reasons.append(
+            f"{dropped} (the last tokens before a stop string ended generation: llama-server's unary answer drops as "
+            "many entries as the stop string has tokens; their text is on the last of them)"
+        )
+    return f"llama-server gave no logprob for the sampled tokens at positions {' and '.join(reasons)}; they are NaN"
 
 
 def _columns(entries: list[dict[str, Any]], top_k: int, out: logprobs_pb2.TokenLogprobs) -> None:
@@ -397,6 +528,10 @@ class _CompletionStreamLifter(StreamLifter):
         # (a token of no part); llama-server sends one id per event.
         self.pending: list[int] = []
         self.id_count = 0
+        # `tokens_predicted` as of the last token event (None once an event lacks it or its id), and whether that
+        # event's text was empty: llama-server holds text back while it might still change (`_held_back`).
+        self.predicted_so_far: int | None = 0
+        self.last_text_empty = False
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
         data = common.parse_json(event.data, "stream event")
@@ -413,9 +548,14 @@ class _CompletionStreamLifter(StreamLifter):
         ids = data.get("tokens")
         ids = [i for i in ids if isinstance(i, int)] if isinstance(ids, list) else []
         self.id_count += len(ids)
+        if not data.get("stop") and (ids or data.get("content")):  # a token event (text without an id says nothing)
+            predicted = data.get("tokens_predicted")
+            known = bool(ids) and isinstance(predicted, int) and self.predicted_so_far is not None
+            self.predicted_so_far = predicted if known else None
+            self.last_text_empty = not data.get("content")
         if data.get("stop"):
             self.final = data
-            if data.get("stop_type") == "eos":
+            if data.get("stop_type") == "eos" and not self._unsent():  # else the EOS never had an event either
                 delta.delta.token_ids.extend(self.pending[:-1] + ids[:-1])
                 self.pending = (self.pending + ids)[-1:]
             else:
@@ -426,6 +566,39 @@ class _CompletionStreamLifter(StreamLifter):
             self.pending = ids
         out.append(delta)
         return out
+
+    def _unsent(self) -> int:
+        """How many sampled tokens at the end had no event (0 when the events do not say)."""
+        predicted = self.final.get("tokens_predicted") if self.final is not None else None
+        if not isinstance(predicted, int) or self.predicted_so_far is None:
+            return 0  # an event without its id or count: the events do not say
+        return max(predicted - self.predicted_so_far, 0)
+
+    def _held_back(self) -> str:
+        """Why the streamed text lacks the end of the answer, or "" when it does not.
+
+        llama-server sends a token's text only once it cannot change: while the text ends inside a UTF-8 character
+        the token gets no event at all, and while it ends in what may begin a stop string the event's text is
+        empty. Its final stream event carries no text, so whatever is still held back when generation ends is
+        never sent (the unary answer has it). The first case is certain (the last events' `tokens_predicted`
+        falls short of the final one); the second is likely when the limit ends an answer whose last event had a
+        token but no text."""
+        if unsent := self._unsent():
+            return (
+                f"llama-server never sent the text of the last {unsent} sampled token(s): it ended inside a UTF-8 "
+                "character, which its stream holds back; the unary answer has it (U+FFFD for the cut bytes)"
+            )
+        if (
+            self.request.sampling.stop
+            and self.final
+            and self.final.get("stop_type") == "limit"
+            and self.last_text_empty
+        ):
+            return (
+                "llama-server may have held back the end of the text as a possible start of a stop string when the "
+                "token limit ended generation; its stream never sends such text (the unary answer has it)"
+            )
+        return ""
 
     def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
         end = stream_pb2.StreamEnd()
@@ -442,12 +615,14 @@ class _CompletionStreamLifter(StreamLifter):
             tokens.finish_unattributed(finish, self.pending)
             finish.constrained_label = tokens.constrained_label(self.request, self.parts.texts().get(0, ""))
             predicted = self.final.get("tokens_predicted")
-            if isinstance(predicted, int) and self.id_count and self.id_count < predicted:
+            if isinstance(predicted, int) and self.predicted_so_far is not None and self.id_count < predicted:
                 # llama-server sends no event for a token that ends inside a UTF-8 sequence, so its id is lost.
                 end.warnings.add(
                     code="sampled_tokens_incomplete",
                     message=f"the stream carried {self.id_count} of {predicted} sampled token ids",
                 )
+            if unsent_text := self._held_back():
+                end.warnings.add(code="stream_text_incomplete", message=unsent_text)
             end.usage.CopyFrom(settled.usage)
             end.model = self.final.get("model") or ""  # only the last event names the model
             if settled.HasField("timing"):
