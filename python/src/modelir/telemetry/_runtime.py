@@ -175,6 +175,8 @@ def _capture_from_env() -> bool:
 def tracer() -> trace.Tracer | None:
     """modelir's tracer, or None when no tracer provider is configured."""
     provider = _override.get("tracer_provider") or _trace_api._TRACER_PROVIDER
+    if provider is _resolved.tracer_provider and (provider is not None or not _PROVIDERS_FROM_ENV):
+        return _resolved.tracer  # the path of every call once resolved (or with nothing configured)
     if provider is None and _PROVIDERS_FROM_ENV:  # the API loads the provider the environment names, once
         provider = trace.get_tracer_provider()
     if provider is None:  # nothing configured: `get_tracer_provider()` would look up an environment variable
@@ -193,6 +195,8 @@ def instruments() -> Instruments | None:
     """modelir's instruments, or None when no meter provider is configured. The provider may be an SDK one or
     an `AggregatingMeter` (`modelir.telemetry.meter`): both make histograms and counters alike."""
     provider = _override.get("meter_provider") or _own_meter or _metrics_api._METER_PROVIDER
+    if provider is _resolved.meter_provider and (provider is not None or not _PROVIDERS_FROM_ENV):
+        return _resolved.instruments  # the path of every call once resolved (or with nothing configured)
     if provider is None and _PROVIDERS_FROM_ENV:
         provider = metrics.get_meter_provider()
     if provider is None:  # nothing configured: `get_meter_provider()` would look up an environment variable

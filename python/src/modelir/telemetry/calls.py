@@ -104,32 +104,27 @@ def _target(model: Any) -> _Target:
     return target
 
 
+_UNSET: Any = object()
+
+
 class Call:
     """One model call being observed. Made by `model_call` / `stream_call`; not used directly."""
 
-    __slots__ = (
-        "_call_token",
-        "_capture_content",
-        "_ctx_token",
-        "_error_type",
-        "_finished",
-        "_first_chunk",
-        "_instruments",
-        "_last_chunk",
-        "_metrics",
-        "_model_name",
-        "_operation",
-        "_request",
-        "_response_model",
-        "_started_as",
-        "_stream_accumulator",
-        "_target",
-        "attempts",
-        "context",
-        "span",
-        "started",
-        "streaming",
-    )
+    # No `__slots__`: what most calls never change is a class attribute, not one more assignment per call (a
+    # served call's telemetry is a few hundred interpreter steps, and each costs in a busy server).
+    attempts = 0
+    span: trace.Span | None = None
+    context: otel_context.Context | None = None
+    _first_chunk: float | None = None
+    _last_chunk = 0.0
+    _finished = False
+    _started_as = ("", "")
+    _ctx_token: object = None
+    _call_token: object = None
+    _response_model = ""
+    _error_type = ""
+    _capture_content = False
+    _stream_accumulator: StreamAccumulator | None = None
 
     def __init__(
         self,
@@ -140,32 +135,21 @@ class Call:
         parent: otel_context.Context | None = None,
         seen: _runtime.Seen | None = None,
         operation: str = "",
+        tracer: Any = _UNSET,
     ) -> None:
         """A generation call of `request`; or, with `request=None`, an `operation` (tokenize) that gets a span
-        and its HTTP attempts as children, but no GenAI metrics."""
+        and its HTTP attempts as children, but no GenAI metrics. `tracer`: the one in use, when the caller has it."""
         target = _target(model)
-        tracer = _runtime.tracer()
+        tracer = _runtime.tracer() if tracer is _UNSET else tracer
         self._instruments = _runtime.instruments() if request is not None else None
         self._target = target
         self._request = request
         self.streaming = streaming
         self.started = time.monotonic()
-        self.attempts = 0
-        self._first_chunk: float | None = None
-        self._last_chunk = 0.0
-        self._finished = False
-        self._started_as = ("", "")
-        self._ctx_token: object = None
-        self._call_token: object = None
         model_name = (request.model if request is not None else "") or model.name
         self._model_name = model_name
         self._operation = operation if request is None else sc.operation_name(request, target.transport)
-        self._response_model = self._error_type = ""
         self._metrics = target.metric_set(self._operation, model_name)
-        self.span: trace.Span | None = None
-        self.context: otel_context.Context | None = None
-        self._capture_content = False
-        self._stream_accumulator: StreamAccumulator | None = None
         if tracer is not None and _runtime.sampled_out(parent):
             # Under a parent the sampler left out, no span is made (the default, parent-based sampler would drop it
             # anyway, after doing most of the work of making it); the parent's context is what gets propagated.
@@ -368,9 +352,12 @@ def _off() -> bool:
 
 def model_call(model: Any, request: request_pb2.Request) -> Call | _NoCall:
     """Observe one unary call: `with model_call(self, request) as call: return call.finish(await ...)`."""
-    if _off():
+    if not _runtime.active():
         return NO_CALL
-    return Call(model, request, streaming=False)
+    tracer = _runtime.tracer()
+    if tracer is None and _runtime.instruments() is None:
+        return NO_CALL
+    return Call(model, request, streaming=False, tracer=tracer)
 
 
 def tokenize_span(operation: str) -> Callable[[_Method[_P, _R]], _Method[_P, _R]]:
