@@ -338,8 +338,7 @@ def run_served(rounds: int = 8, calls: int = 3000, in_flight: int = 64) -> list[
             try:
                 return await measure()
             finally:
-                for model in config.models.values():
-                    await model.aclose()
+                await config.aclose()  # the models' HTTP sessions
 
         previous = access_log.access_log()
         access_log.configure("off")

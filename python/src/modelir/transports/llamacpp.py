@@ -111,8 +111,6 @@ class _Chat(OpenAIChat):
         return out
 
     def lift_extras(self, request, body, out, facts) -> None:
-        for choice in out.choices:
-            _drop_empty_text(choice.message)
         tokens.label_choices(request, out)
         for choice in out.choices:
             if choice.HasField("logprobs"):
@@ -159,15 +157,6 @@ def _chat_stop(target: response_pb2.Choice | stream_pb2.ChoiceFinish, verbose: _
         "llama-server's chat answer says `stop` for an end of sequence and for a stop string alike, and did not say "
         "which (no `__verbose.stop_type`): a stop string may have ended it"
     )
-
-
-def _drop_empty_text(message: content_pb2.Message) -> None:
-    """llama-server's unary chat answer has `content: ""` when there is none (a forced end token, tool calls only),
-    where its stream sends no content at all: no text part in either."""
-    for i in reversed(range(len(message.parts))):
-        part = message.parts[i]
-        if part.WhichOneof("content") == "text" and not part.text and not part.citations:
-            del message.parts[i]
 
 
 def _chat_logprobs(request: request_pb2.Request, logprobs: logprobs_pb2.TokenLogprobs) -> None:

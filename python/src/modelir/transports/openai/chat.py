@@ -207,7 +207,9 @@ class OpenAIChat(wire.BodyTransport):
             reasoning = message.reasoning_content or message.reasoning
             if reasoning:
                 choice.message.parts.add().reasoning.text = reasoning
-            if message.content is not None:
+            # An empty `content` (a forced end token, an answer of tool calls only) is no text part, as in the
+            # stream, which sends no text for it: a stream folds into exactly the unary answer.
+            if message.content:
                 text = choice.message.parts.add(text=message.content)
                 for raw_annotation in message.annotations or ():
                     value, _ = typed.raw_json(raw_annotation)
