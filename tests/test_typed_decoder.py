@@ -44,7 +44,7 @@ def test_every_chat_body_lifts_its_texts_and_calls(name, request_, body):
     for choice, native in zip(lifted.choices, raw["choices"], strict=True):
         message = native.get("message") or {}
         texts = [p.text for p in choice.message.parts if p.WhichOneof("content") == "text"]
-        assert texts == [t for t in (message.get("content"),) if t is not None], name
+        assert texts == [t for t in (message.get("content"),) if t], name  # an empty content is no text part
         refusals = [p.refusal for p in choice.message.parts if p.WhichOneof("content") == "refusal"]
         assert refusals == [t for t in (message.get("refusal"),) if t is not None], name
         calls = [p.tool_call.arguments_json for p in choice.message.parts if p.WhichOneof("content") == "tool_call"]
