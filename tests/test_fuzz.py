@@ -9,7 +9,13 @@ from __future__ import annotations
 import os
 import random
 
-from tests.fuzz.drive import run
+import httpx
+import pytest
+from modelir import Model, build_request, errors
+from modelir.executor import Executor
+from modelir.registry import build_transport
+
+from tests.fuzz.drive import load_exchanges, run
 
 SECONDS = float(os.environ.get("MODELIR_FUZZ_SECONDS", "12"))
 
@@ -20,3 +26,19 @@ def test_fuzzed_answers_end_typed():
     print(report.summary())
     assert report.inputs > 1000, report.summary()
     assert not report.escapes, report.summary()
+    # Every transport's answers were lifted, not only refused: a harness that never reaches a lift finds nothing.
+    assert set(report.lifted_by_transport) == {e.transport for e in load_exchanges()}, report.lifted_by_transport
+
+
+@pytest.mark.parametrize("body", [b'{"choices": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", b"[" * 100_000])
+async def test_an_answer_nested_deeper_than_any_wire_is_malformed(body):
+    transport = build_transport("openai_chat", {"provider_model": "m"})
+    executor = Executor(
+        "http://deep.invalid", transport=httpx.MockTransport(lambda _: httpx.Response(200, content=body))
+    )
+    model = Model(transport, name="m", executor=executor)
+    try:
+        with pytest.raises(errors.MalformedResponseError):
+            await model.arun(build_request("m", messages=[("user", "hi")]))
+    finally:
+        await executor.aclose()

@@ -65,6 +65,9 @@ class Report:
     typed: int = 0
     succeeded: int = 0
     escapes: list[Escape] = field(default_factory=list)
+    # Inputs lifted, by transport: a transport with none is not being fuzzed at all (its requests refused before
+    # any answer is read, say), however many inputs it was given.
+    lifted_by_transport: Counter[str] = field(default_factory=Counter)
 
     def sites(self) -> Counter[str]:
         return Counter(f"{e.site}: {e.error.split(':')[0]}" for e in self.escapes)
@@ -224,7 +227,9 @@ async def _one(exchange: Exchange, answers: list[httpx.Response]) -> str:
 
     transport = build_transport(exchange.transport, exchange.options)
     executor = Executor("http://fuzz.invalid", transport=httpx.MockTransport(handler), retry=_NO_RETRY)
-    model = Model(transport, executor=executor, default_timeout=5.0)
+    # Named as the fixture's request names its model: a request naming another model is refused before any I/O,
+    # and the native answer would never be lifted.
+    model = Model(transport, name=exchange.request.model or None, executor=executor, default_timeout=5.0)
     try:
         if exchange.kind == "tokenize":
             await model.atokenize_request(exchange.request)
@@ -266,6 +271,7 @@ def run(seed: int, *, seconds: float, max_inputs: int | None = None, transport: 
                     report.typed += 1
                 else:
                     report.succeeded += 1
+                    report.lifted_by_transport[exchange.transport] += 1
 
     asyncio.run(loop())
     return report

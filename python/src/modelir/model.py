@@ -149,11 +149,10 @@ class Model(ModelInterface):
         with paused_gc():
             try:
                 transport.check_answer_shape(sent.response)
+                response = transport.lift(request, sent.response)
             except errors.MalformedResponseError as exc:
                 raise self._redacted(exc) from None
-            try:
-                response = transport.lift(request, sent.response)
-            except SHAPE_ERRORS as exc:
+            except SHAPE_ERRORS as exc:  # the shape check's too: whatever the bytes, the caller sees a typed error
                 raise self._redacted(shape_error(transport, exc)) from exc
         if request.include_raw:  # kept here, once, so that any lift can be re-run from a stored response
             response.raw.CopyFrom(

@@ -204,6 +204,11 @@ class HttpTransport(Transport):
             answers = [top] if isinstance(top, dict) else [_OBJECT.decode(a) for a in top if memoryview(a)[:1] == b"{"]
         except msgspec.DecodeError:
             return  # not JSON at all: the lift says so, with its own message
+        except RecursionError:  # msgspec's depth limit: no provider's answer nests that deep
+            raise errors.MalformedResponseError(
+                f"{self.name}: the provider's answer nests deeper than any answer of its wire does",
+                http_status=response.status,
+            ) from None
         for answer in answers:
             if not any(key in answer for key in self.answer_keys):
                 keys = ", ".join(sorted(answer)[:8]) or "no keys"
