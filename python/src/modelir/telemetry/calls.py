@@ -125,6 +125,7 @@ class Call:
     _error_type = ""
     _capture_content = False
     _stream_accumulator: StreamAccumulator | None = None
+    _attach = True  # whether making the call current attaches its context (see `__init__`)
 
     def __init__(
         self,
@@ -154,6 +155,8 @@ class Call:
             # Under a parent the sampler left out, no span is made (the default, parent-based sampler would drop it
             # anyway, after doing most of the work of making it); the parent's context is what gets propagated.
             self.context = parent if parent is not None else otel_context.get_current()
+            # Without a parent of its own (a unary call) that context is already the current one: nothing to attach.
+            self._attach = parent is not None
         elif tracer is not None:
             attributes = dict(self._metrics.plain)
             if target.transport:
@@ -185,7 +188,7 @@ class Call:
 
     def _enter_step(self) -> None:
         self._call_token = _runtime.current_call.set(self)
-        if self.context is not None:
+        if self.context is not None and self._attach:
             self._ctx_token = otel_context.attach(self.context)
 
     def _exit_step(self) -> None:
