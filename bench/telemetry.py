@@ -262,6 +262,7 @@ def run_served(rounds: int = 8, calls: int = 3000, in_flight: int = 64) -> list[
     from modelir.telemetry import access_log
     from modelir.telemetry.meter import AggregatingMeter
     from modelir.telemetry.otlp import FastOTLPSpanExporter
+    from modelir.telemetry.tracer import LeanTracerProvider
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
@@ -296,9 +297,13 @@ def run_served(rounds: int = 8, calls: int = 3000, in_flight: int = 64) -> list[
         )
         servicer, context, meter = ModelServicer(config.models), _Context(), AggregatingMeter()
 
-        def tracing(ratio: float) -> TracerProvider:
-            provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(ratio)))
+        def tracing(ratio: float, sdk_spans: bool = False):
+            # `modelir serve`'s lean spans, or the SDK's (what a library user's own tracer provider costs).
             exporter = FastOTLPSpanExporter(endpoint=f"127.0.0.1:{sink_port}", insecure=True)
+            sampler = ParentBased(TraceIdRatioBased(ratio))
+            if not sdk_spans:
+                return LeanTracerProvider(exporter, sampler=sampler)
+            provider = TracerProvider(sampler=sampler)
             provider.add_span_processor(BatchSpanProcessor(exporter))
             return provider
 
@@ -308,6 +313,10 @@ def run_served(rounds: int = 8, calls: int = 3000, in_flight: int = 64) -> list[
             "metrics + traces, none kept": {"meter_provider": meter, "tracer_provider": tracing(0.0)},
             "metrics + 10% of traces": {"meter_provider": meter, "tracer_provider": tracing(0.1)},
             "metrics + every trace": {"meter_provider": meter, "tracer_provider": tracing(1.0)},
+            "metrics + every trace, the SDK's spans": {
+                "meter_provider": meter,
+                "tracer_provider": tracing(1.0, sdk_spans=True),
+            },
         }
 
         async def load(count: int) -> None:

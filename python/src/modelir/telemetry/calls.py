@@ -146,7 +146,6 @@ class Call:
         self._target = target
         self._request = request
         self.streaming = streaming
-        self.started = time.monotonic()
         model_name = (request.model if request is not None else "") or model.name
         self._model_name = model_name
         self._operation = operation if request is None else sc.operation_name(request, target.transport)
@@ -171,6 +170,8 @@ class Call:
             self.context = trace.set_span_in_context(span)  # propagated even when sampled out
             # A span the sampler left out is not recorded: keep its context, skip all attribute work.
             self.span = span if span.is_recording() else None
+        # Timed from here, once the span has started: a duration or time to first chunk never exceeds its span's.
+        self.started = time.monotonic()
         if self.span is not None:
             if request is not None and _runtime.capture_content():
                 self._capture_content = True

@@ -10,8 +10,9 @@ temporality (`OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`), the sampler (
 resource (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`) read their own variables. `modelir serve`'s default
 sampler, when `OTEL_TRACES_SAMPLER` is unset, is parent-based with 10% of new traces kept (`SERVER_SAMPLER_RATIO`;
 `OTEL_TRACES_SAMPLER_ARG` sets another ratio).
-OTLP/gRPC spans go through `modelir.telemetry.otlp`'s cheaper encoder, and modelir's metrics through its own
-aggregating meter (`modelir.telemetry.meter`).
+Spans exported over OTLP are modelir's lean spans (`modelir.telemetry.tracer`), OTLP/gRPC ones written by
+`modelir.telemetry.otlp`'s cheaper encoder; modelir's metrics go through its own aggregating meter
+(`modelir.telemetry.meter`).
 
 This module imports the SDK, which is the `otel` extra (`pip install 'modelir[otel]'`); the rest of the package
 needs only `opentelemetry-api`.
@@ -69,6 +70,10 @@ def _exporter_names(environ: Mapping[str, str], signal: str) -> list[str]:
         if name not in ("otlp", "console", "none"):
             raise TelemetrySetupError(f"{variable}={name!r}: modelir supports otlp, console and none")
     return [n for n in names if n != "none"]
+
+
+def _names_otlp(environ: Mapping[str, str]) -> bool:
+    return _exporter_names(environ, "traces") == ["otlp"]
 
 
 def _protocol(environ: Mapping[str, str], signal: str) -> str:
@@ -191,10 +196,24 @@ def build_from_env(
             from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
             sampler = ParentBased(TraceIdRatioBased(_sampler_ratio(default_sampler_ratio)))
-        tracer_provider = TracerProvider(resource=resource, sampler=sampler)
-        for exporter in span_exporters:
-            tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
-        installed.tracer_provider = tracer_provider
+        lean = len(span_exporters) == 1 and _names_otlp(environ)
+        # For lean spans, the SDK's provider only resolves the sampler and id generator from the environment.
+        tracer_provider = TracerProvider(resource=resource, sampler=sampler, shutdown_on_exit=not lean)
+        if lean:
+            # One OTLP exporter: modelir's lean spans (`modelir.telemetry.tracer`), with the sampler, id generator
+            # and resource the SDK's provider resolved from the environment.
+            from modelir.telemetry.tracer import LeanTracerProvider
+
+            installed.tracer_provider = LeanTracerProvider(
+                span_exporters[0],
+                sampler=tracer_provider.sampler,
+                resource=tracer_provider.resource,
+                id_generator=tracer_provider.id_generator,
+            )
+        else:  # the console exporter prints the SDK's own span JSON: the SDK's spans
+            for exporter in span_exporters:
+                tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
+            installed.tracer_provider = tracer_provider
     metric_exporters = [_metric_exporter(n, environ) for n in _exporter_names(environ, "metrics")]
     if metric_exporters:
         # Exemplars (a sampled span's id on a histogram bucket) cost a few microseconds on every measurement

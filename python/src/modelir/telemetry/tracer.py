@@ -1,0 +1,276 @@
+"""The tracer `modelir serve` (and the CLI) trace with when spans go out over OTLP: spans kept as plain records, with
+the SDK's sampler, batch span processor and exporters, for a fraction of the SDK span's cost.
+
+Why not the SDK's spans: each one builds bounded, locked attribute maps that clean every value again, on start and on
+every `set_attributes`, plus a lock per call and a readable copy at the end. With three spans per served call, a
+kept trace costs a served call about half what it does with the SDK's spans, export included (`bench/telemetry.py`,
+`run_served`: ~180 us against ~350).
+The values modelir sets are already of the attribute types, so a value is cleaned only when it is not a plain
+`str`, `bool`, `int` or `float` (another library's span through the global provider, say), as the SDK would clean it.
+
+A `LeanSpan` has what the exporters read of the SDK's `ReadableSpan` (context, parent, name, kind, times, attributes,
+events, links, status, resource, scope, dropped counts), so the stock OTLP encoders and `telemetry/otlp.py`'s take
+it alike, and `BatchSpanProcessor` batches it (its `OTEL_BSP_*` settings apply). What it keeps of the SDK's
+behaviour, so a collector cannot tell the two apart (`tests/test_telemetry_tracer.py` compares the encoded spans of
+the same calls): the sampler's decision, attributes and trace state; span and trace ids from the SDK's generator;
+status rules (OK is final, UNSET ignored); exceptions recorded as `exception` events with the same attributes;
+`start_as_current_span`. Not kept: span limits (modelir's spans are bounded by what modelir sets) and span
+processors other than the one batch processor (the console exporter, which prints the SDK's span JSON, keeps the SDK).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.attributes import _clean_attribute_value
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
+from opentelemetry.sdk.trace.sampling import Decision, Sampler
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.util._decorator import _agnosticcontextmanager
+
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
+_PLAIN = (str, bool, int, float)
+_UNSET_STATUS = Status(StatusCode.UNSET)
+
+
+def _clean(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A copy of `attributes` with every value of a type other than the plain ones cleaned as the SDK cleans it."""
+    if not attributes:
+        return {}
+    out = dict(attributes)
+    for key, value in out.items():
+        if type(value) not in _PLAIN:
+            out[key] = _clean_attribute_value(value, None)
+    return {k: v for k, v in out.items() if v is not None}
+
+
+class LeanSpan(trace.Span):
+    """A recording span as a plain record; ended, it goes to the tracer's batch processor."""
+
+    __slots__ = (
+        "_processor",
+        "attributes",
+        "context",
+        "end_time",
+        "events",
+        "instrumentation_scope",
+        "kind",
+        "links",
+        "name",
+        "parent",
+        "resource",
+        "start_time",
+        "status",
+    )
+
+    dropped_attributes = dropped_events = dropped_links = 0
+
+    def __init__(
+        self,
+        tracer: LeanTracer,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext | None,
+        kind: SpanKind,
+        attributes: dict[str, Any],
+        links: Sequence[Link],
+        start_time: int | None,
+    ) -> None:
+        self._processor = tracer.processor
+        self.resource, self.instrumentation_scope = tracer.resource, tracer.scope
+        self.name, self.context, self.parent, self.kind = name, context, parent, kind
+        self.attributes = attributes
+        self.links = tuple(links)
+        self.events: list[Event] = []
+        self.status = _UNSET_STATUS
+        self.start_time = start_time if start_time is not None else time.time_ns()
+        self.end_time: int | None = None
+
+    # ---- the API ------------------------------------------------------------------------------------------
+
+    def get_span_context(self) -> SpanContext:
+        return self.context
+
+    def is_recording(self) -> bool:
+        return self.end_time is None
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        if self.end_time is None:
+            self.attributes[key] = value if type(value) in _PLAIN else _clean_attribute_value(value, None)
+
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        if self.end_time is None:
+            self.attributes.update(_clean(attributes))
+
+    def add_event(self, name: str, attributes: Mapping[str, Any] | None = None, timestamp: int | None = None) -> None:
+        if self.end_time is None:
+            self.events.append(Event(name, _clean(attributes), timestamp if timestamp is not None else time.time_ns()))
+
+    def add_link(self, context: SpanContext, attributes: Mapping[str, Any] | None = None) -> None:
+        if self.end_time is None and context.is_valid:
+            self.links = (*self.links, Link(context, _clean(attributes)))
+
+    def update_name(self, name: str) -> None:
+        if self.end_time is None:
+            self.name = name
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        # The SDK's rules: OK is final, and UNSET is never set.
+        if self.end_time is not None or self.status.status_code is StatusCode.OK:
+            return
+        if isinstance(status, Status):
+            if status.status_code is not StatusCode.UNSET:
+                self.status = status
+        elif status is not StatusCode.UNSET:
+            self.status = Status(status, description)
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: Mapping[str, Any] | None = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None:
+        module, qualname = type(exception).__module__, type(exception).__qualname__
+        recorded: dict[str, Any] = {
+            "exception.type": f"{module}.{qualname}" if module and module != "builtins" else qualname,
+            "exception.message": str(exception),
+            "exception.stacktrace": "".join(traceback.format_exception(exception)),
+            "exception.escaped": str(escaped),
+        }
+        if attributes:
+            recorded.update(attributes)
+        self.add_event("exception", recorded, timestamp)
+
+    def end(self, end_time: int | None = None) -> None:
+        if self.end_time is not None:
+            return
+        self.end_time = end_time if end_time is not None else time.time_ns()
+        self._processor.on_end(self)  # type: ignore[arg-type]  # what the processor reads of a ReadableSpan
+
+
+class LeanTracer(trace.Tracer):
+    """Starts `LeanSpan`s, or non-recording spans for what the sampler leaves out, as the SDK's tracer does."""
+
+    def __init__(
+        self,
+        sampler: Sampler,
+        id_generator: IdGenerator,
+        processor: BatchSpanProcessor,
+        resource: Resource,
+        scope: InstrumentationScope,
+    ) -> None:
+        self.sampler, self.id_generator, self.processor = sampler, id_generator, processor
+        self.resource, self.scope = resource, scope
+        self._random_ids = id_generator.is_trace_id_random()
+
+    def start_span(
+        self,
+        name: str,
+        context: Any = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Mapping[str, Any] | None = None,
+        links: Sequence[Link] | None = (),
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+    ) -> trace.Span:
+        parent: SpanContext | None = trace.get_current_span(context).get_span_context()
+        if parent is None or not parent.is_valid:
+            parent = None
+            trace_id = self.id_generator.generate_trace_id()
+        else:
+            trace_id = parent.trace_id
+        sampled = self.sampler.should_sample(context, trace_id, name, kind, attributes, links)
+        recording = sampled.decision is Decision.RECORD_AND_SAMPLE
+        flags = _SAMPLED if recording else _NOT_SAMPLED
+        # As the SDK: the W3C "random trace id" flag when the root's generator makes random ids, else the parent's.
+        if parent.trace_flags.random_trace_id if parent is not None else self._random_ids:
+            flags = TraceFlags(flags | TraceFlags.RANDOM_TRACE_ID)
+        span_context = SpanContext(
+            trace_id,
+            self.id_generator.generate_span_id(),
+            is_remote=False,
+            trace_flags=flags,
+            trace_state=sampled.trace_state,
+        )
+        if sampled.decision is Decision.RECORD_ONLY:  # recorded, not exported: nothing here would see it
+            return NonRecordingSpan(span_context)
+        if not recording:
+            return NonRecordingSpan(span_context)
+        kept = _clean(sampled.attributes) if sampled.attributes else {}
+        return LeanSpan(self, name, span_context, parent, kind, kept, links or (), start_time)
+
+    @_agnosticcontextmanager  # the API's own decorator: a context manager that also decorates
+    def start_as_current_span(
+        self,
+        name: str,
+        context: Any = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Mapping[str, Any] | None = None,
+        links: Sequence[Link] | None = (),
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+        end_on_exit: bool = True,
+    ) -> Iterator[trace.Span]:
+        span = self.start_span(name, context, kind, attributes, links, start_time)
+        with trace.use_span(
+            span,
+            end_on_exit=end_on_exit,
+            record_exception=record_exception,
+            set_status_on_exception=set_status_on_exception,
+        ) as current:
+            yield current
+
+
+class LeanTracerProvider(trace.TracerProvider):
+    """A tracer provider of `LeanTracer`s: spans batched (`OTEL_BSP_*`) to `exporter`, sampled by `sampler`."""
+
+    def __init__(
+        self,
+        exporter: SpanExporter,
+        *,
+        sampler: Sampler,
+        resource: Resource | None = None,
+        id_generator: IdGenerator | None = None,
+    ) -> None:
+        self.sampler = sampler
+        self.resource = resource if resource is not None else Resource.create()
+        self.id_generator = id_generator or RandomIdGenerator()
+        self.processor = BatchSpanProcessor(exporter)
+        self._tracers: dict[tuple[str, str | None, str | None], LeanTracer] = {}
+        self._lock = threading.Lock()
+
+    def get_tracer(
+        self,
+        instrumenting_module_name: str,
+        instrumenting_library_version: str | None = None,
+        schema_url: str | None = None,
+        attributes: Any = None,
+    ) -> LeanTracer:
+        key = (instrumenting_module_name, instrumenting_library_version, schema_url)
+        with self._lock:
+            tracer = self._tracers.get(key)
+            if tracer is None:
+                scope = InstrumentationScope(instrumenting_module_name, instrumenting_library_version, schema_url)
+                tracer = self._tracers[key] = LeanTracer(
+                    self.sampler, self.id_generator, self.processor, self.resource, scope
+                )
+        return tracer
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.processor.force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        self.processor.shutdown()

@@ -1,0 +1,185 @@
+"""modelir's lean tracer (`modelir.telemetry.tracer`) exports what the SDK's tracer would: the same calls traced by
+both give the same spans once encoded for OTLP (names, kinds, parents, attributes, statuses, exception events,
+flags), ids and times aside; and the tracer's own behaviour (sampling, status rules, the setup that picks it)."""
+
+from __future__ import annotations
+
+import pytest
+from modelir import build_request, errors, telemetry
+from modelir.remote import RemoteModel
+from modelir.server import build_server
+from modelir.telemetry import setup
+from modelir.telemetry.tracer import LeanSpan, LeanTracerProvider
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, TraceIdRatioBased
+from opentelemetry.trace import StatusCode
+
+from tests.test_telemetry import upstream  # noqa: F401  (the fixture)
+
+RESOURCE = Resource.create({"service.name": "modelir-test"})
+# What changes from one run of the same calls to the next: the test servers' ports, the fake's request ids, timings.
+_VARYING_ATTRIBUTES = frozenset(
+    {
+        "server.port",
+        "url.full",
+        "modelir.provider.request_id",
+        "modelir.queue.duration",
+        "gen_ai.response.time_to_first_chunk",
+    }
+)
+
+
+async def _calls(model, port: int | None = None) -> None:
+    """A chat, a stream, a retried call, a call failing after retries, and a user span with an exception; with a
+    server, a remote call too (its server span, the model call inside and the HTTP attempt)."""
+    fake = model._fake
+    await model.achat([("user", "hi")], max_output_tokens=4, temperature=0.5)
+    [_ async for _ in model.astream(build_request("mini", messages=[("user", "hi")]))]
+    fake.fail_first = [503]
+    await model.achat([("user", "again")])
+    fake.fail_first = [500, 500, 500, 500, 500]
+    with pytest.raises(errors.ModelError):
+        await model.achat([("user", "fails")])
+    fake.fail_first = []
+    tracer = telemetry._runtime.tracer()
+    with pytest.raises(ZeroDivisionError), tracer.start_as_current_span("user work", attributes={"n": [1, 2]}):
+        1 / 0  # noqa: B018
+    if port is not None:
+        remote = RemoteModel(f"127.0.0.1:{port}", "mini")
+        try:
+            await remote.achat([("user", "through the server")])
+        finally:
+            await remote.aclose()
+
+
+def _encoded(spans) -> list[dict]:
+    """The spans as OTLP would carry them, ids replaced by their order of appearance, times left out."""
+    request = encode_spans(spans)
+    names = {
+        bytes(span.span_id): span.name
+        for resource_spans in request.resource_spans
+        for scope_spans in resource_spans.scope_spans
+        for span in scope_spans.spans
+    }
+    out = []
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                events = [
+                    (e.name, sorted((a.key, str(a.value)) for a in e.attributes if a.key != "exception.stacktrace"))
+                    for e in span.events
+                ]
+                out.append(
+                    {
+                        "scope": scope_spans.scope.name,
+                        "name": span.name,
+                        "kind": span.kind,
+                        "parent": names.get(bytes(span.parent_span_id)) if span.parent_span_id else None,
+                        "attributes": sorted(
+                            (a.key, str(a.value)) for a in span.attributes if a.key not in _VARYING_ATTRIBUTES
+                        ),
+                        "status": (span.status.code, span.status.message),
+                        "events": events,
+                        "flags": span.flags,
+                        "resource": sorted((a.key, str(a.value)) for a in resource_spans.resource.attributes),
+                    }
+                )
+    return sorted(out, key=lambda s: (s["name"], s["attributes"]))
+
+
+class _Captured(InMemorySpanExporter):
+    pass
+
+
+async def _traced(provider_factory, fake, model) -> list[dict]:
+    exporter = _Captured()
+    provider = provider_factory(exporter)
+    telemetry.install(tracer_provider=provider)
+    server, port = await build_server({"mini": model}, "127.0.0.1:0")
+    await server.start()
+    try:
+        await _calls(model, port)
+    finally:
+        await server.stop(None)
+        telemetry.install()
+    provider.force_flush()
+    spans = list(exporter.get_finished_spans())
+    provider.shutdown()
+    return _encoded(spans)
+
+
+async def test_the_same_calls_give_the_same_spans_as_the_sdk(upstream):  # noqa: F811
+    fake, model = upstream
+    model._fake = fake
+
+    def sdk(exporter):
+        provider = TracerProvider(resource=RESOURCE, sampler=ALWAYS_ON)
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        return provider
+
+    def lean(exporter):
+        return LeanTracerProvider(exporter, sampler=ALWAYS_ON, resource=RESOURCE)
+
+    expected = await _traced(sdk, fake, model)
+    got = await _traced(lean, fake, model)
+    assert len(expected) >= 12
+    assert {s["name"] for s in expected} >= {"chat mini", "POST", "modelir.v1.ModelService/Generate", "user work"}
+    assert any(s["events"] for s in expected) and any(s["status"][0] == StatusCode.ERROR.value + 0 for s in got)
+    assert got == expected
+
+
+def test_the_sampler_decides_and_a_left_out_span_only_carries_its_context():
+    exported = _Captured()
+    provider = LeanTracerProvider(exported, sampler=ParentBased(ALWAYS_OFF), resource=RESOURCE)
+    tracer = provider.get_tracer("t")
+    dropped = tracer.start_span("dropped")
+    assert not dropped.is_recording() and dropped.get_span_context().is_valid
+    assert not dropped.get_span_context().trace_flags.sampled
+    assert dropped.get_span_context().trace_flags.random_trace_id  # as the SDK marks random trace ids
+    dropped.end()
+    kept = LeanTracerProvider(exported, sampler=TraceIdRatioBased(1.0), resource=RESOURCE).get_tracer("t")
+    span = kept.start_span("kept", attributes={"a": 1})
+    assert isinstance(span, LeanSpan) and span.get_span_context().trace_flags.sampled
+    child = kept.start_span("child", context=trace.set_span_in_context(span))
+    assert child.parent == span.get_span_context() and child.context.trace_id == span.context.trace_id
+    provider.shutdown()
+
+
+def test_status_rules_and_an_ended_span_are_the_sdks():
+    exported = _Captured()
+    provider = LeanTracerProvider(exported, sampler=ALWAYS_ON, resource=RESOURCE)
+    span = provider.get_tracer("t").start_span("s")
+    span.set_status(StatusCode.UNSET)  # ignored
+    assert span.status.status_code is StatusCode.UNSET
+    span.set_status(StatusCode.OK)
+    span.set_status(StatusCode.ERROR, "later")  # OK is final
+    assert span.status.status_code is StatusCode.OK
+    span.set_attribute("odd", {"k": 1})  # a value of another type is cleaned as the SDK cleans it
+    span.end()
+    span.set_attribute("after", 1)  # an ended span takes nothing more
+    span.end()  # nor ends twice
+    provider.force_flush()
+    (finished,) = exported.get_finished_spans()
+    assert "after" not in finished.attributes and finished.attributes["odd"] == {"k": 1}
+    provider.shutdown()
+
+
+def test_the_setup_traces_with_lean_spans_for_otlp_and_with_the_sdk_for_the_console(monkeypatch):
+    monkeypatch.delenv("OTEL_TRACES_SAMPLER", raising=False)
+    monkeypatch.delenv("OTEL_TRACES_SAMPLER_ARG", raising=False)
+    otlp = setup.build_from_env(
+        {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_METRICS_EXPORTER": "none"}, default_sampler_ratio=0.1
+    )
+    console = setup.build_from_env({"OTEL_TRACES_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "none"})
+    try:
+        assert isinstance(otlp.tracer_provider, LeanTracerProvider)
+        assert "TraceIdRatioBased{0.1}" in otlp.tracer_provider.sampler.get_description()
+        assert isinstance(console.tracer_provider, TracerProvider)
+    finally:
+        otlp.shutdown()
+        console.shutdown()
