@@ -244,11 +244,13 @@ class LeanTracerProvider(trace.TracerProvider):
         sampler: Sampler,
         resource: Resource | None = None,
         id_generator: IdGenerator | None = None,
+        processor: BatchSpanProcessor | None = None,
     ) -> None:
+        """`processor`: a batch span processor of `exporter` made otherwise than from `OTEL_BSP_*`."""
         self.sampler = sampler
         self.resource = resource if resource is not None else Resource.create()
         self.id_generator = id_generator or RandomIdGenerator()
-        self.processor = BatchSpanProcessor(exporter)
+        self.processor = processor if processor is not None else BatchSpanProcessor(exporter)
         self._tracers: dict[tuple[str, str | None, str | None], LeanTracer] = {}
         self._lock = threading.Lock()
 
