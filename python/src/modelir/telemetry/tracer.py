@@ -204,9 +204,7 @@ class LeanTracer(trace.Tracer):
             trace_flags=flags,
             trace_state=sampled.trace_state,
         )
-        if sampled.decision is Decision.RECORD_ONLY:  # recorded, not exported: nothing here would see it
-            return NonRecordingSpan(span_context)
-        if not recording:
+        if not recording:  # RECORD_ONLY too: recorded but never exported, so nothing here would see it
             return NonRecordingSpan(span_context)
         kept = _clean(sampled.attributes) if sampled.attributes else {}
         return LeanSpan(self, name, span_context, parent, kind, kept, links or (), start_time)
