@@ -576,3 +576,53 @@ async def test_providers_built_from_the_environment_trace_and_measure_a_call(cap
     only_metrics = setup.build_from_env({"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "console"})
     assert only_metrics is not None and only_metrics.tracer_provider is None
     only_metrics.shutdown()
+
+
+_PROPAGATED_SPANS = [
+    trace.INVALID_SPAN_CONTEXT,
+    trace.SpanContext(0xABC, 0xDEF, is_remote=False, trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED)),
+    trace.SpanContext(1, 2, is_remote=True, trace_flags=trace.TraceFlags(0x02)),  # unsampled, random trace id
+    trace.SpanContext(
+        (1 << 128) - 1, (1 << 64) - 1, is_remote=False, trace_state=trace.TraceState([("v", "1"), ("w", "x y")])
+    ),
+    trace.SpanContext(0xABC, 0, is_remote=False),  # invalid, yet not the invalid span context
+]
+
+
+@pytest.mark.parametrize("propagators", ["default", "tracecontext", "baggage only", "tracecontext,baggage reversed"])
+@pytest.mark.parametrize("with_baggage", [False, True])
+def test_the_headers_a_call_propagates_are_the_propagators(propagators, with_baggage):
+    """`wire.inject` writes W3C headers itself for the default propagator; for every span context, baggage and
+    propagator it gives exactly what `propagate.inject` gives."""
+    from opentelemetry import baggage, propagate
+    from opentelemetry.baggage.propagation import W3CBaggagePropagator
+    from opentelemetry.propagators.composite import CompositePropagator
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    from modelir.telemetry import wire
+
+    chosen = {
+        "default": None,
+        "tracecontext": CompositePropagator([TraceContextTextMapPropagator()]),
+        "baggage only": CompositePropagator([W3CBaggagePropagator()]),
+        "tracecontext,baggage reversed": CompositePropagator(
+            [W3CBaggagePropagator(), TraceContextTextMapPropagator()]
+        ),
+    }[propagators]
+    default = propagate.get_global_textmap()
+    if chosen is not None:
+        propagate.set_global_textmap(chosen)
+    try:
+        for span_context in _PROPAGATED_SPANS:
+            context = trace.set_span_in_context(trace.NonRecordingSpan(span_context))
+            if with_baggage:
+                context = baggage.set_baggage("user", "ada", context)
+            direct: dict[str, str] = {}
+            wire.inject(direct, context)
+            expected: dict[str, str] = {}
+            propagate.inject(expected, context=context)
+            assert direct == expected, span_context
+            traced = propagators != "baggage only" and span_context != trace.INVALID_SPAN_CONTEXT
+            assert ("traceparent" in direct) is traced
+    finally:
+        propagate.set_global_textmap(default)

@@ -16,8 +16,18 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, TraceIdRatioBased
-from opentelemetry.trace import StatusCode
+from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.sdk.trace.sampling import (
+    ALWAYS_OFF,
+    ALWAYS_ON,
+    Decision,
+    ParentBased,
+    ParentBasedTraceIdRatio,
+    SamplingResult,
+    StaticSampler,
+    TraceIdRatioBased,
+)
+from opentelemetry.trace import NonRecordingSpan, SpanContext, StatusCode, TraceFlags, TraceState
 
 from tests.test_telemetry import upstream  # noqa: F401  (the fixture)
 
@@ -148,6 +158,73 @@ def test_the_sampler_decides_and_a_left_out_span_only_carries_its_context():
     child = kept.start_span("child", context=trace.set_span_in_context(span))
     assert child.parent == span.get_span_context() and child.context.trace_id == span.context.trace_id
     provider.shutdown()
+
+
+class _NamedIds(IdGenerator):
+    """Trace ids the test chooses (the next one in `trace_ids`), span ids counting up."""
+
+    def __init__(self) -> None:
+        self.trace_ids: list[int] = []
+        self.span_id = 0
+
+    def generate_trace_id(self) -> int:
+        return self.trace_ids.pop()
+
+    def generate_span_id(self) -> int:
+        self.span_id += 1
+        return self.span_id
+
+
+class _StateSampler(ParentBased):
+    """A sampler of the user's own (its `should_sample` is not the SDK's): adds an attribute and a trace state."""
+
+    def should_sample(self, parent_context, trace_id, name, kind=None, attributes=None, links=None, trace_state=None):
+        decided = super().should_sample(parent_context, trace_id, name, kind, attributes, links)
+        return SamplingResult(decided.decision, {**decided.attributes, "chosen": True}, TraceState([("mine", "1")]))
+
+
+_SAMPLERS = [
+    ALWAYS_ON,
+    ALWAYS_OFF,
+    StaticSampler(Decision.RECORD_ONLY),  # recorded, never exported: nothing to keep
+    *(TraceIdRatioBased(r) for r in (0.0, 0.1, 0.5, 1.0)),
+    ParentBased(ALWAYS_OFF),
+    ParentBased(TraceIdRatioBased(0.1)),
+    ParentBasedTraceIdRatio(0.25),  # what OTEL_TRACES_SAMPLER=parentbased_traceidratio makes
+    ParentBased(ALWAYS_ON, remote_parent_not_sampled=ALWAYS_ON, local_parent_sampled=TraceIdRatioBased(0.5)),
+    _StateSampler(ALWAYS_ON),
+]
+_STATE = TraceState([("vendor", "x")])
+_PARENTS = [None] + [
+    SpanContext(0xABC, 0xDEF, is_remote=remote, trace_flags=TraceFlags(flags), trace_state=_STATE)
+    for remote in (True, False)
+    for flags in (TraceFlags.SAMPLED, TraceFlags.DEFAULT, TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID)
+]
+# Low 64 bits below, at and above the bounds of the ratios above, and high bits that the ratio sampler ignores.
+_TRACE_IDS = [1, (1 << 64) // 10 - 1, (1 << 64) // 10, (1 << 63), (1 << 64) - 1, (7 << 64) | 5, (1 << 128) - 1]
+
+
+@pytest.mark.parametrize("sampler", _SAMPLERS, ids=lambda s: s.get_description())
+def test_a_span_is_kept_as_the_sampler_decides_with_its_attributes_and_trace_state(sampler):
+    """The lean tracer decides the SDK's own samplers without calling them: for every parent kind and trace id, the
+    same decision, flags, trace state and attributes as the sampler's `should_sample` gives (a sampler of the
+    user's own is asked, and what it returns is kept)."""
+    ids = _NamedIds()
+    tracer = LeanTracerProvider(_Captured(), sampler=sampler, resource=RESOURCE, id_generator=ids).get_tracer("t")
+    for parent in _PARENTS:
+        context = None if parent is None else trace.set_span_in_context(NonRecordingSpan(parent))
+        for trace_id in [parent.trace_id] if parent is not None else _TRACE_IDS:
+            ids.trace_ids = [trace_id]
+            decided = sampler.should_sample(context, trace_id, "s", attributes={"a": 1})
+            span = tracer.start_span("s", context, attributes={"a": 1})
+            span_context = span.get_span_context()
+            kept = decided.decision is Decision.RECORD_AND_SAMPLE
+            where = (parent, hex(trace_id))
+            assert isinstance(span, LeanSpan) is kept and span_context.trace_flags.sampled is kept, where
+            assert span_context.trace_id == trace_id, where
+            assert span_context.trace_state == (decided.trace_state or TraceState()), where
+            if kept:
+                assert span.attributes == dict(decided.attributes), where
 
 
 def test_status_rules_and_an_ended_span_are_the_sdks():

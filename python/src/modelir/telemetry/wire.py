@@ -9,8 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry import propagate, trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry import baggage, propagate, trace
+from opentelemetry.baggage.propagation import W3CBaggagePropagator
+from opentelemetry.propagators.composite import CompositePropagator
+from opentelemetry.trace import INVALID_SPAN_CONTEXT, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from modelir.telemetry import _runtime
 from modelir.telemetry import conventions as sc
@@ -35,11 +38,11 @@ class Attempt:
         self.span: trace.Span | None = None
         if call is not None:
             call.attempts = max(call.attempts, attempt)
-            tracer = _runtime.tracer()
-            if tracer is not None and call.context is not None and call.span is None:  # a trace left out
+            # A call has a context to propagate only when it is traced; its span only when the trace is kept.
+            if call.context is not None and call.span is None:  # a trace left out
                 request.headers = request.headers.copy()  # a cached, shared object (see `Executor._headers`)
-                propagate.inject(request.headers, context=call.context)  # `traceparent` says "not sampled"
-            elif tracer is not None and call.context is not None:
+                inject(request.headers, call.context)  # `traceparent` says "not sampled"
+            elif call.context is not None and (tracer := _runtime.tracer()) is not None:
                 attributes = dict(_url_attributes(request.url))
                 attributes[sc.HTTP_REQUEST_METHOD] = request.method
                 if attempt > 1:
@@ -49,7 +52,7 @@ class Attempt:
                 )
                 # The request's headers are a cached, shared object (see `Executor._headers`): copy before adding.
                 request.headers = request.headers.copy()
-                propagate.inject(request.headers, context=trace.set_span_in_context(self.span))
+                inject(request.headers, trace.set_span_in_context(self.span))
 
     def __enter__(self) -> Attempt:
         return self
@@ -130,6 +133,38 @@ def http_attempt(request: Any, attempt: int) -> Attempt | _NoAttempt:
     return Attempt(call, seen, request, attempt)
 
 
+# ---- propagation ------------------------------------------------------------------------------------------
+
+# The propagator `opentelemetry.propagate` made from OTEL_PROPAGATORS when it is the default one (W3C trace context
+# and baggage, in that order), or trace context alone: then `inject` writes `traceparent` itself.
+_W3C_PROPAGATORS = ([TraceContextTextMapPropagator, W3CBaggagePropagator], [TraceContextTextMapPropagator])
+_checked_textmap: list[object] = [None, False]  # [the global propagator last checked, whether it is W3C only]
+
+
+def _w3c_only() -> bool:
+    textmap = propagate.get_global_textmap()
+    if textmap is not _checked_textmap[0]:
+        kinds = [type(p) for p in getattr(textmap, "_propagators", ())] if type(textmap) is CompositePropagator else []
+        _checked_textmap[:] = [textmap, kinds in _W3C_PROPAGATORS]
+    return bool(_checked_textmap[1])
+
+
+def inject(carrier: Any, context: Any) -> None:
+    """`propagate.inject(carrier, context=context)`, the same headers written directly when the global propagator
+    is W3C only and `context` carries no baggage (the propagator's composite, getter and setter calls are a fifth
+    of what an unsampled trace costs a served call); any other propagator or any baggage goes through `propagate`.
+    `tests/test_telemetry.py` compares the two."""
+    if not _w3c_only() or baggage.get_all(context):
+        propagate.inject(carrier, context=context)
+        return
+    span_context = trace.get_current_span(context).get_span_context()
+    if span_context == INVALID_SPAN_CONTEXT:  # as `TraceContextTextMapPropagator.inject`
+        return
+    carrier["traceparent"] = f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-{span_context.trace_flags:02x}"
+    if span_context.trace_state:
+        carrier["tracestate"] = span_context.trace_state.to_header()
+
+
 # ---- gRPC client metadata -----------------------------------------------------------------------------------
 
 
@@ -139,7 +174,7 @@ def outgoing_metadata(metadata: tuple[tuple[str, str], ...]) -> tuple[tuple[str,
     if call is None or call.context is None:
         return metadata
     carrier: dict[str, str] = {}
-    propagate.inject(carrier)
+    inject(carrier, None)
     return metadata + tuple(carrier.items()) if carrier else metadata
 
 
