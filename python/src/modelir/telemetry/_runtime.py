@@ -16,6 +16,7 @@ import opentelemetry.trace as _trace_api
 from opentelemetry import metrics, trace
 from opentelemetry.metrics._internal import _ProxyMeterProvider
 
+from modelir.telemetry import _context
 from modelir.telemetry import conventions as sc
 from modelir.version import SDK_VERSION
 
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from modelir.telemetry.calls import Call
 
 SCOPE = "modelir"
+_SAMPLED = trace.TraceFlags.SAMPLED
 CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 _DISABLED_TRACER_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 # The API's proxy stands in until an SDK provider is set; the API exports no public name for its class.
@@ -235,5 +237,5 @@ current_capture: ContextVar[Seen | None] = ContextVar("modelir_telemetry_capture
 def sampled_out(context: Any = None) -> bool:
     """Whether the span current in `context` (an OpenTelemetry `Context`, or now) is a valid one that the sampler
     left out."""
-    span_context = trace.get_current_span(context).get_span_context()
-    return span_context.is_valid and not span_context.trace_flags.sampled
+    _, _, _, flags, _, valid = _context.span_context(context)  # `_context.SPAN_CONTEXT_FIELDS`
+    return valid and not flags & _SAMPLED

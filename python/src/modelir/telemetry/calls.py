@@ -21,7 +21,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from modelir import errors
 from modelir.accumulate import StreamAccumulator
-from modelir.telemetry import _runtime
+from modelir.telemetry import _context, _runtime
 from modelir.telemetry import conventions as sc
 from modelir.telemetry.attribute_set import AttributeSet
 from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, stream_pb2
@@ -84,7 +84,8 @@ _targets: weakref.WeakKeyDictionary[object, _Target] = weakref.WeakKeyDictionary
 
 
 def _target(model: Any) -> _Target:
-    target = _targets.get(model)
+    # Kept on the model itself when it can carry it: a weak dictionary's look-up makes a weak reference each time.
+    target = getattr(model, "_telemetry_target", None) or _targets.get(model)
     if target is None:
         transport = getattr(model, "transport", None)
         if transport is not None:  # a local `Model`: its transport, and the executor's endpoint when it has one
@@ -100,7 +101,10 @@ def _target(model: Any) -> _Target:
         else:  # a `RemoteModel`: the modelir server is the GenAI service it calls
             where = getattr(model, "target", "")
             target = _Target("", sc.REMOTE_PROVIDER, sc.endpoint(where) if where else None, SpanKind.CLIENT, True)
-        _targets[model] = target
+        try:
+            model._telemetry_target = target
+        except AttributeError:  # an object without a `__dict__`
+            _targets[model] = target
     return target
 
 
@@ -137,27 +141,39 @@ class Call:
         seen: _runtime.Seen | None = None,
         operation: str = "",
         tracer: Any = _UNSET,
+        instruments: Any = _UNSET,
     ) -> None:
         """A generation call of `request`; or, with `request=None`, an `operation` (tokenize) that gets a span
-        and its HTTP attempts as children, but no GenAI metrics. `tracer`: the one in use, when the caller has it."""
+        and its HTTP attempts as children, but no GenAI metrics. `tracer`, `instruments`: the ones in use, when the
+        caller has them."""
         target = _target(model)
-        tracer = _runtime.tracer() if tracer is _UNSET else tracer
-        self._instruments = _runtime.instruments() if request is not None else None
+        if tracer is _UNSET:
+            tracer = _runtime.tracer()
+        if request is None:
+            instruments = None
+        elif instruments is _UNSET:
+            instruments = _runtime.instruments()
+        self._instruments = instruments
         self._target = target
         self._request = request
         self.streaming = streaming
         model_name = (request.model if request is not None else "") or model.name
         self._model_name = model_name
         self._operation = operation if request is None else sc.operation_name(request, target.transport)
-        self._metrics = target.metric_set(self._operation, model_name)
-        if tracer is not None and _runtime.sampled_out(parent):
-            # Under a parent the sampler left out, no span is made (the default, parent-based sampler would drop it
-            # anyway, after doing most of the work of making it); the parent's context is what gets propagated.
-            self.context = parent if parent is not None else otel_context.get_current()
-            # Without a parent of its own (a unary call) that context is already the current one: nothing to attach.
-            self._attach = parent is not None
-        elif tracer is not None:
-            attributes = dict(self._metrics.plain)
+        # The metric attribute sets are looked up when first needed: a unary call's answer names the response
+        # model, which picks other sets than the ones known now.
+        self._metrics = target.metric_set(self._operation, model_name) if streaming else None
+        if tracer is not None:
+            current = parent if parent is not None else _context.current()
+            if _runtime.sampled_out(current):
+                # Under a parent the sampler left out, no span is made (the default, parent-based sampler would drop
+                # it anyway, after doing most of the work of making it); the parent's context is what gets propagated.
+                self.context = current
+                # Without a parent of its own (a unary call) that context is already the current one: nothing to attach.
+                self._attach = parent is not None
+                tracer = None
+        if tracer is not None:
+            attributes = dict(self._sets().plain)
             if target.transport:
                 attributes[sc.TRANSPORT] = target.transport
             if request is not None:
@@ -184,6 +200,14 @@ class Call:
                 span_context = self.span.get_span_context()
                 seen.trace_id = trace.format_trace_id(span_context.trace_id)
                 seen.span_id = trace.format_span_id(span_context.span_id)
+
+    def _sets(self) -> _MetricSets:
+        sets = self._metrics
+        if sets is None:
+            sets = self._metrics = self._target.metric_set(
+                self._operation, self._model_name, self._response_model, self._error_type
+            )
+        return sets
 
     # ---- making it current ---------------------------------------------------------------------------------
 
@@ -233,10 +257,10 @@ class Call:
                 if self.span is not None:
                     self.span.set_attribute(sc.RESPONSE_TIME_TO_FIRST_CHUNK, self._first_chunk)
                 if self._instruments is not None:
-                    self._instruments.time_to_first_chunk.record(self._first_chunk, self._metrics.plain, self.context)
+                    self._instruments.time_to_first_chunk.record(self._first_chunk, self._sets().plain, self.context)
             elif self._instruments is not None:
                 self._instruments.time_per_output_chunk.record(
-                    now - self._last_chunk, self._metrics.plain, self.context
+                    now - self._last_chunk, self._sets().plain, self.context
                 )
             self._last_chunk = now
         elif which == "start":
@@ -261,7 +285,7 @@ class Call:
         """`finished`: the response's choices or the stream's finishes (whatever has `finish_reason`)."""
         self._finished = True
         span, instruments = self.span, self._instruments
-        if response_model or error is not None:
+        if response_model or error is not None or self._metrics is None:
             self._response_model = response_model or ""
             self._error_type = sc.soft_error_type(error) if error is not None else ""
             self._metrics = self._target.metric_set(
@@ -312,9 +336,10 @@ class Call:
                 for name in _capability_names(exc.unsupported):
                     instruments.rejections.add(1, {**self._metrics.plain, sc.CAPABILITY: name})
         if instruments is not None:
-            instruments.duration.record(time.monotonic() - self.started, self._metrics.plain, self.context)
+            plain = self._sets().plain
+            instruments.duration.record(time.monotonic() - self.started, plain, self.context)
             if self.attempts > 1 and not self._target.remote:
-                instruments.retries.add(self.attempts - 1, self._metrics.plain)
+                instruments.retries.add(self.attempts - 1, plain)
         if span is not None:
             span.end()
 
@@ -358,10 +383,10 @@ def model_call(model: Any, request: request_pb2.Request) -> Call | _NoCall:
     """Observe one unary call: `with model_call(self, request) as call: return call.finish(await ...)`."""
     if not _runtime.active():
         return NO_CALL
-    tracer = _runtime.tracer()
-    if tracer is None and _runtime.instruments() is None:
+    tracer, instruments = _runtime.tracer(), _runtime.instruments()
+    if tracer is None and instruments is None:
         return NO_CALL
-    return Call(model, request, streaming=False, tracer=tracer)
+    return Call(model, request, streaming=False, tracer=tracer, instruments=instruments)
 
 
 def tokenize_span(operation: str) -> Callable[[_Method[_P, _R]], _Method[_P, _R]]:

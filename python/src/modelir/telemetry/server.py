@@ -34,6 +34,7 @@ class ServerCall:
         "_capture_token",
         "_first_output",
         "_grpc_context",
+        "_instruments",
         "_request",
         "_seen",
         "_token",
@@ -64,17 +65,16 @@ class ServerCall:
         # The provider's request id of the model call inside, sent back in the trailing metadata.
         self._seen = _runtime.Seen()
         self._capture_token = _runtime.current_capture.set(self._seen)
-        tracer = _runtime.tracer() if _runtime.active() else None
+        on = _runtime.active()
+        tracer = _runtime.tracer() if on else None
+        # Resolved once for the RPC: only generation RPCs measure, when it ends.
+        self._instruments = _runtime.instruments() if on and request is not None else None
         if tracer is not None:
             metadata = grpc_context.invocation_metadata() if grpc_context is not None else None
             carrier = {key: value for key, value in metadata or () if key in _TRACE_KEYS and isinstance(value, str)}
             parent = propagate.extract(carrier) if carrier else None  # None: a new trace, decided by the sampler
-            self.span = tracer.start_span(
-                f"{SERVICE}/{method}",
-                context=parent,
-                kind=SpanKind.SERVER,
-                attributes={sc.RPC_SYSTEM: "grpc", sc.RPC_SERVICE: SERVICE, sc.RPC_METHOD: method},
-            )
+            name, attributes = _span_start(method)
+            self.span = tracer.start_span(name, context=parent, kind=SpanKind.SERVER, attributes=attributes)
             self._token = otel_context.attach(trace.set_span_in_context(self.span, parent))
 
     def __enter__(self) -> ServerCall:
@@ -149,7 +149,7 @@ class ServerCall:
     def _record_server_metrics(self, request: request_pb2.Request, latency: float) -> None:
         """`gen_ai.server.request.duration` for every generation RPC; time to first token and time per output
         token for successful streams (a unary answer arrives whole, so it has neither)."""
-        instruments = _runtime.instruments() if _runtime.active() else None
+        instruments = self._instruments
         if instruments is None:
             return
         attributes = _server_metric_set(
@@ -165,6 +165,20 @@ class ServerCall:
         if self.output_tokens is not None and self.output_tokens > 1:
             after_first = self.started + latency - first
             instruments.server_time_per_output_token.record(after_first / (self.output_tokens - 1), attributes)
+
+
+_span_starts: dict[str, tuple[str, dict[str, str]]] = {}
+
+
+def _span_start(method: str) -> tuple[str, dict[str, str]]:
+    """The name and start attributes of an RPC's span (made once per method: the tracer copies what it keeps)."""
+    start = _span_starts.get(method)
+    if start is None:
+        start = _span_starts[method] = (
+            f"{SERVICE}/{method}",
+            {sc.RPC_SYSTEM: "grpc", sc.RPC_SERVICE: SERVICE, sc.RPC_METHOD: method},
+        )
+    return start
 
 
 _server_metric_sets: dict[tuple[str, str, str, str], AttributeSet] = {}

@@ -9,13 +9,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry import baggage, propagate, trace
+from opentelemetry import propagate, trace
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.trace import INVALID_SPAN_CONTEXT, SpanKind, Status, StatusCode
+from opentelemetry.trace.span import DEFAULT_TRACE_STATE as _NO_TRACE_STATE
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from modelir.telemetry import _runtime
+from modelir.telemetry import _context, _runtime
 from modelir.telemetry import conventions as sc
 
 if TYPE_CHECKING:
@@ -138,6 +139,7 @@ def http_attempt(request: Any, attempt: int) -> Attempt | _NoAttempt:
 # The propagator `opentelemetry.propagate` made from OTEL_PROPAGATORS when it is the default one (W3C trace context
 # and baggage, in that order), or trace context alone: then `inject` writes `traceparent` itself.
 _W3C_PROPAGATORS = ([TraceContextTextMapPropagator, W3CBaggagePropagator], [TraceContextTextMapPropagator])
+_HEX = [f"{n:02x}" for n in range(256)]  # trace flags are one byte
 _checked_textmap: list[object] = [None, False]  # [the global propagator last checked, whether it is W3C only]
 
 
@@ -151,18 +153,22 @@ def _w3c_only() -> bool:
 
 def inject(carrier: Any, context: Any) -> None:
     """`propagate.inject(carrier, context=context)`, the same headers written directly when the global propagator
-    is W3C only and `context` carries no baggage (the propagator's composite, getter and setter calls are a fifth
+    is W3C only and `context` carries no baggage (the propagator's composite, getter and setter calls were a fifth
     of what an unsampled trace costs a served call); any other propagator or any baggage goes through `propagate`.
     `tests/test_telemetry.py` compares the two."""
-    if not _w3c_only() or baggage.get_all(context):
+    if not _w3c_only() or _context.has_baggage(context):
         propagate.inject(carrier, context=context)
         return
-    span_context = trace.get_current_span(context).get_span_context()
+    span_context = _context.span_context(context)
     if span_context == INVALID_SPAN_CONTEXT:  # as `TraceContextTextMapPropagator.inject`
         return
-    carrier["traceparent"] = f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-{span_context.trace_flags:02x}"
-    if span_context.trace_state:
-        carrier["tracestate"] = span_context.trace_state.to_header()
+    trace_id, span_id, _, flags, trace_state, valid = span_context  # `_context.SPAN_CONTEXT_FIELDS`
+    if valid:  # ids in range: their bytes in hex (formatting the 128-bit int costs twice as much)
+        carrier["traceparent"] = f"00-{trace_id.to_bytes(16, 'big').hex()}-{span_id.to_bytes(8, 'big').hex()}-{_HEX[flags]}"
+    else:
+        carrier["traceparent"] = "00-%032x-%016x-%02x" % (trace_id, span_id, flags)
+    if trace_state is not _NO_TRACE_STATE and trace_state:  # a new trace's is the shared empty one
+        carrier["tracestate"] = trace_state.to_header()
 
 
 # ---- gRPC client metadata -----------------------------------------------------------------------------------

@@ -1,0 +1,69 @@
+"""The OpenTelemetry context and span contexts read without the API's chains of Python calls, on every call's path.
+
+Why: the API's look-ups are layers of Python functions (`trace.get_current_span` -> `context.get_value` ->
+`context.get_current` -> the runtime context -> `ContextVar.get`), and a `SpanContext`'s fields are Python
+properties; each layer costs about 900 interpreter instructions (counted with valgrind), and an unsampled trace
+took some sixty of them per served call. Here the context's entries are read directly, and a span context is
+unpacked as the tuple it is.
+
+What this relies on, all unchanged since the API's 1.0: the context keys of the current span and of baggage, the
+runtime context being a `ContextVar` (the default; `OTEL_PYTHON_CONTEXT` may name another, and then the API's own
+functions are used), and `SpanContext`'s tuple layout. `tests/test_telemetry_context.py` checks each against the
+public API, so an upgrade that moves one fails there, not in a server.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from typing import Any
+
+from opentelemetry import baggage as _baggage
+from opentelemetry import context as _context
+from opentelemetry import trace
+from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
+from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan, Span, SpanContext
+from opentelemetry.trace.propagation import _SPAN_KEY
+
+_BAGGAGE_KEY: str = _baggage._BAGGAGE_KEY  # type: ignore[attr-defined]
+_runtime = _context._RUNTIME_CONTEXT
+# The ContextVar holding the current context, when the runtime context is the API's default one.
+_current: ContextVar[Any] | None = (
+    _runtime._current_context if type(_runtime) is ContextVarsRuntimeContext else None  # type: ignore[attr-defined]
+)
+# Spans whose `get_span_context` is known to be a plain attribute read (any other is asked by `isinstance` first).
+_SPAN_TYPES: set[type] = {NonRecordingSpan}
+
+
+def current() -> Any:
+    """`opentelemetry.context.get_current()`."""
+    return _current.get() if _current is not None else _context.get_current()
+
+
+def span_context(context: Any) -> SpanContext:
+    """The span context of the span in `context` (a `Context`; None: the current one), as
+    `trace.get_current_span(context).get_span_context()`."""
+    if context is None:
+        context = current()
+    span = context.get(_SPAN_KEY)
+    if span is None:
+        return INVALID_SPAN_CONTEXT
+    if type(span) not in _SPAN_TYPES and not isinstance(span, Span):  # as the API: anything else is no span
+        return INVALID_SPAN_CONTEXT
+    return span.get_span_context()  # type: ignore[no-any-return]
+
+
+def knows_span_type(span_type: type) -> None:
+    """Let `span_context` skip the `isinstance` check for spans of `span_type` (a `Span` subclass)."""
+    assert issubclass(span_type, Span)
+    _SPAN_TYPES.add(span_type)
+
+
+def has_baggage(context: Any) -> bool:
+    """Whether `context` carries any baggage (`bool(baggage.get_all(context))`)."""
+    if context is None:
+        context = current()
+    return bool(context.get(_BAGGAGE_KEY))
+
+
+# A `SpanContext` is a tuple of these, in this order: the hot paths unpack it instead of reading its properties.
+SPAN_CONTEXT_FIELDS = ("trace_id", "span_id", "is_remote", "trace_flags", "trace_state", "is_valid")
