@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from modelir.telemetry.otlp import FastOTLPSpanExporter, encode_request
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
@@ -73,6 +74,6 @@ def test_the_span_encoder_gives_the_stock_message():
     exporter = FastOTLPSpanExporter(endpoint="127.0.0.1:9", insecure=True)
     try:
         for _ in range(2):
-            assert exporter._translate_data(spans) == encode_spans(spans)
+            assert ExportTraceServiceRequest.FromString(exporter._translate_data(spans)) == encode_spans(spans)
     finally:
         exporter.shutdown()

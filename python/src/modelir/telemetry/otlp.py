@@ -5,8 +5,8 @@ The stock exporter builds a protobuf object for every span, attribute and value 
 90 us for a span of 15 attributes, in the batch processor's thread, which holds the interpreter lock the server's
 event loop needs. A gateway's spans repeat the same attributes (operation, provider, model, address, transport)
 call after call, so here the bytes of each `KeyValue` with a string or boolean value are kept (a bounded cache),
-numbers are written directly, and the whole request is parsed back into the stock message type in C
-(`FromString`) for the stock exporter to send, with its retries, compression and headers. A span with events or
+numbers are written directly, and the stock exporter sends the request's bytes as they are (a stub that takes
+bytes), with its retries, reconnection, compression and headers. A span with events or
 links (an exception recorded on it, say), and the resource and scope messages, are encoded by the stock encoder,
 so what is written by hand is the `Span` message alone. The bytes parse into exactly the message `encode_spans`
 builds (tests/test_telemetry_cost.py compares them).
@@ -22,7 +22,10 @@ from typing import Any
 
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 
@@ -219,12 +222,29 @@ def encode_request(spans: Sequence[ReadableSpan], encoder: _Encoder | None = Non
     return ExportTraceServiceRequest.FromString((encoder or _Encoder()).request(spans))
 
 
+class _BytesTraceServiceStub:
+    """The trace service's stub with the request sent as the bytes it is given: the stock stub would take a message
+    object, which the encoded bytes would first be parsed into and then serialised from again."""
+
+    def __init__(self, channel: Any) -> None:
+        self.Export = channel.unary_unary(
+            "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+            request_serializer=None,  # bytes, as given
+            response_deserializer=ExportTraceServiceResponse.FromString,
+            _registered_method=True,
+        )
+
+
 class FastOTLPSpanExporter(OTLPSpanExporter):
-    """The stock OTLP/gRPC span exporter (same settings, environment variables, retries) with the encoder above."""
+    """The stock OTLP/gRPC span exporter (same settings, environment variables, retries, reconnection) with the
+    encoder above, its bytes sent as they are."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._encoder = _Encoder()
+        # The stock exporter makes its stub from `_stub` (again when it reconnects): the one that sends bytes.
+        self._stub = _BytesTraceServiceStub
+        self._client = self._stub(self._channel)
 
-    def _translate_data(self, data: Sequence[ReadableSpan]) -> ExportTraceServiceRequest:
-        return encode_request(data, self._encoder)
+    def _translate_data(self, data: Sequence[ReadableSpan]) -> bytes:  # type: ignore[override]
+        return self._encoder.request(data)
