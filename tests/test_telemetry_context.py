@@ -68,3 +68,30 @@ def test_the_current_context_is_read_from_the_apis_context_variable():
         assert _context.current() is context.get_current() and _context.current()["k"] == 1
     finally:
         context.detach(token)
+
+
+def test_a_span_set_in_a_context_attached_and_detached_as_the_api_does_it():
+    base = context.set_value("k", 1, context.Context())
+    span = NonRecordingSpan(_SPAN_CONTEXTS[1])
+    assert _context.with_span(span, base) == trace.set_span_in_context(span, base)
+    token = _context.attach(base)
+    try:
+        assert context.get_current() is base
+        assert _context.with_span(span) == trace.set_span_in_context(span)  # on the current context
+    finally:
+        _context.detach(token)
+    assert context.get_current() is not base
+
+
+def test_detaching_a_token_of_another_context_is_logged_not_raised(caplog):
+    import contextvars
+
+    token = contextvars.copy_context().run(_context.attach, context.Context())
+    _context.detach(token)  # made in another context: the API logs it
+    assert "Failed to detach context" in caplog.text
+
+
+@pytest.mark.parametrize("trace_id", [0, 1, 0xABC, (1 << 128) - 1])
+def test_a_trace_id_in_hex_is_the_apis(trace_id):
+    span_context = SpanContext(trace_id, 1, is_remote=False)
+    assert _context.trace_id_hex(span_context) == trace.format_trace_id(trace_id)

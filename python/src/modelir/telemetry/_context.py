@@ -14,12 +14,14 @@ public API, so an upgrade that moves one fails there, not in a server.
 
 from __future__ import annotations
 
-from contextvars import ContextVar
+import logging
+from contextvars import ContextVar, Token
 from typing import Any
 
 from opentelemetry import baggage as _baggage
 from opentelemetry import context as _context
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan, Span, SpanContext
 from opentelemetry.trace.propagation import _SPAN_KEY
@@ -37,6 +39,30 @@ _SPAN_TYPES: set[type] = {NonRecordingSpan}
 def current() -> Any:
     """`opentelemetry.context.get_current()`."""
     return _current.get() if _current is not None else _context.get_current()
+
+
+def attach(context: Context) -> Token[Any]:
+    """`opentelemetry.context.attach(context)`."""
+    return _current.set(context) if _current is not None else _context.attach(context)
+
+
+_logger = logging.getLogger(_context.__name__)
+
+
+def detach(token: Token[Any]) -> None:
+    """`opentelemetry.context.detach(token)`: a token of another context is logged, as the API logs it."""
+    if _current is None:
+        _context.detach(token)
+        return
+    try:
+        _current.reset(token)
+    except Exception:  # the API's own handling: a wrong token must not break the caller
+        _logger.exception("Failed to detach context")
+
+
+def with_span(span: Span, context: Context | None = None) -> Context:
+    """`trace.set_span_in_context(span, context)`: `context` (None: the current one) with `span` as its span."""
+    return Context({**(context if context is not None else current()), _SPAN_KEY: span})
 
 
 def span_context(context: Any) -> SpanContext:
@@ -63,6 +89,12 @@ def has_baggage(context: Any) -> bool:
     if context is None:
         context = current()
     return bool(context.get(_BAGGAGE_KEY))
+
+
+def trace_id_hex(span_context: SpanContext) -> str:
+    """`trace.format_trace_id(span_context.trace_id)`: a 128-bit id's bytes in hex (formatting the int costs twice)."""
+    trace_id = span_context[0]
+    return trace_id.to_bytes(16, "big").hex() if 0 <= trace_id < 1 << 128 else f"{trace_id:032x}"
 
 
 # A `SpanContext` is a tuple of these, in this order: the hot paths unpack it instead of reading its properties.

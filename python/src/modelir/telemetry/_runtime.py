@@ -213,6 +213,30 @@ def instruments() -> Instruments | None:
     return _resolved.instruments
 
 
+def hooks() -> _Resolved | None:
+    """The tracer and instruments in use (`.tracer`, `.instruments`: either may be None), or None when neither is:
+    what `active()`, `tracer()` and `instruments()` tell together, in one look-up once resolved (each call's hooks
+    start here)."""
+    if not (
+        _override
+        or _own_meter is not None
+        or _PROVIDERS_FROM_ENV
+        or _trace_api._TRACER_PROVIDER is not None
+        or _metrics_api._METER_PROVIDER is not None
+    ):
+        return None
+    resolved = _resolved
+    if (
+        _PROVIDERS_FROM_ENV
+        or (_override.get("tracer_provider") or _trace_api._TRACER_PROVIDER) is not resolved.tracer_provider
+        or (_override.get("meter_provider") or _own_meter or _metrics_api._METER_PROVIDER) is not resolved.meter_provider
+    ):  # a provider set or changed since: resolve both again
+        tracer()
+        instruments()
+        resolved = _resolved
+    return resolved if resolved.tracer is not None or resolved.instruments is not None else None
+
+
 def capture_content() -> bool:
     tracer()
     return _resolved.capture_content

@@ -13,9 +13,9 @@ from typing import Any
 import grpc
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import NonRecordingSpan, SpanKind, Status, StatusCode
 
-from modelir.telemetry import _runtime
+from modelir.telemetry import _context, _runtime
 from modelir.telemetry import conventions as sc
 from modelir.telemetry.access_log import access_log
 from modelir.telemetry.attribute_set import AttributeSet
@@ -65,17 +65,17 @@ class ServerCall:
         # The provider's request id of the model call inside, sent back in the trailing metadata.
         self._seen = _runtime.Seen()
         self._capture_token = _runtime.current_capture.set(self._seen)
-        on = _runtime.active()
-        tracer = _runtime.tracer() if on else None
+        hooks = _runtime.hooks()
+        tracer = hooks.tracer if hooks is not None else None
         # Resolved once for the RPC: only generation RPCs measure, when it ends.
-        self._instruments = _runtime.instruments() if on and request is not None else None
+        self._instruments = hooks.instruments if hooks is not None and request is not None else None
         if tracer is not None:
             metadata = grpc_context.invocation_metadata() if grpc_context is not None else None
             carrier = {key: value for key, value in metadata or () if key in _TRACE_KEYS and isinstance(value, str)}
             parent = propagate.extract(carrier) if carrier else None  # None: a new trace, decided by the sampler
             name, attributes = _span_start(method)
             self.span = tracer.start_span(name, context=parent, kind=SpanKind.SERVER, attributes=attributes)
-            self._token = otel_context.attach(trace.set_span_in_context(self.span, parent))
+            self._token = _context.attach(_context.with_span(self.span, parent))
 
     def __enter__(self) -> ServerCall:
         return self
@@ -120,19 +120,20 @@ class ServerCall:
         span = self.span
         if span is not None:
             if own_context:
-                otel_context.detach(self._token)  # type: ignore[arg-type]
-            trace_id = trace.format_trace_id(span.get_span_context().trace_id)
-            if span.is_recording():
-                ending: dict[str, Any] = {sc.RPC_GRPC_STATUS_CODE: _GRPC_CODES.get(self.status, 2)}
-                if self.model != "-":
-                    ending[sc.REQUEST_MODEL] = self.model
-                if self.transport != "-":
-                    ending[sc.TRANSPORT] = self.transport
-                if self.status != "OK":
-                    ending[sc.ERROR_TYPE] = self.status
-                    span.set_status(Status(StatusCode.ERROR))
-                span.set_attributes(ending)
-            span.end()
+                _context.detach(self._token)  # type: ignore[arg-type]
+            trace_id = _context.trace_id_hex(span.get_span_context())
+            if type(span) is not NonRecordingSpan:  # a span the sampler left out has nothing to record or end
+                if span.is_recording():
+                    ending: dict[str, Any] = {sc.RPC_GRPC_STATUS_CODE: _GRPC_CODES.get(self.status, 2)}
+                    if self.model != "-":
+                        ending[sc.REQUEST_MODEL] = self.model
+                    if self.transport != "-":
+                        ending[sc.TRANSPORT] = self.transport
+                    if self.status != "OK":
+                        ending[sc.ERROR_TYPE] = self.status
+                        span.set_status(Status(StatusCode.ERROR))
+                    span.set_attributes(ending)
+                span.end()
         if self._request is not None:
             self._record_server_metrics(self._request, latency)
         access_log().write(

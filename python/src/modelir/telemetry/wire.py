@@ -53,7 +53,7 @@ class Attempt:
                 )
                 # The request's headers are a cached, shared object (see `Executor._headers`): copy before adding.
                 request.headers = request.headers.copy()
-                inject(request.headers, trace.set_span_in_context(self.span))
+                inject(request.headers, _context.with_span(self.span))
 
     def __enter__(self) -> Attempt:
         return self
