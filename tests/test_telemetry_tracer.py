@@ -229,6 +229,18 @@ def test_a_span_is_kept_as_the_sampler_decides_with_its_attributes_and_trace_sta
                 assert span.attributes == dict(decided.attributes), where
 
 
+@pytest.mark.parametrize(
+    "value",
+    [("stop",), ["a", "b"], (1, 2), [True], (0.5, 1.5), (), [], ("a", 1), [None], [b"x"], [["nested"]], {"k": 1}, b"x"],
+)
+def test_a_value_is_cleaned_as_the_sdk_cleans_it(value):
+    from modelir.telemetry.tracer import _clean, _clean_value
+    from opentelemetry.attributes import _clean_attribute_value
+
+    assert _clean_value(value) == _clean_attribute_value(value, None)
+    assert _clean({"plain": 1, "v": value}) == {"plain": 1, "v": _clean_attribute_value(value, None)}
+
+
 def test_status_rules_and_an_ended_span_are_the_sdks():
     exported = _Captured()
     provider = LeanTracerProvider(exported, sampler=ALWAYS_ON, resource=RESOURCE)

@@ -157,8 +157,9 @@ class _Encoder:
         out += (_SPAN_START, _pack_fixed64(span.start_time), _SPAN_END, _pack_fixed64(span.end_time))
         attributes = span.attributes
         if attributes:
-            key_value = self._key_value
-            out += [key_value(key, value) for key, value in attributes.items()]
+            # The cache looked up inline, a call made only on a miss: most of a span's attributes repeat.
+            cached, key_value = self._key_values.get, self._key_value
+            out += [cached((key, type(value), value)) or key_value(key, value) for key, value in attributes.items()]
         if span.dropped_attributes:
             out += (_SPAN_DROPPED_ATTRIBUTES, _varint(span.dropped_attributes))
         status = span.status

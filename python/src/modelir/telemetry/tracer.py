@@ -46,7 +46,7 @@ _FLAGS = {
     for kept in (False, True)
     for random in (False, True)
 }
-_PLAIN = (str, bool, int, float)
+_PLAIN_TYPES = frozenset((str, bool, int, float))
 _SAMPLED, _RANDOM_TRACE_ID = TraceFlags.SAMPLED, TraceFlags.RANDOM_TRACE_ID
 _MAX_TRACE_ID, _MAX_SPAN_ID = (1 << 128) - 1, (1 << 64) - 1
 _NO_TRACE_STATE = DEFAULT_TRACE_STATE  # what `SpanContext` puts for no trace state
@@ -125,15 +125,32 @@ class _Decisions:
         return rule is True or (rule is not False and trace_id & _LOW_64_BITS < rule)
 
 
+def _clean_value(value: Any) -> Any:
+    """A value of a type other than the plain ones, cleaned as the SDK cleans it (None: the SDK would drop it)."""
+    kind = type(value)
+    if kind is tuple or kind is list:
+        kinds = set(map(type, value))
+        if len(kinds) <= 1 and kinds <= _PLAIN_TYPES:  # of one plain type (finish reasons, stop sequences): in C
+            return tuple(value)  # what every SDK version makes of it, without a Python call per element
+    return _clean_attribute_value(value, None)
+
+
 def _clean(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A copy of `attributes` with every value of a type other than the plain ones cleaned as the SDK cleans it."""
+    """A copy of `attributes` with every value of a type other than the plain ones cleaned as the SDK cleans it (and
+    left out when the SDK would drop it)."""
     if not attributes:
         return {}
     out = dict(attributes)
-    for key, value in out.items():
-        if type(value) not in _PLAIN:
-            out[key] = _clean_attribute_value(value, None)
-    return {k: v for k, v in out.items() if v is not None}
+    if _PLAIN_TYPES.issuperset(map(type, out.values())):  # nearly always (a loop in C): nothing to clean
+        return out
+    for key, value in attributes.items():
+        if type(value) not in _PLAIN_TYPES:
+            cleaned = _clean_value(value)
+            if cleaned is None:
+                del out[key]
+            else:
+                out[key] = cleaned
+    return out
 
 
 class LeanSpan(trace.Span):
@@ -188,7 +205,11 @@ class LeanSpan(trace.Span):
 
     def set_attribute(self, key: str, value: Any) -> None:
         if self.end_time is None:
-            self.attributes[key] = value if type(value) in _PLAIN else _clean_attribute_value(value, None)
+            if type(value) not in _PLAIN_TYPES:
+                value = _clean_value(value)
+                if value is None:  # as the SDK: a value it cannot keep is not set
+                    return
+            self.attributes[key] = value
 
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
         if self.end_time is None:
