@@ -60,20 +60,19 @@ class Attempt:
 
     def answered(self, status: int, headers: Mapping[str, str]) -> None:
         """The provider answered `status` (before any body is read)."""
-        if self._seen is not None:
+        request_id = ""
+        if self._seen is not None or self.span is not None:
             for name in REQUEST_ID_HEADERS:
-                value = headers.get(name)
-                if value:
-                    self._seen.provider_request_id = value
+                request_id = headers.get(name) or ""
+                if request_id:
                     break
+            if request_id and self._seen is not None:
+                self._seen.provider_request_id = request_id
         span = self.span
         if span is not None and span.is_recording():
             answer: dict[str, Any] = {sc.HTTP_RESPONSE_STATUS_CODE: status}
-            for name in REQUEST_ID_HEADERS:
-                value = headers.get(name)
-                if value:
-                    answer[sc.PROVIDER_REQUEST_ID] = value
-                    break
+            if request_id:
+                answer[sc.PROVIDER_REQUEST_ID] = request_id
             if status >= 400:
                 answer[sc.ERROR_TYPE] = str(status)
                 span.set_status(Status(StatusCode.ERROR))
