@@ -117,8 +117,8 @@ def bench_reference_calls(seconds: float) -> list[tuple[str, str, str]]:
     ]
 
 
-GROUPS = ("reference", "build", "transports", "inprocess", "gateway", "workers", "telemetry", "streams")
-MULTI_PROCESS = ("inprocess", "gateway", "workers", "telemetry", "streams")
+GROUPS = ("reference", "build", "transports", "inprocess", "gateway", "workers", "telemetry", "instructions", "streams")
+MULTI_PROCESS = ("inprocess", "gateway", "workers", "telemetry", "instructions", "streams")
 
 
 def _group(group: str, args: argparse.Namespace) -> list[tuple[str, str, str]]:
@@ -145,6 +145,10 @@ def _group(group: str, args: argparse.Namespace) -> list[tuple[str, str, str]]:
         import telemetry
 
         return telemetry.run(seconds=seconds)
+    if group == "instructions":
+        import instructions
+
+        return instructions.run()
     import streams
 
     return streams.run()

@@ -23,7 +23,7 @@ from timing import paired
 HERE = Path(__file__).resolve().parent
 
 
-def run_gateway(seconds: float = 3.0, in_flight: int = 64, rounds: int = 6) -> list[tuple[str, str, str]]:
+def run_gateway(seconds: float = 3.0, in_flight: int = 64, rounds: int = 10) -> list[tuple[str, str, str]]:
     """The gateway with telemetry on (batch span processor, OTLP/gRPC exporters to a local sink), every trace kept
     and 10% of traces kept, against the same gateway with telemetry off. All three serve at once and are loaded in
     turn, the order rotating every round, so every side of a ratio sees the same machine; each ratio is the median

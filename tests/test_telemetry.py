@@ -594,20 +594,17 @@ _PROPAGATED_SPANS = [
 def test_the_headers_a_call_propagates_are_the_propagators(propagators, with_baggage):
     """`wire.inject` writes W3C headers itself for the default propagator; for every span context, baggage and
     propagator it gives exactly what `propagate.inject` gives."""
+    from modelir.telemetry import wire
     from opentelemetry import baggage, propagate
     from opentelemetry.baggage.propagation import W3CBaggagePropagator
     from opentelemetry.propagators.composite import CompositePropagator
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-    from modelir.telemetry import wire
-
     chosen = {
         "default": None,
         "tracecontext": CompositePropagator([TraceContextTextMapPropagator()]),
         "baggage only": CompositePropagator([W3CBaggagePropagator()]),
-        "tracecontext,baggage reversed": CompositePropagator(
-            [W3CBaggagePropagator(), TraceContextTextMapPropagator()]
-        ),
+        "tracecontext,baggage reversed": CompositePropagator([W3CBaggagePropagator(), TraceContextTextMapPropagator()]),
     }[propagators]
     default = propagate.get_global_textmap()
     if chosen is not None:

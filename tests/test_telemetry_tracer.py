@@ -222,7 +222,8 @@ def test_a_span_is_kept_as_the_sampler_decides_with_its_attributes_and_trace_sta
             where = (parent, hex(trace_id))
             assert isinstance(span, LeanSpan) is kept and span_context.trace_flags.sampled is kept, where
             assert span_context.trace_id == trace_id, where
-            remade = SpanContext(trace_id, span_context.span_id, False, span_context.trace_flags, span_context.trace_state)
+            flags, state = span_context.trace_flags, span_context.trace_state
+            remade = SpanContext(trace_id, span_context.span_id, False, flags, state)
             assert tuple(span_context) == tuple(remade), where  # made as `SpanContext` makes it, validity included
             assert span_context.trace_state == (decided.trace_state or TraceState()), where
             if kept:

@@ -20,17 +20,16 @@ from typing import Any
 
 from opentelemetry import baggage as _baggage
 from opentelemetry import context as _context
-from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan, Span, SpanContext
 from opentelemetry.trace.propagation import _SPAN_KEY
 
-_BAGGAGE_KEY: str = _baggage._BAGGAGE_KEY  # type: ignore[attr-defined]
+_BAGGAGE_KEY: str = _baggage._BAGGAGE_KEY
 _runtime = _context._RUNTIME_CONTEXT
 # The ContextVar holding the current context, when the runtime context is the API's default one.
 _current: ContextVar[Any] | None = (
-    _runtime._current_context if type(_runtime) is ContextVarsRuntimeContext else None  # type: ignore[attr-defined]
+    _runtime._current_context if type(_runtime) is ContextVarsRuntimeContext else None
 )
 # Spans whose `get_span_context` is known to be a plain attribute read (any other is asked by `isinstance` first).
 _SPAN_TYPES: set[type] = {NonRecordingSpan}
@@ -75,7 +74,7 @@ def span_context(context: Any) -> SpanContext:
         return INVALID_SPAN_CONTEXT
     if type(span) not in _SPAN_TYPES and not isinstance(span, Span):  # as the API: anything else is no span
         return INVALID_SPAN_CONTEXT
-    return span.get_span_context()  # type: ignore[no-any-return]
+    return span.get_span_context()
 
 
 def knows_span_type(span_type: type) -> None:

@@ -229,7 +229,8 @@ def hooks() -> _Resolved | None:
     if (
         _PROVIDERS_FROM_ENV
         or (_override.get("tracer_provider") or _trace_api._TRACER_PROVIDER) is not resolved.tracer_provider
-        or (_override.get("meter_provider") or _own_meter or _metrics_api._METER_PROVIDER) is not resolved.meter_provider
+        or (_override.get("meter_provider") or _own_meter or _metrics_api._METER_PROVIDER)
+        is not resolved.meter_provider
     ):  # a provider set or changed since: resolve both again
         tracer()
         instruments()

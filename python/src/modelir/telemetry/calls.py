@@ -259,9 +259,7 @@ class Call:
                 if self._instruments is not None:
                     self._instruments.time_to_first_chunk.record(self._first_chunk, self._sets().plain, self.context)
             elif self._instruments is not None:
-                self._instruments.time_per_output_chunk.record(
-                    now - self._last_chunk, self._sets().plain, self.context
-                )
+                self._instruments.time_per_output_chunk.record(now - self._last_chunk, self._sets().plain, self.context)
             self._last_chunk = now
         elif which == "start":
             self._started_as = (event.start.id, event.start.model)

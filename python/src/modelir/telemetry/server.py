@@ -11,7 +11,6 @@ from contextvars import ContextVar, Token
 from typing import Any
 
 import grpc
-from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import NonRecordingSpan, SpanKind, Status, StatusCode
 

@@ -68,7 +68,7 @@ def _rule(sampler: Sampler) -> _Rule | None:
     if method is StaticSampler.should_sample:
         return sampler._decision is Decision.RECORD_AND_SAMPLE  # type: ignore[attr-defined]  # RECORD_ONLY: not kept
     if method is TraceIdRatioBased.should_sample:
-        return sampler.bound  # type: ignore[attr-defined, no-any-return]
+        return sampler.bound  # type: ignore[attr-defined]
     return None
 
 

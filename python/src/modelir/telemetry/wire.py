@@ -13,8 +13,8 @@ from opentelemetry import propagate, trace
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.trace import INVALID_SPAN_CONTEXT, SpanKind, Status, StatusCode
-from opentelemetry.trace.span import DEFAULT_TRACE_STATE as _NO_TRACE_STATE
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.trace.span import DEFAULT_TRACE_STATE as _NO_TRACE_STATE
 
 from modelir.telemetry import _context, _runtime
 from modelir.telemetry import conventions as sc
@@ -163,9 +163,10 @@ def inject(carrier: Any, context: Any) -> None:
         return
     trace_id, span_id, _, flags, trace_state, valid = span_context  # `_context.SPAN_CONTEXT_FIELDS`
     if valid:  # ids in range: their bytes in hex (formatting the 128-bit int costs twice as much)
-        carrier["traceparent"] = f"00-{trace_id.to_bytes(16, 'big').hex()}-{span_id.to_bytes(8, 'big').hex()}-{_HEX[flags]}"
+        trace_hex, span_hex = trace_id.to_bytes(16, "big").hex(), span_id.to_bytes(8, "big").hex()
+        carrier["traceparent"] = f"00-{trace_hex}-{span_hex}-{_HEX[flags]}"
     else:
-        carrier["traceparent"] = "00-%032x-%016x-%02x" % (trace_id, span_id, flags)
+        carrier["traceparent"] = f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
     if trace_state is not _NO_TRACE_STATE and trace_state:  # a new trace's is the shared empty one
         carrier["tracestate"] = trace_state.to_header()
 
