@@ -28,9 +28,7 @@ from opentelemetry.trace.propagation import _SPAN_KEY
 _BAGGAGE_KEY: str = _baggage._BAGGAGE_KEY
 _runtime = _context._RUNTIME_CONTEXT
 # The ContextVar holding the current context, when the runtime context is the API's default one.
-_current: ContextVar[Any] | None = (
-    _runtime._current_context if type(_runtime) is ContextVarsRuntimeContext else None
-)
+_current: ContextVar[Any] | None = _runtime._current_context if type(_runtime) is ContextVarsRuntimeContext else None
 # Spans whose `get_span_context` is known to be a plain attribute read (any other is asked by `isinstance` first).
 _SPAN_TYPES: set[type] = {NonRecordingSpan}
 
