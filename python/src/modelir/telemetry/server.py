@@ -152,9 +152,10 @@ class ServerCall:
         instruments = self._instruments
         if instruments is None:
             return
-        attributes = _server_metric_set(
-            sc.operation_name(request, self.transport), self.transport, self.model, self.status
-        )
+        # Keyed by the request's input kind, which with the transport decides the operation: one look-up, and
+        # `operation_name` only for a new combination.
+        key = (request.WhichOneof("input"), self.transport, self.model, self.status)
+        attributes = _server_metric_sets.get(key) or _server_metric_set(key, request)
         instruments.server_request_duration.record(latency, attributes)
         if self.status != "OK":
             return
@@ -181,25 +182,23 @@ def _span_start(method: str) -> tuple[str, dict[str, str]]:
     return start
 
 
-_server_metric_sets: dict[tuple[str, str, str, str], AttributeSet] = {}
+_server_metric_sets: dict[tuple[str | None, str, str, str], AttributeSet] = {}
 
 
-def _server_metric_set(operation: str, transport: str, model: str, status: str) -> AttributeSet:
-    """The attribute set of a generation RPC's `gen_ai.server.*` metrics, made once per combination (shared: nobody
-    may change it)."""
-    key = (operation, transport, model, status)
-    attributes = _server_metric_sets.get(key)
-    if attributes is None:
-        if len(_server_metric_sets) >= 512:  # a bound, for servers whose model names or statuses vary
-            _server_metric_sets.clear()
-        made: dict[str, Any] = {
-            sc.OPERATION_NAME: operation,  # as the model call's span names it
-            sc.PROVIDER_NAME: sc.provider_name(transport) if transport != "-" else sc.REMOTE_PROVIDER,
-            sc.REQUEST_MODEL: model,
-        }
-        if status != "OK":
-            made[sc.ERROR_TYPE] = status
-        attributes = _server_metric_sets[key] = AttributeSet(made)
+def _server_metric_set(key: tuple[str | None, str, str, str], request: request_pb2.Request) -> AttributeSet:
+    """The attribute set of a generation RPC's `gen_ai.server.*` metrics for `key` (input kind, transport, model,
+    status), made once per combination (shared: nobody may change it)."""
+    _, transport, model, status = key
+    if len(_server_metric_sets) >= 512:  # a bound, for servers whose model names or statuses vary
+        _server_metric_sets.clear()
+    made: dict[str, Any] = {
+        sc.OPERATION_NAME: sc.operation_name(request, transport),  # as the model call's span names it
+        sc.PROVIDER_NAME: sc.provider_name(transport) if transport != "-" else sc.REMOTE_PROVIDER,
+        sc.REQUEST_MODEL: model,
+    }
+    if status != "OK":
+        made[sc.ERROR_TYPE] = status
+    attributes = _server_metric_sets[key] = AttributeSet(made)
     return attributes
 
 
