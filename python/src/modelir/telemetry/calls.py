@@ -80,12 +80,13 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 _Method = Callable[Concatenate[Any, _P], Coroutine[Any, Any, _R]]
 
-_targets: weakref.WeakKeyDictionary[object, _Target] = weakref.WeakKeyDictionary()
+# Keyed by `id(model)` and dropped when the model is collected: a `WeakKeyDictionary` makes a weak reference for
+# every look-up, and the target kept on the model itself would travel with it when it is pickled (to a Ray worker).
+_targets: dict[int, _Target] = {}
 
 
 def _target(model: Any) -> _Target:
-    # Kept on the model itself when it can carry it: a weak dictionary's look-up makes a weak reference each time.
-    target = getattr(model, "_telemetry_target", None) or _targets.get(model)
+    target = _targets.get(id(model))
     if target is None:
         transport = getattr(model, "transport", None)
         if transport is not None:  # a local `Model`: its transport, and the executor's endpoint when it has one
@@ -101,10 +102,8 @@ def _target(model: Any) -> _Target:
         else:  # a `RemoteModel`: the modelir server is the GenAI service it calls
             where = getattr(model, "target", "")
             target = _Target("", sc.REMOTE_PROVIDER, sc.endpoint(where) if where else None, SpanKind.CLIENT, True)
-        try:
-            model._telemetry_target = target
-        except AttributeError:  # an object without a `__dict__`
-            _targets[model] = target
+        weakref.finalize(model, _targets.pop, id(model), None)  # before the id can be another object's
+        _targets[id(model)] = target
     return target
 
 
