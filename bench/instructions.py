@@ -25,6 +25,7 @@ from pathlib import Path
 import grpc
 from gateway import _process, _setup
 from modelir.v1 import service_pb2_grpc
+from telemetry import traced_environment
 
 HERE = Path(__file__).resolve().parent
 
@@ -113,13 +114,7 @@ def run(requests: int = 2 * _BATCH // _SPANS_PER_REQUEST) -> list[tuple[str, str
             "    provider_model: bench-model\n"
         )
         serve = [python, "-m", "modelir.cli", "serve", "--config", str(config), "--port", "0"]
-        traced = {
-            **quiet,
-            "OTEL_TRACES_EXPORTER": "otlp",
-            "OTEL_METRICS_EXPORTER": "otlp",
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
-            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink_port}",
-        }
+        traced = traced_environment(quiet, sink_port)
         variants = {
             "off": quiet,
             "metrics only": {**traced, "OTEL_TRACES_EXPORTER": "none"},

@@ -23,6 +23,17 @@ from timing import paired
 HERE = Path(__file__).resolve().parent
 
 
+def traced_environment(base: dict[str, str], sink_port: str) -> dict[str, str]:
+    """`base` with traces and metrics exported over OTLP/gRPC to the local sink on `sink_port`."""
+    return {
+        **base,
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_METRICS_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink_port}",
+    }
+
+
 def run_gateway(seconds: float = 3.0, in_flight: int = 64, rounds: int = 10) -> list[tuple[str, str, str]]:
     """The gateway with telemetry on (batch span processor, OTLP/gRPC exporters to a local sink), every trace kept
     and 10% of traces kept, against the same gateway with telemetry off. All three serve at once and are loaded in
@@ -41,13 +52,7 @@ def run_gateway(seconds: float = 3.0, in_flight: int = 64, rounds: int = 10) -> 
         )
         config.flush()
         serve = [python, "-m", "modelir.cli", "serve", "--config", config.name, "--port", "0"]
-        traced = {
-            **quiet,
-            "OTEL_TRACES_EXPORTER": "otlp",
-            "OTEL_METRICS_EXPORTER": "otlp",
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
-            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink_port}",
-        }
+        traced = traced_environment(quiet, sink_port)
         # `modelir serve`'s default sampler keeps 10% of the traces that start at the server.
         variants = {
             "off": quiet,
