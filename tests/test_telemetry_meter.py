@@ -200,7 +200,8 @@ def test_the_server_setup_measures_with_the_aggregating_meter_unless_exemplars_a
     installed = setup.configure_from_env(environ)
     try:
         assert isinstance(installed.meter_provider, AggregatingMeter)
-        assert _runtime.active() and _runtime.instruments().duration.__class__.__module__ == "modelir.telemetry.meter"
+        assert _runtime.hooks() is not None
+        assert _runtime.instruments().duration.__class__.__module__ == "modelir.telemetry.meter"
     finally:
         installed.shutdown()
     assert _runtime._own_meter is None  # shutting down gives the meter up
