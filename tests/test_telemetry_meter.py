@@ -12,6 +12,7 @@ from modelir import Model, ReferenceModel, build_request, errors, telemetry
 from modelir.remote import RemoteModel
 from modelir.server import build_server
 from modelir.telemetry import _runtime, setup
+from modelir.telemetry.attribute_set import AttributeSet
 from modelir.telemetry.meter import CARDINALITY_LIMIT, AggregatingMeter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
@@ -75,12 +76,17 @@ def _measure(instruments, seed: int) -> None:
         attributes = dict(rng.sample(list(rng.choice(models).items()), 2))  # the same set, keys in either order
         if rng.random() < 0.3:
             attributes["error.type"] = rng.choice(["timeout", "MALFORMED_RESPONSE"])
+        if rng.random() < 0.5:  # as modelir measures: a set made once, carrying its key
+            attributes = AttributeSet(attributes)
         instruments.token_usage.record(rng.choice([0, 1, 4, 5, 16, 17, 70_000, 9 * 10**7]), attributes)
         instruments.duration.record(rng.choice([0.0, 0.01, 0.02, 0.5, 3.7, 81.92, 100.0]), attributes)
         instruments.time_per_output_chunk.record(rng.random() / 10, attributes)
         instruments.retries.add(rng.randint(0, 3), attributes)
         instruments.soft_errors.add(1, {**attributes, "modelir.error.reason": rng.choice("xyz")})
     instruments.duration.record(-1.0, {"negative": "ignored"})  # the SDK drops it (and warns)
+    instruments.duration.record(-2.0, AttributeSet({"negative": "ignored"}))
+    for amount in (-1.0, 3.0, -0.5):  # with others of the same set: those others kept
+        instruments.duration.record(amount, AttributeSet({"some": "negative"}))
     instruments.retries.add(-1, {"negative": "ignored"})
 
 
@@ -107,6 +113,49 @@ def test_past_the_cardinality_limit_measurements_go_to_one_overflow_set():
     assert got == expected
     overflow = ("modelir.client.retries", frozenset({("otel.metric.overflow", True)}))
     assert got[overflow]["value"] == 25 and len(got) == CARDINALITY_LIMIT + 1
+
+
+def test_measurements_from_many_threads_while_collecting_are_all_counted_once():
+    """A histogram's measurements are appended without a lock and aggregated later: none may be lost or counted
+    twice, whichever thread aggregates them and while collections take them away (delta)."""
+    meter = AggregatingMeter(Resource.create(), temporality=AggregationTemporality.DELTA)
+    histogram = meter.create_histogram("h", explicit_bucket_boundaries_advisory=[1.0, 2.0])
+    sets = [AttributeSet({"set": n}) for n in range(3)]
+    threads, per_thread, collected = 4, 20_000, []
+    done = threading.Event()
+
+    def measure(seed: int) -> None:
+        for i in range(per_thread):
+            histogram.record((i + seed) % 3, sets[i % 3])
+
+    def collect_until_done() -> None:
+        while not done.is_set():
+            collected.append(meter.collect())
+
+    collector = threading.Thread(target=collect_until_done)
+    collector.start()
+    workers = [threading.Thread(target=measure, args=(seed,)) for seed in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    done.set()
+    collector.join()
+    collected.append(meter.collect())
+    points = [
+        point
+        for data in collected
+        for resource_metrics in data.resource_metrics
+        for scope_metrics in resource_metrics.scope_metrics
+        for metric in scope_metrics.metrics
+        for point in metric.data.data_points
+    ]
+    assert len(collected) > 2  # collections ran while measuring
+    assert sum(p.count for p in points) == threads * per_thread
+    by_bucket = [sum(p.bucket_counts[b] for p in points) for b in range(3)]  # (-inf, 1], (1, 2], (2, inf)
+    values = [(i + seed) % 3 for seed in range(threads) for i in range(per_thread)]
+    expected = [values.count(0) + values.count(1), values.count(2), 0]
+    assert by_bucket == expected and sum(p.sum for p in points) == sum(values)
 
 
 async def _served_calls() -> None:

@@ -3,15 +3,17 @@ process, for a fraction of the SDK's cost, exported as the SDK's own `MetricsDat
 
 Why not the SDK's instruments: each measurement there cleans, validates and hashes its attribute set again (about
 9 us in the Python SDK 1.45, where the aggregation itself is under 1 us), and a served call takes six of them; that
-alone was 7% of a gateway's throughput. Here a measurement keys its attribute set by a `frozenset` of its items
-(strings hash once and keep the hash), and the work is a bisect and four additions under a lock (about 1.5 us).
+alone was 7% of a gateway's throughput. Here an attribute set is keyed by a `frozenset` of its items, made once
+(`AttributeSet`), and a histogram measurement is one append to the values held for its set, aggregated in bulk
+later.
 
 What it keeps of the SDK's behaviour, so a collector cannot tell the two apart: the metric names, units,
 descriptions and explicit bucket boundaries modelir gives each instrument; cumulative temporality by default and
 delta when `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` is `delta` or `lowmemory` (all of modelir's instruments
 are synchronous counters and histograms); the export interval and timeout from `OTEL_METRIC_EXPORT_INTERVAL` /
 `OTEL_METRIC_EXPORT_TIMEOUT`; negative histogram values ignored, as the SDK does; the cardinality limit of 2,000
-attribute sets per instrument, beyond which measurements go to one more set, `otel.metric.overflow: true`. What it does
+attribute sets per instrument, beyond which measurements go to one more set, `otel.metric.overflow: true` (which
+sets overflow is decided when a histogram's values are aggregated, by first appearance). What it does
 not do: exemplars (when `OTEL_METRICS_EXEMPLAR_FILTER` asks for them, `modelir.telemetry.setup` measures with the
 SDK instead) and views (which the SDK takes only in code, never from the environment).
 
@@ -25,7 +27,7 @@ import logging
 import os
 import threading
 import time
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -74,55 +76,106 @@ class _Instrument:
     def _data(self, points, start: int, now: int, temporality: AggregationTemporality) -> Histogram | Sum:
         raise NotImplementedError
 
-    def _key(self, attributes: Mapping[str, Any] | None) -> frozenset[tuple[str, Any]]:
-        if type(attributes) is AttributeSet:
-            key = attributes.key
-        else:
-            key = frozenset(attributes.items()) if attributes else frozenset()
-        if key not in self._points and len(self._points) >= CARDINALITY_LIMIT:
-            return _OVERFLOW  # as the SDK: past the limit, one more set for all the rest
-        return key
+    def _fold_all(self) -> None:
+        """Aggregate what is held back (with the lock held): nothing, but for a histogram."""
+
+    def _point_key(self, key: frozenset[tuple[str, Any]]) -> frozenset[tuple[str, Any]]:
+        """The point an attribute set's measurements go to (with the lock held): its own, or, past the limit, as
+        the SDK, one more set for all the rest."""
+        if key in self._points or len(self._points) < CARDINALITY_LIMIT:
+            return key
+        return _OVERFLOW
+
+
+def _attributes_key(attributes: Mapping[str, Any] | None) -> frozenset[tuple[str, Any]]:
+    if type(attributes) is AttributeSet:
+        return attributes.key
+    return frozenset(attributes.items()) if attributes else frozenset()
+
+
+# A histogram holds this many values of one attribute set before it aggregates them (and all at every collection).
+_FOLD_AT = 256
 
 
 class AggregatingHistogram(_Instrument):
-    """An explicit-bucket histogram: `record(value, attributes, context)` as the OpenTelemetry API's."""
+    """An explicit-bucket histogram: `record(value, attributes, context)` as the OpenTelemetry API's.
 
-    __slots__ = ("boundaries",)
+    A measurement is appended to the values held for its attribute set, with no lock (`list.append` is atomic), and
+    they are aggregated together: sorted, their bucket counts are a bisection per boundary and their minimum and
+    maximum the ends, where each measurement alone would cost a bisection, four comparisons and a lock. A served
+    call makes five; counted with valgrind, each costs 1.0k instructions beyond the call itself, against 3.8k. The
+    sum adds them in the order measured, as the SDK does. What this changes: past the cardinality limit, which
+    attribute sets overflow is decided when they are aggregated, in the order each first appeared."""
+
+    __slots__ = ("_pending", "boundaries")
 
     def __init__(self, meter: AggregatingMeter, name: str, unit: str, description: str, boundaries: Sequence[float]):
         super().__init__(meter, name, unit, description)
         self.boundaries = tuple(float(b) for b in boundaries)
+        # The values not yet aggregated, by attribute set. A list is never replaced nor dropped: a measurement
+        # appended to one it has just looked up is aggregated with the next fold, whichever thread folds.
+        self._pending: dict[frozenset[tuple[str, Any]], list[float]] = {}
 
     def record(self, amount: float, attributes: Mapping[str, Any] | None = None, context: object = None) -> None:
-        # Written for the fewest interpreter instructions (a served call makes five of these; counted with
-        # valgrind, this form takes 5.2k against 8.8k with `with self._lock` and `min`/`max`): `acquire` and
-        # `release` make no bound methods, and comparisons are cheaper than the builtins' argument parsing.
-        if amount < 0:  # the SDK drops negative values for histograms (with a warning)
+        values = self._pending.get(attributes.key) if type(attributes) is AttributeSet else None
+        if values is None:  # a new attribute set, or a plain mapping
+            self._record_with_lock(amount, _attributes_key(attributes))
             return
-        key = attributes.key if type(attributes) is AttributeSet else None
-        lock = self._lock
-        lock.acquire()
-        try:
-            point = self._points.get(key) if key is not None else None
-            if point is None:
-                point = self._point(attributes, amount)
-            point[0] += 1  # [count, sum, min, max, bucket counts]; bucket i holds (bounds[i-1], bounds[i]]
-            point[1] += amount
-            if amount < point[2]:
-                point[2] = amount
-            if amount > point[3]:
-                point[3] = amount
-            point[4][bisect_left(self.boundaries, amount)] += 1
-        finally:
-            lock.release()
+        values.append(amount)
+        if len(values) >= _FOLD_AT:
+            with self._lock:
+                self._fold(values, attributes.key)  # type: ignore[union-attr]
 
-    def _point(self, attributes: Mapping[str, Any] | None, amount: float) -> list[Any]:
-        """The point of `attributes` (with the lock held), made when new."""
-        key = self._key(attributes)
-        point = self._points.get(key)
-        if point is None:
-            point = self._points[key] = [0, 0, amount, amount, [0] * (len(self.boundaries) + 1)]
-        return point
+    def _record_with_lock(self, amount: float, key: frozenset[tuple[str, Any]]) -> None:
+        with self._lock:
+            values = self._pending.get(key)
+            if values is None:
+                if len(self._pending) >= CARDINALITY_LIMIT:  # a bound on what is held back: aggregated at once
+                    self._aggregate([amount], key)
+                    return
+                values = self._pending[key] = []
+            values.append(amount)
+            if len(values) >= _FOLD_AT:
+                self._fold(values, key)
+
+    def _fold_all(self) -> None:
+        for key, values in self._pending.items():
+            if values:
+                self._fold(values, key)
+
+    def _fold(self, values: list[float], key: frozenset[tuple[str, Any]]) -> None:
+        """Aggregate the values held for `key` (with the lock held)."""
+        count = len(values)
+        if not count:  # another thread folded them first
+            return
+        taken = values[:count]
+        del values[:count]  # what was appended meanwhile stays, after them
+        self._aggregate(taken, key)
+
+    def _aggregate(self, measured: list[float], key: frozenset[tuple[str, Any]]) -> None:
+        """Add `measured` (in the order measured) to the point of `key` (with the lock held)."""
+        ordered = sorted(measured)
+        if ordered[0] < 0:  # the SDK drops negative values for histograms (with a warning)
+            ordered = ordered[bisect_left(ordered, 0) :]
+            measured = [amount for amount in measured if amount >= 0]
+            if not measured:
+                return
+        point_key = self._point_key(key)
+        point = self._points.get(point_key)
+        if point is None:  # [count, sum, min, max, bucket counts]; bucket i holds (bounds[i-1], bounds[i]]
+            point = self._points[point_key] = [0, 0, ordered[0], ordered[-1], [0] * (len(self.boundaries) + 1)]
+        point[0] += len(ordered)
+        point[1] = sum(measured, point[1])  # one addition after another, in order, as the SDK adds them
+        if ordered[0] < point[2]:
+            point[2] = ordered[0]
+        if ordered[-1] > point[3]:
+            point[3] = ordered[-1]
+        buckets, below = point[4], 0
+        for index, bound in enumerate(self.boundaries):
+            upto = bisect_right(ordered, bound, below)  # how many are at most `bound`
+            buckets[index] += upto - below
+            below = upto
+        buckets[-1] += len(ordered) - below
 
     def _data(self, points, start: int, now: int, temporality: AggregationTemporality) -> Histogram:
         return Histogram(
@@ -153,7 +206,7 @@ class AggregatingCounter(_Instrument):
         if amount < 0:  # the SDK drops negative increments of a counter
             return
         with self._lock:
-            key = self._key(attributes)
+            key = self._point_key(_attributes_key(attributes))
             point = self._points.get(key)
             if point is None:
                 self._points[key] = [amount]
@@ -243,6 +296,7 @@ class AggregatingMeter:
         with self._lock:
             taken = []
             for instrument in self._instruments.values():
+                instrument._fold_all()
                 points = instrument._points
                 if delta:
                     instrument._points = {}
