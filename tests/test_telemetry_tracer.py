@@ -4,6 +4,8 @@ flags), ids and times aside; and the tracer's own behaviour (sampling, status ru
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from modelir import build_request, errors, telemetry
 from modelir.remote import RemoteModel
@@ -16,7 +18,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import (
     ALWAYS_OFF,
     ALWAYS_ON,
@@ -158,6 +160,29 @@ def test_the_sampler_decides_and_a_left_out_span_only_carries_its_context():
     child = kept.start_span("child", context=trace.set_span_in_context(span))
     assert child.parent == span.get_span_context() and child.context.trace_id == span.context.trace_id
     provider.shutdown()
+
+
+def test_ids_are_drawn_as_the_sdks_generator_draws_them(monkeypatch):
+    """With the SDK's `RandomIdGenerator` the lean tracer draws ids itself: the same seed gives the same trace and
+    span ids as the generator (a subclass is asked), and a zero draw is drawn again, as the generator does."""
+    tracer = LeanTracerProvider(_Captured(), sampler=ALWAYS_ON, resource=RESOURCE).get_tracer("t")
+    random.seed(17)
+    drawn = [(span.context.trace_id, span.context.span_id) for span in (tracer.start_span("s") for _ in range(5))]
+    random.seed(17)
+    generator = RandomIdGenerator()
+    assert drawn == [(generator.generate_trace_id(), generator.generate_span_id()) for _ in range(5)]
+
+    class Counting(RandomIdGenerator):
+        def generate_span_id(self) -> int:
+            return 7
+
+    counted = LeanTracerProvider(_Captured(), sampler=ALWAYS_ON, resource=RESOURCE, id_generator=Counting())
+    assert counted.get_tracer("t").start_span("s").context.span_id == 7
+
+    draws = iter([0, 5, 0, 9])  # a zero trace id, then a zero span id: each drawn again
+    monkeypatch.setattr(random, "getrandbits", lambda bits: next(draws))
+    span_context = tracer.start_span("s").get_span_context()
+    assert (span_context.trace_id, span_context.span_id, span_context.is_valid) == (5, 9, True)
 
 
 class _NamedIds(IdGenerator):

@@ -15,6 +15,7 @@ public API, so an upgrade that moves one fails there, not in a server.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from contextvars import ContextVar, Token
 from typing import Any
 
@@ -33,14 +34,10 @@ _current: ContextVar[Any] | None = _runtime._current_context if type(_runtime) i
 _SPAN_TYPES: set[type] = {NonRecordingSpan}
 
 
-def current() -> Any:
-    """`opentelemetry.context.get_current()`."""
-    return _current.get() if _current is not None else _context.get_current()
-
-
-def attach(context: Context) -> Token[Any]:
-    """`opentelemetry.context.attach(context)`."""
-    return _current.set(context) if _current is not None else _context.attach(context)
+# `current()` is `opentelemetry.context.get_current()` and `attach(context)` is `opentelemetry.context.attach`: with
+# the default runtime context, the context variable's own methods (a call in C, no Python frame), else the API's.
+current: Callable[[], Any] = _current.get if _current is not None else _context.get_current
+attach: Callable[[Context], Token[Any]] = _current.set if _current is not None else _context.attach
 
 
 _logger = logging.getLogger(_context.__name__)
@@ -65,9 +62,7 @@ def with_span(span: Span, context: Context | None = None) -> Context:
 def span_context(context: Any) -> SpanContext:
     """The span context of the span in `context` (a `Context`; None: the current one), as
     `trace.get_current_span(context).get_span_context()`."""
-    if context is None:
-        context = current()
-    span = context.get(_SPAN_KEY)
+    span = (context if context is not None else current()).get(_SPAN_KEY)
     if span is None:
         return INVALID_SPAN_CONTEXT
     if type(span) not in _SPAN_TYPES and not isinstance(span, Span):  # as the API: anything else is no span

@@ -119,6 +119,9 @@ class _Resolved:
 
 _resolved = _Resolved()
 _override: dict[str, object] = {}
+# `_override`'s providers, read on every call's path by `hooks()`.
+_override_tracer_provider: object = None
+_override_meter_provider: object = None
 # The meter `modelir.telemetry.setup` built from the environment (an `AggregatingMeter`), used before the global
 # meter provider: it is not the API's global one, since it makes only modelir's own instruments.
 _own_meter: object = None
@@ -144,7 +147,8 @@ def install(
         _override["meter_provider"] = meter_provider
     if capture_content is not None:
         _override["capture_content"] = capture_content
-    global _resolved
+    global _resolved, _override_tracer_provider, _override_meter_provider
+    _override_tracer_provider, _override_meter_provider = tracer_provider, meter_provider
     _resolved = _Resolved()
 
 
@@ -215,10 +219,9 @@ def hooks() -> _Resolved | None:
         return None
     resolved = _resolved
     if (
-        _PROVIDERS_FROM_ENV
-        or (_override.get("tracer_provider") or _trace_api._TRACER_PROVIDER) is not resolved.tracer_provider
-        or (_override.get("meter_provider") or _own_meter or _metrics_api._METER_PROVIDER)
-        is not resolved.meter_provider
+        (_override_tracer_provider or _trace_api._TRACER_PROVIDER) is not resolved.tracer_provider
+        or (_override_meter_provider or _own_meter or _metrics_api._METER_PROVIDER) is not resolved.meter_provider
+        or _PROVIDERS_FROM_ENV
     ):  # a provider set or changed since: resolve both again
         tracer()
         instruments()

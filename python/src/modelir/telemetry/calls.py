@@ -120,7 +120,6 @@ class Call:
     context: otel_context.Context | None = None
     _first_chunk: float | None = None
     _last_chunk = 0.0
-    _finished = False
     _started_as = ("", "")
     _ctx_token: object = None
     _call_token: object = None
@@ -233,15 +232,8 @@ class Call:
 
     def finish(self, response: response_pb2.Response) -> response_pb2.Response:
         """Record a unary response (returns it, so a hook can be one expression)."""
-        self._record_outcome(
-            response.id,
-            response.model,
-            response.choices,
-            response.usage,
-            response.errors[0] if bool(response.errors) else None,
-            response.timing,
-            response.choices,
-        )
+        if self.span is not None or self._instruments is not None:
+            self._record_outcome(response, None)
         return response
 
     def observe(self, event: stream_pb2.StreamEvent) -> None:
@@ -266,29 +258,34 @@ class Call:
                 self._stream_accumulator = StreamAccumulator()
                 self._stream_accumulator.add(event)
         elif which == "end":
-            end = event.end
-            choices = self._stream_accumulator.response().choices if self._stream_accumulator is not None else ()
-            self._record_outcome(
-                end.id or self._started_as[0],
-                end.model or self._started_as[1],
-                end.finishes,
-                end.usage,
-                end.errors[0] if bool(end.errors) else None,
-                end.timing,
-                choices,
-            )
+            self._record_outcome(event.end, self._started_as)
 
-    def _record_outcome(self, response_id, response_model, finished, usage, error, timing, choices) -> None:
-        """`finished`: the response's choices or the stream's finishes (whatever has `finish_reason`)."""
-        self._finished = True
+    def _record_outcome(
+        self, outcome: response_pb2.Response | stream_pb2.StreamEnd, started_as: tuple[str, str] | None
+    ) -> None:
+        """What a unary `Response` (`started_as` None) or a stream's `StreamEnd` tells (then `started_as`: the id
+        and model its start named, for what the end leaves empty). Each field is read once and only when the span
+        or the metrics use it: every read of a protobuf field makes a Python object (about 1k instructions each)."""
         span, instruments = self.span, self._instruments
+        errors_ = outcome.errors
+        error = errors_[0] if errors_ else None
+        response_model = outcome.model or (started_as[1] if started_as is not None else "")
         if response_model or error is not None or self._metrics is None:
-            self._response_model = response_model or ""
+            self._response_model = response_model
             self._error_type = sc.soft_error_type(error) if error is not None else ""
             self._metrics = self._target.metric_set(
                 self._operation, self._model_name, self._response_model, self._error_type
             )
+        usage, timing = outcome.usage, outcome.timing
         if span is not None:
+            if started_as is None:
+                finished = choices = outcome.choices  # type: ignore[union-attr]
+                response_id = outcome.id
+            else:  # a stream's finishes; its choices only when content is captured (accumulated)
+                finished = outcome.finishes  # type: ignore[union-attr]
+                accumulator = self._stream_accumulator
+                choices = accumulator.response().choices if accumulator is not None else ()
+                response_id = outcome.id or started_as[0]
             # One `set_attributes` call: the SDK takes its lock and checks the span's state once per call.
             ending: dict[str, Any] = {sc.RESPONSE_FINISH_REASONS: sc.finish_reasons(f.finish_reason for f in finished)}
             if response_id:
@@ -301,7 +298,7 @@ class Call:
             if timing.HasField("queue_duration"):
                 ending[sc.QUEUE_DURATION] = timing.queue_duration.ToNanoseconds() / 1e9
             if error is not None:
-                ending[sc.ERROR_TYPE] = sc.soft_error_type(error)
+                ending[sc.ERROR_TYPE] = self._error_type
                 span.set_status(Status(StatusCode.ERROR, error.message))
             if self._capture_content and choices:
                 ending[sc.OUTPUT_MESSAGES] = sc.output_messages_json(choices)

@@ -117,8 +117,9 @@ class AggregatingHistogram(_Instrument):
         self._pending: dict[frozenset[tuple[str, Any]], list[float]] = {}
 
     def record(self, amount: float, attributes: Mapping[str, Any] | None = None, context: object = None) -> None:
-        values = self._pending.get(attributes.key) if type(attributes) is AttributeSet else None
-        if values is None:  # a new attribute set, or a plain mapping
+        try:
+            values = self._pending[attributes.key]  # type: ignore[union-attr]
+        except (AttributeError, KeyError, TypeError):  # a plain mapping (no `key`), or a set not seen before
             self._record_with_lock(amount, _attributes_key(attributes))
             return
         values.append(amount)

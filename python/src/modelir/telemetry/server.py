@@ -69,9 +69,11 @@ class ServerCall:
         # Resolved once for the RPC: only generation RPCs measure, when it ends.
         self._instruments = hooks.instruments if hooks is not None and request is not None else None
         if tracer is not None:
-            metadata = grpc_context.invocation_metadata() if grpc_context is not None else None
-            carrier = {key: value for key, value in metadata or () if key in _TRACE_KEYS and isinstance(value, str)}
-            parent = propagate.extract(carrier) if carrier else None  # None: a new trace, decided by the sampler
+            metadata = dict(grpc_context.invocation_metadata() or ()) if grpc_context is not None else {}
+            parent = None  # a new trace, decided by the sampler
+            if not _TRACE_KEYS.isdisjoint(metadata):  # (in C: no Python step per metadata entry)
+                carrier = {k: v for k, v in metadata.items() if k in _TRACE_KEYS and isinstance(v, str)}
+                parent = propagate.extract(carrier) if carrier else None
             name, attributes = _span_start(method)
             self.span = tracer.start_span(name, context=parent, kind=SpanKind.SERVER, attributes=attributes)
             self._token = _context.attach(_context.with_span(self.span, parent))

@@ -20,6 +20,7 @@ processors other than the one batch processor (the console exporter, which print
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 import traceback
@@ -42,9 +43,9 @@ from modelir.telemetry import _context
 
 # The flags of a new span by (kept, random trace id), made once.
 _FLAGS = {
-    (kept, random): TraceFlags((TraceFlags.SAMPLED if kept else 0) | (TraceFlags.RANDOM_TRACE_ID if random else 0))
+    (kept, randomly): TraceFlags((TraceFlags.SAMPLED if kept else 0) | (TraceFlags.RANDOM_TRACE_ID if randomly else 0))
     for kept in (False, True)
-    for random in (False, True)
+    for randomly in (False, True)
 }
 _PLAIN_TYPES = frozenset((str, bool, int, float))
 _SAMPLED, _RANDOM_TRACE_ID = TraceFlags.SAMPLED, TraceFlags.RANDOM_TRACE_ID
@@ -111,18 +112,23 @@ class _Decisions:
         root, remote_sampled, remote_not_sampled, local_sampled, local_not_sampled = rules
         return cls(root, (remote_sampled, remote_not_sampled), (local_sampled, local_not_sampled))  # type: ignore[arg-type]
 
+    def rule(self, parent: SpanContext | None) -> _Rule:
+        """The rule for a span under `parent` (a valid span context, or None for a root)."""
+        if parent is None:
+            return self.root
+        _, _, remote, flags, _, _ = parent  # `_context.SPAN_CONTEXT_FIELDS`
+        if remote:
+            return self.remote_sampled if flags & _SAMPLED else self.remote_not_sampled
+        return self.local_sampled if flags & _SAMPLED else self.local_not_sampled
+
     def keep(self, parent: SpanContext | None, trace_id: int) -> bool:
         """Whether a span of `trace_id` under `parent` (a valid span context, or None for a root) is recorded and
         sampled, as the sampler would decide."""
-        if parent is None:
-            rule = self.root
-        else:
-            _, _, remote, flags, _, _ = parent  # `_context.SPAN_CONTEXT_FIELDS`
-            if remote:
-                rule = self.remote_sampled if flags & _SAMPLED else self.remote_not_sampled
-            else:
-                rule = self.local_sampled if flags & _SAMPLED else self.local_not_sampled
-        return rule is True or (rule is not False and trace_id & _LOW_64_BITS < rule)
+        return _keeps(self.root if parent is None else self.rule(parent), trace_id)
+
+
+def _keeps(rule: _Rule, trace_id: int) -> bool:
+    return rule is True or (rule is not False and trace_id & _LOW_64_BITS < rule)
 
 
 def _clean_value(value: Any) -> Any:
@@ -279,6 +285,9 @@ class LeanTracer(trace.Tracer):
         self.sampler, self.id_generator, self.processor = sampler, id_generator, processor
         self.resource, self.scope = resource, scope
         self._random_ids = id_generator.is_trace_id_random()
+        self._trace_id = id_generator.generate_trace_id
+        # The SDK's own generator (not a subclass, which may draw otherwise): its ids are drawn here directly.
+        self._sdk_ids = type(id_generator) is RandomIdGenerator
         self._decisions = _Decisions.of(sampler)  # None: the sampler is asked for every span
 
     def start_span(
@@ -294,16 +303,18 @@ class LeanTracer(trace.Tracer):
     ) -> trace.Span:
         parent: SpanContext | None = _context.span_context(context)
         parent_trace_id, _, _, parent_flags, parent_state, valid = parent  # type: ignore[misc]  # SPAN_CONTEXT_FIELDS
+        sdk_ids = self._sdk_ids
         if not valid:
             parent = None
-            trace_id = self.id_generator.generate_trace_id()
-            random = self._random_ids
+            # The SDK's generator's ids, drawn as it draws them (`getrandbits`, again while zero), without its calls.
+            trace_id = (random.getrandbits(128) or self._trace_id()) if sdk_ids else self._trace_id()
+            random_id = self._random_ids
         else:
             trace_id = parent_trace_id
-            random = bool(parent_flags & _RANDOM_TRACE_ID)
+            random_id = bool(parent_flags & _RANDOM_TRACE_ID)
         decisions = self._decisions
         if decisions is not None:
-            recording = decisions.keep(parent, trace_id)
+            recording = _keeps(decisions.root if parent is None else decisions.rule(parent), trace_id)
             trace_state = parent_state if parent is not None else _NO_TRACE_STATE
             kept_attributes = attributes
         else:
@@ -311,10 +322,14 @@ class LeanTracer(trace.Tracer):
             recording = sampled.decision is Decision.RECORD_AND_SAMPLE
             trace_state, kept_attributes = sampled.trace_state or _NO_TRACE_STATE, sampled.attributes
         # As the SDK: the W3C "random trace id" flag when the root's generator makes random ids, else the parent's.
-        flags = _FLAGS[recording, random]
-        span_id = self.id_generator.generate_span_id()
+        flags = _FLAGS[recording, random_id]
+        if sdk_ids:
+            span_id = random.getrandbits(64) or self.id_generator.generate_span_id()
+            span_valid = True  # both ids in range: drawn so, or the trace id of a valid parent
+        else:
+            span_id = self.id_generator.generate_span_id()
+            span_valid = 0 < trace_id <= _MAX_TRACE_ID and 0 < span_id <= _MAX_SPAN_ID
         # What `SpanContext(...)` makes, without its Python-level `__new__` (a tenth of an unsampled trace's cost).
-        span_valid = 0 < trace_id <= _MAX_TRACE_ID and 0 < span_id <= _MAX_SPAN_ID
         span_context = tuple.__new__(SpanContext, (trace_id, span_id, False, flags, trace_state, span_valid))
         if not recording:  # RECORD_ONLY too: recorded but never exported, so nothing here would see it
             return NonRecordingSpan(span_context)
