@@ -77,3 +77,42 @@ def test_the_span_encoder_gives_the_stock_message():
             assert ExportTraceServiceRequest.FromString(exporter._translate_data(spans)) == encode_spans(spans)
     finally:
         exporter.shutdown()
+
+
+def _lean_spans() -> list:
+    """Spans of the lean tracer (`telemetry/tracer.py`), which the encoder writes through its fast paths: roots and
+    children of local and remote parents, with and without trace state, every status, a name used with two kinds,
+    long names and a span longer than the varint table (16 KiB)."""
+    from modelir.telemetry.tracer import LeanTracerProvider
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+
+    exporter = InMemorySpanExporter()
+    resource = Resource({"service.name": "lean"})
+    processor = SimpleSpanProcessor(exporter)
+    provider = LeanTracerProvider(exporter, sampler=ALWAYS_ON, resource=resource, processor=processor)
+    tracer = provider.get_tracer("modelir", "1.2.3")
+    remote = SpanContext(0xABC, 0xDEF, is_remote=True, trace_flags=TraceFlags(1), trace_state=TraceState([("v", "1")]))
+    remote_plain = SpanContext(0x1234, 0x5678, is_remote=True, trace_flags=TraceFlags(1))
+    for round_ in range(2):  # the second time through warm caches
+        root = tracer.start_span("chat mini", kind=SpanKind.CLIENT, attributes={"a": "x", "n": round_, "f": 0.5})
+        local = tracer.start_span("chat mini", trace.set_span_in_context(root), kind=SpanKind.INTERNAL)
+        local.set_attributes({"unique": f"id-{round_}", "reasons": ("stop",)})
+        local.end()
+        for parent in (remote, remote_plain):
+            child = tracer.start_span("POST", trace.set_span_in_context(trace.NonRecordingSpan(parent)))
+            child.set_status(Status(StatusCode.ERROR, "it broke"))
+            child.end()
+        ok = tracer.start_span("n" * 300, attributes={"long": "é" * 9000})  # > 16 KiB in UTF-8
+        ok.set_status(Status(StatusCode.OK))
+        ok.end()
+        tracer.start_span("", attributes={"error": True}).end()
+        root.end()
+    return list(exporter.get_finished_spans())
+
+
+def test_lean_spans_encode_to_the_stock_message():
+    spans = _lean_spans()
+    assert len(spans) == 12 and any(len(s.attributes.get("long", "")) for s in spans)
+    assert encode_request(spans) == encode_spans(spans)
+    for span in spans:
+        assert encode_request([span]) == encode_spans([span])

@@ -51,7 +51,8 @@ _PLAIN_TYPES = frozenset((str, bool, int, float))
 _SAMPLED, _RANDOM_TRACE_ID = TraceFlags.SAMPLED, TraceFlags.RANDOM_TRACE_ID
 _MAX_TRACE_ID, _MAX_SPAN_ID = (1 << 128) - 1, (1 << 64) - 1
 _NO_TRACE_STATE = DEFAULT_TRACE_STATE  # what `SpanContext` puts for no trace state
-_UNSET_STATUS = Status(StatusCode.UNSET)
+# The status of every lean span until one is set (the OTLP encoder knows it by identity).
+UNSET_STATUS = Status(StatusCode.UNSET)
 
 
 # ---- the decisions of the SDK's own samplers, without calling them ------------------------------------------
@@ -197,7 +198,7 @@ class LeanSpan(trace.Span):
         self.attributes = attributes
         self.links = tuple(links)
         self.events: list[Event] = []
-        self.status = _UNSET_STATUS
+        self.status = UNSET_STATUS
         self.start_time = start_time if start_time is not None else time.time_ns()
         self.end_time: int | None = None
 
