@@ -15,9 +15,10 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-from gateway import _grpc_load, _process, _serve_load, _setup
+from gateway import _cpu_seconds, _grpc_load, _process, _serve_load, _setup
 from timing import paired
 
 HERE = Path(__file__).resolve().parent
@@ -73,6 +74,7 @@ def run_gateway(seconds: float = 3.0, in_flight: int = 64, rounds: int = 10) -> 
                 measured = {}
                 for label in labels[round_index % 3 :] + labels[: round_index % 3]:
                     rate, cpu = _serve_load(*targets[label], request, in_flight, seconds)
+                    _settle(targets[label][1])
                     measured[label] = rate
                     rates[label].append(rate)
                     cpus[label].append(cpu)
@@ -95,6 +97,18 @@ def run_gateway(seconds: float = 3.0, in_flight: int = 64, rounds: int = 10) -> 
             )
         )
     return rows
+
+
+def _settle(pid: int, quiet_seconds: float = 0.2, limit: float = 5.0) -> None:
+    """Wait until the server `pid` is idle (no CPU tick over `quiet_seconds`), at most `limit` seconds: a server
+    that keeps every trace is still exporting the spans of its load after it, and that work must not land in the
+    next server's turn (the one after it in the rotation would pay for it)."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        before = _cpu_seconds(pid)
+        time.sleep(quiet_seconds)
+        if _cpu_seconds(pid) - before < 0.01:  # under one clock tick
+            return
 
 
 def run_access_log(repeat: int = 15, lines: int = 20_000) -> list[tuple[str, str, str]]:

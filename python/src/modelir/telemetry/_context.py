@@ -8,8 +8,9 @@ unpacked as the tuple it is.
 
 What this relies on, all unchanged since the API's 1.0: the context keys of the current span and of baggage, the
 runtime context being a `ContextVar` (the default; `OTEL_PYTHON_CONTEXT` may name another, and then the API's own
-functions are used), and `SpanContext`'s tuple layout. `tests/test_telemetry_context.py` checks each against the
-public API, so an upgrade that moves one fails there, not in a server.
+functions are used), `SpanContext`'s tuple layout, and `NonRecordingSpan` keeping its span context in `_context`.
+`tests/test_telemetry_context.py` checks each against the public API, so an upgrade that moves one fails there, not
+in a server.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from contextvars import ContextVar, Token
+from operator import attrgetter
 from typing import Any
 
 from opentelemetry import baggage as _baggage
@@ -26,12 +28,13 @@ from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan, Span, SpanContext
 from opentelemetry.trace.propagation import _SPAN_KEY
 
-_BAGGAGE_KEY: str = _baggage._BAGGAGE_KEY
+BAGGAGE_KEY: str = _baggage._BAGGAGE_KEY  # the context key of the baggage
 _runtime = _context._RUNTIME_CONTEXT
 # The ContextVar holding the current context, when the runtime context is the API's default one.
 _current: ContextVar[Any] | None = _runtime._current_context if type(_runtime) is ContextVarsRuntimeContext else None
-# Spans whose `get_span_context` is known to be a plain attribute read (any other is asked by `isinstance` first).
-_SPAN_TYPES: set[type] = {NonRecordingSpan}
+# How to read the span context of a span of a known type, without a Python call (`get_span_context` is a Python
+# method): the attribute it returns. Any other type is asked by `isinstance` and its method.
+_SPAN_CONTEXT_OF: dict[type, Callable[[Any], SpanContext]] = {NonRecordingSpan: attrgetter("_context")}
 
 
 # `current()` is `opentelemetry.context.get_current()` and `attach(context)` is `opentelemetry.context.attach`: with
@@ -63,24 +66,26 @@ def span_context(context: Any) -> SpanContext:
     """The span context of the span in `context` (a `Context`; None: the current one), as
     `trace.get_current_span(context).get_span_context()`."""
     span = (context if context is not None else current()).get(_SPAN_KEY)
-    if span is None:
-        return INVALID_SPAN_CONTEXT
-    if type(span) not in _SPAN_TYPES and not isinstance(span, Span):  # as the API: anything else is no span
+    read = _SPAN_CONTEXT_OF.get(type(span))
+    if read is not None:
+        return read(span)
+    if span is None or not isinstance(span, Span):  # as the API: anything else is no span
         return INVALID_SPAN_CONTEXT
     return span.get_span_context()
 
 
-def knows_span_type(span_type: type) -> None:
-    """Let `span_context` skip the `isinstance` check for spans of `span_type` (a `Span` subclass)."""
+def knows_span_type(span_type: type, attribute: str) -> None:
+    """Let `span_context` read the span context of spans of `span_type` (a `Span` subclass whose `get_span_context`
+    returns its `attribute`) directly."""
     assert issubclass(span_type, Span)
-    _SPAN_TYPES.add(span_type)
+    _SPAN_CONTEXT_OF[span_type] = attrgetter(attribute)
 
 
 def has_baggage(context: Any) -> bool:
     """Whether `context` carries any baggage (`bool(baggage.get_all(context))`)."""
     if context is None:
         context = current()
-    return bool(context.get(_BAGGAGE_KEY))
+    return bool(context.get(BAGGAGE_KEY))
 
 
 def trace_id_hex(span_context: SpanContext) -> str:

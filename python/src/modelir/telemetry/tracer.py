@@ -269,7 +269,7 @@ class LeanSpan(trace.Span):
         self._processor.on_end(self)  # type: ignore[arg-type]  # what the processor reads of a ReadableSpan
 
 
-_context.knows_span_type(LeanSpan)
+_context.knows_span_type(LeanSpan, "context")
 
 
 class LeanTracer(trace.Tracer):
@@ -315,7 +315,8 @@ class LeanTracer(trace.Tracer):
             random_id = bool(parent_flags & _RANDOM_TRACE_ID)
         decisions = self._decisions
         if decisions is not None:
-            recording = _keeps(decisions.root if parent is None else decisions.rule(parent), trace_id)
+            rule = decisions.root if parent is None else decisions.rule(parent)
+            recording = rule is True or (rule is not False and trace_id & _LOW_64_BITS < rule)  # `_keeps`, inline
             trace_state = parent_state if parent is not None else _NO_TRACE_STATE
             kept_attributes = attributes
         else:

@@ -18,6 +18,7 @@ from opentelemetry.trace.span import DEFAULT_TRACE_STATE as _NO_TRACE_STATE
 
 from modelir.telemetry import _context, _runtime
 from modelir.telemetry import conventions as sc
+from modelir.telemetry._context import BAGGAGE_KEY as _BAGGAGE_KEY
 
 if TYPE_CHECKING:
     from modelir.telemetry.calls import Call
@@ -142,12 +143,10 @@ _HEX = [f"{n:02x}" for n in range(256)]  # trace flags are one byte
 _checked_textmap: list[object] = [None, False]  # [the global propagator last checked, whether it is W3C only]
 
 
-def _w3c_only() -> bool:
-    textmap = propagate.get_global_textmap()
-    if textmap is not _checked_textmap[0]:
-        kinds = [type(p) for p in getattr(textmap, "_propagators", ())] if type(textmap) is CompositePropagator else []
-        _checked_textmap[:] = [textmap, kinds in _W3C_PROPAGATORS]
-    return bool(_checked_textmap[1])
+def _check_textmap(textmap: object) -> None:
+    """Whether `textmap` (the global propagator, now another one) is W3C only, kept in `_checked_textmap`."""
+    kinds = [type(p) for p in getattr(textmap, "_propagators", ())] if type(textmap) is CompositePropagator else []
+    _checked_textmap[:] = [textmap, kinds in _W3C_PROPAGATORS]
 
 
 def inject(carrier: Any, context: Any) -> None:
@@ -155,7 +154,12 @@ def inject(carrier: Any, context: Any) -> None:
     is W3C only and `context` carries no baggage (the propagator's composite, getter and setter calls were a fifth
     of what an unsampled trace costs a served call); any other propagator or any baggage goes through `propagate`.
     `tests/test_telemetry.py` compares the two."""
-    if not _w3c_only() or _context.has_baggage(context):
+    textmap = propagate.get_global_textmap()
+    if textmap is not _checked_textmap[0]:
+        _check_textmap(textmap)
+    if context is None:
+        context = _context.current()
+    if not _checked_textmap[1] or context.get(_BAGGAGE_KEY):  # another propagator, or baggage to send
         propagate.inject(carrier, context=context)
         return
     span_context = _context.span_context(context)
