@@ -314,6 +314,35 @@ async def test_nothing_configured_costs_nothing(upstream):
     assert "traceparent" not in fake.requests[0][0]
 
 
+def test_the_hooks_follow_the_global_providers_as_they_are_set_and_unset(monkeypatch):
+    """`hooks()` keeps its answer only while the providers it resolved are the ones in effect: a global provider set,
+    replaced or taken away is seen at the next call."""
+    import opentelemetry.metrics._internal as metrics_api
+    import opentelemetry.trace as trace_api
+    from modelir.telemetry import _runtime
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.trace import TracerProvider
+
+    telemetry.install()
+    monkeypatch.setattr(trace_api, "_TRACER_PROVIDER", None)
+    monkeypatch.setattr(metrics_api, "_METER_PROVIDER", None)
+    assert _runtime.hooks() is None
+    first, second = TracerProvider(), TracerProvider()
+    monkeypatch.setattr(trace_api, "_TRACER_PROVIDER", first)
+    hooks = _runtime.hooks()
+    assert hooks is not None and hooks.tracer is not None and hooks.instruments is None
+    traced_by = hooks.tracer
+    monkeypatch.setattr(trace_api, "_TRACER_PROVIDER", second)
+    assert _runtime.hooks().tracer is not traced_by  # type: ignore[union-attr]
+    monkeypatch.setattr(metrics_api, "_METER_PROVIDER", MeterProvider())
+    assert _runtime.hooks().instruments is not None  # type: ignore[union-attr]
+    monkeypatch.setattr(trace_api, "_TRACER_PROVIDER", None)
+    hooks = _runtime.hooks()
+    assert hooks is not None and hooks.tracer is None and hooks.instruments is not None
+    monkeypatch.setattr(metrics_api, "_METER_PROVIDER", None)
+    assert _runtime.hooks() is None
+
+
 async def test_record_provenance_carries_the_trace_and_the_provider_request_id(otel, upstream, tmp_path):
     _, model = upstream
     inputs = [("a", build_request("mini", messages=[("user", "hi")]))]

@@ -130,9 +130,9 @@ _own_meter: object = None
 def use_meter(meter: object) -> None:
     """Measure with `meter` (an `AggregatingMeter`; None: back to the global meter provider) unless `install` says
     otherwise."""
-    global _own_meter, _resolved
+    global _own_meter, _resolved, _hooks_for
     _own_meter = meter
-    _resolved = _Resolved()
+    _resolved, _hooks_for = _Resolved(), (_UNRESOLVED, _UNRESOLVED)
 
 
 def install(
@@ -147,9 +147,9 @@ def install(
         _override["meter_provider"] = meter_provider
     if capture_content is not None:
         _override["capture_content"] = capture_content
-    global _resolved, _override_tracer_provider, _override_meter_provider
+    global _resolved, _override_tracer_provider, _override_meter_provider, _hooks_for
     _override_tracer_provider, _override_meter_provider = tracer_provider, meter_provider
-    _resolved = _Resolved()
+    _resolved, _hooks_for = _Resolved(), (_UNRESOLVED, _UNRESOLVED)
 
 
 # Providers named by these variables are loaded by the API on first use, so their presence means "maybe on".
@@ -170,6 +170,7 @@ def tracer() -> trace.Tracer | None:
     if provider is None and _PROVIDERS_FROM_ENV:  # the API loads the provider the environment names, once
         provider = trace.get_tracer_provider()
     if provider is None:  # nothing configured: `get_tracer_provider()` would look up an environment variable
+        _resolved.tracer_provider = _resolved.tracer = None  # (a provider in use before is no longer)
         return None
     if provider is not _resolved.tracer_provider:
         _resolved.tracer_provider = provider
@@ -190,6 +191,7 @@ def instruments() -> Instruments | None:
     if provider is None and _PROVIDERS_FROM_ENV:
         provider = metrics.get_meter_provider()
     if provider is None:  # nothing configured: `get_meter_provider()` would look up an environment variable
+        _resolved.meter_provider = _resolved.instruments = None  # (a provider in use before is no longer)
         return None
     if provider is not _resolved.meter_provider:
         _resolved.meter_provider = provider
@@ -201,32 +203,36 @@ def instruments() -> Instruments | None:
     return _resolved.instruments
 
 
+# What `hooks()` answered last, and the providers in effect then (the overriding or the global ones).
+_UNRESOLVED = object()
+_hooks_for: tuple[object, object] = (None, None)  # nothing configured: None, until a provider is set
+_hooks: _Resolved | None = None
+
+
 def hooks() -> _Resolved | None:
     """The tracer and instruments in use (`.tracer`, `.instruments`: either may be None), or None when neither is:
     what `tracer()` and `instruments()` tell together, in one look-up once resolved (each call's hooks start here).
 
-    When certainly nothing is configured it returns at once (about 0.1 us), reading the API's two provider globals
-    directly: `get_tracer_provider()` and `get_meter_provider()` look up an environment variable on every call and
-    together cost ~2.5 us, which would be 2-3% of a small in-process call.
+    Once resolved (and when nothing is configured) it reads the API's two provider globals directly and compares
+    them with the ones it resolved: `get_tracer_provider()` and `get_meter_provider()` look up an environment
+    variable on every call and together cost ~2.5 us, which would be 2-3% of a small in-process call.
     """
-    if not (
-        _override
-        or _own_meter is not None
-        or _PROVIDERS_FROM_ENV
-        or _trace_api._TRACER_PROVIDER is not None
-        or _metrics_api._METER_PROVIDER is not None
-    ):
-        return None
+    tracer_provider = _override_tracer_provider or _trace_api._TRACER_PROVIDER
+    meter_provider = _override_meter_provider or _own_meter or _metrics_api._METER_PROVIDER
+    if tracer_provider is _hooks_for[0] and meter_provider is _hooks_for[1] and not _PROVIDERS_FROM_ENV:
+        return _hooks
+    return _resolve_hooks(tracer_provider, meter_provider)
+
+
+def _resolve_hooks(tracer_provider: object, meter_provider: object) -> _Resolved | None:
+    """Resolve the tracer and the instruments of these providers (set or changed since the last call)."""
+    global _hooks, _hooks_for
+    tracer()
+    instruments()
     resolved = _resolved
-    if (
-        (_override_tracer_provider or _trace_api._TRACER_PROVIDER) is not resolved.tracer_provider
-        or (_override_meter_provider or _own_meter or _metrics_api._METER_PROVIDER) is not resolved.meter_provider
-        or _PROVIDERS_FROM_ENV
-    ):  # a provider set or changed since: resolve both again
-        tracer()
-        instruments()
-        resolved = _resolved
-    return resolved if resolved.tracer is not None or resolved.instruments is not None else None
+    _hooks = resolved if resolved.tracer is not None or resolved.instruments is not None else None
+    _hooks_for = (tracer_provider, meter_provider)
+    return _hooks
 
 
 def capture_content() -> bool:

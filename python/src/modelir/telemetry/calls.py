@@ -37,6 +37,13 @@ class _Target:
     kind: SpanKind
     remote: bool
     metric_sets: dict[tuple[str, str, str, str], _MetricSets] = field(default_factory=dict)
+    # `gen_ai.operation.name` by the request's input kind (`conversation`, `prompt`, ...).
+    operations: dict[str | None, str] = field(default_factory=dict)
+
+    def operation(self, request: request_pb2.Request, input_kind: str | None) -> str:
+        """The operation of a request with this input kind (made once per kind)."""
+        operation = self.operations[input_kind] = sc.operation_name(request, self.transport)
+        return operation
 
     def metric_set(self, operation: str, model: str, response_model: str = "", error_type: str = "") -> _MetricSets:
         """The attribute sets of one (operation, model, response model, error type), made once: a call measures
@@ -107,9 +114,6 @@ def _target(model: Any) -> _Target:
     return target
 
 
-_UNSET: Any = object()
-
-
 class Call:
     """One model call being observed. Made by `model_call` / `stream_call`; not used directly."""
 
@@ -138,26 +142,25 @@ class Call:
         parent: otel_context.Context | None = None,
         seen: _runtime.Seen | None = None,
         operation: str = "",
-        tracer: Any = _UNSET,
-        instruments: Any = _UNSET,
+        tracer: Any = None,
+        instruments: Any = None,
     ) -> None:
         """A generation call of `request`; or, with `request=None`, an `operation` (tokenize) that gets a span
-        and its HTTP attempts as children, but no GenAI metrics. `tracer`, `instruments`: the ones in use, when the
-        caller has them."""
-        target = _target(model)
-        if tracer is _UNSET:
-            tracer = _runtime.tracer()
-        if request is None:
-            instruments = None
-        elif instruments is _UNSET:
-            instruments = _runtime.instruments()
-        self._instruments = instruments
+        and its HTTP attempts as children, but no GenAI metrics. `tracer`, `instruments`: the ones in use
+        (`_runtime.hooks()`)."""
+        target = _targets.get(id(model)) or _target(model)
         self._target = target
         self._request = request
         self.streaming = streaming
-        model_name = (request.model if request is not None else "") or model.name
-        self._model_name = model_name
-        self._operation = operation if request is None else sc.operation_name(request, target.transport)
+        if request is None:
+            self._instruments = None
+            model_name = self._model_name = model.name
+            self._operation = operation
+        else:
+            self._instruments = instruments
+            model_name = self._model_name = request.model or model.name
+            input_kind = request.WhichOneof("input")
+            self._operation = target.operations.get(input_kind) or target.operation(request, input_kind)
         # The metric attribute sets are looked up when first needed: a unary call's answer names the response
         # model, which picks other sets than the ones known now.
         self._metrics = target.metric_set(self._operation, model_name) if streaming else None
@@ -221,11 +224,17 @@ class Call:
         _runtime.current_call.reset(self._call_token)  # type: ignore[arg-type]
 
     def __enter__(self) -> Call:
-        self._enter_step()
+        # `_enter_step`, inline: a unary call's path.
+        self._call_token = _runtime.current_call.set(self)
+        if self.context is not None and self._attach:
+            self._ctx_token = _context.attach(self.context)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self._exit_step()
+        if self._ctx_token is not None:  # `_exit_step`, inline
+            _context.detach(self._ctx_token)  # type: ignore[arg-type]
+            self._ctx_token = None
+        _runtime.current_call.reset(self._call_token)  # type: ignore[arg-type]
         self._end(exc)
 
     # ---- what happened --------------------------------------------------------------------------------------
@@ -273,9 +282,8 @@ class Call:
         if response_model or error is not None or self._metrics is None:
             self._response_model = response_model
             self._error_type = sc.soft_error_type(error) if error is not None else ""
-            self._metrics = self._target.metric_set(
-                self._operation, self._model_name, self._response_model, self._error_type
-            )
+            key = (self._operation, self._model_name, response_model, self._error_type)
+            self._metrics = self._target.metric_sets.get(key) or self._target.metric_set(*key)
         usage, timing = outcome.usage, outcome.timing
         if span is not None:
             if started_as is None:
@@ -331,7 +339,7 @@ class Call:
                 for name in _capability_names(exc.unsupported):
                     instruments.rejections.add(1, {**self._metrics.plain, sc.CAPABILITY: name})
         if instruments is not None:
-            plain = self._sets().plain
+            plain = (self._metrics or self._sets()).plain
             instruments.duration.record(time.monotonic() - self.started, plain, self.context)
             if self.attempts > 1 and not self._target.remote:
                 instruments.retries.add(self.attempts - 1, plain)
@@ -390,9 +398,10 @@ def tokenize_span(operation: str) -> Callable[[_Method[_P, _R]], _Method[_P, _R]
     def decorate(method: _Method[_P, _R]) -> _Method[_P, _R]:
         @functools.wraps(method)
         async def traced(self: Any, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-            if _off():
+            hooks = _runtime.hooks()
+            if hooks is None:
                 return await method(self, *args, **kwargs)
-            with Call(self, None, streaming=False, operation=operation):
+            with Call(self, None, streaming=False, operation=operation, tracer=hooks.tracer):
                 return await method(self, *args, **kwargs)
 
         return traced
@@ -418,7 +427,9 @@ async def _observed_stream(
     parent: otel_context.Context,
     seen: _runtime.Seen | None,
 ) -> AsyncIterator[stream_pb2.StreamEvent]:
-    call = Call(model, request, streaming=True, parent=parent, seen=seen)
+    hooks = _runtime.hooks()
+    tracer, instruments = (hooks.tracer, hooks.instruments) if hooks is not None else (None, None)
+    call = Call(model, request, streaming=True, parent=parent, seen=seen, tracer=tracer, instruments=instruments)
     failure: BaseException | None = None
     try:
         while True:
