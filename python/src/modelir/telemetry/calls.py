@@ -294,8 +294,10 @@ class Call:
                 accumulator = self._stream_accumulator
                 choices = accumulator.response().choices if accumulator is not None else ()
                 response_id = outcome.id or started_as[0]
-            # One `set_attributes` call: the SDK takes its lock and checks the span's state once per call.
-            ending: dict[str, Any] = {sc.RESPONSE_FINISH_REASONS: sc.finish_reasons(f.finish_reason for f in finished)}
+            # The finish reasons alone (the one value that is a sequence, which a span checks item by item), the rest
+            # in one `set_attributes` call of plain values: the SDK takes its lock and checks the span once a call.
+            span.set_attribute(sc.RESPONSE_FINISH_REASONS, sc.finish_reasons(f.finish_reason for f in finished))
+            ending: dict[str, Any] = {}
             if response_id:
                 ending[sc.RESPONSE_ID] = response_id
             if response_model:

@@ -178,9 +178,10 @@ def request_attributes(request: request_pb2.Request) -> dict[str, object]:
     return attributes
 
 
-def finish_reasons(reasons: Iterable[int]) -> list[str]:
-    """The normalised finish reasons as lower-case words (`stop`, `length`, `tool_calls`, ...)."""
-    return [_FINISH_REASONS.get(reason, "other") for reason in reasons]
+def finish_reasons(reasons: Iterable[int]) -> tuple[str, ...]:
+    """The normalised finish reasons as lower-case words (`stop`, `length`, `tool_calls`, ...): a tuple, the
+    attribute value a span keeps."""
+    return tuple([_FINISH_REASONS.get(reason, "other") for reason in reasons])
 
 
 # IR usage counts under their convention names. modelir's meaning is the convention's: input includes cache reads
