@@ -201,6 +201,33 @@ async def test_hard_failure_after_retries(otel, upstream):
     assert otel.points("gen_ai.client.token.usage") == []
 
 
+def test_a_count_reported_as_zero_is_measured_and_one_not_reported_is_not(otel, upstream):
+    """Token counts and the queue time: zero when the answer says zero, left out when it says nothing (as the span
+    leaves out the usage it was not told)."""
+    from modelir.v1 import response_pb2
+
+    _, model = upstream
+    request = build_request("mini", messages=[("user", "hi")])
+    for input_tokens, queued in ((0, 0.0), (None, None), (7, 0.25)):
+        response = response_pb2.Response(model="gpt-4o-mini")
+        response.choices.add()
+        if input_tokens is not None:
+            response.usage.input_token_count = input_tokens
+        if queued is not None:
+            response.timing.queue_duration.FromNanoseconds(int(queued * 1e9))
+        with calls.model_call(model, request) as call:
+            call.finish(response)
+    (input_tokens,) = [
+        p for p in otel.points("gen_ai.client.token.usage") if p.attributes["gen_ai.token.type"] == "input"
+    ]
+    assert (input_tokens.count, input_tokens.sum) == (2, 7)  # the zero and the seven, not the unreported one
+    assert not [p for p in otel.points("gen_ai.client.token.usage") if p.attributes["gen_ai.token.type"] == "output"]
+    (queued,) = otel.points("modelir.client.limiter.queue.duration")
+    assert (queued.count, queued.sum) == (2, 0.25)
+    spans = otel.finished("chat mini")
+    assert [s.attributes.get("gen_ai.usage.input_tokens") for s in spans] == [0, None, 7]
+
+
 async def test_soft_error_of_a_cut_stream(otel, upstream):
     fake, model = upstream
     fake.cut_stream = True

@@ -316,14 +316,20 @@ class Call:
         if instruments is not None:
             # The call's context goes with each measurement: exemplars read its span there, and the SDK does not
             # look up the current context again.
+            # A count or duration that is not zero was reported; only a zero asks `HasField` (a name look-up, the
+            # cost of a field read again) whether it was reported as zero or not at all.
             sets, context = self._metrics, self.context
-            if usage.HasField("input_token_count"):
-                instruments.token_usage.record(usage.input_token_count, sets.input_tokens, context)
-            if usage.HasField("output_token_count"):
-                instruments.token_usage.record(usage.output_token_count, sets.output_tokens, context)
-            if not self._target.remote and timing.HasField("queue_duration"):
+            tokens = usage.input_token_count
+            if tokens or usage.HasField("input_token_count"):
+                instruments.token_usage.record(tokens, sets.input_tokens, context)
+            tokens = usage.output_token_count
+            if tokens or usage.HasField("output_token_count"):
+                instruments.token_usage.record(tokens, sets.output_tokens, context)
+            if not self._target.remote:
                 queued = timing.queue_duration  # its fields: `ToNanoseconds` is a Python method, thrice the cost
-                instruments.queue_duration.record(queued.seconds + queued.nanos / 1e9, sets.plain, context)
+                seconds = queued.seconds + queued.nanos / 1e9
+                if seconds or timing.HasField("queue_duration"):
+                    instruments.queue_duration.record(seconds, sets.plain, context)
             if error is not None:
                 instruments.soft_errors.add(1, {**sets.plain, sc.SOFT_ERROR_REASON: self._error_type})
 
