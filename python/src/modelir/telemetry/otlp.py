@@ -29,6 +29,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
+from opentelemetry.trace.span import DEFAULT_TRACE_STATE as _NO_TRACE_STATE
 
 from modelir import varint
 from modelir.telemetry.tracer import UNSET_STATUS
@@ -152,14 +153,6 @@ class _Encoder:
             self._key_values[(key, kind, value)] = encoded
         return encoded
 
-    def span(self, span: ReadableSpan) -> bytes:
-        if span.events or span.links:  # rare (a recorded exception): the stock encoder, for exactness
-            return _stock_span(span)
-        try:
-            return self._span(span)
-        except TypeError:  # a value of a type written only by the stock encoder
-            return _stock_span(span)
-
     def _span(self, span: ReadableSpan) -> bytes:
         """The `Span` message's bytes, in field order. Written for the fewest interpreter steps (the batch
         processor's thread encodes every kept span while holding the interpreter lock a server's event loop needs):
@@ -167,7 +160,7 @@ class _Encoder:
         unset status and the flags one constant."""
         trace_id, span_id, _, _, trace_state, _ = span.context  # `SpanContext`'s tuple; ReadableSpan's property
         parent = span.parent
-        if trace_state:
+        if trace_state is not _NO_TRACE_STATE and trace_state:  # the shared empty one: no Python `__len__` call
             state = ",".join(f"{k}={v}" for k, v in trace_state.items())
             out = [
                 _IDS.pack(_SPAN_TRACE_ID, trace_id >> 64, trace_id & _U64, _SPAN_SPAN_ID, span_id),
@@ -244,13 +237,19 @@ class _Encoder:
         encoder groups them."""
         groups: dict[bytes, dict[bytes, list[bytes]]] = {}
         resource = scope = group = None
-        encode = self.span
+        encode = self._span
         for span in spans:
             if span.resource is not resource or span.instrumentation_scope is not scope:  # a batch's spans share them
                 resource, scope = span.resource, span.instrumentation_scope
                 resource_bytes, scope_bytes = self._header(span)
                 group = groups.setdefault(resource_bytes, {}).setdefault(scope_bytes, [])
-            encoded = encode(span)
+            if span.events or span.links:  # rare (a recorded exception): the stock encoder, for exactness
+                encoded = _stock_span(span)
+            else:
+                try:
+                    encoded = encode(span)
+                except TypeError:  # a value of a type written only by the stock encoder
+                    encoded = _stock_span(span)
             group += (_SCOPE_SPANS_SPAN, _varint(len(encoded)), encoded)  # type: ignore[operator]
         out = []
         for resource_bytes, scopes in groups.items():
