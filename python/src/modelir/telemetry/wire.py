@@ -39,7 +39,8 @@ class Attempt:
         self._seen = seen
         self.span: trace.Span | None = None
         if call is not None:
-            call.attempts = max(call.attempts, attempt)
+            if attempt > call.attempts:
+                call.attempts = attempt
             # A call has a context to propagate only when it is traced; its span only when the trace is kept.
             if call.context is not None and call.span is None:  # a trace left out
                 request.headers = request.headers.copy()  # a cached, shared object (see `Executor._headers`)
