@@ -12,10 +12,11 @@ A `LeanSpan` has what the exporters read of the SDK's `ReadableSpan` (context, p
 events, links, status, resource, scope, dropped counts), so the stock OTLP encoders and `telemetry/otlp.py`'s take
 it alike, and `BatchSpanProcessor` batches it (its `OTEL_BSP_*` settings apply). What it keeps of the SDK's
 behaviour, so a collector cannot tell the two apart (`tests/test_telemetry_tracer.py` compares the encoded spans of
-the same calls): the sampler's decision, attributes and trace state; span and trace ids from the SDK's generator;
-status rules (OK is final, UNSET ignored); exceptions recorded as `exception` events with the same attributes;
-`start_as_current_span`. Not kept: span limits (modelir's spans are bounded by what modelir sets) and span
-processors other than the one batch processor (the console exporter, which prints the SDK's span JSON, keeps the SDK).
+the same calls): the sampler's decision, attributes and trace state; span and trace ids as the id generator makes
+them (the SDK's own generator's drawn here as it draws them); status rules (OK is final, UNSET ignored); exceptions
+recorded as `exception` events with the same attributes; `start_as_current_span`. Not kept: span limits (modelir's
+spans are bounded by what modelir sets) and span processors other than the one batch processor (the console
+exporter, which prints the SDK's span JSON, keeps the SDK).
 """
 
 from __future__ import annotations
