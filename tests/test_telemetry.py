@@ -593,6 +593,54 @@ async def test_under_a_sampled_out_parent_no_child_spans_are_made(upstream):
         assert (sent_parent, int(flags, 16) & 1) == (parent, 0)
 
 
+@pytest.mark.parametrize("propagators", ["w3c", "baggage only"])
+async def test_an_rpc_whose_root_is_left_out_propagates_its_context_as_the_propagator_writes_it(upstream, propagators):
+    """An RPC that starts a trace the sampler leaves out hands its context, rendered once as `traceparent`, to the
+    model call and the HTTP attempts inside: every provider request carries what the global propagator writes for
+    the server's span (nothing, when it does not write trace context), a context attached inside the RPC is
+    propagated instead, and the access log has the trace's id."""
+    from modelir.telemetry import server as telemetry_server
+    from modelir.telemetry.tracer import LeanTracerProvider
+    from opentelemetry import propagate
+    from opentelemetry.baggage.propagation import W3CBaggagePropagator
+    from opentelemetry.propagators.composite import CompositePropagator
+    from opentelemetry.sdk.trace import sampling
+
+    fake, model = upstream
+    provider = LeanTracerProvider(InMemorySpanExporter(), sampler=sampling.ParentBased(sampling.ALWAYS_OFF))
+    telemetry.install(tracer_provider=provider)
+    global_textmap = propagate.get_global_textmap()
+    if propagators == "baggage only":
+        propagate.set_global_textmap(CompositePropagator([W3CBaggagePropagator()]))
+    request = build_request("mini", messages=[("user", "hi")])
+    logged = io.BytesIO()
+    access_log_module.configure("text", logged)
+    try:
+        with telemetry_server.server_call("Generate", "mini", None, request) as rpc:
+            await model.arun(request)
+            [_ async for _ in model.astream(request)]
+            with provider.get_tracer("user").start_as_current_span("inside"):
+                await model.arun(request)
+                inner = trace.get_current_span().get_span_context()
+        server_span = rpc.span.get_span_context()  # type: ignore[union-attr]
+    finally:
+        propagate.set_global_textmap(global_textmap)
+        access_log_module.access_log().flush()
+        access_log_module.configure()
+        telemetry.install()
+
+    def written(span_context) -> dict:  # what the propagator in use writes for a span context
+        carrier: dict[str, str] = {}
+        textmap = CompositePropagator([W3CBaggagePropagator()]) if propagators == "baggage only" else global_textmap
+        textmap.inject(carrier, context=trace.set_span_in_context(trace.NonRecordingSpan(span_context)))
+        return carrier
+
+    sent = [{k: v for k, v in headers.items() if k in ("traceparent", "tracestate")} for headers, _ in fake.requests]
+    assert sent == [written(server_span), written(server_span), written(inner)]
+    assert bool(rpc._seen.traceparent) is (propagators == "w3c")  # the header rendered once, when it is W3C
+    assert f"trace_id={trace.format_trace_id(server_span.trace_id)}" in logged.getvalue().decode()
+
+
 def test_a_bad_access_log_format_in_the_environment_is_a_configuration_error(monkeypatch, capsys):
     from modelir import cli
 

@@ -245,11 +245,15 @@ def capture_content() -> bool:
 
 @dataclass(slots=True)
 class Seen:
-    """What `capture()` collects about the last model call made inside it, for a record's provenance."""
+    """What `capture()` collects about the last model call made inside it, for a record's provenance; and, from a
+    server call whose trace the sampler left out at the root, that trace's context and its `traceparent`, so that
+    the model call and its HTTP attempts inside propagate it without looking it up and formatting it again."""
 
     trace_id: str = ""
     span_id: str = ""
     provider_request_id: str = ""
+    unsampled_context: object = None  # the server call's context (its span the root the sampler left out)
+    traceparent: str = ""  # that span's W3C header, when the global propagator is W3C trace context only
 
 
 current_call: ContextVar[Call | None] = ContextVar("modelir_telemetry_call", default=None)

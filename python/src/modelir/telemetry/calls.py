@@ -166,7 +166,8 @@ class Call:
         self._metrics = target.metric_set(self._operation, model_name) if streaming else None
         if tracer is not None:
             current = parent if parent is not None else _context.current()
-            if _runtime.sampled_out(current):
+            capture = _runtime.current_capture.get()
+            if (capture is not None and current is capture.unsampled_context) or _runtime.sampled_out(current):
                 # Under a parent the sampler left out, no span is made (the default, parent-based sampler would drop
                 # it anyway, after doing most of the work of making it); the parent's context is what gets propagated.
                 self.context = current

@@ -18,7 +18,7 @@ from modelir.telemetry import _context, _runtime
 from modelir.telemetry import conventions as sc
 from modelir.telemetry.access_log import access_log
 from modelir.telemetry.attribute_set import AttributeSet
-from modelir.telemetry.wire import PROVIDER_REQUEST_ID_TRAILER
+from modelir.telemetry.wire import PROVIDER_REQUEST_ID_TRAILER, w3c_traceparent
 from modelir.v1 import request_pb2, response_pb2, stream_pb2
 
 SERVICE = "modelir.v1.ModelService"
@@ -75,8 +75,14 @@ class ServerCall:
                 carrier = {k: v for k, v in metadata.items() if k in _TRACE_KEYS and isinstance(v, str)}
                 parent = propagate.extract(carrier) if carrier else None
             name, attributes = _span_start(method)
-            self.span = tracer.start_span(name, context=parent, kind=SpanKind.SERVER, attributes=attributes)
-            self._token = _context.attach(_context.with_span(self.span, parent))
+            span = self.span = tracer.start_span(name, context=parent, kind=SpanKind.SERVER, attributes=attributes)
+            context = _context.with_span(span, parent)
+            self._token = _context.attach(context)
+            if parent is None and type(span) is NonRecordingSpan:
+                # A root the sampler left out (most RPCs, at a low ratio): its model call and HTTP attempts make no
+                # span, and propagate this context; its header is rendered once here, for them and the access log.
+                self._seen.unsampled_context = context
+                self._seen.traceparent = w3c_traceparent(span.get_span_context())
 
     def __enter__(self) -> ServerCall:
         return self
@@ -122,7 +128,8 @@ class ServerCall:
         if span is not None:
             if own_context:
                 _context.detach(self._token)  # type: ignore[arg-type]
-            trace_id = _context.trace_id_hex(span.get_span_context())
+            traceparent = self._seen.traceparent
+            trace_id = traceparent[3:35] if traceparent else _context.trace_id_hex(span.get_span_context())
             if type(span) is not NonRecordingSpan:  # a span the sampler left out has nothing to record or end
                 if span.is_recording():
                     ending: dict[str, Any] = {sc.RPC_GRPC_STATUS_CODE: _GRPC_CODES.get(self.status, 2)}

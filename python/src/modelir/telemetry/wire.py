@@ -44,7 +44,10 @@ class Attempt:
             # A call has a context to propagate only when it is traced; its span only when the trace is kept.
             if call.context is not None and call.span is None:  # a trace left out
                 request.headers = request.headers.copy()  # a cached, shared object (see `Executor._headers`)
-                inject(request.headers, call.context)  # `traceparent` says "not sampled"
+                if seen is not None and call.context is seen.unsampled_context and seen.traceparent and _still_w3c():
+                    request.headers["traceparent"] = seen.traceparent  # the server's root, rendered once
+                else:
+                    inject(request.headers, call.context)  # `traceparent` says "not sampled"
             elif call.context is not None and (tracer := _runtime.tracer()) is not None:
                 attributes = dict(_url_attributes(request.url))
                 attributes[sc.HTTP_REQUEST_METHOD] = request.method
@@ -166,14 +169,36 @@ def inject(carrier: Any, context: Any) -> None:
     span_context = _context.span_context(context)
     if span_context == INVALID_SPAN_CONTEXT:  # as `TraceContextTextMapPropagator.inject`
         return
-    trace_id, span_id, _, flags, trace_state, valid = span_context  # `_context.SPAN_CONTEXT_FIELDS`
-    if valid:  # ids in range: their bytes in hex (formatting the 128-bit int costs twice as much)
-        trace_hex, span_hex = trace_id.to_bytes(16, "big").hex(), span_id.to_bytes(8, "big").hex()
-        carrier["traceparent"] = f"00-{trace_hex}-{span_hex}-{_HEX[flags]}"
-    else:
-        carrier["traceparent"] = f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
+    carrier["traceparent"] = _traceparent(span_context)
+    trace_state = span_context[4]  # `_context.SPAN_CONTEXT_FIELDS`
     if trace_state is not _NO_TRACE_STATE and trace_state:  # a new trace's is the shared empty one
         carrier["tracestate"] = trace_state.to_header()
+
+
+def _traceparent(span_context: Any) -> str:
+    """The W3C `traceparent` of a span context that is not the invalid one."""
+    trace_id, span_id, _, flags, _, valid = span_context  # `_context.SPAN_CONTEXT_FIELDS`
+    if valid:  # ids in range: their bytes in hex (formatting the 128-bit int costs twice as much)
+        return f"00-{trace_id.to_bytes(16, 'big').hex()}-{span_id.to_bytes(8, 'big').hex()}-{_HEX[flags]}"
+    return f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
+
+
+def w3c_traceparent(span_context: Any) -> str:
+    """What `inject` writes for a context with this span context and no baggage: its `traceparent` when the global
+    propagator is W3C trace context only (with or without baggage) and the span context is valid and carries no
+    trace state, else "" (then `inject` is the way)."""
+    textmap = propagate.get_global_textmap()
+    if textmap is not _checked_textmap[0]:
+        _check_textmap(textmap)
+    trace_state = span_context[4]
+    if not _checked_textmap[1] or not span_context[5] or (trace_state is not _NO_TRACE_STATE and trace_state):
+        return ""
+    return _traceparent(span_context)
+
+
+def _still_w3c() -> bool:
+    """Whether the global propagator is still the W3C one `w3c_traceparent` was made for."""
+    return propagate.get_global_textmap() is _checked_textmap[0] and bool(_checked_textmap[1])
 
 
 # ---- gRPC client metadata -----------------------------------------------------------------------------------
