@@ -593,7 +593,7 @@ async def test_under_a_sampled_out_parent_no_child_spans_are_made(upstream):
         assert (sent_parent, int(flags, 16) & 1) == (parent, 0)
 
 
-@pytest.mark.parametrize("propagators", ["w3c", "baggage only"])
+@pytest.mark.parametrize("propagators", ["w3c", "baggage only", "baggage only from inside the RPC"])
 async def test_an_rpc_whose_root_is_left_out_propagates_its_context_as_the_propagator_writes_it(upstream, propagators):
     """An RPC that starts a trace the sampler leaves out hands its context, rendered once as `traceparent`, to the
     model call and the HTTP attempts inside: every provider request carries what the global propagator writes for
@@ -610,13 +610,18 @@ async def test_an_rpc_whose_root_is_left_out_propagates_its_context_as_the_propa
     provider = LeanTracerProvider(InMemorySpanExporter(), sampler=sampling.ParentBased(sampling.ALWAYS_OFF))
     telemetry.install(tracer_provider=provider)
     global_textmap = propagate.get_global_textmap()
+    baggage_only = CompositePropagator([W3CBaggagePropagator()])
     if propagators == "baggage only":
-        propagate.set_global_textmap(CompositePropagator([W3CBaggagePropagator()]))
+        propagate.set_global_textmap(baggage_only)
     request = build_request("mini", messages=[("user", "hi")])
     logged = io.BytesIO()
     access_log_module.configure("text", logged)
     try:
         with telemetry_server.server_call("Generate", "mini", None, request) as rpc:
+            if propagators == "baggage only from inside the RPC":  # after the RPC rendered its header
+                propagate.set_global_textmap(baggage_only)
+                await model.arun(build_request("mini", messages=[("user", "hi")]))  # another call sees it first
+                fake.requests.clear()
             await model.arun(request)
             [_ async for _ in model.astream(request)]
             with provider.get_tracer("user").start_as_current_span("inside"):
@@ -631,13 +636,13 @@ async def test_an_rpc_whose_root_is_left_out_propagates_its_context_as_the_propa
 
     def written(span_context) -> dict:  # what the propagator in use writes for a span context
         carrier: dict[str, str] = {}
-        textmap = CompositePropagator([W3CBaggagePropagator()]) if propagators == "baggage only" else global_textmap
+        textmap = global_textmap if propagators == "w3c" else baggage_only
         textmap.inject(carrier, context=trace.set_span_in_context(trace.NonRecordingSpan(span_context)))
         return carrier
 
     sent = [{k: v for k, v in headers.items() if k in ("traceparent", "tracestate")} for headers, _ in fake.requests]
     assert sent == [written(server_span), written(server_span), written(inner)]
-    assert bool(rpc._seen.traceparent) is (propagators == "w3c")  # the header rendered once, when it is W3C
+    assert bool(rpc._seen.traceparent) is (propagators != "baggage only")  # rendered once, when it is W3C
     assert f"trace_id={trace.format_trace_id(server_span.trace_id)}" in logged.getvalue().decode()
 
 

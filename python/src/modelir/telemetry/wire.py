@@ -44,7 +44,13 @@ class Attempt:
             # A call has a context to propagate only when it is traced; its span only when the trace is kept.
             if call.context is not None and call.span is None:  # a trace left out
                 request.headers = request.headers.copy()  # a cached, shared object (see `Executor._headers`)
-                if seen is not None and call.context is seen.unsampled_context and seen.traceparent and _still_w3c():
+                if (
+                    seen is not None
+                    and call.context is seen.unsampled_context
+                    and seen.traceparent  # rendered for a W3C propagator: is the global one still W3C?
+                    and propagate.get_global_textmap() is _checked_textmap[0]
+                    and _checked_textmap[1]
+                ):
                     request.headers["traceparent"] = seen.traceparent  # the server's root, rendered once
                 else:
                     inject(request.headers, call.context)  # `traceparent` says "not sampled"
@@ -194,11 +200,6 @@ def w3c_traceparent(span_context: Any) -> str:
     if not _checked_textmap[1] or not span_context[5] or (trace_state is not _NO_TRACE_STATE and trace_state):
         return ""
     return _traceparent(span_context)
-
-
-def _still_w3c() -> bool:
-    """Whether the global propagator is still the W3C one `w3c_traceparent` was made for."""
-    return propagate.get_global_textmap() is _checked_textmap[0] and bool(_checked_textmap[1])
 
 
 # ---- gRPC client metadata -----------------------------------------------------------------------------------
