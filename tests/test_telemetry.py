@@ -646,6 +646,33 @@ async def test_an_rpc_whose_root_is_left_out_propagates_its_context_as_the_propa
     assert f"trace_id={trace.format_trace_id(server_span.trace_id)}" in logged.getvalue().decode()
 
 
+async def test_an_rpc_left_out_with_baggage_in_its_context_sends_the_baggage_too(upstream):
+    """The rendered `traceparent` is only for an RPC context without baggage: with baggage current when the RPC
+    starts, the provider gets what the propagator writes, baggage included."""
+    from modelir.telemetry import server as telemetry_server
+    from modelir.telemetry.tracer import LeanTracerProvider
+    from opentelemetry import baggage, context, propagate
+    from opentelemetry.sdk.trace import sampling
+
+    fake, model = upstream
+    provider = LeanTracerProvider(InMemorySpanExporter(), sampler=sampling.ParentBased(sampling.ALWAYS_OFF))
+    telemetry.install(tracer_provider=provider)
+    request = build_request("mini", messages=[("user", "hi")])
+    token = context.attach(baggage.set_baggage("user", "ada"))
+    try:
+        with telemetry_server.server_call("Generate", "mini", None, request) as rpc:
+            await model.arun(request)
+            expected: dict[str, str] = {}
+            propagate.inject(expected)
+    finally:
+        context.detach(token)
+        telemetry.install()
+    assert rpc._seen.traceparent == ""  # not rendered: the propagator writes the baggage too
+    (headers, _) = fake.requests[0]
+    assert expected["baggage"] == "user=ada"
+    assert {k: headers[k] for k in expected} == expected
+
+
 def test_a_bad_access_log_format_in_the_environment_is_a_configuration_error(monkeypatch, capsys):
     from modelir import cli
 

@@ -81,13 +81,6 @@ def knows_span_type(span_type: type, attribute: str) -> None:
     _SPAN_CONTEXT_OF[span_type] = attrgetter(attribute)
 
 
-def has_baggage(context: Any) -> bool:
-    """Whether `context` carries any baggage (`bool(baggage.get_all(context))`)."""
-    if context is None:
-        context = current()
-    return bool(context.get(BAGGAGE_KEY))
-
-
 def trace_id_hex(span_context: SpanContext) -> str:
     """`trace.format_trace_id(span_context.trace_id)`: a 128-bit id's bytes in hex (formatting the int costs twice)."""
     trace_id = span_context[0]

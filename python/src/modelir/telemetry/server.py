@@ -78,9 +78,10 @@ class ServerCall:
             span = self.span = tracer.start_span(name, context=parent, kind=SpanKind.SERVER, attributes=attributes)
             context = _context.with_span(span, parent)
             self._token = _context.attach(context)
-            if parent is None and type(span) is NonRecordingSpan:
-                # A root the sampler left out (most RPCs, at a low ratio): its model call and HTTP attempts make no
-                # span, and propagate this context; its header is rendered once here, for them and the access log.
+            if parent is None and type(span) is NonRecordingSpan and not context.get(_context.BAGGAGE_KEY):
+                # A root the sampler left out (most RPCs, at a low ratio), with no baggage to send: its model call and
+                # HTTP attempts make no span and propagate this context; its header is rendered once here, for them
+                # and the access log.
                 self._seen.unsampled_context = context
                 self._seen.traceparent = w3c_traceparent(span.get_span_context())
 
