@@ -115,22 +115,14 @@ class _Decisions:
         return cls(root, (remote_sampled, remote_not_sampled), (local_sampled, local_not_sampled))  # type: ignore[arg-type]
 
     def rule(self, parent: SpanContext | None) -> _Rule:
-        """The rule for a span under `parent` (a valid span context, or None for a root)."""
+        """The rule for a span under `parent` (a valid span context, or None for a root): a span of trace id `t` is
+        kept when the rule is True, or an int bound above `t`'s low 64 bits."""
         if parent is None:
             return self.root
         _, _, remote, flags, _, _ = parent  # `_context.SPAN_CONTEXT_FIELDS`
         if remote:
             return self.remote_sampled if flags & _SAMPLED else self.remote_not_sampled
         return self.local_sampled if flags & _SAMPLED else self.local_not_sampled
-
-    def keep(self, parent: SpanContext | None, trace_id: int) -> bool:
-        """Whether a span of `trace_id` under `parent` (a valid span context, or None for a root) is recorded and
-        sampled, as the sampler would decide."""
-        return _keeps(self.root if parent is None else self.rule(parent), trace_id)
-
-
-def _keeps(rule: _Rule, trace_id: int) -> bool:
-    return rule is True or (rule is not False and trace_id & _LOW_64_BITS < rule)
 
 
 def _clean_value(value: Any) -> Any:
@@ -317,7 +309,7 @@ class LeanTracer(trace.Tracer):
         decisions = self._decisions
         if decisions is not None:
             rule = decisions.root if parent is None else decisions.rule(parent)
-            recording = rule is True or (rule is not False and trace_id & _LOW_64_BITS < rule)  # `_keeps`, inline
+            recording = rule is True or (rule is not False and trace_id & _LOW_64_BITS < rule)  # as `rule` says
             trace_state = parent_state if parent is not None else _NO_TRACE_STATE
             kept_attributes = attributes
         else:
