@@ -10,7 +10,7 @@ bytes), with its retries, reconnection, compression and headers. A span with eve
 links (an exception recorded on it, say), and the resource and scope messages, are encoded by the stock encoder,
 so what is written by hand is the `Span` message alone. The bytes parse into exactly the message `encode_spans`
 builds (tests/test_telemetry_cost.py compares them). Counted with valgrind over a gateway's spans (three a request, nine
-attributes each on average): 40k instructions a span, against 286k for the stock encoder.
+attributes each on average): 39k instructions a span, against 286k for the stock encoder.
 
 This module is imported only by `modelir.telemetry.setup` (the `otel` extra): it needs the SDK and the exporter.
 """
