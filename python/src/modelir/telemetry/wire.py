@@ -48,7 +48,7 @@ class Attempt:
                     seen is not None
                     and call.context is seen.unsampled_context
                     and seen.traceparent  # rendered for a W3C propagator: is the global one still W3C?
-                    and propagate.get_global_textmap() is _checked_textmap[0]
+                    and propagate.get_global_textmap() is _checked_textmap[0]  # `_w3c_only()`, without its call
                     and _checked_textmap[1]
                 ):
                     request.headers["traceparent"] = seen.traceparent  # the server's root, rendered once
@@ -153,10 +153,14 @@ _HEX = [f"{n:02x}" for n in range(256)]  # trace flags are one byte
 _checked_textmap: list[object] = [None, False]  # [the global propagator last checked, whether it is W3C only]
 
 
-def _check_textmap(textmap: object) -> None:
-    """Whether `textmap` (the global propagator, now another one) is W3C only, kept in `_checked_textmap`."""
-    kinds = [type(p) for p in getattr(textmap, "_propagators", ())] if type(textmap) is CompositePropagator else []
-    _checked_textmap[:] = [textmap, kinds in _W3C_PROPAGATORS]
+def _w3c_only() -> bool:
+    """Whether the global propagator is W3C trace context only (with or without baggage), checked once per
+    propagator and kept in `_checked_textmap`."""
+    textmap = propagate.get_global_textmap()
+    if textmap is not _checked_textmap[0]:
+        kinds = [type(p) for p in getattr(textmap, "_propagators", ())] if type(textmap) is CompositePropagator else []
+        _checked_textmap[:] = [textmap, kinds in _W3C_PROPAGATORS]
+    return bool(_checked_textmap[1])
 
 
 def inject(carrier: Any, context: Any) -> None:
@@ -164,12 +168,9 @@ def inject(carrier: Any, context: Any) -> None:
     is W3C only and `context` carries no baggage (the propagator's composite, getter and setter calls were a fifth
     of what an unsampled trace costs a served call); any other propagator or any baggage goes through `propagate`.
     `tests/test_telemetry.py` compares the two."""
-    textmap = propagate.get_global_textmap()
-    if textmap is not _checked_textmap[0]:
-        _check_textmap(textmap)
     if context is None:
         context = _context.current()
-    if not _checked_textmap[1] or context.get(_BAGGAGE_KEY):  # another propagator, or baggage to send
+    if not _w3c_only() or context.get(_BAGGAGE_KEY):  # another propagator, or baggage to send
         propagate.inject(carrier, context=context)
         return
     span_context = _context.span_context(context)
@@ -193,11 +194,8 @@ def w3c_traceparent(span_context: Any) -> str:
     """What `inject` writes for a context with this span context and no baggage: its `traceparent` when the global
     propagator is W3C trace context only (with or without baggage) and the span context is valid and carries no
     trace state, else "" (then `inject` is the way)."""
-    textmap = propagate.get_global_textmap()
-    if textmap is not _checked_textmap[0]:
-        _check_textmap(textmap)
     trace_state = span_context[4]
-    if not _checked_textmap[1] or not span_context[5] or (trace_state is not _NO_TRACE_STATE and trace_state):
+    if not _w3c_only() or not span_context[5] or (trace_state is not _NO_TRACE_STATE and trace_state):
         return ""
     return _traceparent(span_context)
 
