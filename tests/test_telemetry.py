@@ -18,7 +18,7 @@ from modelir.remote import RemoteModel
 from modelir.server import build_server
 from modelir.telemetry import access_log as access_log_module
 from modelir.telemetry import calls, setup
-from modelir.v1 import record_pb2
+from modelir.v1 import errors_pb2, record_pb2
 from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -759,3 +759,89 @@ def test_the_headers_a_call_propagates_are_the_propagators(propagators, with_bag
             assert ("traceparent" in direct) is traced
     finally:
         propagate.set_global_textmap(default)
+
+
+def _metric_points(reader) -> list[tuple]:
+    """Every point of every metric, durations as counts only (their values are times)."""
+    found = []
+    data = reader.get_metrics_data()
+    for resource_metrics in data.resource_metrics if data else ():
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                for p in metric.data.data_points:
+                    if metric.unit == "s":
+                        value: tuple = (p.count,)
+                    else:
+                        value = (getattr(p, "count", None), getattr(p, "sum", None), getattr(p, "value", None))
+                    found.append((metric.name, tuple(sorted(p.attributes.items())), value))
+    return sorted(found, key=repr)
+
+
+async def test_a_served_call_records_what_a_call_records(upstream):
+    """The first model call of an RPC that makes no span is measured by a `ServedCall`: for a success, retries, a
+    count reported as zero and one not reported, a soft error, a hard failure after retries and a rejection, the
+    same metric points as a `Call` gives the same calls."""
+    from modelir.telemetry import _runtime
+    from modelir.v1 import response_pb2
+
+    fake, model = upstream
+
+    async def scenarios(served: bool) -> list[tuple]:
+        reader = InMemoryMetricReader()
+        telemetry.install(meter_provider=MeterProvider(metric_readers=[reader]))
+        kinds = []
+
+        async def call(run):
+            seen = _runtime.Seen(served=served)
+            token = _runtime.current_capture.set(seen)
+            try:
+                await run()
+            except errors.ModelError:
+                pass
+            finally:
+                _runtime.current_capture.reset(token)
+            kinds.append(seen.served)  # consumed by the served call
+
+        try:
+            fake.fail_first = []
+            await call(lambda: model.achat([("user", "hi")]))
+            fake.fail_first = [429, 503]
+            await call(lambda: model.achat([("user", "hi")]))
+            fake.fail_first = [503, 503, 503, 503]
+            await call(lambda: model.achat([("user", "hi")]))
+            fake.fail_first = []
+            rejected = build_request("mini", prompt="The cat", max_output_tokens=0)
+            rejected.input_scoring.continuations.add(text=" sat")
+            await call(lambda: model.arun(rejected))
+            request = build_request("mini", messages=[("user", "hi")])
+            for input_tokens, queued, soft in ((0, 0.0, False), (None, None, False), (7, 0.25, True)):
+                response = response_pb2.Response(model="gpt-4o-mini")
+                response.choices.add()
+                if input_tokens is not None:
+                    response.usage.input_token_count = input_tokens
+                if queued is not None:
+                    response.timing.queue_duration.FromNanoseconds(int(queued * 1e9))
+                if soft:
+                    response.errors.add(reason=errors_pb2.ERROR_REASON_CONSTRAINT_VIOLATED, message="not the schema")
+
+                async def answered(response=response):
+                    with calls.model_call(model, request) as observed:
+                        assert isinstance(observed, calls.ServedCall) is served
+                        observed.finish(response)
+
+                await call(answered)
+            assert kinds == [False] * 7
+            return _metric_points(reader)
+        finally:
+            telemetry.install()
+
+    general, lean = await scenarios(served=False), await scenarios(served=True)
+    assert {name for name, _, _ in general} >= {
+        "gen_ai.client.operation.duration",
+        "gen_ai.client.token.usage",
+        "modelir.client.retries",
+        "modelir.client.rejections",
+        "modelir.client.soft_errors",
+        "modelir.client.limiter.queue.duration",
+    }
+    assert lean == general

@@ -21,7 +21,7 @@ from modelir.telemetry import conventions as sc
 from modelir.version import SDK_VERSION
 
 if TYPE_CHECKING:
-    from modelir.telemetry.calls import Call
+    from modelir.telemetry.calls import Call, ServedCall
 
 SCOPE = "modelir"
 _SAMPLED = trace.TraceFlags.SAMPLED
@@ -254,9 +254,12 @@ class Seen:
     provider_request_id: str = ""
     unsampled_context: object = None  # the server call's context (its span the root the sampler left out)
     traceparent: str = ""  # that span's W3C header, when the global propagator is W3C trace context only
+    # Set by a generation RPC that makes no span (its root left out, or no tracer): its first model call makes none
+    # either, and is measured by a `ServedCall` (`modelir.telemetry.calls`), not a `Call`.
+    served: bool = False
 
 
-current_call: ContextVar[Call | None] = ContextVar("modelir_telemetry_call", default=None)
+current_call: ContextVar[Call | ServedCall | None] = ContextVar("modelir_telemetry_call", default=None)
 current_capture: ContextVar[Seen | None] = ContextVar("modelir_telemetry_capture", default=None)
 
 

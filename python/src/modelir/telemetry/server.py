@@ -84,6 +84,9 @@ class ServerCall:
                 # and the access log.
                 self._seen.unsampled_context = context
                 self._seen.traceparent = w3c_traceparent(span.get_span_context())
+        # A generation RPC with no span of its own (no tracer, or a root left out as above): its model call makes
+        # none either, so it is measured by the lean `ServedCall`.
+        self._seen.served = request is not None and (tracer is None or self._seen.unsampled_context is not None)
 
     def __enter__(self) -> ServerCall:
         return self

@@ -21,7 +21,7 @@ from modelir.telemetry import conventions as sc
 from modelir.telemetry._context import BAGGAGE_KEY as _BAGGAGE_KEY
 
 if TYPE_CHECKING:
-    from modelir.telemetry.calls import Call
+    from modelir.telemetry.calls import Call, ServedCall
 
 # Response headers that carry the provider's own request id, in the order they are looked for.
 REQUEST_ID_HEADERS = ("x-request-id", "request-id", "x-goog-request-id", "cf-ray")
@@ -34,7 +34,7 @@ class Attempt:
 
     __slots__ = ("_call", "_seen", "span")
 
-    def __init__(self, call: Call | None, seen: _runtime.Seen | None, request: Any, attempt: int) -> None:
+    def __init__(self, call: Call | ServedCall | None, seen: _runtime.Seen | None, request: Any, attempt: int) -> None:
         self._call = call
         self._seen = seen
         self.span: trace.Span | None = None
