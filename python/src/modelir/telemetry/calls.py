@@ -427,7 +427,9 @@ class ServedCall:
         if exc is not None or response is None or response.errors:
             self._recorded_by_call(exc)
             return
-        # `Call._record_outcome` and `Call._end` for a unary answer without errors.
+        # `Call._record_outcome` and `Call._end` for a unary answer without errors, their lines repeated rather than
+        # shared through a helper (a Python call a request is ~1 k instructions on both paths);
+        # `test_a_served_call_records_what_a_call_records` holds the two to the same points.
         model, request = self._model, self._request
         target = _targets.get(id(model)) or _target(model)
         input_kind = request.WhichOneof("input")
