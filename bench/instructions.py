@@ -2,9 +2,10 @@
 with telemetry off and on, the instructions the server executes per request counted over those requests only.
 
 Why next to the timed gateway rows: on a shared 2-core VM the throughput ratio of the same code spreads by +-10% from
-round to round, more than what a change to telemetry's cost moves it by. The instruction count repeats to 0.02% run
-after run, so it shows what a change did; the timed rows stay the target (instructions leave out the kernel's share
-of a request, about a third of its time here, so the instruction ratio is lower than the throughput ratio).
+round to round, more than what a change to telemetry's cost moves it by. The instruction count repeats far closer: two
+runs of the same code mostly agree within 2 k a request, sometimes 10 k (the gRPC poller thread's share depends on
+timing), so compare two runs of each side when a change is worth less than that; the timed rows stay the target
+(instructions leave out the kernel's share of a request, about a third of its time here).
 
 Run alone with `python bench/instructions.py`, or through `make bench` (skipped when valgrind is not installed).
 """
