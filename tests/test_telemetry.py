@@ -845,3 +845,66 @@ async def test_a_served_call_records_what_a_call_records(upstream):
         "modelir.client.limiter.queue.duration",
     }
     assert lean == general
+
+
+@pytest.mark.parametrize("traces", ["none", "left out"])
+async def test_a_served_rpc_logs_the_usage_its_served_call_read(upstream, traces):
+    """Through the server, with metrics and no span for the RPC (no tracer, or a new root the sampler leaves out),
+    the model call is a `ServedCall`: the access log has the usage the provider reported (read once, by that
+    call), a zero count is logged as zero and an unreported one as absent, and the caller gets the provider's
+    request id in the trailers."""
+    import grpc
+    from modelir.telemetry.tracer import LeanTracerProvider
+    from modelir.telemetry.wire import PROVIDER_REQUEST_ID_TRAILER
+    from modelir.v1 import service_pb2, service_pb2_grpc
+    from opentelemetry.sdk.trace import sampling
+
+    fake, model = upstream
+    tracer_provider = None
+    if traces == "left out":
+        tracer_provider = LeanTracerProvider(InMemorySpanExporter(), sampler=sampling.ParentBased(sampling.ALWAYS_OFF))
+    telemetry.install(
+        meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]), tracer_provider=tracer_provider
+    )
+    made = []
+    real = calls.ServedCall.__init__
+
+    def counting(self, *args):
+        made.append(self)
+        real(self, *args)
+
+    lines = io.BytesIO()
+    access_log_module.configure("json", lines)
+    server, port = await build_server({"mini": model}, "127.0.0.1:0")
+    await server.start()
+    request = service_pb2.GenerateRequest(request=build_request("mini", messages=[("user", "hi")]))
+    try:
+        calls.ServedCall.__init__ = counting  # type: ignore[method-assign]
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:  # a caller with no trace context
+            stub = service_pb2_grpc.ModelServiceStub(channel)
+            first_call = stub.Generate(request)
+            answer = (await first_call).response
+            trailers = dict(await first_call.trailing_metadata())
+            fake.body_override = {
+                "id": "chatcmpl-zero",
+                "object": "chat.completion",
+                "created": 1,
+                "model": "gpt-4o-mini",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 0},
+            }
+            await stub.Generate(request)
+    finally:
+        calls.ServedCall.__init__ = real  # type: ignore[method-assign]
+        await server.stop(None)
+        access_log_module.access_log().flush()
+        access_log_module.configure()
+        telemetry.install()
+    assert len(made) == 2
+    first, second = (orjson.loads(line) for line in lines.getvalue().splitlines())
+    usage = answer.usage
+    assert (first["input_tokens"], first["output_tokens"]) == (usage.input_token_count, usage.output_token_count)
+    assert first["input_tokens"] > 0 and first["status"] == "OK"
+    assert (second["input_tokens"], second["output_tokens"]) == (0, None)
+    assert trailers[PROVIDER_REQUEST_ID_TRAILER].startswith("req-fake-")
+    assert (first["trace_id"] is None) is (traces == "none")

@@ -252,11 +252,15 @@ class Seen:
     trace_id: str = ""
     span_id: str = ""
     provider_request_id: str = ""
-    unsampled_context: object = None  # the server call's context (its span the root the sampler left out)
+    unsampled_context: Any = None  # the server call's context (its span the root the sampler left out)
     traceparent: str = ""  # that span's W3C header, when the global propagator is W3C trace context only
     # Set by a generation RPC that makes no span (its root left out, or no tracer): its first model call makes none
     # either, and is measured by a `ServedCall` (`modelir.telemetry.calls`), not a `Call`.
     served: bool = False
+    # What that `ServedCall` read of its answer's usage (None: not reported), for the RPC that answers with it.
+    answer: object = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
 
 
 current_call: ContextVar[Call | ServedCall | None] = ContextVar("modelir_telemetry_call", default=None)

@@ -402,12 +402,12 @@ class ServedCall:
     context looked up and compared, its attribute sets re-keyed) cost 8-10 k instructions a request of the ~100 k
     telemetry costs one (`bench/instructions.py`, two runs a side)."""
 
-    __slots__ = ("_instruments", "_model", "_request", "_response", "_token", "attempts", "context", "started")
+    __slots__ = ("_instruments", "_model", "_request", "_response", "_seen", "_token", "attempts", "context", "started")
     span = None  # never traced: the RPC's trace was left out, and its context is what is propagated
 
-    def __init__(self, model: Any, request: request_pb2.Request, instruments: Any, context: Any) -> None:
-        self._model, self._request, self._instruments = model, request, instruments
-        self.context = context
+    def __init__(self, model: Any, request: request_pb2.Request, instruments: Any, seen: _runtime.Seen) -> None:
+        self._model, self._request, self._instruments, self._seen = model, request, instruments, seen
+        self.context = seen.unsampled_context
         self.attempts = 0
         self._response: response_pb2.Response | None = None
         self.started = time.monotonic()
@@ -441,13 +441,16 @@ class ServedCall:
             "",
         )
         sets = target.metric_sets.get(key) or target.metric_set(*key)
-        usage, context = response.usage, self.context
+        usage, context, seen = response.usage, self.context, self._seen
+        seen.answer = response  # its usage, as read here, is the RPC's too (`ServerCall.answered`)
         tokens = usage.input_token_count
         if tokens or usage.HasField("input_token_count"):
             instruments.token_usage.record(tokens, sets.input_tokens, context)
+            seen.input_tokens = tokens
         tokens = usage.output_token_count
         if tokens or usage.HasField("output_token_count"):
             instruments.token_usage.record(tokens, sets.output_tokens, context)
+            seen.output_tokens = tokens
         if not target.remote:
             timing = response.timing
             queued = timing.queue_duration
@@ -479,7 +482,7 @@ def model_call(model: Any, request: request_pb2.Request) -> Call | ServedCall | 
         # call runs in is still the RPC's (nothing between them started a span of its own).
         seen.served = False
         if hooks.tracer is None or _context.current() is seen.unsampled_context:
-            return ServedCall(model, request, hooks.instruments, seen.unsampled_context)
+            return ServedCall(model, request, hooks.instruments, seen)
     return Call(model, request, streaming=False, tracer=hooks.tracer, instruments=hooks.instruments)
 
 

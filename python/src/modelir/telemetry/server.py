@@ -94,7 +94,11 @@ class ServerCall:
     def answered(self, result: Any) -> Any:
         """Take the usage of a `Response` result (returns the result, so the hook is one expression)."""
         if isinstance(result, response_pb2.Response):
-            self._usage(result.usage)
+            seen = self._seen
+            if result is seen.answer:  # the answer of its model call, whose usage that call read (`ServedCall`)
+                self.input_tokens, self.output_tokens = seen.input_tokens, seen.output_tokens
+            else:
+                self._usage(result.usage)
             self._send_request_id()
         return result
 
