@@ -399,8 +399,9 @@ class ServedCall:
     (`_recorded_by_call`), so those rarer paths are the general ones (`tests/test_telemetry.py` compares the two).
 
     Why: in a gateway nine calls in ten are such calls, and a `Call`'s generality (span checks, the current call's
-    context looked up and compared, its attribute sets re-keyed) cost 8-10 k instructions a request of the ~100 k
-    telemetry costs one (`bench/instructions.py`, two runs a side)."""
+    context looked up and compared, its attribute sets re-keyed) cost 8-10 k instructions a request of the ~107 k
+    telemetry cost one (`bench/instructions.py`, two runs a side); the RPC sharing its reading of the usage, 3-4 k
+    more."""
 
     __slots__ = ("_instruments", "_model", "_request", "_response", "_seen", "_token", "attempts", "context", "started")
     span = None  # never traced: the RPC's trace was left out, and its context is what is propagated
