@@ -201,22 +201,28 @@ async def test_hard_failure_after_retries(otel, upstream):
     assert otel.points("gen_ai.client.token.usage") == []
 
 
+def _answer(input_tokens: int | None, queued: float | None):
+    """An answer of one choice whose input count and queue time are as given (None: not reported)."""
+    from modelir.v1 import response_pb2
+
+    response = response_pb2.Response(model="gpt-4o-mini")
+    response.choices.add()
+    if input_tokens is not None:
+        response.usage.input_token_count = input_tokens
+    if queued is not None:
+        response.timing.queue_duration.FromNanoseconds(int(queued * 1e9))
+    return response
+
+
 def test_a_count_reported_as_zero_is_measured_and_one_not_reported_is_not(otel, upstream):
     """Token counts and the queue time: zero when the answer says zero, left out when it says nothing (as the span
     leaves out the usage it was not told)."""
-    from modelir.v1 import response_pb2
 
     _, model = upstream
     request = build_request("mini", messages=[("user", "hi")])
     for input_tokens, queued in ((0, 0.0), (None, None), (7, 0.25)):
-        response = response_pb2.Response(model="gpt-4o-mini")
-        response.choices.add()
-        if input_tokens is not None:
-            response.usage.input_token_count = input_tokens
-        if queued is not None:
-            response.timing.queue_duration.FromNanoseconds(int(queued * 1e9))
         with calls.model_call(model, request) as call:
-            call.finish(response)
+            call.finish(_answer(input_tokens, queued))
     (input_tokens,) = [
         p for p in otel.points("gen_ai.client.token.usage") if p.attributes["gen_ai.token.type"] == "input"
     ]
@@ -782,7 +788,6 @@ async def test_a_served_call_records_what_a_call_records(upstream):
     count reported as zero and one not reported, a soft error, a hard failure after retries and a rejection, the
     same metric points as a `Call` gives the same calls."""
     from modelir.telemetry import _runtime
-    from modelir.v1 import response_pb2
 
     fake, model = upstream
 
@@ -815,12 +820,7 @@ async def test_a_served_call_records_what_a_call_records(upstream):
             await call(lambda: model.arun(rejected))
             request = build_request("mini", messages=[("user", "hi")])
             for input_tokens, queued, soft in ((0, 0.0, False), (None, None, False), (7, 0.25, True)):
-                response = response_pb2.Response(model="gpt-4o-mini")
-                response.choices.add()
-                if input_tokens is not None:
-                    response.usage.input_token_count = input_tokens
-                if queued is not None:
-                    response.timing.queue_duration.FromNanoseconds(int(queued * 1e9))
+                response = _answer(input_tokens, queued)
                 if soft:
                     response.errors.add(reason=errors_pb2.ERROR_REASON_CONSTRAINT_VIOLATED, message="not the schema")
 
