@@ -797,7 +797,8 @@ async def test_a_served_call_records_what_a_call_records(upstream):
         kinds = []
 
         async def call(run):
-            seen = _runtime.Seen(served=served)
+            seen = _runtime.Seen()
+            seen.served, seen.instruments = served, _runtime.hooks().instruments  # as the RPC sets them
             token = _runtime.current_capture.set(seen)
             try:
                 await run()
@@ -908,3 +909,109 @@ async def test_a_served_rpc_logs_the_usage_its_served_call_read(upstream, traces
     assert (second["input_tokens"], second["output_tokens"]) == (0, None)
     assert trailers[PROVIDER_REQUEST_ID_TRAILER].startswith("req-fake-")
     assert (first["trace_id"] is None) is (traces == "none")
+
+
+@pytest.mark.parametrize("traces", ["none", "left out"])
+async def test_a_served_rpc_records_what_the_general_server_call_records(upstream, monkeypatch, traces):
+    """A generation RPC with no span of its own (no tracer, or a new root the sampler leaves out) is observed by the
+    lean `ServedRpc`: through the gRPC server, for a success, retries, a soft error, a hard failure, a rejection and
+    a stream, it gives the metric points, access-log lines, trailers and provider headers that the general
+    `ServerCall` gives the same RPCs (trace and time fields aside)."""
+    import grpc
+    from modelir.telemetry import _runtime
+    from modelir.telemetry import server as telemetry_server
+    from modelir.telemetry.tracer import LeanTracerProvider
+    from modelir.v1 import service_pb2, service_pb2_grpc
+    from opentelemetry.sdk.trace import sampling
+
+    fake, model = upstream
+    plain = build_request("mini", messages=[("user", "hi")])
+    rejected = build_request("mini", prompt="The cat", max_output_tokens=0)
+    rejected.input_scoring.continuations.add(text=" sat")
+    violated = build_request("mini", messages=[("user", "hi")], json_schema='{"type": "object"}')
+
+    async def observed(general: bool) -> tuple:
+        made: list[str] = []
+        real = telemetry_server.server_call
+
+        def server_call(method, model_name, grpc_context, request=None):
+            rpc = (
+                telemetry_server.ServerCall(method, model_name, grpc_context, request, _runtime.hooks())
+                if general
+                else real(method, model_name, grpc_context, request)
+            )
+            made.append(type(rpc).__name__)
+            return rpc
+
+        monkeypatch.setattr(telemetry, "server_call", server_call)
+        reader = InMemoryMetricReader()
+        tracer_provider = None
+        if traces == "left out":
+            exported = InMemorySpanExporter()
+            tracer_provider = LeanTracerProvider(exported, sampler=sampling.ParentBased(sampling.ALWAYS_OFF))
+        telemetry.install(meter_provider=MeterProvider(metric_readers=[reader]), tracer_provider=tracer_provider)
+        lines = io.BytesIO()
+        access_log_module.configure("json", lines)
+        fake.requests.clear()
+        trailers = []
+        server, port = await build_server({"mini": model}, "127.0.0.1:0")
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:  # no trace context sent
+                stub = service_pb2_grpc.ModelServiceStub(channel)
+                for fail_first, body, request in (
+                    ([], None, plain),
+                    ([429, 503], None, plain),
+                    ([], None, violated),  # its answer is not the JSON the schema asks for: a soft error
+                    ([503] * 4, None, plain),
+                    ([], None, rejected),
+                ):
+                    fake.fail_first, fake.body_override = list(fail_first), body
+                    grpc_call = stub.Generate(service_pb2.GenerateRequest(request=request))
+                    try:
+                        await grpc_call
+                    except grpc.aio.AioRpcError:
+                        pass
+                    trailers.append(
+                        sorted(
+                            (k, v)
+                            for k, v in await grpc_call.trailing_metadata() or ()
+                            if k.startswith("modelir-provider")
+                        )
+                    )
+                fake.fail_first, fake.body_override = [], None
+                stream = stub.StreamGenerate(service_pb2.StreamGenerateRequest(request=plain))
+                [_ async for _ in stream]
+        finally:
+            await server.stop(None)
+            access_log_module.access_log().flush()
+            access_log_module.configure()
+            telemetry.install()
+        if tracer_provider is not None:
+            assert exported.get_finished_spans() == ()  # nothing kept, either way
+        logged = [orjson.loads(line) for line in lines.getvalue().splitlines()]
+        for line in logged:
+            del line["time"], line["latency_ms"]
+            trace_id = line.pop("trace_id")
+            assert (trace_id is None) is (traces == "none")
+        sent = []
+        for headers, _ in fake.requests:
+            traceparent = headers.get("traceparent")
+            assert (traceparent is None) is (traces == "none")
+            if traceparent is not None:
+                assert len(traceparent) == 55 and not int(traceparent[-2:], 16) & 1  # says "not sampled"
+            sent.append(sorted(k for k in headers if k.lower() in ("traceparent", "tracestate", "baggage")))
+        return made, _metric_points(reader), logged, trailers, sent
+
+    lean, general = await observed(general=False), await observed(general=True)
+    assert lean[0] == ["ServedRpc"] * 6 and general[0] == ["ServerCall"] * 6
+    assert {name for name, _, _ in general[1]} >= {
+        "gen_ai.server.request.duration",
+        "gen_ai.client.operation.duration",
+        "modelir.client.retries",
+        "modelir.client.soft_errors",
+        "modelir.client.rejections",
+    }
+    assert lean[1:] == general[1:]
+    trailers = lean[3]  # the provider's request id, for the RPCs that got an answer
+    assert [bool(t) and t[0][1].startswith("req-fake-") for t in trailers] == [True, True, True, False, False]

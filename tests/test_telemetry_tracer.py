@@ -13,6 +13,7 @@ from modelir.server import build_server
 from modelir.telemetry import setup
 from modelir.telemetry.tracer import LeanSpan, LeanTracerProvider
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -227,6 +228,34 @@ _PARENTS = [None] + [
 ]
 # Low 64 bits below, at and above the bounds of the ratios above, and high bits that the ratio sampler ignores.
 _TRACE_IDS = [1, (1 << 64) // 10 - 1, (1 << 64) // 10, (1 << 63), (1 << 64) - 1, (7 << 64) | 5, (1 << 128) - 1]
+
+
+@pytest.mark.parametrize("sampler", _SAMPLERS, ids=lambda s: s.get_description())
+def test_a_root_started_as_a_root_is_the_span_start_span_starts_in_an_empty_context(sampler, monkeypatch):
+    """`start_root` draws both ids at once: from the same seed it gives the span `start_span` gives in an empty
+    context (ids, decision, flags, trace state, attributes, kind); with a sampler it cannot decide itself, or a zero
+    drawn, it is `start_span`."""
+    tracer = LeanTracerProvider(_Captured(), sampler=sampler, resource=RESOURCE).get_tracer("t")
+    attributes = {"rpc.method": "Generate", "stops": ["a", "b"]}  # a list, cleaned to a tuple as the SDK does
+    kept = 0
+    for seed in range(60):
+        random.seed(seed)
+        root = tracer.start_root("r", trace.SpanKind.SERVER, attributes)
+        random.seed(seed)
+        span = tracer.start_span("r", Context(), trace.SpanKind.SERVER, attributes)
+        assert type(root) is type(span)
+        assert tuple(root.get_span_context()) == tuple(span.get_span_context())  # ids, flags, trace state, validity
+        if isinstance(span, LeanSpan):
+            kept += 1
+            assert (root.name, root.kind, root.parent, root.attributes) == (span.name, span.kind, None, span.attributes)
+    rate = getattr(getattr(sampler, "_root", sampler), "rate", None)  # the root's ratio, for the ratio samplers
+    if rate is not None and 0 < rate < 1:
+        assert 0 < kept < 60  # the seeds reach both decisions
+
+    draws = iter([0, 5, 9])  # a zero trace id in the one draw: the ids are drawn again the general way
+    monkeypatch.setattr(random, "getrandbits", lambda bits: next(draws))
+    span_context = tracer.start_root("r", trace.SpanKind.SERVER).get_span_context()
+    assert (span_context.trace_id, span_context.span_id, span_context.is_valid) == (5, 9, True)
 
 
 @pytest.mark.parametrize("sampler", _SAMPLERS, ids=lambda s: s.get_description())

@@ -57,6 +57,11 @@ def detach(token: Token[Any]) -> None:
         _logger.exception("Failed to detach context")
 
 
+# `detach(token)` for a token known to belong to the current context (its owner just reset another of its variables):
+# the context variable's own `reset`, with nothing to log.
+detach_own: Callable[[Token[Any]], None] = _current.reset if _current is not None else detach
+
+
 def with_span(span: Span, context: Context | None = None) -> Context:
     """`trace.set_span_in_context(span, context)`: `context` (None: the current one) with `span` as its span."""
     return Context({**(context if context is not None else current()), _SPAN_KEY: span})

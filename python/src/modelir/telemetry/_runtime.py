@@ -243,11 +243,14 @@ def capture_content() -> bool:
 # ---- what a call shares with the HTTP attempts it makes, and with whoever builds its record -------------------
 
 
-@dataclass(slots=True)
+@dataclass(init=False)
 class Seen:
     """What `capture()` collects about the last model call made inside it, for a record's provenance; and, from a
     server call whose trace the sampler left out at the root, that trace's context and its `traceparent`, so that
-    the model call and its HTTP attempts inside propagate it without looking it up and formatting it again."""
+    the model call and its HTTP attempts inside propagate it without looking it up and formatting it again.
+
+    Made empty (`Seen()`) and filled in: its fields start as the class's defaults, with no `__init__` to run (one is
+    made for every RPC, and a dataclass's own `__init__` setting nine fields was ~1 k instructions of it)."""
 
     trace_id: str = ""
     span_id: str = ""
@@ -257,6 +260,7 @@ class Seen:
     # Set by a generation RPC that makes no span (its root left out, or no tracer): its first model call makes none
     # either, and is measured by a `ServedCall` (`modelir.telemetry.calls`), not a `Call`.
     served: bool = False
+    instruments: Any = None  # the RPC's instruments (`Instruments`, or None: traces only), for that `ServedCall`
     # What that `ServedCall` read of its answer's usage (None: not reported), for the RPC that answers with it.
     answer: object = None
     input_tokens: int | None = None

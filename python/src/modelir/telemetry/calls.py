@@ -403,11 +403,13 @@ class ServedCall:
     telemetry cost one (`bench/instructions.py`, two runs a side); the RPC sharing its reading of the usage, 3-4 k
     more."""
 
-    __slots__ = ("_instruments", "_model", "_request", "_response", "_seen", "_token", "attempts", "context", "started")
+    __slots__ = ("_instruments", "_model", "_request", "_response", "_token", "attempts", "context", "seen", "started")
     span = None  # never traced: the RPC's trace was left out, and its context is what is propagated
 
-    def __init__(self, model: Any, request: request_pb2.Request, instruments: Any, seen: _runtime.Seen) -> None:
-        self._model, self._request, self._instruments, self._seen = model, request, instruments, seen
+    def __init__(self, model: Any, request: request_pb2.Request, seen: _runtime.Seen) -> None:
+        """`seen`: the RPC's, with the instruments to measure with."""
+        self._model, self._request, self.seen = model, request, seen
+        self._instruments = seen.instruments
         self.context = seen.unsampled_context
         self.attempts = 0
         self._response: response_pb2.Response | None = None
@@ -442,7 +444,7 @@ class ServedCall:
             "",
         )
         sets = target.metric_sets.get(key) or target.metric_set(*key)
-        usage, context, seen = response.usage, self.context, self._seen
+        usage, context, seen = response.usage, self.context, self.seen
         seen.answer = response  # its usage, as read here, is the RPC's too (`ServerCall.answered`)
         tokens = usage.input_token_count
         if tokens or usage.HasField("input_token_count"):
@@ -474,16 +476,16 @@ class ServedCall:
 
 def model_call(model: Any, request: request_pb2.Request) -> Call | ServedCall | _NoCall:
     """Observe one unary call: `with model_call(self, request) as call: return call.finish(await ...)`."""
+    seen = _runtime.current_capture.get()
+    if seen is not None and seen.served:
+        # The first model call of an RPC that makes no span: none here either, as long as the context the call runs
+        # in is still the RPC's (nothing between them started a span of its own). The RPC resolved the hooks.
+        seen.served = False
+        if seen.unsampled_context is None or _context.current() is seen.unsampled_context:
+            return ServedCall(model, request, seen)
     hooks = _runtime.hooks()
     if hooks is None:
         return NO_CALL
-    seen = _runtime.current_capture.get()
-    if seen is not None and seen.served:
-        # The RPC's first model call, where the RPC makes no span: none here either, as long as the context the
-        # call runs in is still the RPC's (nothing between them started a span of its own).
-        seen.served = False
-        if hooks.tracer is None or _context.current() is seen.unsampled_context:
-            return ServedCall(model, request, hooks.instruments, seen)
     return Call(model, request, streaming=False, tracer=hooks.tracer, instruments=hooks.instruments)
 
 

@@ -19,9 +19,10 @@ from opentelemetry.trace.span import DEFAULT_TRACE_STATE as _NO_TRACE_STATE
 from modelir.telemetry import _context, _runtime
 from modelir.telemetry import conventions as sc
 from modelir.telemetry._context import BAGGAGE_KEY as _BAGGAGE_KEY
+from modelir.telemetry.calls import ServedCall
 
 if TYPE_CHECKING:
-    from modelir.telemetry.calls import Call, ServedCall
+    from modelir.telemetry.calls import Call
 
 # Response headers that carry the provider's own request id, in the order they are looked for.
 REQUEST_ID_HEADERS = ("x-request-id", "request-id", "x-goog-request-id", "cf-ray")
@@ -135,9 +136,43 @@ class _NoAttempt:
 NO_ATTEMPT = _NoAttempt()
 
 
-def http_attempt(request: Any, attempt: int) -> Attempt | _NoAttempt:
+class _ServedAttempt:
+    """An HTTP attempt of a `ServedCall`: no span, so all it takes back is the provider's request id."""
+
+    __slots__ = ("_seen",)
+
+    def __init__(self, seen: _runtime.Seen) -> None:
+        self._seen = seen
+
+    def __enter__(self) -> _ServedAttempt:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        return None
+
+    def answered(self, status: int, headers: Mapping[str, str]) -> None:
+        for name in REQUEST_ID_HEADERS:
+            request_id = headers.get(name)
+            if request_id:
+                self._seen.provider_request_id = request_id
+                return
+
+
+def http_attempt(request: Any, attempt: int) -> Attempt | _ServedAttempt | _NoAttempt:
     """Observe attempt number `attempt` (from 1) of sending the built `httpx.Request` `request`."""
     call = _runtime.current_call.get()
+    if type(call) is ServedCall:
+        # What an `Attempt` does for a call with no span, in fewer steps (nine attempts in ten, by default).
+        if attempt > call.attempts:
+            call.attempts = attempt
+        rpc = call.seen
+        if call.context is not None:  # the RPC's root, left out by the sampler
+            request.headers = request.headers.copy()  # a cached, shared object (see `Executor._headers`)
+            if rpc.traceparent and propagate.get_global_textmap() is _checked_textmap[0] and _checked_textmap[1]:
+                request.headers["traceparent"] = rpc.traceparent  # rendered once, for a W3C propagator still in use
+            else:
+                inject(request.headers, call.context)
+        return _ServedAttempt(rpc)
     seen = _runtime.current_capture.get()
     if call is None and seen is None:
         return NO_ATTEMPT
@@ -194,10 +229,14 @@ def w3c_traceparent(span_context: Any) -> str:
     """What `inject` writes for a context with this span context and no baggage: its `traceparent` when the global
     propagator is W3C trace context only (with or without baggage) and the span context is valid and carries no
     trace state, else "" (then `inject` is the way)."""
-    trace_state = span_context[4]
-    if not _w3c_only() or not span_context[5] or (trace_state is not _NO_TRACE_STATE and trace_state):
+    trace_id, span_id, _, flags, trace_state, valid = span_context  # `_context.SPAN_CONTEXT_FIELDS`
+    if not valid or (trace_state is not _NO_TRACE_STATE and trace_state):
         return ""
-    return _traceparent(span_context)
+    # `_w3c_only()` and `_traceparent`, inline: every RPC that keeps no trace renders its header here.
+    checked = propagate.get_global_textmap() is _checked_textmap[0]
+    if not (_checked_textmap[1] if checked else _w3c_only()):
+        return ""
+    return f"00-{trace_id.to_bytes(16, 'big').hex()}-{span_id.to_bytes(8, 'big').hex()}-{_HEX[flags]}"
 
 
 # ---- gRPC client metadata -----------------------------------------------------------------------------------
