@@ -10,7 +10,7 @@ import pytest
 from modelir import build_request, errors, telemetry
 from modelir.remote import RemoteModel
 from modelir.server import build_server
-from modelir.telemetry import setup
+from modelir.telemetry import _context, setup, wire
 from modelir.telemetry.tracer import LeanSpan, LeanTracerProvider
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -31,6 +31,7 @@ from opentelemetry.sdk.trace.sampling import (
     TraceIdRatioBased,
 )
 from opentelemetry.trace import NonRecordingSpan, SpanContext, StatusCode, TraceFlags, TraceState
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from tests.test_telemetry import upstream  # noqa: F401  (the fixture)
 
@@ -243,8 +244,17 @@ def test_a_root_started_as_a_root_is_the_span_start_span_starts_in_an_empty_cont
         root = tracer.start_root("r", trace.SpanKind.SERVER, attributes)
         random.seed(seed)
         span = tracer.start_span("r", Context(), trace.SpanKind.SERVER, attributes)
-        assert type(root) is type(span)
+        if isinstance(span, LeanSpan):
+            assert type(root) is LeanSpan
+        else:  # left out: a `LeftOutRoot` of the drawn bits, when the tracer decides and draws itself
+            assert isinstance(root, NonRecordingSpan) and not root.is_recording()
+            assert (type(root) is _context.LeftOutRoot) is (type(sampler) is not _StateSampler)
         assert tuple(root.get_span_context()) == tuple(span.get_span_context())  # ids, flags, trace state, validity
+        assert tuple(_context.span_context(trace.set_span_in_context(root))) == tuple(span.get_span_context())
+        if type(root) is _context.LeftOutRoot:  # its header, rendered from the bits, is what the propagator writes
+            written: dict[str, str] = {}
+            TraceContextTextMapPropagator().inject(written, trace.set_span_in_context(span))
+            assert {"traceparent": wire.root_traceparent(root)} == written
         if isinstance(span, LeanSpan):
             kept += 1
             assert (root.name, root.kind, root.parent, root.attributes) == (span.name, span.kind, None, span.attributes)

@@ -20,7 +20,7 @@ from modelir.telemetry import _context, _runtime
 from modelir.telemetry import access_log as access_log_module
 from modelir.telemetry import conventions as sc
 from modelir.telemetry.attribute_set import AttributeSet
-from modelir.telemetry.wire import PROVIDER_REQUEST_ID_TRAILER, w3c_traceparent
+from modelir.telemetry.wire import PROVIDER_REQUEST_ID_TRAILER, root_traceparent, w3c_traceparent
 from modelir.v1 import request_pb2, response_pb2, stream_pb2
 
 SERVICE = "modelir.v1.ModelService"
@@ -202,7 +202,7 @@ class ServedRpc(ServerCall):
         grpc_context: Any,
         request: request_pb2.Request,
         instruments: _runtime.Instruments | None,
-        span: NonRecordingSpan | None,
+        span: _context.LeftOutRoot | NonRecordingSpan | None,
     ) -> None:
         """`span`: the root the sampler left out, or None when there is no tracer."""
         self.method = method
@@ -219,7 +219,10 @@ class ServedRpc(ServerCall):
             # `with_span(span)` of the empty current context; no baggage, so the header is the span's alone.
             context = seen.unsampled_context = Context({_SPAN_KEY: span})
             self._token = _context.attach(context)
-            seen.traceparent = w3c_traceparent(span._context)  # (`_context` documents this read)
+            if type(span) is _context.LeftOutRoot:
+                seen.traceparent = root_traceparent(span)
+            else:  # made the general way (a zero drawn, one draw in 2**64)
+                seen.traceparent = w3c_traceparent(span.get_span_context())
 
     def close(self) -> None:
         """`ServerCall.close` for an RPC whose span, if any, is never recorded: nothing to end, and its context
@@ -309,7 +312,7 @@ def server_call(method: str, model: str, grpc_context: Any, request: request_pb2
         if not metadata or _TRACE_KEYS.isdisjoint(dict(metadata)):  # the caller sent no trace context: a new trace
             name, attributes = _span_start(method)
             root = start_root(name, SpanKind.SERVER, attributes)
-            if type(root) is NonRecordingSpan:
+            if type(root) is _context.LeftOutRoot or type(root) is NonRecordingSpan:
                 return ServedRpc(method, model, grpc_context, request, hooks.instruments, root)
             return ServerCall(method, model, grpc_context, request, hooks, root)
     return ServerCall(method, model, grpc_context, request, hooks)

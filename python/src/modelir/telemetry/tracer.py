@@ -53,6 +53,7 @@ _PLAIN_TYPES = frozenset((str, bool, int, float))
 _SAMPLED, _RANDOM_TRACE_ID = TraceFlags.SAMPLED, TraceFlags.RANDOM_TRACE_ID
 _MAX_TRACE_ID, _MAX_SPAN_ID = (1 << 128) - 1, (1 << 64) - 1
 _NO_TRACE_STATE = DEFAULT_TRACE_STATE  # what `SpanContext` puts for no trace state
+_new_span = object.__new__
 _NO_PARENT = Context()  # an empty context: a span started in it is a root
 # The status of every lean span until one is set (the OTLP encoder knows it by identity).
 UNSET_STATUS = Status(StatusCode.UNSET)
@@ -340,18 +341,19 @@ class LeanTracer(trace.Tracer):
         Why: a root needs none of `start_span`'s parent look-ups, and with the SDK's own generator and sampler both
         ids come from one draw: `getrandbits(192)` gives the bits `getrandbits(128)` then `getrandbits(64)` give, in
         that order from the low end, so the ids are the ones the generator would draw. (A zero id, one draw in
-        2**64, goes the general way.)"""
+        2**64, goes the general way.) A root left out is a `_context.LeftOutRoot` of those bits."""
         decisions = self._decisions
         if decisions is not None and self._sdk_ids:
             drawn = random.getrandbits(192)
-            trace_id, span_id = drawn & _MAX_TRACE_ID, drawn >> 128
-            if trace_id and span_id:
+            if drawn & _MAX_TRACE_ID and drawn >> 128:
                 rule = decisions.root
-                recording = rule is True or (rule is not False and trace_id & _LOW_64_BITS < rule)  # as `rule` says
-                flags = _FLAGS[recording, self._random_ids]
+                if rule is not True and (rule is False or drawn & _LOW_64_BITS >= rule):  # left out, as `rule` says
+                    root = _new_span(_context.LeftOutRoot)
+                    root.drawn = drawn
+                    return root
+                flags = _FLAGS[True, self._random_ids]
+                trace_id, span_id = drawn & _MAX_TRACE_ID, drawn >> 128
                 span_context = tuple.__new__(SpanContext, (trace_id, span_id, False, flags, _NO_TRACE_STATE, True))
-                if not recording:
-                    return NonRecordingSpan(span_context)
                 return LeanSpan(self, name, span_context, None, kind, _clean(attributes), (), None)
         return self.start_span(name, _NO_PARENT, kind, attributes)
 
