@@ -783,17 +783,26 @@ def _metric_points(reader) -> list[tuple]:
     return sorted(found, key=repr)
 
 
-async def test_a_served_call_records_what_a_call_records(upstream):
+@pytest.mark.parametrize("meter", ["sdk", "aggregating"])
+async def test_a_served_call_records_what_a_call_records(upstream, meter):
     """The first model call of an RPC that makes no span is measured by a `ServedCall`: for a success, retries, a
     count reported as zero and one not reported, a soft error, a hard failure after retries and a rejection, the
-    same metric points as a `Call` gives the same calls."""
+    same metric points as a `Call` gives the same calls, with the SDK's meter and with modelir's (whose lists the
+    served call appends to itself: enough successes that they are folded on the way)."""
     from modelir.telemetry import _runtime
+    from modelir.telemetry.attribute_set import FOLD_AT
+    from modelir.telemetry.meter import AggregatingMeter
 
     fake, model = upstream
 
     async def scenarios(served: bool) -> list[tuple]:
-        reader = InMemoryMetricReader()
-        telemetry.install(meter_provider=MeterProvider(metric_readers=[reader]))
+        if meter == "sdk":
+            reader = InMemoryMetricReader()
+            telemetry.install(meter_provider=MeterProvider(metric_readers=[reader]))
+        else:
+            aggregating = AggregatingMeter()
+            reader = type("Reader", (), {"get_metrics_data": staticmethod(aggregating.collect)})()
+            telemetry.install(meter_provider=aggregating)
         kinds = []
 
         async def call(run):
@@ -820,6 +829,13 @@ async def test_a_served_call_records_what_a_call_records(upstream):
             rejected.input_scoring.continuations.add(text=" sat")
             await call(lambda: model.arun(rejected))
             request = build_request("mini", messages=[("user", "hi")])
+
+            plain_answer = _answer(5, 0.5)
+
+            async def answered_plainly(response=plain_answer):
+                with calls.model_call(model, request) as observed:
+                    observed.finish(response)
+
             for input_tokens, queued, soft in ((0, 0.0, False), (None, None, False), (7, 0.25, True)):
                 response = _answer(input_tokens, queued)
                 if soft:
@@ -831,7 +847,10 @@ async def test_a_served_call_records_what_a_call_records(upstream):
                         observed.finish(response)
 
                 await call(answered)
-            assert kinds == [False] * 7
+            successes = FOLD_AT + 10 if meter == "aggregating" else 0
+            for _ in range(successes):
+                await call(answered_plainly)
+            assert kinds == [False] * (7 + successes)
             return _metric_points(reader)
         finally:
             telemetry.install()
@@ -911,8 +930,9 @@ async def test_a_served_rpc_logs_the_usage_its_served_call_read(upstream, traces
     assert (first["trace_id"] is None) is (traces == "none")
 
 
+@pytest.mark.parametrize("meter", ["sdk", "aggregating"])
 @pytest.mark.parametrize("traces", ["none", "left out"])
-async def test_a_served_rpc_records_what_the_general_server_call_records(upstream, monkeypatch, traces):
+async def test_a_served_rpc_records_what_the_general_server_call_records(upstream, monkeypatch, traces, meter):
     """A generation RPC with no span of its own (no tracer, or a new root the sampler leaves out) is observed by the
     lean `ServedRpc`: through the gRPC server, for a success, retries, a soft error, a hard failure, a rejection and
     a stream, it gives the metric points, access-log lines, trailers and provider headers that the general
@@ -920,6 +940,7 @@ async def test_a_served_rpc_records_what_the_general_server_call_records(upstrea
     import grpc
     from modelir.telemetry import _runtime
     from modelir.telemetry import server as telemetry_server
+    from modelir.telemetry.meter import AggregatingMeter
     from modelir.telemetry.tracer import LeanTracerProvider
     from modelir.v1 import service_pb2, service_pb2_grpc
     from opentelemetry.sdk.trace import sampling
@@ -944,12 +965,17 @@ async def test_a_served_rpc_records_what_the_general_server_call_records(upstrea
             return rpc
 
         monkeypatch.setattr(telemetry, "server_call", server_call)
-        reader = InMemoryMetricReader()
+        if meter == "sdk":
+            reader = InMemoryMetricReader()
+            meter_provider: object = MeterProvider(metric_readers=[reader])
+        else:  # modelir's own, whose lists the lean path appends to itself
+            meter_provider = AggregatingMeter()
+            reader = type("Reader", (), {"get_metrics_data": staticmethod(meter_provider.collect)})()
         tracer_provider = None
         if traces == "left out":
             exported = InMemorySpanExporter()
             tracer_provider = LeanTracerProvider(exported, sampler=sampling.ParentBased(sampling.ALWAYS_OFF))
-        telemetry.install(meter_provider=MeterProvider(metric_readers=[reader]), tracer_provider=tracer_provider)
+        telemetry.install(meter_provider=meter_provider, tracer_provider=tracer_provider)
         lines = io.BytesIO()
         access_log_module.configure("json", lines)
         fake.requests.clear()

@@ -115,6 +115,27 @@ def test_past_the_cardinality_limit_measurements_go_to_one_overflow_set():
     assert got[overflow]["value"] == 25 and len(got) == CARDINALITY_LIMIT + 1
 
 
+def test_values_appended_to_a_histograms_own_list_count_as_recorded_ones():
+    """What a caller appends to `values_of(attributes)` (folding at `FOLD_AT`) gives the points `record` gives; past
+    the cardinality limit there is no list to append to (`record` is the way)."""
+    from modelir.telemetry.attribute_set import FOLD_AT, AttributeSet
+
+    (sdk, sdk_collect), (ours, our_collect) = _both()
+    kept = AttributeSet({"gen_ai.operation.name": "chat"})
+    values = ours.duration.values_of(kept)
+    assert values is not None and ours.duration.values_of(kept) is values  # the one list of that set
+    for i in range(FOLD_AT * 2 + 7):
+        sdk.duration.record(i / 100, kept)
+        values.append(i / 100)
+        if len(values) >= FOLD_AT:
+            ours.duration.fold(values, kept)
+    assert len(values) == 7  # folded twice on the way
+    assert _points(our_collect()) == _points(sdk_collect())
+    for i in range(CARDINALITY_LIMIT):
+        ours.duration.record(1.0, AttributeSet({"id": i}))
+    assert ours.duration.values_of(AttributeSet({"id": "one too many"})) is None
+
+
 def test_measurements_from_many_threads_while_collecting_are_all_counted_once():
     """A histogram's measurements are appended without a lock and aggregated later: none may be lost or counted
     twice, whichever thread aggregates them and while collections take them away (delta)."""

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+# An `AggregatingHistogram` (`modelir.telemetry.meter`) holds this many values of one attribute set before it
+# aggregates them (and all at every collection); a caller appending to its lists itself folds them at this length.
+FOLD_AT = 256
+
 
 class AttributeSet(dict):
     """A dict that carries its own hashable key (`frozenset` of its items), which `modelir.telemetry.meter` uses

@@ -23,7 +23,7 @@ from modelir import errors
 from modelir.accumulate import StreamAccumulator
 from modelir.telemetry import _context, _runtime
 from modelir.telemetry import conventions as sc
-from modelir.telemetry.attribute_set import AttributeSet
+from modelir.telemetry.attribute_set import FOLD_AT, AttributeSet
 from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, stream_pb2
 
 
@@ -78,6 +78,27 @@ class _MetricSets:
     plain: dict[str, Any]
     input_tokens: dict[str, Any]
     output_tokens: dict[str, Any]
+    # `[instruments, lists]`: the lists that `ServedCall` appends its token usage (input, output), queue duration
+    # and duration to for the `instruments` named first (`_appended`).
+    appended: list[Any] = field(default_factory=lambda: [None])
+
+
+def _appended(sets: _MetricSets, instruments: Any) -> list[Any]:
+    """`sets.appended` for `instruments`: each list the histogram appends a measurement of these sets to
+    (`meter.AggregatingHistogram.values_of`), None for a histogram of another kind (the SDK's)."""
+
+    def values_of(histogram: Any, attributes: Any) -> list[float] | None:
+        method = getattr(histogram, "values_of", None)
+        return method(attributes) if method is not None else None
+
+    sets.appended[:] = [
+        instruments,
+        values_of(instruments.token_usage, sets.input_tokens),
+        values_of(instruments.token_usage, sets.output_tokens),
+        values_of(instruments.queue_duration, sets.plain),
+        values_of(instruments.duration, sets.plain),
+    ]
+    return sets.appended
 
 
 _METRIC_SETS_LIMIT = 512
@@ -446,21 +467,48 @@ class ServedCall:
         sets = target.metric_sets.get(key) or target.metric_set(*key)
         usage, context, seen = response.usage, self.context, self.seen
         seen.answer = response  # its usage, as read here, is the RPC's too (`ServerCall.answered`)
+        # The lists an `AggregatingHistogram` appends these sets' measurements to (`values_of`), appended to here:
+        # four `record` calls a request saved. None for another meter's instruments: `record` is called.
+        appended = sets.appended if sets.appended[0] is instruments else _appended(sets, instruments)
         tokens = usage.input_token_count
         if tokens or usage.HasField("input_token_count"):
-            instruments.token_usage.record(tokens, sets.input_tokens, context)
+            values = appended[1]
+            if values is None:
+                instruments.token_usage.record(tokens, sets.input_tokens, context)
+            else:
+                values.append(tokens)
+                if len(values) >= FOLD_AT:
+                    instruments.token_usage.fold(values, sets.input_tokens)
             seen.input_tokens = tokens
         tokens = usage.output_token_count
         if tokens or usage.HasField("output_token_count"):
-            instruments.token_usage.record(tokens, sets.output_tokens, context)
+            values = appended[2]
+            if values is None:
+                instruments.token_usage.record(tokens, sets.output_tokens, context)
+            else:
+                values.append(tokens)
+                if len(values) >= FOLD_AT:
+                    instruments.token_usage.fold(values, sets.output_tokens)
             seen.output_tokens = tokens
         if not target.remote:
             timing = response.timing
             queued = timing.queue_duration
             seconds = queued.seconds + queued.nanos / 1e9
             if seconds or timing.HasField("queue_duration"):
-                instruments.queue_duration.record(seconds, sets.plain, context)
-        instruments.duration.record(time.monotonic() - self.started, sets.plain, context)
+                values = appended[3]
+                if values is None:
+                    instruments.queue_duration.record(seconds, sets.plain, context)
+                else:
+                    values.append(seconds)
+                    if len(values) >= FOLD_AT:
+                        instruments.queue_duration.fold(values, sets.plain)
+        values, seconds = appended[4], time.monotonic() - self.started
+        if values is None:
+            instruments.duration.record(seconds, sets.plain, context)
+        else:
+            values.append(seconds)
+            if len(values) >= FOLD_AT:
+                instruments.duration.fold(values, sets.plain)
         if self.attempts > 1 and not target.remote:
             instruments.retries.add(self.attempts - 1, sets.plain)
 

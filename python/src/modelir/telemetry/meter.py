@@ -46,7 +46,7 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from modelir.telemetry.attribute_set import AttributeSet
+from modelir.telemetry.attribute_set import FOLD_AT, AttributeSet
 
 _logger = logging.getLogger(__name__)
 
@@ -93,10 +93,6 @@ def _attributes_key(attributes: Mapping[str, Any] | None) -> frozenset[tuple[str
     return frozenset(attributes.items()) if attributes else frozenset()
 
 
-# A histogram holds this many values of one attribute set before it aggregates them (and all at every collection).
-_FOLD_AT = 256
-
-
 class AggregatingHistogram(_Instrument):
     """An explicit-bucket histogram: `record(value, attributes, context)` as the OpenTelemetry API's.
 
@@ -123,9 +119,26 @@ class AggregatingHistogram(_Instrument):
             self._record_with_lock(amount, _attributes_key(attributes))
             return
         values.append(amount)
-        if len(values) >= _FOLD_AT:
+        if len(values) >= FOLD_AT:
             with self._lock:
                 self._fold(values, attributes.key)  # type: ignore[union-attr]
+
+    def values_of(self, attributes: AttributeSet) -> list[float] | None:
+        """The list `record(amount, attributes)` appends to, for a caller that measures with the same attribute set
+        call after call and appends itself, saving `record`'s Python call: after each append, when the list holds
+        `FOLD_AT` values, it calls `fold(values, attributes)`. None past the cardinality limit: call `record`."""
+        with self._lock:
+            values = self._pending.get(attributes.key)
+            if values is None:
+                if len(self._pending) >= CARDINALITY_LIMIT:
+                    return None
+                values = self._pending[attributes.key] = []
+        return values
+
+    def fold(self, values: list[float], attributes: AttributeSet) -> None:
+        """Aggregate the values appended to `values_of(attributes)`."""
+        with self._lock:
+            self._fold(values, attributes.key)
 
     def _record_with_lock(self, amount: float, key: frozenset[tuple[str, Any]]) -> None:
         with self._lock:
@@ -136,7 +149,7 @@ class AggregatingHistogram(_Instrument):
                     return
                 values = self._pending[key] = []
             values.append(amount)
-            if len(values) >= _FOLD_AT:
+            if len(values) >= FOLD_AT:
                 self._fold(values, key)
 
     def _fold_all(self) -> None:
