@@ -95,3 +95,19 @@ def test_detaching_a_token_of_another_context_is_logged_not_raised(caplog):
 def test_a_trace_id_in_hex_is_the_apis(trace_id):
     span_context = SpanContext(trace_id, 1, is_remote=False)
     assert _context.trace_id_hex(span_context) == trace.format_trace_id(trace_id)
+
+
+def test_the_global_propagator_is_read_where_the_api_keeps_it():
+    """`wire` reads the global propagator where `propagate.get_global_textmap()` finds it, set or replaced."""
+    from modelir.telemetry import wire
+    from opentelemetry import propagate
+    from opentelemetry.propagators.composite import CompositePropagator
+
+    default = propagate.get_global_textmap()
+    try:
+        assert getattr(propagate, wire._GLOBAL_TEXTMAP) is default
+        replaced = CompositePropagator([])
+        propagate.set_global_textmap(replaced)
+        assert getattr(propagate, wire._GLOBAL_TEXTMAP) is replaced is propagate.get_global_textmap()
+    finally:
+        propagate.set_global_textmap(default)

@@ -406,6 +406,7 @@ class _NoCall:
 
 
 NO_CALL = _NoCall()
+_new = object.__new__
 
 
 def _off() -> bool:
@@ -426,15 +427,16 @@ class ServedCall:
 
     __slots__ = ("_instruments", "_model", "_request", "_response", "_token", "attempts", "context", "seen", "started")
     span = None  # never traced: the RPC's trace was left out, and its context is what is propagated
-
-    def __init__(self, model: Any, request: request_pb2.Request, seen: _runtime.Seen) -> None:
-        """`seen`: the RPC's, with the instruments to measure with."""
-        self._model, self._request, self.seen = model, request, seen
-        self._instruments = seen.instruments
-        self.context = seen.unsampled_context
-        self.attempts = 0
-        self._response: response_pb2.Response | None = None
-        self.started = time.monotonic()
+    # Made by `model_call` as `object.__new__(ServedCall)` with these set: no `__init__` to run.
+    _instruments: Any
+    _model: Any
+    _request: request_pb2.Request
+    _response: response_pb2.Response | None
+    _token: Any
+    attempts: int
+    context: Any
+    seen: _runtime.Seen
+    started: float
 
     def __enter__(self) -> ServedCall:
         self._token = _runtime.current_call.set(self)  # what the HTTP attempts inside find (`wire.http_attempt`)
@@ -530,7 +532,11 @@ def model_call(model: Any, request: request_pb2.Request) -> Call | ServedCall | 
         # in is still the RPC's (nothing between them started a span of its own). The RPC resolved the hooks.
         seen.served = False
         if seen.unsampled_context is None or _context.current() is seen.unsampled_context:
-            return ServedCall(model, request, seen)
+            call = _new(ServedCall)  # (no `__init__`: a Python call a request fewer)
+            call._model, call._request, call.seen, call._instruments = model, request, seen, seen.instruments
+            call.context, call.attempts, call._response = seen.unsampled_context, 0, None
+            call.started = time.monotonic()
+            return call
     hooks = _runtime.hooks()
     if hooks is None:
         return NO_CALL

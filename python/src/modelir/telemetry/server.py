@@ -99,7 +99,8 @@ class ServerCall:
                 self.input_tokens, self.output_tokens = seen.input_tokens, seen.output_tokens
             else:
                 self._usage(result.usage)
-            self._send_request_id()
+            if seen.provider_request_id and self._grpc_context is not None:  # `_send_request_id()`, inline
+                self._grpc_context.set_trailing_metadata(((PROVIDER_REQUEST_ID_TRAILER, seen.provider_request_id),))
         return result
 
     def observe(self, event: stream_pb2.StreamEvent) -> None:
@@ -334,7 +335,7 @@ def server_call(method: str, model: str, grpc_context: Any, request: request_pb2
     if start_root is not None and not _context.current():  # an empty context: no span, no baggage
         metadata = grpc_context.invocation_metadata() if grpc_context is not None else None
         if not metadata or _TRACE_KEYS.isdisjoint(dict(metadata)):  # the caller sent no trace context: a new trace
-            name, attributes = _span_start(method)
+            name, attributes = _span_starts.get(method) or _span_start(method)
             root = start_root(name, SpanKind.SERVER, attributes)
             if type(root) is _context.LeftOutRoot or type(root) is NonRecordingSpan:
                 return ServedRpc(method, model, grpc_context, request, hooks.instruments, root)

@@ -136,13 +136,14 @@ class _NoAttempt:
 NO_ATTEMPT = _NoAttempt()
 
 
+_new = object.__new__
+
+
 class _ServedAttempt:
     """An HTTP attempt of a `ServedCall`: no span, so all it takes back is the provider's request id."""
 
-    __slots__ = ("_seen",)
-
-    def __init__(self, seen: _runtime.Seen) -> None:
-        self._seen = seen
+    __slots__ = ("_seen",)  # made as `object.__new__(_ServedAttempt)`, then `_seen` set: no `__init__` to run
+    _seen: _runtime.Seen
 
     def __enter__(self) -> _ServedAttempt:
         return self
@@ -168,11 +169,14 @@ def http_attempt(request: Any, attempt: int) -> Attempt | _ServedAttempt | _NoAt
         rpc = call.seen
         if call.context is not None:  # the RPC's root, left out by the sampler
             request.headers = request.headers.copy()  # a cached, shared object (see `Executor._headers`)
-            if rpc.traceparent and propagate.get_global_textmap() is _checked_textmap[0] and _checked_textmap[1]:
+            textmap = getattr(propagate, _GLOBAL_TEXTMAP, None) or propagate.get_global_textmap()
+            if rpc.traceparent and textmap is _checked_textmap[0] and _checked_textmap[1]:
                 request.headers["traceparent"] = rpc.traceparent  # rendered once, for a W3C propagator still in use
             else:
                 inject(request.headers, call.context)
-        return _ServedAttempt(rpc)
+        observed = _new(_ServedAttempt)
+        observed._seen = rpc
+        return observed
     seen = _runtime.current_capture.get()
     if call is None and seen is None:
         return NO_ATTEMPT
@@ -186,6 +190,10 @@ def http_attempt(request: Any, attempt: int) -> Attempt | _ServedAttempt | _NoAt
 _W3C_PROPAGATORS = ([TraceContextTextMapPropagator, W3CBaggagePropagator], [TraceContextTextMapPropagator])
 _HEX = [f"{n:02x}" for n in range(256)]  # trace flags are one byte
 _checked_textmap: list[object] = [None, False]  # [the global propagator last checked, whether it is W3C only]
+# Where `propagate.get_global_textmap()` finds the global propagator: read directly on the served path (a Python
+# call fewer, each time); if a later API keeps it elsewhere, the function is called
+# (`tests/test_telemetry_context.py` checks the two agree).
+_GLOBAL_TEXTMAP = "_HTTP_TEXT_FORMAT"
 
 
 def _w3c_only() -> bool:
@@ -245,8 +253,8 @@ _LEFT_OUT_FLAGS_HEX = _HEX[_context._LEFT_OUT_FLAGS]
 def root_traceparent(root: _context.LeftOutRoot) -> str:
     """`w3c_traceparent` of a left-out root's span context, from its drawn bits in one step: their 24 bytes in hex
     are the span id's 16 digits, then the trace id's 32."""
-    checked = propagate.get_global_textmap() is _checked_textmap[0]
-    if not (_checked_textmap[1] if checked else _w3c_only()):
+    textmap = getattr(propagate, _GLOBAL_TEXTMAP, None) or propagate.get_global_textmap()
+    if not (_checked_textmap[1] if textmap is _checked_textmap[0] else _w3c_only()):
         return ""
     ids = root.drawn.to_bytes(24, "big").hex()
     return f"00-{ids[16:]}-{ids[:16]}-{_LEFT_OUT_FLAGS_HEX}"
