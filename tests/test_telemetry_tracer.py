@@ -339,3 +339,28 @@ def test_the_setup_traces_with_lean_spans_for_otlp_and_with_the_sdk_for_the_cons
     finally:
         otlp.shutdown()
         console.shutdown()
+
+
+def test_an_ended_span_reaches_the_batch_queue_or_a_processors_own_on_end():
+    """A lean span ends straight into the SDK batch processor's queue (it was sampled: `on_end` would only check
+    that), and into `on_end` of any other processor, a batch processor's subclass included."""
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    exported = InMemorySpanExporter()
+    provider = LeanTracerProvider(exported, sampler=ALWAYS_ON, resource=RESOURCE)
+    provider.get_tracer("t").start_span("queued").end()
+    provider.force_flush()
+    assert [span.name for span in exported.get_finished_spans()] == ["queued"]
+
+    class Counting(BatchSpanProcessor):
+        def on_end(self, span) -> None:
+            ended.append(span.name)
+            super().on_end(span)
+
+    ended: list[str] = []
+    counted = InMemorySpanExporter()
+    provider = LeanTracerProvider(counted, sampler=ALWAYS_ON, resource=RESOURCE, processor=Counting(counted))
+    provider.get_tracer("t").start_span("counted").end()
+    provider.force_flush()
+    assert ended == ["counted"] and [span.name for span in counted.get_finished_spans()] == ["counted"]
+    provider.shutdown()

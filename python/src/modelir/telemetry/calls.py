@@ -212,7 +212,7 @@ class Call:
         # Timed from here, once the span has started: a duration or time to first chunk never exceeds its span's.
         self.started = time.monotonic()
         if self.span is not None:
-            if request is not None and _runtime.capture_content():
+            if request is not None and _runtime._resolved.capture_content:  # `capture_content()`: hooks resolved it
                 self._capture_content = True
                 messages, system = sc.input_messages_json(request)
                 self.span.set_attribute(sc.INPUT_MESSAGES, messages)
@@ -220,9 +220,8 @@ class Call:
                     self.span.set_attribute(sc.SYSTEM_INSTRUCTIONS, system)
             seen = seen or _runtime.current_capture.get()
             if seen is not None:
-                span_context = self.span.get_span_context()
-                seen.trace_id = trace.format_trace_id(span_context.trace_id)
-                seen.span_id = trace.format_span_id(span_context.span_id)
+                span_context = self.span.get_span_context()  # as `trace.format_trace_id` / `format_span_id` write them
+                seen.trace_id, seen.span_id = _context.trace_id_hex(span_context), f"{span_context[1]:016x}"
 
     def _sets(self) -> _MetricSets:
         sets = self._metrics
