@@ -327,7 +327,8 @@ class Call:
             if timing.attempt_count:
                 ending[sc.ATTEMPT_COUNT] = timing.attempt_count
             if timing.HasField("queue_duration"):
-                ending[sc.QUEUE_DURATION] = timing.queue_duration.ToNanoseconds() / 1e9
+                queued = timing.queue_duration  # its fields: `ToNanoseconds` is a Python method
+                ending[sc.QUEUE_DURATION] = queued.seconds + queued.nanos / 1e9
             if error is not None:
                 ending[sc.ERROR_TYPE] = self._error_type
                 span.set_status(Status(StatusCode.ERROR, error.message))

@@ -55,7 +55,7 @@ class Attempt:
                     request.headers["traceparent"] = seen.traceparent  # the server's root, rendered once
                 else:
                     inject(request.headers, call.context)  # `traceparent` says "not sampled"
-            elif call.context is not None and (tracer := _runtime.tracer()) is not None:
+            elif call.context is not None and (tracer := _runtime._resolved.tracer) is not None:  # as resolved
                 attributes = dict(_url_attributes(request.url))
                 attributes[sc.HTTP_REQUEST_METHOD] = request.method
                 if attempt > 1:
@@ -102,21 +102,32 @@ class Attempt:
 
 
 _url_cache: dict[tuple[str, bytes, bytes], dict[str, Any]] = {}
+# The same, by the identity of the `httpx.URL` object (an executor sends one per path, call after call): its scheme,
+# host and path are Python properties, four calls to make the key above. The URL is kept with its attributes, so
+# its id cannot be another's while it is cached.
+_url_objects: dict[int, tuple[Any, dict[str, Any]]] = {}
 
 
 def _url_attributes(url: Any) -> dict[str, Any]:
     """`server.*` and `url.full` (without the query, which may hold keys) of an `httpx.URL`, cached per URL:
     building them (`copy_with` re-parses the URL) costs more than the rest of the attempt span."""
+    known = _url_objects.get(id(url))
+    if known is not None and known[0] is url:
+        return known[1]
     key = (url.scheme, url.netloc, url.raw_path)
     attributes = _url_cache.get(key)
     if attributes is None:
         if len(_url_cache) > 4096:  # a bound, for callers whose paths vary
             _url_cache.clear()
+            _url_objects.clear()
         attributes = _url_cache[key] = {
             sc.SERVER_ADDRESS: url.host,
             sc.SERVER_PORT: url.port or (443 if url.scheme == "https" else 80),
             sc.URL_FULL: f"{url.scheme}://{url.netloc.decode('ascii')}{url.path}",
         }
+    if len(_url_objects) > 4096:
+        _url_objects.clear()
+    _url_objects[id(url)] = (url, attributes)
     return attributes
 
 
