@@ -1041,3 +1041,26 @@ async def test_a_served_rpc_records_what_the_general_server_call_records(upstrea
     assert lean[1:] == general[1:]
     trailers = lean[3]  # the provider's request id, for the RPCs that got an answer
     assert [bool(t) and t[0][1].startswith("req-fake-") for t in trailers] == [True, True, True, False, False]
+
+
+def test_request_and_usage_attributes_are_the_fields_set_a_zero_included():
+    """The sampling parameters and usage counts a span gets are exactly those the request and the answer set
+    (explicit zeros included: `optional` fields), under the convention's names and types."""
+    from modelir.telemetry import conventions as sc
+    from modelir.v1 import response_pb2
+
+    request = build_request("mini", messages=[("user", "hi")], temperature=0.0, top_k=0, stop=["a", "b"], n=3)
+    request.sampling.repetition_penalty = 1.1  # no convention name: not an attribute
+    assert sc.request_attributes(request) == {
+        "gen_ai.request.temperature": 0.0,
+        "gen_ai.request.top_k": 0.0,
+        "gen_ai.request.stop_sequences": ["a", "b"],
+        "gen_ai.request.choice.count": 3,
+    }
+    single = build_request("mini", messages=[("user", "hi")], n=1, json_schema='{"type": "object"}')
+    assert sc.request_attributes(single) == {"gen_ai.output.type": "json"}
+    usage = response_pb2.Usage(output_token_count=0, cache_write_token_count=4)
+    assert sc.usage_attributes(usage) == {
+        "gen_ai.usage.output_tokens": 0,
+        "gen_ai.usage.cache_creation.input_tokens": 4,
+    }

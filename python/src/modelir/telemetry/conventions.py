@@ -161,18 +161,27 @@ _SAMPLING_ATTRIBUTES: tuple[tuple[_SamplingField, str], ...] = (
 )
 
 
+_SAMPLING_NAMES: dict[str, str] = dict(_SAMPLING_ATTRIBUTES)
+
+
 def request_attributes(request: request_pb2.Request) -> dict[str, object]:
-    """The sampling parameters the request asked for (only those it set)."""
-    sampling = request.sampling
-    attributes: dict[str, object] = {
-        name: getattr(sampling, field) for field, name in _SAMPLING_ATTRIBUTES if sampling.HasField(field)
-    }
-    if sampling.choice_count > 1:
-        attributes[REQUEST_CHOICE_COUNT] = sampling.choice_count
-    if sampling.HasField("top_k"):
-        attributes[REQUEST_TOP_K] = float(sampling.top_k)  # the convention types it as a double
-    if sampling.stop:
-        attributes[REQUEST_STOP_SEQUENCES] = list(sampling.stop)
+    """The sampling parameters the request asked for (only those it set).
+
+    Read from `ListFields()` (the fields set, in one call) rather than one `HasField` per parameter: a request sets
+    one or two of them, and each `HasField` looks its field up by name."""
+    attributes: dict[str, object] = {}
+    for field, value in request.sampling.ListFields():
+        name = field.name
+        attribute = _SAMPLING_NAMES.get(name)
+        if attribute is not None:
+            attributes[attribute] = value
+        elif name == "choice_count":
+            if value > 1:
+                attributes[REQUEST_CHOICE_COUNT] = value
+        elif name == "top_k":
+            attributes[REQUEST_TOP_K] = float(value)  # the convention types it as a double
+        elif name == "stop":
+            attributes[REQUEST_STOP_SEQUENCES] = list(value)
     if request.constraint.WhichOneof("kind") == "json_schema":
         attributes[OUTPUT_TYPE] = "json"
     return attributes
@@ -202,9 +211,13 @@ _USAGE_ATTRIBUTES: tuple[tuple[_UsageField, str], ...] = (
 )
 
 
+_USAGE_NAMES: dict[str, str] = dict(_USAGE_ATTRIBUTES)
+
+
 def usage_attributes(usage: response_pb2.Usage) -> dict[str, int]:
-    """Usage under the convention's names. A count the provider did not report is left out."""
-    return {name: getattr(usage, field) for field, name in _USAGE_ATTRIBUTES if usage.HasField(field)}
+    """Usage under the convention's names. A count the provider did not report is left out (every count is an
+    `optional` field, so `ListFields()` lists exactly the reported ones, a zero included)."""
+    return {_USAGE_NAMES[field.name]: value for field, value in usage.ListFields() if field.name in _USAGE_NAMES}
 
 
 def error_type(exc: BaseException) -> str:
