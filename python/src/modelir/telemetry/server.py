@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from contextvars import ContextVar, Token
+from operator import itemgetter
 from typing import Any
 
 import grpc
@@ -26,6 +27,7 @@ from modelir.v1 import request_pb2, response_pb2, stream_pb2
 SERVICE = "modelir.v1.ModelService"
 _TRACE_KEYS = frozenset(("traceparent", "tracestate", "baggage"))
 _GRPC_CODES = {code.name: code.value[0] for code in grpc.StatusCode}
+_first = itemgetter(0)  # a metadata entry's key
 
 
 class ServerCall:
@@ -334,7 +336,7 @@ def server_call(method: str, model: str, grpc_context: Any, request: request_pb2
     start_root = getattr(tracer, "start_root", None)
     if start_root is not None and not _context.current():  # an empty context: no span, no baggage
         metadata = grpc_context.invocation_metadata() if grpc_context is not None else None
-        if not metadata or _TRACE_KEYS.isdisjoint(dict(metadata)):  # the caller sent no trace context: a new trace
+        if not metadata or _TRACE_KEYS.isdisjoint(map(_first, metadata)):  # the caller sent no trace context
             name, attributes = _span_starts.get(method) or _span_start(method)
             root = start_root(name, SpanKind.SERVER, attributes)
             if type(root) is _context.LeftOutRoot or type(root) is NonRecordingSpan:

@@ -192,8 +192,8 @@ class LeanSpan(trace.Span):
         self.resource, self.instrumentation_scope = tracer.resource, tracer.scope
         self.name, self.context, self.parent, self.kind = name, context, parent, kind
         self.attributes = attributes
-        self.links = tuple(links)
-        self.events: list[Event] = []
+        self.links = links if type(links) is tuple else tuple(links)
+        self.events: tuple[Event, ...] = ()  # (a tuple, as the SDK's `ReadableSpan.events`: no list for most spans)
         self.status = UNSET_STATUS
         self.start_time = start_time if start_time is not None else time.time_ns()
         self.end_time: int | None = None
@@ -223,7 +223,8 @@ class LeanSpan(trace.Span):
 
     def add_event(self, name: str, attributes: Mapping[str, Any] | None = None, timestamp: int | None = None) -> None:
         if self.end_time is None:
-            self.events.append(Event(name, _clean(attributes), timestamp if timestamp is not None else time.time_ns()))
+            event = Event(name, _clean(attributes), timestamp if timestamp is not None else time.time_ns())
+            self.events = (*self.events, event)
 
     def add_link(self, context: SpanContext, attributes: Mapping[str, Any] | None = None) -> None:
         if self.end_time is None and context.is_valid:
