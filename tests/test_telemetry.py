@@ -1064,3 +1064,46 @@ def test_request_and_usage_attributes_are_the_fields_set_a_zero_included():
         "gen_ai.usage.output_tokens": 0,
         "gen_ai.usage.cache_creation.input_tokens": 4,
     }
+
+
+@pytest.mark.parametrize("scenario", ["w3c", "trace state", "baggage", "baggage only propagator"])
+async def test_a_kept_attempt_sends_what_the_propagator_writes_for_its_span(upstream, scenario):
+    """A kept trace's HTTP attempt sends the provider what the global propagator writes for the attempt's span in the
+    call's context: its `traceparent` (and a parent's trace state) rendered directly when the propagator is W3C
+    only and there is no baggage, else through the propagator."""
+    from modelir.telemetry.tracer import LeanTracerProvider
+    from opentelemetry import baggage, context, propagate
+    from opentelemetry.baggage.propagation import W3CBaggagePropagator
+    from opentelemetry.propagators.composite import CompositePropagator
+    from opentelemetry.sdk.trace import sampling
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
+
+    fake, model = upstream
+    exported = InMemorySpanExporter()
+    provider = LeanTracerProvider(exported, sampler=sampling.ALWAYS_ON)
+    telemetry.install(tracer_provider=provider)
+    global_textmap = propagate.get_global_textmap()
+    base = context.get_current()
+    if scenario == "trace state":
+        remote = SpanContext(0xABC, 0xDEF, True, TraceFlags(TraceFlags.SAMPLED), TraceState([("vendor", "x")]))
+        base = trace.set_span_in_context(NonRecordingSpan(remote))
+    elif scenario.startswith("baggage"):
+        base = baggage.set_baggage("user", "ada")
+    if scenario == "baggage only propagator":
+        propagate.set_global_textmap(CompositePropagator([W3CBaggagePropagator()]))
+    token = context.attach(base)
+    try:
+        await model.arun(build_request("mini", messages=[("user", "hi")]))
+        provider.force_flush()
+        (attempt,) = [span for span in exported.get_finished_spans() if span.name == "POST"]
+        expected: dict[str, str] = {}
+        propagate.inject(expected, context=trace.set_span_in_context(NonRecordingSpan(attempt.context), base))
+    finally:
+        context.detach(token)
+        propagate.set_global_textmap(global_textmap)
+        telemetry.install()
+    (headers, _) = fake.requests[-1]
+    sent = {k: v for k, v in headers.items() if k.lower() in ("traceparent", "tracestate", "baggage")}
+    assert sent == expected
+    assert ("traceparent" in sent) is (scenario != "baggage only propagator")
+    assert ("tracestate" in sent) is (scenario == "trace state")

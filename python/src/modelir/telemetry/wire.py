@@ -64,8 +64,21 @@ class Attempt:
                     request.method, context=call.context, kind=SpanKind.CLIENT, attributes=attributes
                 )
                 # The request's headers are a cached, shared object (see `Executor._headers`): copy before adding.
-                request.headers = request.headers.copy()
-                inject(request.headers, _context.with_span(self.span))
+                headers = request.headers = request.headers.copy()
+                span_context = self.span.get_span_context()
+                textmap = getattr(propagate, _GLOBAL_TEXTMAP, None) or propagate.get_global_textmap()
+                if (
+                    textmap is _checked_textmap[0]
+                    and _checked_textmap[1]
+                    and span_context[5]  # valid
+                    and not _context.current().get(_BAGGAGE_KEY)
+                ):  # what `inject` writes for the span in the current context (W3C only, no baggage), without its calls
+                    headers["traceparent"] = _traceparent(span_context)
+                    trace_state = span_context[4]
+                    if trace_state is not _NO_TRACE_STATE and trace_state:
+                        headers["tracestate"] = trace_state.to_header()
+                else:
+                    inject(headers, _context.with_span(self.span))
 
     def __enter__(self) -> Attempt:
         return self
