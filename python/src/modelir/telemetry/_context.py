@@ -88,7 +88,7 @@ def knows_span_type(span_type: type, attribute: str) -> None:
 
 
 _MAX_TRACE_ID = (1 << 128) - 1
-_LEFT_OUT_FLAGS = TraceFlags(TraceFlags.RANDOM_TRACE_ID)  # not sampled; a random trace id (the SDK's flags for it)
+LEFT_OUT_FLAGS = TraceFlags(TraceFlags.RANDOM_TRACE_ID)  # not sampled; a random trace id (the SDK's flags for it)
 
 
 class LeftOutRoot(NonRecordingSpan):
@@ -111,7 +111,7 @@ class LeftOutRoot(NonRecordingSpan):
         except AttributeError:
             drawn = self.drawn
             made = self._made = tuple.__new__(  # what `SpanContext(...)` makes (see `LeanTracer.start_span`)
-                SpanContext, (drawn & _MAX_TRACE_ID, drawn >> 128, False, _LEFT_OUT_FLAGS, DEFAULT_TRACE_STATE, True)
+                SpanContext, (drawn & _MAX_TRACE_ID, drawn >> 128, False, LEFT_OUT_FLAGS, DEFAULT_TRACE_STATE, True)
             )
             return made
 

@@ -250,7 +250,7 @@ class Seen:
     the model call and its HTTP attempts inside propagate it without looking it up and formatting it again.
 
     Made empty (`Seen()`) and filled in: its fields start as the class's defaults, with no `__init__` to run (one is
-    made for every RPC, and a dataclass's own `__init__` setting nine fields was ~1 k instructions of it)."""
+    made for every RPC, and a dataclass's own `__init__` setting every field was ~1 k instructions of it)."""
 
     trace_id: str = ""
     span_id: str = ""

@@ -261,17 +261,13 @@ def w3c_traceparent(span_context: Any) -> str:
     """What `inject` writes for a context with this span context and no baggage: its `traceparent` when the global
     propagator is W3C trace context only (with or without baggage) and the span context is valid and carries no
     trace state, else "" (then `inject` is the way)."""
-    trace_id, span_id, _, flags, trace_state, valid = span_context  # `_context.SPAN_CONTEXT_FIELDS`
-    if not valid or (trace_state is not _NO_TRACE_STATE and trace_state):
+    trace_state = span_context[4]
+    if not _w3c_only() or not span_context[5] or (trace_state is not _NO_TRACE_STATE and trace_state):
         return ""
-    # `_w3c_only()` and `_traceparent`, inline: every RPC that keeps no trace renders its header here.
-    checked = propagate.get_global_textmap() is _checked_textmap[0]
-    if not (_checked_textmap[1] if checked else _w3c_only()):
-        return ""
-    return f"00-{trace_id.to_bytes(16, 'big').hex()}-{span_id.to_bytes(8, 'big').hex()}-{_HEX[flags]}"
+    return _traceparent(span_context)
 
 
-_LEFT_OUT_FLAGS_HEX = _HEX[_context._LEFT_OUT_FLAGS]
+_LEFT_OUT_FLAGS_HEX = _HEX[_context.LEFT_OUT_FLAGS]
 
 
 def root_traceparent(root: _context.LeftOutRoot) -> str:
