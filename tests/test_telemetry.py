@@ -1043,6 +1043,146 @@ async def test_a_served_rpc_records_what_the_general_server_call_records(upstrea
     assert [bool(t) and t[0][1].startswith("req-fake-") for t in trailers] == [True, True, True, False, False]
 
 
+@pytest.mark.parametrize("meter", ["sdk", "aggregating", "none"])
+@pytest.mark.parametrize("content", [False, True])
+async def test_a_kept_rpc_records_what_the_general_server_call_records(upstream, monkeypatch, meter, content):
+    """A generation RPC whose new root the sampler keeps is observed by the lean `KeptRpc`, its model call by a
+    `KeptCall` and every span below the root made by `LeanTracer.start_child`: through the gRPC server, for a
+    success, retries, a soft error, a hard failure, a rejection and a stream, the spans (names, kinds, parents,
+    attributes in their order, statuses, events), metric points, access-log lines, trailers and provider headers
+    are the ones the general `ServerCall`, `Call` and `start_span` give the same RPCs (ids and times aside). With
+    content captured, the model call is a general `Call`."""
+    import grpc
+    from modelir.telemetry import _runtime
+    from modelir.telemetry import server as telemetry_server
+    from modelir.telemetry.meter import AggregatingMeter
+    from modelir.telemetry.tracer import LeanTracer, LeanTracerProvider
+    from modelir.v1 import service_pb2, service_pb2_grpc
+    from opentelemetry.sdk.trace import sampling
+
+    fake, model = upstream
+    plain = build_request("mini", messages=[("user", "hi")], temperature=0.5, stop=["x", "y"])
+    rejected = build_request("mini", prompt="The cat", max_output_tokens=0)
+    rejected.input_scoring.continuations.add(text=" sat")
+    violated = build_request("mini", messages=[("user", "hi")], json_schema='{"type": "object"}')
+
+    async def observed(general: bool) -> tuple:
+        made: list[str] = []
+        real_server_call, real_model_call = telemetry_server.server_call, calls.model_call
+
+        def server_call(method, model_name, grpc_context, request=None):
+            rpc = (
+                telemetry_server.ServerCall(method, model_name, grpc_context, request, _runtime.hooks())
+                if general
+                else real_server_call(method, model_name, grpc_context, request)
+            )
+            made.append(type(rpc).__name__)
+            return rpc
+
+        def model_call(model, request):
+            call = real_model_call(model, request)
+            made.append(type(call).__name__)
+            return call
+
+        monkeypatch.setattr(telemetry, "server_call", server_call)
+        monkeypatch.setattr(calls, "model_call", model_call)
+        monkeypatch.setattr(telemetry, "model_call", model_call)
+        if general:  # every span through `start_span`
+            monkeypatch.setattr(LeanTracer, "start_child", lambda *args: None)
+        meter_provider: object = None
+        if meter == "sdk":
+            reader = InMemoryMetricReader()
+            meter_provider = MeterProvider(metric_readers=[reader])
+        elif meter == "aggregating":
+            meter_provider = AggregatingMeter()
+            reader = type("Reader", (), {"get_metrics_data": staticmethod(meter_provider.collect)})()
+        else:  # traces only
+            reader = type("Reader", (), {"get_metrics_data": staticmethod(lambda: None)})()
+        exported = InMemorySpanExporter()
+        tracer_provider = LeanTracerProvider(
+            exported, sampler=sampling.ParentBased(sampling.ALWAYS_ON), processor=SimpleSpanProcessor(exported)
+        )
+        telemetry.install(meter_provider=meter_provider, tracer_provider=tracer_provider, capture_content=content)
+        lines = io.BytesIO()
+        access_log_module.configure("json", lines)
+        fake.requests.clear()
+        trailers = []
+        server, port = await build_server({"mini": model}, "127.0.0.1:0")
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:  # no trace context sent
+                stub = service_pb2_grpc.ModelServiceStub(channel)
+                for fail_first, request in (
+                    ([], plain),
+                    ([429, 503], plain),
+                    ([], violated),  # a soft error
+                    ([503] * 4, plain),
+                    ([], rejected),
+                ):
+                    fake.fail_first = list(fail_first)
+                    grpc_call = stub.Generate(service_pb2.GenerateRequest(request=request))
+                    try:
+                        await grpc_call
+                    except grpc.aio.AioRpcError:
+                        pass
+                    trailers.append(sorted(await grpc_call.trailing_metadata() or ()))
+                fake.fail_first = []
+                stream = stub.StreamGenerate(service_pb2.StreamGenerateRequest(request=plain))
+                [_ async for _ in stream]
+        finally:
+            await server.stop(None)
+            access_log_module.access_log().flush()
+            access_log_module.configure()
+            telemetry.install()
+            monkeypatch.undo()
+        spans = exported.get_finished_spans()
+        by_id = {s.context.span_id: s for s in spans}
+        roots = [s for s in spans if s.parent is None]
+        assert len(roots) == 6 and {s.context.trace_id for s in spans} == {r.context.trace_id for r in roots}
+        traces, timed = [], ("modelir.queue.duration", "gen_ai.response.time_to_first_chunk")  # times: their types
+        for root in sorted(roots, key=lambda s: s.start_time):
+            members = [s for s in spans if s.context.trace_id == root.context.trace_id]
+            members.sort(key=lambda s: s.start_time)
+            assert all(s.context.trace_flags.sampled and not s.context.trace_state for s in members)
+            traces.append(
+                [
+                    (
+                        s.name,
+                        s.kind,
+                        by_id[s.parent.span_id].name if s.parent is not None else None,
+                        [(k, type(v) if k in timed else v) for k, v in s.attributes.items()],
+                        (s.status.status_code, s.status.description),
+                        [
+                            (e.name, {k: v for k, v in e.attributes.items() if k != "exception.stacktrace"})
+                            for e in s.events
+                        ],
+                    )
+                    for s in members
+                ]
+            )
+        logged = [orjson.loads(line) for line in lines.getvalue().splitlines()]
+        for line, root in zip(logged, sorted(roots, key=lambda s: s.start_time), strict=True):
+            del line["time"], line["latency_ms"]
+            assert line.pop("trace_id") == f"{root.context.trace_id:032x}"
+        attempts = sorted((s for s in spans if s.name == "POST"), key=lambda s: s.start_time)
+        assert len(attempts) == len(fake.requests)
+        for (headers, _), attempt in zip(fake.requests, attempts, strict=True):
+            # each attempt sends its own span's context, sampled
+            assert headers["traceparent"] == f"00-{attempt.context.trace_id:032x}-{attempt.context.span_id:016x}-03"
+        return made, traces, _metric_points(reader), logged, trailers
+
+    lean, general = await observed(general=False), await observed(general=True)
+    first_call = "Call" if content else "KeptCall"
+    # each unary RPC makes one model call, before the server's row of them (rejected ones included); a stream none
+    assert [m for m in lean[0] if m.endswith("Rpc")] == ["KeptRpc"] * 6
+    assert [m for m in lean[0] if m.endswith("Call") and m != "ServerCall"] == [first_call] * 5
+    assert [m for m in general[0] if m == "ServerCall"] == ["ServerCall"] * 6
+    assert [len(trace) for trace in general[1]][:2] == [3, 5]  # the root, the model call, its attempts
+    assert lean[1:] == general[1:]
+    if meter != "none":
+        assert {name for name, _, _ in general[2]} >= {"modelir.client.retries", "modelir.client.soft_errors"}
+
+
 def test_request_and_usage_attributes_are_the_fields_set_a_zero_included():
     """The sampling parameters and usage counts a span gets are exactly those the request and the answer set
     (explicit zeros included: `optional` fields), under the convention's names and types."""

@@ -269,6 +269,43 @@ def test_a_root_started_as_a_root_is_the_span_start_span_starts_in_an_empty_cont
 
 
 @pytest.mark.parametrize("sampler", _SAMPLERS, ids=lambda s: s.get_description())
+@pytest.mark.parametrize("parent_context", [None, *_PARENTS[1:]], ids=repr)
+def test_a_child_started_directly_is_the_span_start_span_starts_under_its_parent(sampler, parent_context):
+    """`start_child` makes the child of a kept lean span that `start_span` makes in that span's context (trace id,
+    flags, trace state, parent, attributes cleaned as the SDK cleans them), from the same seed; it declines (None)
+    whenever that could differ: a sampler whose rule for a kept local parent is not "keep", an id generator other
+    than the SDK's, or a parent that is not a lean span."""
+    tracer = LeanTracerProvider(_Captured(), sampler=sampler, resource=RESOURCE).get_tracer("t")
+    outer = Context() if parent_context is None else trace.set_span_in_context(NonRecordingSpan(parent_context))
+    parent = tracer.start_span("parent", outer, trace.SpanKind.SERVER)
+    # Samplers that keep every child of a kept local parent: always-on, and the SDK's parent-based ones by default.
+    always_kept = sampler is ALWAYS_ON or (
+        type(sampler).should_sample is ParentBased.should_sample and sampler._local_parent_sampled is ALWAYS_ON
+    )
+    for seed in range(20):
+        attributes = {"gen_ai.request.model": "mini", "stops": ["a", "b"]}  # a list: cleaned to a tuple
+        random.seed(seed)
+        child = tracer.start_child(parent, "child", trace.SpanKind.CLIENT, dict(attributes))
+        random.seed(seed)
+        span = tracer.start_span("child", trace.set_span_in_context(parent), trace.SpanKind.CLIENT, attributes)
+        if not isinstance(parent, LeanSpan) or not always_kept:
+            assert child is None
+            continue
+        assert type(child) is LeanSpan and type(span) is LeanSpan
+        assert tuple(child.get_span_context()) == tuple(span.get_span_context())  # ids, flags, trace state
+        assert (child.name, child.kind, child.parent) == (span.name, span.kind, span.parent)
+        assert child.attributes == span.attributes
+        assert child.attributes["stops"] == ("a", "b") and child.links == () and child.events == ()
+
+    sdk_span = TracerProvider().get_tracer("t").start_span("sdk")
+    assert tracer.start_child(sdk_span, "child", trace.SpanKind.CLIENT, {}) is None  # not a lean span
+    named = _NamedIds()
+    named.trace_ids = [0xABC]
+    own_ids = LeanTracerProvider(_Captured(), sampler=sampler, id_generator=named).get_tracer("t")
+    assert own_ids.start_child(own_ids.start_span("p", outer), "child", trace.SpanKind.CLIENT, {}) is None
+
+
+@pytest.mark.parametrize("sampler", _SAMPLERS, ids=lambda s: s.get_description())
 def test_a_span_is_kept_as_the_sampler_decides_with_its_attributes_and_trace_state(sampler):
     """The lean tracer decides the SDK's own samplers without calling them: for every parent kind and trace id, the
     same decision, flags, trace state and attributes as the sampler's `should_sample` gives (a sampler of the

@@ -261,6 +261,9 @@ class Seen:
     # either, and is measured by a `ServedCall` (`modelir.telemetry.calls`), not a `Call`.
     served: bool = False
     instruments: Any = None  # the RPC's instruments (`Instruments`, or None: traces only), for that `ServedCall`
+    # Set by a generation RPC whose root span was kept (`telemetry.server.KeptRpc`): its first model call's span is
+    # made directly as that root's child.
+    kept: Any = None
     # What that `ServedCall` read of its answer's usage (None: not reported), for the RPC that answers with it.
     answer: object = None
     input_tokens: int | None = None

@@ -18,6 +18,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation import _SPAN_KEY
 
 from modelir import errors
 from modelir.accumulate import StreamAccumulator
@@ -203,9 +204,12 @@ class Call:
                 attributes.update(sc.request_attributes(request))
             if streaming:
                 attributes[sc.REQUEST_STREAM] = True
-            span = tracer.start_span(
-                f"{attributes[sc.OPERATION_NAME]} {model_name}", parent, kind=target.kind, attributes=attributes
-            )
+            name = f"{attributes[sc.OPERATION_NAME]} {model_name}"
+            # A child of a kept lean span is made directly (`LeanTracer.start_child`), else the general way.
+            start_child = getattr(tracer, "start_child", None)
+            span = start_child(current.get(_SPAN_KEY), name, target.kind, attributes) if start_child else None
+            if span is None:
+                span = tracer.start_span(name, parent, kind=target.kind, attributes=attributes)
             self.context = _context.with_span(span)  # propagated even when sampled out
             # A span the sampler left out is not recorded: keep its context, skip all attribute work.
             self.span = span if span.is_recording() else None
@@ -377,6 +381,57 @@ class Call:
             span.end()
 
 
+class KeptCall(Call):
+    """A `Call` made by `_kept_call`: its span a lean one (`tracer.LeanSpan`, a plain record), the kept root's child.
+    A unary answer without errors is recorded in fewer steps; anything else the general way.
+
+    Why: `_record_outcome` checks every value it sets on the span again and reads the usage and timing twice (for the
+    span, then for the metrics); each protobuf read is ~1 k instructions. `tests/test_telemetry.py` holds the spans
+    and points of both ways to the same."""
+
+    def _record_outcome(
+        self, outcome: response_pb2.Response | stream_pb2.StreamEnd, started_as: tuple[str, str] | None
+    ) -> None:
+        if started_as is not None or outcome.errors:
+            Call._record_outcome(self, outcome, started_as)
+            return
+        response: response_pb2.Response = outcome  # type: ignore[assignment]  # a unary answer
+        response_model = response.model
+        if response_model:  # (none: the sets of the request's model, made at the start, stay)
+            self._response_model = response_model
+            key = (self._operation, self._model_name, response_model, "")
+            self._metrics = self._target.metric_sets.get(key) or self._target.metric_set(*key)
+        reported = sc.usage_attributes(response.usage)  # the reported counts, a zero included
+        timing = response.timing
+        queued = timing.queue_duration if timing.HasField("queue_duration") else None
+        span: Any = self.span
+        if span.end_time is None:  # `is_recording()`
+            # What `Call._record_outcome` sets, in its order, written into the span's record: every value is one a
+            # lean span keeps as it is (the finish reasons a tuple of strings).
+            attributes = span.attributes
+            attributes[sc.RESPONSE_FINISH_REASONS] = sc.finish_reasons(c.finish_reason for c in response.choices)
+            if response.id:
+                attributes[sc.RESPONSE_ID] = response.id
+            if response_model:
+                attributes[sc.RESPONSE_MODEL] = response_model
+            attributes.update(reported)
+            if timing.attempt_count:
+                attributes[sc.ATTEMPT_COUNT] = timing.attempt_count
+            if queued is not None:
+                attributes[sc.QUEUE_DURATION] = queued.seconds + queued.nanos / 1e9
+        instruments = self._instruments
+        if instruments is not None:
+            sets, context = self._metrics, self.context
+            tokens = reported.get(sc.USAGE_INPUT_TOKENS)
+            if tokens is not None:
+                instruments.token_usage.record(tokens, sets.input_tokens, context)  # type: ignore[union-attr]
+            tokens = reported.get(sc.USAGE_OUTPUT_TOKENS)
+            if tokens is not None:
+                instruments.token_usage.record(tokens, sets.output_tokens, context)  # type: ignore[union-attr]
+            if queued is not None and not self._target.remote:  # (not reported: `Call` records none either)
+                instruments.queue_duration.record(queued.seconds + queued.nanos / 1e9, sets.plain, context)  # type: ignore[union-attr]
+
+
 def _capability_names(unsupported) -> list[str]:
     """One name per gap: each missing capability, each exceeded limit (`limit:<name>`), and `other` for the
     reasons given only in words (their sentences would make the attribute unbounded)."""
@@ -540,7 +595,48 @@ def model_call(model: Any, request: request_pb2.Request) -> Call | ServedCall | 
     hooks = _runtime.hooks()
     if hooks is None:
         return NO_CALL
+    if seen is not None and seen.kept is not None:
+        # The first model call of an RPC whose root was kept (`server.KeptRpc`): its span is the root's child, made
+        # directly, as long as the context is still the RPC's and content is not captured (the general way does that).
+        rpc, seen.kept = seen.kept, None
+        if _context.current() is rpc.context and not _runtime._resolved.capture_content:
+            kept = _kept_call(model, request, hooks, seen, rpc)
+            if kept is not None:
+                return kept
     return Call(model, request, streaming=False, tracer=hooks.tracer, instruments=hooks.instruments)
+
+
+def _kept_call(model: Any, request: request_pb2.Request, hooks: Any, seen: _runtime.Seen, rpc: Any) -> KeptCall | None:
+    """What `Call(model, request, streaming=False, ...)` makes in the context of `rpc`, a kept root (its span alone),
+    without its general look-ups: the root is the parent, kept, so the call's span is `start_child`'s; None when the
+    tracer cannot make it so (the general way then).
+
+    Why: `Call.__init__`'s checks of the current context, its sampling and its capture, and `start_span`, were
+    ~30 k of a kept trace's ~265 k instructions (`bench/instructions.py`)."""
+    start_child = getattr(hooks.tracer, "start_child", None)
+    if start_child is None:
+        return None
+    target = _targets.get(id(model)) or _target(model)
+    input_kind = request.WhichOneof("input")
+    operation = target.operations.get(input_kind) or target.operation(request, input_kind)
+    model_name = request.model or model.name
+    key = (operation, model_name, "", "")
+    sets = target.metric_sets.get(key) or target.metric_set(*key)
+    attributes = dict(sets.plain)  # the span's start attributes, as `Call.__init__` makes them
+    if target.transport:
+        attributes[sc.TRANSPORT] = target.transport
+    attributes.update(sc.request_attributes(request))
+    span = start_child(rpc.span, f"{operation} {model_name}", target.kind, attributes)
+    if span is None:
+        return None
+    call = _new(KeptCall)
+    call._target, call._request, call.streaming, call._instruments = target, request, False, hooks.instruments
+    call._model_name, call._operation, call._metrics = model_name, operation, sets
+    call.span, call.context = span, otel_context.Context({_SPAN_KEY: span})  # `with_span(span)` of the RPC's context
+    call.started = time.monotonic()
+    # The root's trace id is the call's (`Call.__init__` formats it again).
+    seen.trace_id, seen.span_id = rpc.trace_id, f"{span.context[1]:016x}"
+    return call
 
 
 def tokenize_span(operation: str) -> Callable[[_Method[_P, _R]], _Method[_P, _R]]:

@@ -60,12 +60,17 @@ class Attempt:
                 attributes[sc.HTTP_REQUEST_METHOD] = request.method
                 if attempt > 1:
                     attributes[sc.HTTP_REQUEST_RESEND_COUNT] = attempt - 1
-                self.span = tracer.start_span(
-                    request.method, context=call.context, kind=SpanKind.CLIENT, attributes=attributes
-                )
+                # The call's span is its context's: a kept lean span's child is made directly.
+                start_child = getattr(tracer, "start_child", None)
+                span = start_child(call.span, request.method, SpanKind.CLIENT, attributes) if start_child else None
+                if span is None:
+                    span = tracer.start_span(
+                        request.method, context=call.context, kind=SpanKind.CLIENT, attributes=attributes
+                    )
+                self.span = span
                 # The request's headers are a cached, shared object (see `Executor._headers`): copy before adding.
                 headers = request.headers = request.headers.copy()
-                span_context = self.span.get_span_context()
+                span_context = span.get_span_context()
                 textmap = getattr(propagate, _GLOBAL_TEXTMAP, None) or propagate.get_global_textmap()
                 if (
                     textmap is _checked_textmap[0]
