@@ -386,8 +386,10 @@ class KeptCall(Call):
     A unary answer without errors is recorded in fewer steps; anything else the general way.
 
     Why: `_record_outcome` checks every value it sets on the span again and reads the usage and timing twice (for the
-    span, then for the metrics); each protobuf read is ~1 k instructions. `tests/test_telemetry.py` holds the spans
-    and points of both ways to the same."""
+    span, then for the metrics), and the RPC read the usage a third time; each protobuf read is ~1 k instructions.
+    `tests/test_telemetry.py` holds the spans and points of both ways to the same."""
+
+    _seen: _runtime.Seen  # the RPC's (set by `_kept_call`)
 
     def _record_outcome(
         self, outcome: response_pb2.Response | stream_pb2.StreamEnd, started_as: tuple[str, str] | None
@@ -402,6 +404,9 @@ class KeptCall(Call):
             key = (self._operation, self._model_name, response_model, "")
             self._metrics = self._target.metric_sets.get(key) or self._target.metric_set(*key)
         reported = sc.usage_attributes(response.usage)  # the reported counts, a zero included
+        input_tokens, output_tokens = reported.get(sc.USAGE_INPUT_TOKENS), reported.get(sc.USAGE_OUTPUT_TOKENS)
+        seen = self._seen  # the RPC's: the usage read here is its too, if it answers with this (`ServerCall.answered`)
+        seen.answer, seen.input_tokens, seen.output_tokens = response, input_tokens, output_tokens
         timing = response.timing
         queued = timing.queue_duration if timing.HasField("queue_duration") else None
         span: Any = self.span
@@ -422,12 +427,10 @@ class KeptCall(Call):
         instruments = self._instruments
         if instruments is not None:
             sets, context = self._metrics, self.context
-            tokens = reported.get(sc.USAGE_INPUT_TOKENS)
-            if tokens is not None:
-                instruments.token_usage.record(tokens, sets.input_tokens, context)  # type: ignore[union-attr]
-            tokens = reported.get(sc.USAGE_OUTPUT_TOKENS)
-            if tokens is not None:
-                instruments.token_usage.record(tokens, sets.output_tokens, context)  # type: ignore[union-attr]
+            if input_tokens is not None:
+                instruments.token_usage.record(input_tokens, sets.input_tokens, context)  # type: ignore[union-attr]
+            if output_tokens is not None:
+                instruments.token_usage.record(output_tokens, sets.output_tokens, context)  # type: ignore[union-attr]
             if queued is not None and not self._target.remote:  # (not reported: `Call` records none either)
                 instruments.queue_duration.record(queued.seconds + queued.nanos / 1e9, sets.plain, context)  # type: ignore[union-attr]
 
@@ -633,7 +636,7 @@ def _kept_call(model: Any, request: request_pb2.Request, hooks: Any, seen: _runt
     call._target, call._request, call.streaming, call._instruments = target, request, False, hooks.instruments
     call._model_name, call._operation, call._metrics = model_name, operation, sets
     call.span, call.context = span, otel_context.Context({_SPAN_KEY: span})  # `with_span(span)` of the RPC's context
-    call.started = time.monotonic()
+    call.started, call._seen = time.monotonic(), seen
     # The root's trace id is the call's (`Call.__init__` formats it again).
     seen.trace_id, seen.span_id = rpc.trace_id, f"{span.context[1]:016x}"
     return call

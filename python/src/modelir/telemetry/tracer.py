@@ -185,17 +185,23 @@ class LeanSpan(trace.Span):
         parent: SpanContext | None,
         kind: SpanKind,
         attributes: dict[str, Any],
-        links: Sequence[Link],
-        start_time: int | None,
+        links: tuple[Link, ...],
+        start_time: int,
     ) -> None:
+        """`attributes`: a new dict of cleaned values, kept as it is; `start_time`: in ns since the epoch."""
+        # (One field a statement, nothing computed: three spans a kept trace are made here.)
         self._ended = tracer.ended
-        self.resource, self.instrumentation_scope = tracer.resource, tracer.scope
-        self.name, self.context, self.parent, self.kind = name, context, parent, kind
+        self.resource = tracer.resource
+        self.instrumentation_scope = tracer.scope
+        self.name = name
+        self.context = context
+        self.parent = parent
+        self.kind = kind
         self.attributes = attributes
-        self.links = links if type(links) is tuple else tuple(links)
+        self.links = links
         self.events: tuple[Event, ...] = ()  # (a tuple, as the SDK's `ReadableSpan.events`: no list for most spans)
         self.status = UNSET_STATUS
-        self.start_time = start_time if start_time is not None else time.time_ns()
+        self.start_time = start_time
         self.end_time: int | None = None
 
     # ---- the API ------------------------------------------------------------------------------------------
@@ -354,7 +360,16 @@ class LeanTracer(trace.Tracer):
             kept = dict(kept_attributes)
         else:
             kept = _clean(kept_attributes)
-        return LeanSpan(self, name, span_context, parent, kind, kept, links or (), start_time)
+        return LeanSpan(
+            self,
+            name,
+            span_context,
+            parent,
+            kind,
+            kept,
+            tuple(links) if links else (),
+            start_time if start_time is not None else time.time_ns(),
+        )
 
     def start_root(self, name: str, kind: SpanKind, attributes: Mapping[str, Any] | None = None) -> trace.Span:
         """`start_span(name, Context(), kind, attributes)`: the root span of a new trace, for a caller that knows it
@@ -376,7 +391,7 @@ class LeanTracer(trace.Tracer):
                 flags = _FLAGS[True, self._random_ids]
                 trace_id, span_id = drawn & _MAX_TRACE_ID, drawn >> 128
                 span_context = tuple.__new__(SpanContext, (trace_id, span_id, False, flags, _NO_TRACE_STATE, True))
-                return LeanSpan(self, name, span_context, None, kind, _clean(attributes), (), None)
+                return LeanSpan(self, name, span_context, None, kind, _clean(attributes), (), time.time_ns())
         return self.start_span(name, _NO_PARENT, kind, attributes)
 
     def start_child(self, parent: Any, name: str, kind: SpanKind, attributes: dict[str, Any]) -> LeanSpan | None:
@@ -400,7 +415,7 @@ class LeanTracer(trace.Tracer):
         context = tuple.__new__(SpanContext, (trace_id, span_id, False, flags, trace_state, True))
         if not _PLAIN_TYPES.issuperset(map(type, attributes.values())):
             attributes = _clean(attributes)
-        return LeanSpan(self, name, context, parent.context, kind, attributes, (), None)
+        return LeanSpan(self, name, context, parent.context, kind, attributes, (), time.time_ns())
 
     @_agnosticcontextmanager  # the API's own decorator: a context manager that also decorates
     def start_as_current_span(
