@@ -277,9 +277,10 @@ class KeptRpc(ServerCall):
     alone, its first model call's span is made directly as its child (`calls.model_call`, through `Seen.kept`),
     and it ends its span with the attributes written into the lean span's own record.
 
-    Why: one RPC in ten at the default ratio, and each kept trace cost ~265 k instructions, a third of what
-    telemetry costs a gateway request (`bench/instructions.py`; `bench/README.md`). `tests/test_telemetry.py` holds
-    its spans and measurements to the general path's."""
+    Why: one RPC in ten keeps its trace at the default ratio, and a kept trace cost a gateway request ~315 k
+    instructions over telemetry off, a third of what 10% of traces cost. With `calls.KeptCall` and
+    `LeanTracer.start_child` it costs ~265 k (`bench/instructions.py`; `bench/README.md`).
+    `tests/test_telemetry.py` holds its spans, measurements, log lines and headers to the general path's."""
 
     def __init__(
         self, method: str, model: str, grpc_context: Any, request: request_pb2.Request, instruments: Any, root: Any

@@ -401,8 +401,9 @@ class LeanTracer(trace.Tracer):
         span keeps (not copied again).
 
         Why: a kept trace's model call and HTTP attempt are children of the span just started, whose context is
-        known: no context to look the parent up in, no rule to choose, one id to draw. Each of the two spans cost
-        ~20 k instructions through `start_span` (a kept trace: ~265 k, `bench/README.md`)."""
+        known: no context to look the parent up in, no rule to choose, one id to draw. Through `start_span` each of
+        the two cost ~7 k instructions more (a kept served call's hooks, counted in a loop: 263 k -> 249 k;
+        `bench/README.md`)."""
         if type(parent) is not LeanSpan or not self._sdk_ids:
             return None
         decisions = self._decisions
