@@ -930,6 +930,51 @@ async def test_a_served_rpc_logs_the_usage_its_served_call_read(upstream, traces
     assert (first["trace_id"] is None) is (traces == "none")
 
 
+async def _served_rpcs(fake, model) -> tuple[list[dict], list[list[tuple[str, str]]]]:
+    """Through a gRPC server of `model` (the fake's), no trace context sent: a success, one after retries, a soft
+    error (an answer that is not the JSON the schema asks for), a hard failure after retries and a rejection
+    (unary), then a stream. Returns the access-log lines (JSON) and each unary RPC's provider trailers."""
+    import grpc
+    from modelir.v1 import service_pb2, service_pb2_grpc
+
+    plain = build_request("mini", messages=[("user", "hi")], temperature=0.5, stop=["x", "y"])
+    rejected = build_request("mini", prompt="The cat", max_output_tokens=0)
+    rejected.input_scoring.continuations.add(text=" sat")
+    violated = build_request("mini", messages=[("user", "hi")], json_schema='{"type": "object"}')
+    lines = io.BytesIO()
+    access_log_module.configure("json", lines)
+    fake.requests.clear()
+    trailers = []
+    server, port = await build_server({"mini": model}, "127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = service_pb2_grpc.ModelServiceStub(channel)
+            for fail_first, request in (
+                ([], plain),
+                ([429, 503], plain),
+                ([], violated),
+                ([503] * 4, plain),
+                ([], rejected),
+            ):
+                fake.fail_first = list(fail_first)
+                grpc_call = stub.Generate(service_pb2.GenerateRequest(request=request))
+                try:
+                    await grpc_call
+                except grpc.aio.AioRpcError:
+                    pass
+                trailing = await grpc_call.trailing_metadata() or ()
+                trailers.append(sorted((k, v) for k, v in trailing if k.startswith("modelir-provider")))
+            fake.fail_first = []
+            stream = stub.StreamGenerate(service_pb2.StreamGenerateRequest(request=plain))
+            [_ async for _ in stream]
+    finally:
+        await server.stop(None)
+        access_log_module.access_log().flush()
+        access_log_module.configure()
+    return [orjson.loads(line) for line in lines.getvalue().splitlines()], trailers
+
+
 @pytest.mark.parametrize("meter", ["sdk", "aggregating"])
 @pytest.mark.parametrize("traces", ["none", "left out"])
 async def test_a_served_rpc_records_what_the_general_server_call_records(upstream, monkeypatch, traces, meter):
@@ -937,19 +982,13 @@ async def test_a_served_rpc_records_what_the_general_server_call_records(upstrea
     lean `ServedRpc`: through the gRPC server, for a success, retries, a soft error, a hard failure, a rejection and
     a stream, it gives the metric points, access-log lines, trailers and provider headers that the general
     `ServerCall` gives the same RPCs (trace and time fields aside)."""
-    import grpc
     from modelir.telemetry import _runtime
     from modelir.telemetry import server as telemetry_server
     from modelir.telemetry.meter import AggregatingMeter
     from modelir.telemetry.tracer import LeanTracerProvider
-    from modelir.v1 import service_pb2, service_pb2_grpc
     from opentelemetry.sdk.trace import sampling
 
     fake, model = upstream
-    plain = build_request("mini", messages=[("user", "hi")])
-    rejected = build_request("mini", prompt="The cat", max_output_tokens=0)
-    rejected.input_scoring.continuations.add(text=" sat")
-    violated = build_request("mini", messages=[("user", "hi")], json_schema='{"type": "object"}')
 
     async def observed(general: bool) -> tuple:
         made: list[str] = []
@@ -976,46 +1015,12 @@ async def test_a_served_rpc_records_what_the_general_server_call_records(upstrea
             exported = InMemorySpanExporter()
             tracer_provider = LeanTracerProvider(exported, sampler=sampling.ParentBased(sampling.ALWAYS_OFF))
         telemetry.install(meter_provider=meter_provider, tracer_provider=tracer_provider)
-        lines = io.BytesIO()
-        access_log_module.configure("json", lines)
-        fake.requests.clear()
-        trailers = []
-        server, port = await build_server({"mini": model}, "127.0.0.1:0")
-        await server.start()
         try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:  # no trace context sent
-                stub = service_pb2_grpc.ModelServiceStub(channel)
-                for fail_first, body, request in (
-                    ([], None, plain),
-                    ([429, 503], None, plain),
-                    ([], None, violated),  # its answer is not the JSON the schema asks for: a soft error
-                    ([503] * 4, None, plain),
-                    ([], None, rejected),
-                ):
-                    fake.fail_first, fake.body_override = list(fail_first), body
-                    grpc_call = stub.Generate(service_pb2.GenerateRequest(request=request))
-                    try:
-                        await grpc_call
-                    except grpc.aio.AioRpcError:
-                        pass
-                    trailers.append(
-                        sorted(
-                            (k, v)
-                            for k, v in await grpc_call.trailing_metadata() or ()
-                            if k.startswith("modelir-provider")
-                        )
-                    )
-                fake.fail_first, fake.body_override = [], None
-                stream = stub.StreamGenerate(service_pb2.StreamGenerateRequest(request=plain))
-                [_ async for _ in stream]
+            logged, trailers = await _served_rpcs(fake, model)
         finally:
-            await server.stop(None)
-            access_log_module.access_log().flush()
-            access_log_module.configure()
             telemetry.install()
         if tracer_provider is not None:
             assert exported.get_finished_spans() == ()  # nothing kept, either way
-        logged = [orjson.loads(line) for line in lines.getvalue().splitlines()]
         for line in logged:
             del line["time"], line["latency_ms"]
             trace_id = line.pop("trace_id")
@@ -1052,19 +1057,13 @@ async def test_a_kept_rpc_records_what_the_general_server_call_records(upstream,
     attributes in their order, statuses, events), metric points, access-log lines, trailers and provider headers
     are the ones the general `ServerCall`, `Call` and `start_span` give the same RPCs (ids and times aside). With
     content captured, the model call is a general `Call`."""
-    import grpc
     from modelir.telemetry import _runtime
     from modelir.telemetry import server as telemetry_server
     from modelir.telemetry.meter import AggregatingMeter
     from modelir.telemetry.tracer import LeanTracer, LeanTracerProvider
-    from modelir.v1 import service_pb2, service_pb2_grpc
     from opentelemetry.sdk.trace import sampling
 
     fake, model = upstream
-    plain = build_request("mini", messages=[("user", "hi")], temperature=0.5, stop=["x", "y"])
-    rejected = build_request("mini", prompt="The cat", max_output_tokens=0)
-    rejected.input_scoring.continuations.add(text=" sat")
-    violated = build_request("mini", messages=[("user", "hi")], json_schema='{"type": "object"}')
 
     async def observed(general: bool) -> tuple:
         made: list[str] = []
@@ -1103,36 +1102,9 @@ async def test_a_kept_rpc_records_what_the_general_server_call_records(upstream,
             exported, sampler=sampling.ParentBased(sampling.ALWAYS_ON), processor=SimpleSpanProcessor(exported)
         )
         telemetry.install(meter_provider=meter_provider, tracer_provider=tracer_provider, capture_content=content)
-        lines = io.BytesIO()
-        access_log_module.configure("json", lines)
-        fake.requests.clear()
-        trailers = []
-        server, port = await build_server({"mini": model}, "127.0.0.1:0")
-        await server.start()
         try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:  # no trace context sent
-                stub = service_pb2_grpc.ModelServiceStub(channel)
-                for fail_first, request in (
-                    ([], plain),
-                    ([429, 503], plain),
-                    ([], violated),  # a soft error
-                    ([503] * 4, plain),
-                    ([], rejected),
-                ):
-                    fake.fail_first = list(fail_first)
-                    grpc_call = stub.Generate(service_pb2.GenerateRequest(request=request))
-                    try:
-                        await grpc_call
-                    except grpc.aio.AioRpcError:
-                        pass
-                    trailers.append(sorted(await grpc_call.trailing_metadata() or ()))
-                fake.fail_first = []
-                stream = stub.StreamGenerate(service_pb2.StreamGenerateRequest(request=plain))
-                [_ async for _ in stream]
+            logged, trailers = await _served_rpcs(fake, model)
         finally:
-            await server.stop(None)
-            access_log_module.access_log().flush()
-            access_log_module.configure()
             telemetry.install()
             monkeypatch.undo()
         spans = exported.get_finished_spans()
@@ -1160,7 +1132,6 @@ async def test_a_kept_rpc_records_what_the_general_server_call_records(upstream,
                     for s in members
                 ]
             )
-        logged = [orjson.loads(line) for line in lines.getvalue().splitlines()]
         for line, root in zip(logged, sorted(roots, key=lambda s: s.start_time), strict=True):
             del line["time"], line["latency_ms"]
             assert line.pop("trace_id") == f"{root.context.trace_id:032x}"
