@@ -1144,7 +1144,8 @@ async def test_a_kept_rpc_records_what_the_general_server_call_records(upstream,
 
     lean, general = await observed(general=False), await observed(general=True)
     first_call = "Call" if content else "KeptCall"
-    # each unary RPC makes one model call, before the server's row of them (rejected ones included); a stream none
+    # Six RPCs, each a `KeptRpc`; the five unary ones make a model call each (the rejected one too). The stream's
+    # call is made by `stream_call`, which is not counted here.
     assert [m for m in lean[0] if m.endswith("Rpc")] == ["KeptRpc"] * 6
     assert [m for m in lean[0] if m.endswith("Call") and m != "ServerCall"] == [first_call] * 5
     assert [m for m in general[0] if m == "ServerCall"] == ["ServerCall"] * 6
