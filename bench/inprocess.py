@@ -23,8 +23,9 @@ import orjson
 from gateway import _process
 from httpx_aiohttp import AiohttpTransport
 from modelir import Model, build_request
-from modelir.executor import Executor, aiohttp_session
-from modelir.transports.openai_chat import OpenAIChat
+from modelir.http.executor import Executor
+from modelir.http.sessions import aiohttp_session
+from modelir.transports.openai.chat import OpenAIChat
 
 HERE = Path(__file__).resolve().parent
 Call = Callable[[], Awaitable[object]]

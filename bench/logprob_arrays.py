@@ -1,7 +1,7 @@
 """How to get packed logprob columns into numpy: which way is cheapest (`python -m bench.logprob_arrays`).
 
 32,768 tokens with top-20 alternatives, as an RL trainer asks for. Each way is timed against `np.asarray` over the
-generated repeated field (the way `modelir.reading` uses), side by side, as a ratio: absolute times on a shared
+generated repeated field (the way `modelir.reading.view` uses), side by side, as a ratio: absolute times on a shared
 machine are noise. The serialized route is timed only up to the bytes `np.frombuffer` would view: it cannot be
 cheaper than that, and its varint-packed ids cannot be viewed in place at all.
 """
@@ -9,7 +9,7 @@ cheaper than that, and its varint-packed ids cannot be viewed in place at all.
 from __future__ import annotations
 
 import numpy as np
-from modelir.reading import logprob_arrays
+from modelir.reading.view import logprob_arrays
 from modelir.v1 import logprobs_pb2
 
 from bench.timing import paired

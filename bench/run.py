@@ -14,7 +14,7 @@ import time
 
 import orjson
 from modelir import Model, ReferenceModel, build_request
-from modelir import logprobs as lp
+from modelir.logprobs import build as lp
 from modelir.v1 import content_pb2, response_pb2
 from timing import chained
 

@@ -1,6 +1,6 @@
 """Per-transport translation costs: lower and lift of a small chat exchange, and the whole lift (parsing
 included) of a 2,000-token response with top-20 logprobs, against a bare `orjson.loads` of the same bytes: the
-Python builders and the native fast path (`native/`, `modelir.native`) side by side, in interleaved rounds."""
+Python builders and the native fast path (`native/`, `modelir.logprobs.native`) side by side, in interleaved rounds."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ import time
 from collections.abc import Callable
 
 import orjson
-from modelir import build_request, native
+from modelir import build_request
+from modelir.logprobs import native
 from modelir.server.app import tune_gc
 from modelir.transports.base import HttpResponse
-from modelir.transports.openai_chat import OpenAIChat
-from modelir.transports.openai_completions import OpenAICompletions
-from modelir.transports.openai_responses import OpenAIResponses
+from modelir.transports.openai.chat import OpenAIChat
+from modelir.transports.openai.completions import OpenAICompletions
+from modelir.transports.openai.responses import OpenAIResponses
 from modelir.transports.vllm import VLLM
 from timing import median_seconds
 

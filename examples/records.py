@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 import modelir
-from modelir.records import RecordWriter, read_records
+from modelir.records.files import RecordWriter, read_records
 
 QUESTIONS = ["What is 2 + 2?", "Name a colour.", "Say hello."]
 path = Path(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp()) / "answers.jsonl"

@@ -8,7 +8,7 @@ import sys
 import time
 
 import modelir
-from modelir.reading import delta_text
+from modelir.reading.view import delta_text
 
 
 async def main() -> None:

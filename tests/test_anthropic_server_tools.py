@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from modelir import accumulate
-from modelir.transports.anthropic_messages import AnthropicMessages
+from modelir.transports.anthropic.messages import AnthropicMessages
 from modelir.transports.base import HttpResponse, RawEvent
 from modelir.v1 import content_pb2, request_pb2, response_pb2
 

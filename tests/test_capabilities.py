@@ -98,7 +98,7 @@ async def test_validate_reports_without_running(reference):
 
 async def test_streaming_is_a_capability(reference):
     from modelir import Model
-    from modelir.capabilities import narrow
+    from modelir.pipeline.capabilities import narrow
 
     narrowed = Model(reference.transport, manifest=narrow(reference.capabilities, [C.CAPABILITY_STREAMING]))
     with pytest.raises(UnsupportedCapabilityError, match="STREAMING"):

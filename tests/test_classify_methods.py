@@ -9,7 +9,7 @@ import httpx
 import orjson
 import pytest
 from modelir import Model, UnsupportedCapabilityError, aclassify
-from modelir.executor import Executor
+from modelir.http.executor import Executor
 from modelir.transports.llamacpp import LlamaCpp
 from modelir.transports.openai.chat import OpenAIChat
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from modelir import Model, UnsupportedCapabilityError, aclassify
-from modelir.capabilities import narrow
+from modelir.pipeline.capabilities import narrow
 from modelir.v1 import capabilities_pb2
 
 C = capabilities_pb2.Capability

@@ -14,9 +14,10 @@ import textwrap
 import time
 
 import pytest
-from modelir import Model, ReferenceModel, build_request, records
+from modelir import Model, ReferenceModel, build_request
 from modelir.batch import run_batch
 from modelir.cli import build_parser
+from modelir.records import files as records
 from modelir.version import IR_VERSION, SDK_VERSION
 
 MODELIR = [sys.executable, "-m", "modelir.cli"]

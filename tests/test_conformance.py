@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pydantic
 import pytest
-from modelir import conformance
+from modelir.conformance import runner as conformance
 
 FIXTURES = conformance.DEFAULT_FIXTURES
 
@@ -66,7 +66,7 @@ def test_openai_chat_fixtures_fit_the_openai_sdk(path: Path):
 
 
 def test_openai_chat_provider_option_keys_are_real_parameters():
-    from modelir.transports.openai_chat import PROVIDER_OPTION_KEYS
+    from modelir.transports.openai.chat import PROVIDER_OPTION_KEYS
     from openai.types.chat import completion_create_params
 
     assert set(PROVIDER_OPTION_KEYS) <= completion_create_params.CompletionCreateParamsNonStreaming.__optional_keys__

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from modelir import capabilities
+from modelir.pipeline import capabilities
 from modelir.transports import TRANSPORTS
 from modelir.v1 import request_pb2
 

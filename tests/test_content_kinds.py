@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from modelir import content_kinds
-from modelir.capabilities import unsupported
+from modelir.pipeline import content_kinds
+from modelir.pipeline.capabilities import unsupported
 from modelir.transports import TRANSPORTS
 from modelir.transports.reference import ReferenceModel
 from modelir.v1 import content_pb2, request_pb2
@@ -79,7 +79,7 @@ def test_a_lowering_without_a_lowering_for_a_kind_raises_a_typed_error():
 
 def test_unfolding_a_kind_that_never_streams_is_a_typed_error():
     from modelir import errors
-    from modelir.streams import events_from_response
+    from modelir.streams.fold import events_from_response
     from modelir.v1 import response_pb2
 
     response = response_pb2.Response()

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from modelir import errors, soft_errors
+from modelir import errors
+from modelir.errors import soft as soft_errors
 from modelir.v1 import errors_pb2
 
 README = Path(__file__).resolve().parents[1] / "proto" / "README.md"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
-from modelir.records import read_records
+from modelir.records.files import read_records
 
 from tests.fake_openai import FakeOpenAI
 

@@ -8,7 +8,8 @@ import time
 import pytest
 from aiohttp import web
 from modelir import errors
-from modelir.executor import Executor, RetryPolicy
+from modelir.http.executor import Executor
+from modelir.http.retry import RetryPolicy
 from modelir.transports.base import HttpRequest, error_for_status
 
 

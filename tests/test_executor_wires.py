@@ -9,7 +9,8 @@ import httpx
 import pytest
 from aiohttp import web
 from modelir import errors
-from modelir.executor import Executor, RetryPolicy
+from modelir.http.executor import Executor
+from modelir.http.retry import RetryPolicy
 from modelir.transports.base import HttpRequest, error_for_status
 
 QUICK = RetryPolicy(backoff_base=0.01, backoff_max=0.02)

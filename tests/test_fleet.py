@@ -16,7 +16,7 @@ from modelir.batch import LocalScheduler, read_inputs, run_batch
 from modelir.config import ConfigError, build_config
 from modelir.limiter import BaseLimiter
 from modelir.limiter.redis_limiter import LimiterUnavailableError, RedisLimiter
-from modelir.records import read_records
+from modelir.records.files import read_records
 from modelir.remote import RemoteModel, channel_target
 
 from tests.concurrency import peak_concurrency

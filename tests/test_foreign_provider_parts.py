@@ -4,8 +4,8 @@ their pair, under the request's foreign-artifact policy."""
 from __future__ import annotations
 
 import pytest
-from modelir.artifacts import apply_foreign_artifact_policy, foreign_artifact_count
 from modelir.errors import ForeignArtifactError
+from modelir.pipeline.artifacts import apply_foreign_artifact_policy, foreign_artifact_count
 from modelir.v1 import content_pb2, request_pb2
 
 ANTHROPIC = content_pb2.Issuer(transport="anthropic_messages", model="claude")

@@ -12,7 +12,7 @@ import random
 import httpx
 import pytest
 from modelir import Model, build_request, errors
-from modelir.executor import Executor
+from modelir.http.executor import Executor
 from modelir.registry import build_transport
 
 from tests.fuzz.drive import load_exchanges, run

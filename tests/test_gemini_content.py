@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from modelir.pipeline import Pipeline
+from modelir.pipeline.prepare import Pipeline
 from modelir.transports.base import RawEvent
 from modelir.transports.google import genai_stream, parts
-from modelir.transports.google_genai import GoogleGenAI
+from modelir.transports.google.genai import GoogleGenAI
 from modelir.v1 import content_pb2, request_pb2
 
 

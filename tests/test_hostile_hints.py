@@ -6,8 +6,10 @@ import math
 
 import httpx
 import pytest
-from modelir import errors, rich_status
-from modelir.executor import Executor, RetryPolicy
+from modelir import errors
+from modelir.errors import rich_status
+from modelir.http.executor import Executor
+from modelir.http.retry import RetryPolicy
 from modelir.transports.base import HttpRequest, HttpResponse, error_for_status, retry_after_seconds
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from modelir import logprobs as lp
-from modelir.transports.openai_completions import OpenAICompletions
+from modelir.logprobs import build as lp
+from modelir.transports.openai.completions import OpenAICompletions
 from modelir.transports.vllm import VLLM
 from modelir.v1 import response_pb2
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from modelir import build_request, errors
-from modelir.media_policy import _blob_fields, _has_uri, check
+from modelir.pipeline.media_policy import _blob_fields, _has_uri, check
 from modelir.v1 import content_pb2, request_pb2
 
 

@@ -8,9 +8,9 @@ import gc
 import httpx
 import orjson
 from modelir import Model, build_request
-from modelir.executor import Executor
+from modelir.http.executor import Executor
 from modelir.model import paused_gc
-from modelir.transports.openai_chat import OpenAIChat
+from modelir.transports.openai.chat import OpenAIChat
 
 ANSWER = {
     "id": "c",

@@ -1,4 +1,5 @@
-"""The native logprob fast path (`native/`, `modelir.native`) gives the same IR as the Python builders, byte for byte.
+"""The native logprob fast path (`native/`, `modelir.logprobs.native`)
+gives the same IR as the Python builders, byte for byte.
 
 Every lift here runs twice, with `MODELIR_NATIVE=0` (the Python reference) and with the fast path, and the two
 outcomes must be equal: the deterministic serialization of the `Response`, or the same exception with the same
@@ -26,7 +27,8 @@ from unittest import mock
 import orjson
 import pytest
 from google.protobuf import json_format
-from modelir import build_request, native
+from modelir import build_request
+from modelir.logprobs import native
 from modelir.registry import build_transport
 from modelir.transports.base import HttpResponse
 from modelir.v1 import request_pb2
@@ -532,13 +534,13 @@ def test_fuzzed_bodies_lift_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_without_the_extension_the_python_builders_lift(monkeypatch, caplog) -> None:
     monkeypatch.setattr(native, "_ext", None)
     monkeypatch.setattr(native, "_said", False)
-    caplog.set_level(logging.DEBUG, logger="modelir.native")
+    caplog.set_level(logging.DEBUG, logger="modelir.logprobs.native")
     chat = build_transport("openai_chat", {"provider_model": "m"})
     completions = build_transport("openai_completions", {"provider_model": "m"})
     first = chat.lift(CHAT, HttpResponse(200, {}, CHAT_CASES[0].chat()))
     completions.lift(PROMPT, HttpResponse(200, {}, COMPLETION_CASES[0][1]))
     assert list(first.choices[0].logprobs.tokens) == ["a"]
-    said = [r for r in caplog.records if r.name == "modelir.native"]
+    said = [r for r in caplog.records if r.name == "modelir.logprobs.native"]
     assert len(said) == 1 and said[0].levelno == logging.DEBUG and "Python builders" in said[0].getMessage()
 
 

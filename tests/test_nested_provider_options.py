@@ -4,7 +4,7 @@ themselves, up front, instead of ignoring them."""
 from __future__ import annotations
 
 from modelir import build_request
-from modelir.pipeline import Pipeline
+from modelir.pipeline.prepare import Pipeline
 from modelir.registry import build_transport
 
 

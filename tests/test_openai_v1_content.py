@@ -10,7 +10,9 @@ from pathlib import Path
 import orjson
 import pytest
 from google.protobuf import json_format
-from modelir import accumulate, conformance, content_kinds
+from modelir import accumulate
+from modelir.conformance import runner as conformance
+from modelir.pipeline import content_kinds
 from modelir.transports import llamacpp, vllm
 from modelir.transports.base import HttpResponse, RawEvent
 from modelir.transports.openai import OpenAIChat, OpenAICompletions, OpenAIResponses

@@ -9,9 +9,10 @@ import time
 import pytest
 from aiohttp import web
 from modelir import Model, build_request, errors
-from modelir.executor import Executor, RetryPolicy
-from modelir.pipeline import Pipeline
-from modelir.transports.openai_chat import OpenAIChat
+from modelir.http.executor import Executor
+from modelir.http.retry import RetryPolicy
+from modelir.pipeline.prepare import Pipeline
+from modelir.transports.openai.chat import OpenAIChat
 from modelir.transports.reference import ReferenceModel
 
 from tests.fake_openai import completion_body

@@ -9,7 +9,7 @@ import datetime
 import numpy as np
 import pytest
 from modelir import Model, ReferenceModel, build_request
-from modelir.reading import view
+from modelir.reading.view import view
 from modelir.v1 import content_pb2, request_pb2, response_pb2
 from modelir.writing import ArgumentError
 

@@ -8,9 +8,11 @@ import os
 
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
-from modelir import Model, ReferenceModel, records, varint
+from modelir import Model, ReferenceModel
 from modelir.batch import ChangedInputError, read_inputs, run_batch
-from modelir.records import BINARY, JSONL, RecordWriter
+from modelir.records import files as records
+from modelir.records import varint
+from modelir.records.files import BINARY, JSONL, RecordWriter
 from modelir.v1 import record_pb2, response_pb2
 
 _FUTURE_FINISH = 42  # a FinishReason value a later release may add

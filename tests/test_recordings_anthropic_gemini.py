@@ -6,11 +6,12 @@ import base64
 import json
 
 import pytest
-from modelir import ForeignArtifactError, accumulate, errors, records
-from modelir.pipeline import Pipeline
-from modelir.transports.anthropic_messages import AnthropicMessages
+from modelir import ForeignArtifactError, accumulate, errors
+from modelir.pipeline.prepare import Pipeline
+from modelir.records import files as records
+from modelir.transports.anthropic.messages import AnthropicMessages
 from modelir.transports.base import HttpResponse, RawEvent
-from modelir.transports.google_genai import GoogleGenAI
+from modelir.transports.google.genai import GoogleGenAI
 from modelir.v1 import content_pb2, record_pb2, request_pb2, response_pb2
 
 from tests.recordings import cassette, vercel_chunks, wire_dir

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from modelir import accumulate
 from modelir.transports import opaque_json
-from modelir.transports.anthropic_messages import AnthropicMessages
+from modelir.transports.anthropic.messages import AnthropicMessages
 from modelir.transports.base import HttpResponse, RawEvent
 from modelir.v1 import content_pb2, request_pb2, response_pb2
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from modelir import accumulate
 from modelir.transports.base import HttpResponse, RawEvent
-from modelir.transports.google_genai import GoogleGenAI
+from modelir.transports.google.genai import GoogleGenAI
 from modelir.v1 import content_pb2, request_pb2, response_pb2
 
 from tests.recordings import cassette, wire_dir

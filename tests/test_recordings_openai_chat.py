@@ -8,7 +8,7 @@ import pytest
 from google.protobuf import json_format
 from modelir import accumulate, errors
 from modelir.transports.base import HttpResponse, RawEvent
-from modelir.transports.openai_chat import OpenAIChat
+from modelir.transports.openai.chat import OpenAIChat
 from modelir.v1 import request_pb2
 
 from tests.recordings import cassette, vercel_chunks, wire_dir

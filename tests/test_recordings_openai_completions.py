@@ -6,7 +6,7 @@ import json
 
 from modelir import accumulate
 from modelir.transports.base import HttpResponse, RawEvent
-from modelir.transports.openai_completions import OpenAICompletions
+from modelir.transports.openai.completions import OpenAICompletions
 from modelir.transports.vllm import VLLM
 from modelir.v1 import request_pb2
 

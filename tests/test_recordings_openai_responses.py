@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from modelir import accumulate, errors, records
+from modelir import accumulate, errors
+from modelir.records import files as records
 from modelir.transports.base import HttpResponse, RawEvent
-from modelir.transports.openai_responses import OpenAIResponses
+from modelir.transports.openai.responses import OpenAIResponses
 from modelir.v1 import content_pb2, record_pb2, request_pb2, response_pb2
 
 from tests.recordings import cassette, vercel_chunks, wire_dir

@@ -11,7 +11,7 @@ import orjson
 import pytest
 from modelir import accumulate
 from modelir.transports.base import HttpResponse, RawEvent
-from modelir.transports.openai_responses import OpenAIResponses
+from modelir.transports.openai.responses import OpenAIResponses
 from modelir.v1 import content_pb2, request_pb2
 
 from tests.recordings import cassette, wire_dir

@@ -12,9 +12,10 @@ import warnings
 
 import pytest
 from google.protobuf import json_format
-from modelir import Model, ReferenceModel, build_request, records
+from modelir import Model, ReferenceModel, build_request
 from modelir.batch import read_inputs, run_batch
-from modelir.records import RecordFileError, RecordWriter
+from modelir.records import files as records
+from modelir.records.files import RecordFileError, RecordWriter
 from modelir.v1 import record_pb2, response_pb2
 
 MODELIR = [sys.executable, "-m", "modelir.cli"]

@@ -9,7 +9,7 @@ import numpy as np
 import orjson
 import pytest
 from modelir import ForeignArtifactError, Model, ReferenceModel, accumulate, build_request, message
-from modelir import logprobs as lp
+from modelir.logprobs import build as lp
 from modelir.transports.reference import logprob_table
 from modelir.v1 import content_pb2, request_pb2, response_pb2
 

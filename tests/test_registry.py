@@ -10,7 +10,7 @@ from modelir import build_request
 from modelir.config import _MODEL_KEYS, ConfigError, build_config, load_config
 from modelir.registry import TransportOptionError, build_transport, registry, schema_of
 from modelir.transports import TRANSPORTS
-from modelir.transports.anthropic_messages import AnthropicMessages
+from modelir.transports.anthropic.messages import AnthropicMessages
 from modelir.transports.base import LocalTransport
 from modelir.transports.reference import ReferenceModel
 

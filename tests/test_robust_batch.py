@@ -9,7 +9,7 @@ from modelir.batch import run_batch
 from modelir.batch.ledger import Ledger, RecordFileLockedError
 from modelir.limiter import Limiter, feedback_pause
 from modelir.limiter.base import MAX_FEEDBACK_PAUSE
-from modelir.records import RecordFileError, read_records
+from modelir.records.files import RecordFileError, read_records
 from modelir.transports.reference import ReferenceModel
 from modelir.v1 import record_pb2
 

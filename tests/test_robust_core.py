@@ -11,13 +11,14 @@ import orjson
 import pytest
 from google.protobuf import duration_pb2
 from modelir import Model, build_request, errors
-from modelir.accumulate import StreamAccumulator
 from modelir.config import build_config
-from modelir.executor import Executor, RetryPolicy
+from modelir.http.executor import Executor
+from modelir.http.retry import RetryPolicy
 from modelir.model import DEFAULT_TIMEOUT
+from modelir.streams.fold import StreamAccumulator
 from modelir.transports.base import HttpResponse
-from modelir.transports.google_genai import GoogleGenAI
-from modelir.transports.openai_chat import OpenAIChat
+from modelir.transports.google.genai import GoogleGenAI
+from modelir.transports.openai.chat import OpenAIChat
 from modelir.v1 import stream_pb2
 
 SECRET = "sk-live-0123456789abcdef"

@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from modelir import Model, build_request, errors
 from modelir.config import ConfigError, ServerSettings, build_config
-from modelir.media_policy import MediaPolicy, check
+from modelir.pipeline.media_policy import MediaPolicy, check
 from modelir.remote import RemoteModel
 from modelir.server import build_server
 from modelir.server.app import server_options

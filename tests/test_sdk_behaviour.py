@@ -20,9 +20,9 @@ from modelir import (
     records,
 )
 from modelir.interface import ModelInterface
-from modelir.pipeline import Pipeline
-from modelir.recording import record_of
-from modelir.records import RecordWriter
+from modelir.pipeline.prepare import Pipeline
+from modelir.records.files import RecordWriter
+from modelir.records.recording import record_of
 from modelir.registry import build_transport
 from modelir.remote import RemoteModel
 from modelir.server import build_server

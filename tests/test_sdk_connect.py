@@ -13,8 +13,8 @@ import modelir
 import openai.types.chat
 import pytest
 from modelir import build_request, connect, needs, raw_json, raw_typed, recorded, view
-from modelir.needs import needs_of
-from modelir.records import RecordWriter, read_records
+from modelir.pipeline.needs import needs_of
+from modelir.records.files import RecordWriter, read_records
 from modelir.remote import RemoteModel
 from modelir.server import build_server
 from modelir.v1 import capabilities_pb2, errors_pb2, record_pb2, response_pb2

@@ -12,11 +12,11 @@ import orjson
 import pydantic
 import pytest
 from modelir import build_request, view
-from modelir.names import enum_name, enum_value, short_names
-from modelir.reading import delta_text, logprob_arrays
-from modelir.transports.openai_chat import OpenAIChat
+from modelir.reading.view import delta_text, logprob_arrays
+from modelir.transports.openai.chat import OpenAIChat
 from modelir.v1 import content_pb2, logprobs_pb2, request_pb2, response_pb2, stream_pb2
 from modelir.writing import ArgumentError, image, tool, tool_choice, tool_result
+from modelir.writing.names import enum_name, enum_value, short_names
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16
 

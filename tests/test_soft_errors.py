@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from modelir import accumulate, soft_errors
+from modelir import accumulate
+from modelir.errors import soft as soft_errors
 from modelir.transports.base import HttpResponse, RawEvent
-from modelir.transports.google_genai import GoogleGenAI
-from modelir.transports.openai_chat import OpenAIChat
-from modelir.transports.openai_responses import OpenAIResponses
+from modelir.transports.google.genai import GoogleGenAI
+from modelir.transports.openai.chat import OpenAIChat
+from modelir.transports.openai.responses import OpenAIResponses
 from modelir.v1 import errors_pb2, request_pb2, response_pb2
 
 R = errors_pb2

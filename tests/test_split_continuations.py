@@ -7,8 +7,8 @@ import orjson
 import pytest
 from aiohttp import web
 from modelir import Model, accumulate, build_request, errors
-from modelir.executor import Executor
-from modelir.pipeline import merge_continuations, split_continuations
+from modelir.http.executor import Executor
+from modelir.pipeline.prepare import merge_continuations, split_continuations
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport
 from modelir.transports.manifests import build
 from modelir.transports.reference import ReferenceModel

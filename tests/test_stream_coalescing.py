@@ -13,10 +13,10 @@ import orjson
 import pytest
 from google.protobuf import json_format
 from modelir import Model, ReferenceModel, accumulate, build_request, errors
-from modelir.coalesce import coalesced, merge_waiting
 from modelir.remote import RemoteModel
 from modelir.server import build_server
-from modelir.streams import events_from_response
+from modelir.streams.coalesce import coalesced, merge_waiting
+from modelir.streams.fold import events_from_response
 from modelir.telemetry import access_log
 from modelir.transports.base import LocalTransport
 from modelir.v1 import content_pb2, request_pb2, response_pb2, service_pb2, service_pb2_grpc, stream_pb2
@@ -295,7 +295,7 @@ async def test_an_abandoned_stream_ends_its_rpc_in_the_finaliser_context():
 
 
 async def test_the_coalesced_stream_is_numbered_again_without_gaps():
-    from modelir.coalesce import coalesced
+    from modelir.streams.coalesce import coalesced
 
     async def source():
         for i in range(40):

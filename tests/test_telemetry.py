@@ -13,7 +13,7 @@ from modelir import ReferenceModel, build_request, errors, telemetry
 from modelir.batch import run_batch
 from modelir.config import build_config
 from modelir.model import Model
-from modelir.records import read_records
+from modelir.records.files import read_records
 from modelir.remote import RemoteModel
 from modelir.server import build_server
 from modelir.telemetry import access_log as access_log_module

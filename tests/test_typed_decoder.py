@@ -6,9 +6,10 @@ import json
 
 import pytest
 from google.protobuf import json_format
-from modelir import conformance, errors
+from modelir import errors
+from modelir.conformance import runner as conformance
 from modelir.transports.base import HttpResponse
-from modelir.transports.openai_chat import OpenAIChat
+from modelir.transports.openai.chat import OpenAIChat
 from modelir.v1 import request_pb2
 
 from tests.recordings import WIRE, cassette
@@ -100,8 +101,8 @@ def _responses_bodies():
     ("name", "request_", "body"), list(_responses_bodies()), ids=lambda v: v if isinstance(v, str) else ""
 )
 def test_every_responses_body_lifts_each_output_item(name, request_, body):
+    from modelir.transports.openai.responses import OpenAIResponses
     from modelir.transports.openai.responses_items import HOSTED_TYPES
-    from modelir.transports.openai_responses import OpenAIResponses
 
     lifted = OpenAIResponses(provider_model="gpt-5").lift(request_, HttpResponse(200, {}, body))
     items = json.loads(body).get("output") or []
@@ -120,7 +121,7 @@ def test_every_responses_body_lifts_each_output_item(name, request_, body):
 
 
 def test_a_responses_item_of_an_unknown_type_is_a_provider_part_and_the_rest_lifted():
-    from modelir.transports.openai_responses import OpenAIResponses
+    from modelir.transports.openai.responses import OpenAIResponses
 
     body = {
         "id": "r",
@@ -141,7 +142,7 @@ def test_a_responses_item_of_an_unknown_type_is_a_provider_part_and_the_rest_lif
 
 
 def test_a_responses_item_of_a_known_type_but_the_wrong_shape_is_a_typed_error():
-    from modelir.transports.openai_responses import OpenAIResponses
+    from modelir.transports.openai.responses import OpenAIResponses
 
     body = {"id": "r", "output": [{"type": "web_search_call"}, {"type": "message", "content": "not a list"}]}
     with pytest.raises(errors.MalformedResponseError, match="documented shape"):

@@ -20,8 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 from modelir import Model, UnsupportedCapabilityError, accumulate, build_request
-from modelir.executor import Executor
-from modelir.transports.openai_completions import OpenAICompletions
+from modelir.http.executor import Executor
+from modelir.transports.openai.completions import OpenAICompletions
 from modelir.v1 import capabilities_pb2, response_pb2
 
 from tests.integrations.lm_eval_tasks import TASKS, documents, responses, run_tasks

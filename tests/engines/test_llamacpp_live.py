@@ -14,7 +14,7 @@ import jsonschema
 import orjson
 import pytest
 from modelir import Model, UnsupportedCapabilityError, accumulate, aclassify, build_request, errors
-from modelir.executor import Executor
+from modelir.http.executor import Executor
 from modelir.transports.llamacpp import LlamaCpp
 from modelir.v1 import errors_pb2, logprobs_pb2, request_pb2, response_pb2
 

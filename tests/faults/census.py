@@ -13,14 +13,15 @@ import time
 from dataclasses import dataclass
 
 from modelir import Model, build_request, errors
-from modelir.executor import Executor, RetryPolicy
+from modelir.http.executor import Executor
+from modelir.http.retry import RetryPolicy
 from modelir.limiter import Limiter
 from modelir.remote import RemoteModel
 from modelir.server import build_server
-from modelir.transports.anthropic_messages import AnthropicMessages
-from modelir.transports.google_genai import GoogleGenAI
+from modelir.transports.anthropic.messages import AnthropicMessages
+from modelir.transports.google.genai import GoogleGenAI
 from modelir.transports.ollama import Ollama
-from modelir.transports.openai_chat import OpenAIChat
+from modelir.transports.openai.chat import OpenAIChat
 from modelir.v1 import errors_pb2
 
 from tests.faults.upstream import FAULTS, Upstream
@@ -77,7 +78,7 @@ async def _call(model, mode: str) -> tuple[str, str, str]:
         if mode == "unary":
             response = await model.arun(request, deadline=deadline)
         else:
-            from modelir.accumulate import StreamAccumulator
+            from modelir.streams.fold import StreamAccumulator
 
             accumulator = StreamAccumulator()
             async for event in model.astream(request, deadline=deadline):

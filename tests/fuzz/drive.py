@@ -24,8 +24,10 @@ from typing import Any
 import httpx
 import orjson
 from google.protobuf import json_format
-from modelir import Model, errors, rich_status
-from modelir.executor import Executor, RetryPolicy
+from modelir import Model, errors
+from modelir.errors import rich_status
+from modelir.http.executor import Executor
+from modelir.http.retry import RetryPolicy
 from modelir.registry import build_transport
 from modelir.v1 import request_pb2, service_pb2
 

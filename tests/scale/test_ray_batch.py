@@ -1,6 +1,7 @@
 """Batch runs on a real local Ray cluster: several thousand requests against the fake provider with a Ray worker
 killed mid-run end with exactly one record per key, a resume leaves exactly one successful record per key, and
-`records verify` passes; `modelir run --ray` starts its own cluster; `modelir.ray` serves Ray Data pipelines."""
+`records verify` passes; `modelir run --ray` starts its own cluster;
+`modelir.batch.ray_data` serves Ray Data pipelines."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from modelir import build_request, records
+from modelir import build_request
 from modelir.batch import SUCCESS, request_key, run_batch
 from modelir.batch.model_spec import ModelSpec
 from modelir.batch.ray_scheduler import RayScheduler
+from modelir.records import files as records
 from modelir.v1 import record_pb2
 
 from tests.scale.conftest import MODELIR, replica_config
@@ -146,7 +148,7 @@ def test_modelir_run_ray_starts_its_own_local_cluster(tmp_path):
 def test_ray_data_map_batches_calls_the_model_per_batch(ray_cluster, config_file, tmp_path):
     import ray.data
     from google.protobuf import json_format
-    from modelir.ray import ModelCaller, write_records
+    from modelir.batch.ray_data import ModelCaller, write_records
 
     rows = [{"request": json_format.MessageToJson(r), "key": k} for k, r in _inputs(300)]
     dataset = ray.data.from_items(rows).map_batches(

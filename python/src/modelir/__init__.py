@@ -4,9 +4,6 @@ The one primitive is `Model.arun(Request) -> Response`; everything else is sugar
 classes live in `modelir.v1`; the most used ones are re-exported here.
 """
 
-from modelir.accumulate import StreamAccumulator, accumulate
-from modelir.capabilities import requirements, unsupported
-from modelir.classification import Classification, aclassify, classify
 from modelir.connect import Connection, connect
 from modelir.errors import (
     ConstraintViolatedError,
@@ -20,17 +17,20 @@ from modelir.errors import (
     UnknownModelError,
     UnsupportedCapabilityError,
 )
-from modelir.executor import Executor, RetryPolicy
+from modelir.http.executor import Executor
+from modelir.http.retry import RetryPolicy
 from modelir.interface import ModelInterface, Score
 from modelir.limiter import Limiter
-from modelir.logprobs import bits_per_byte
+from modelir.logprobs.build import bits_per_byte
 from modelir.model import Model
-from modelir.needs import Needs, needs
-from modelir.raw import raw_json, raw_typed
-from modelir.reading import LogprobArrays, ResponseView, view
-from modelir.recording import arecorded, record_of, recorded
+from modelir.pipeline.capabilities import requirements, unsupported
+from modelir.pipeline.needs import Needs, needs
+from modelir.reading.classification import Classification, aclassify, classify
+from modelir.reading.raw import raw_json, raw_typed
+from modelir.reading.view import LogprobArrays, ResponseView, view
+from modelir.records.recording import arecorded, record_of, recorded
 from modelir.remote import RemoteModel
-from modelir.request_builder import build_request, message
+from modelir.streams.fold import StreamAccumulator, accumulate
 from modelir.transports.reference import ReferenceModel
 from modelir.v1.capabilities_pb2 import Capability, CapabilityManifest
 from modelir.v1.content_pb2 import Message, Part
@@ -39,6 +39,7 @@ from modelir.v1.response_pb2 import Response
 from modelir.v1.stream_pb2 import StreamEvent
 from modelir.version import IR_VERSION, SDK_VERSION
 from modelir.writing import ArgumentError, chat_message, image, tool, tool_result
+from modelir.writing.builder import build_request, message
 
 __all__ = [
     "IR_VERSION",

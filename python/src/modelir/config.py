@@ -9,7 +9,7 @@ server:
   tls: {cert_file: server.pem, key_file: server.key}  # optional: serve TLS (PEM files, relative to this file)
   max_message_bytes: 67108864          # optional: the largest gRPC message sent or received (default 64 MiB)
   max_concurrent_streams: 100          # optional: concurrent calls per client connection (default: grpc's own)
-  media_uri_policy:                    # optional: which media URIs requests may carry (media_policy.py)
+  media_uri_policy:                    # optional: which media URIs requests may carry (pipeline/media_policy.py)
     allow_schemes: [https, gs]         #   schemes forwarded (default: https and the providers' file/bucket ones)
     allow_private_hosts: false         #   loopback, link-local and private addresses (default: refused)
 limiter_backend: redis://127.0.0.1:6379/0  # optional: share every limit between replicas (limiter/settings.py)
@@ -52,11 +52,12 @@ from typing import Any
 
 import yaml
 
-from modelir.capabilities import narrow
-from modelir.executor import Executor, RetryPolicy
+from modelir.http.executor import Executor
+from modelir.http.retry import RetryPolicy
 from modelir.limiter import BaseLimiter, LimiterBackend, limiter_backend
-from modelir.media_policy import build_media_policy
 from modelir.model import DEFAULT_TIMEOUT, Model
+from modelir.pipeline.capabilities import narrow
+from modelir.pipeline.media_policy import build_media_policy
 from modelir.registry import TransportOptionError, registry
 from modelir.transports.base import HttpTransport, Transport
 from modelir.transports.reference import ReferenceModel

@@ -21,7 +21,8 @@ from types import TracebackType
 from typing import Any
 
 from modelir import sync
-from modelir.executor import Executor, RetryPolicy
+from modelir.http.executor import Executor
+from modelir.http.retry import RetryPolicy
 from modelir.limiter import Limiter
 from modelir.model import Model
 from modelir.registry import build_transport, registry

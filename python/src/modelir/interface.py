@@ -13,11 +13,11 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from modelir import logprobs as lp
-from modelir.request_builder import MessageLike, build_request, message, with_model
-from modelir.streams import fold_stream
+from modelir.logprobs import build as lp
+from modelir.streams.fold import fold_stream
 from modelir.sync import iterate_sync, run_sync
 from modelir.v1 import capabilities_pb2, logprobs_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
+from modelir.writing.builder import MessageLike, build_request, message, with_model
 
 # Re-exported: these names were first defined here, and modules and users import them from here.
 __all__ = ["MessageLike", "ModelInterface", "Score", "build_request", "message", "with_model"]

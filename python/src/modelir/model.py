@@ -16,12 +16,17 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 
-from modelir import capabilities, errors, media_policy, pipeline, raw_exchange, telemetry
-from modelir.executor import Executor, redact, timeout_for
+from modelir import errors, telemetry
+from modelir.http.executor import Executor
+from modelir.http.redaction import redact
+from modelir.http.retry import timeout_for
 from modelir.interface import ModelInterface
 from modelir.limiter import BaseLimiter, Limiter
-from modelir.request_builder import with_model
-from modelir.streams import events_from_response, keeping_partial
+from modelir.limiter.budget import estimate_tokens, settle_tokens
+from modelir.pipeline import capabilities, media_policy
+from modelir.pipeline import prepare as pipeline
+from modelir.records import raw_exchange
+from modelir.streams.fold import events_from_response, keeping_partial
 from modelir.transports.base import (
     SHAPE_ERRORS,
     HttpTransport,
@@ -31,6 +36,7 @@ from modelir.transports.base import (
     shape_error,
 )
 from modelir.v1 import capabilities_pb2, errors_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
+from modelir.writing.builder import with_model
 
 # Seconds a call may take when neither the caller, the request nor the operator says: long enough for a long
 # generation, short enough that an endless stream with no deadline cannot hold a connection and a limiter slot
@@ -119,12 +125,12 @@ class Model(ModelInterface):
         deadline = self._deadline(request, deadline)
         try:
             async with timeout_for(deadline):  # the one timeout of the call: limiter, HTTP and lift
-                async with self.limiter.acquire(estimate := _estimate_tokens(request)):
+                async with self.limiter.acquire(estimate := estimate_tokens(request)):
                     queued = time.monotonic() - start_mono
                     response, attempts = await self._run_transport(prepared, deadline)
         except TimeoutError:
             raise errors.DeadlineExceededError("the request's deadline expired") from None
-        _settle(self.limiter, estimate, response.usage)
+        settle_tokens(self.limiter, estimate, response.usage)
         response.warnings.extend(prepared.warnings)
         _stamp_timing(response.timing, started, queued, attempts)
         return response
@@ -190,7 +196,7 @@ class Model(ModelInterface):
         first_output: float | None = None
         try:
             async with timeout_for(deadline):
-                async with self.limiter.acquire(estimate := _estimate_tokens(request)):
+                async with self.limiter.acquire(estimate := estimate_tokens(request)):
                     queued = time.monotonic() - start_mono
                     attempts = [1]
                     events = self._stream_transport(prepared, deadline, attempts)
@@ -203,7 +209,7 @@ class Model(ModelInterface):
                                 event.start.warnings.extend(pending_warnings)
                                 pending_warnings = []
                             if event.WhichOneof("event") == "end":
-                                _settle(self.limiter, estimate, event.end.usage)
+                                settle_tokens(self.limiter, estimate, event.end.usage)
                                 event.end.warnings.extend(pending_warnings)
                                 _stamp_timing(event.end.timing, started, queued, attempts[0], first_output)
                             yield event
@@ -372,20 +378,6 @@ class Model(ModelInterface):
 def _error_from(transport: HttpTransport):
     """The transport's error mapping, guarded: an error body of an unexpected shape still gives a typed error."""
     return functools.partial(guarded_error, transport)
-
-
-def _estimate_tokens(request: request_pb2.Request) -> int:
-    """A rough token estimate for the tokens-per-minute budget: a quarter of the request's bytes plus the output
-    it may ask for. `_settle` corrects the charge from the usage the provider reports afterwards."""
-    size = request.ByteSize()
-    out = request.sampling.max_output_tokens if request.sampling.HasField("max_output_tokens") else 256
-    return size // 4 + out * max(1, request.sampling.choice_count)
-
-
-def _settle(limiter: BaseLimiter, estimate: int, usage: response_pb2.Usage) -> None:
-    """Correct the limiter's token budget from the usage the provider reported (nothing when it reported none)."""
-    if usage.HasField("input_token_count") or usage.HasField("output_token_count"):
-        limiter.settle_tokens(estimate, usage.input_token_count + usage.output_token_count)
 
 
 class paused_gc:  # lower case: used like the contextlib context managers

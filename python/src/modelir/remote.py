@@ -25,10 +25,11 @@ from typing import TypeVar
 
 import grpc
 
-from modelir import errors, telemetry, validation
+from modelir import errors, telemetry
+from modelir.errors.rich_status import error_from_rpc
 from modelir.interface import ModelInterface
-from modelir.rich_status import error_from_rpc
-from modelir.streams import keeping_partial
+from modelir.pipeline import validation
+from modelir.streams.fold import keeping_partial
 from modelir.sync import run_sync as _sync
 from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, service_pb2, service_pb2_grpc, stream_pb2
 

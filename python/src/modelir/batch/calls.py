@@ -1,6 +1,6 @@
 """One batch call becomes one record: the request, its response or failure, and its provenance.
 
-Every scheduler (the local worker pool, Ray workers, `modelir.ray` in a Ray Data pipeline) builds its records
+Every scheduler (the local worker pool, Ray workers, `modelir.batch.ray_data` in a Ray Data pipeline) builds its records
 here, so a record says the same thing however it was scheduled.
 """
 
@@ -13,9 +13,9 @@ from google.protobuf import timestamp_pb2
 
 from modelir import errors, telemetry
 from modelir.interface import ModelInterface
-from modelir.request_builder import with_model
 from modelir.v1 import capabilities_pb2, record_pb2, request_pb2
 from modelir.version import IR_VERSION, SDK_VERSION
+from modelir.writing.builder import with_model
 
 
 def _now() -> timestamp_pb2.Timestamp:

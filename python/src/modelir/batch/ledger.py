@@ -17,9 +17,9 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from modelir.records import RecordFileError, RecordWriter, format_of
-from modelir.request_builder import with_model
+from modelir.records.files import RecordFileError, RecordWriter, format_of
 from modelir.v1 import record_pb2, request_pb2
+from modelir.writing.builder import with_model
 
 SUCCESS = (record_pb2.RECORD_STATUS_OK, record_pb2.RECORD_STATUS_PARTIAL)
 

@@ -20,7 +20,7 @@ from modelir.batch import BatchInputError
 from modelir.cli import calls, conformance, listing, records, run, serve
 from modelir.cli._common import UserError
 from modelir.config import ConfigError
-from modelir.records import RecordFileError
+from modelir.records.files import RecordFileError
 from modelir.telemetry import setup
 from modelir.telemetry.setup import TelemetrySetupError
 from modelir.version import IR_VERSION, SDK_VERSION

@@ -9,9 +9,9 @@ from google.protobuf import json_format
 
 from modelir import errors
 from modelir.cli._common import CAPABILITY_NAMES, UserError, add_where, input_file, open_model
-from modelir.reading import view
-from modelir.request_builder import build_request
+from modelir.reading.view import view
 from modelir.v1 import request_pb2, response_pb2
+from modelir.writing.builder import build_request
 
 
 def _read_request(path: str) -> request_pb2.Request:
@@ -70,7 +70,7 @@ async def _generate(args: argparse.Namespace) -> int:
     model, _ = await open_model(args)
     request = _request(args, model.name)
     if args.stream:
-        from modelir.accumulate import StreamAccumulator
+        from modelir.streams.fold import StreamAccumulator
 
         accumulator = StreamAccumulator()
         async for event in model.astream(request):

@@ -9,7 +9,7 @@ import orjson
 
 
 def _conformance(args: argparse.Namespace) -> int:
-    from modelir import conformance
+    from modelir.conformance import runner as conformance
 
     fixtures = Path(args.fixtures) if args.fixtures else conformance.DEFAULT_FIXTURES
     report = conformance.run(fixtures, args.transport)

@@ -9,8 +9,8 @@ import orjson
 from google.protobuf import json_format
 
 from modelir.cli._common import CAPABILITY_NAMES, UserError, add_where, config, open_model, tls_of
-from modelir.names import enum_name
 from modelir.v1 import capabilities_pb2
+from modelir.writing.names import enum_name
 
 
 async def _models(args: argparse.Namespace) -> int:
@@ -45,8 +45,8 @@ def _transports(args: argparse.Namespace) -> int:
     return 0
 
 
-def _declared_needs(args: argparse.Namespace):  # -> modelir.needs.Needs
-    from modelir.needs import needs
+def _declared_needs(args: argparse.Namespace):  # -> modelir.pipeline.needs.Needs
+    from modelir.pipeline.needs import needs
 
     names = [n.strip() for n in args.needs.split(",") if n.strip()]
     if not names:

@@ -6,9 +6,10 @@ import argparse
 import json
 from collections import Counter
 
-from modelir import errors, records
+from modelir import errors
 from modelir.cli._common import UserError, input_file, output_file
-from modelir.reading import view
+from modelir.reading.view import view
+from modelir.records import files as records
 from modelir.v1 import record_pb2
 
 

@@ -65,8 +65,8 @@ async def _run(args: argparse.Namespace) -> int:
 
 def interrupted(args: argparse.Namespace) -> int:
     """After Ctrl-C: how many inputs have a record safe on disk, and the command that carries on."""
-    from modelir import records
     from modelir.batch.ledger import SUCCESS
+    from modelir.records import files as records
 
     output = Path(args.output)
     safe = 0

@@ -21,13 +21,13 @@ from inspect_ai.tool import ToolCall
 from pydantic import JsonValue
 
 from modelir import errors
-from modelir import logprobs as lp
 from modelir.integrations._inspect_parts import (
     PART_KEY,
     SIGNATURE_PREFIX,
     TOOL_CALL_PARTS_KEY,
     encode_part,
 )
+from modelir.logprobs import build as lp
 from modelir.v1 import content_pb2, logprobs_pb2, response_pb2
 
 _STOP_REASONS: dict[int, StopReason] = {

@@ -16,7 +16,7 @@ import grpc
 from grpc_status import rpc_status
 
 from modelir import errors
-from modelir.rich_status import to_status
+from modelir.errors.rich_status import to_status
 
 _OPEN_PREFIXES = ("/grpc.reflection.",)
 _HEALTH_PREFIX = "/grpc.health.v1.Health/"

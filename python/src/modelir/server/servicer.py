@@ -13,11 +13,12 @@ from typing import Any
 import grpc
 from grpc_status import rpc_status
 
-from modelir import errors, telemetry, varint, version
-from modelir.coalesce import coalesced
+from modelir import errors, telemetry, version
+from modelir.errors.rich_status import to_status
 from modelir.model import Model
-from modelir.rich_status import to_status
-from modelir.streams import closing_stream
+from modelir.records import varint
+from modelir.streams.coalesce import coalesced
+from modelir.streams.fold import closing_stream
 from modelir.v1 import errors_pb2, request_pb2, response_pb2, service_pb2, service_pb2_grpc, stream_pb2
 
 

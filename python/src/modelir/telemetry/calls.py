@@ -21,7 +21,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation import _SPAN_KEY
 
 from modelir import errors
-from modelir.accumulate import StreamAccumulator
+from modelir.streams.fold import StreamAccumulator
 from modelir.telemetry import _context, _runtime
 from modelir.telemetry import conventions as sc
 from modelir.telemetry.attribute_set import FOLD_AT, AttributeSet

@@ -31,7 +31,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.span import DEFAULT_TRACE_STATE as _NO_TRACE_STATE
 
-from modelir import varint
+from modelir.records import varint
 from modelir.telemetry.tracer import UNSET_STATUS
 
 __all__ = ["FastOTLPSpanExporter", "encode_request"]

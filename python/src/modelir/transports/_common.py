@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 
 from modelir import errors
-from modelir.logprobs import VLLM_MINUS_INFINITY
+from modelir.logprobs.build import VLLM_MINUS_INFINITY
 from modelir.v1 import content_pb2, request_pb2
 
 __all__ = ["VLLM_MINUS_INFINITY"]

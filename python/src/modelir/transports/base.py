@@ -20,7 +20,8 @@ from typing import ClassVar
 import msgspec
 import orjson
 
-from modelir import content_kinds, errors
+from modelir import errors
+from modelir.pipeline import content_kinds
 from modelir.transports import manifests
 from modelir.v1 import capabilities_pb2, content_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
 

@@ -19,8 +19,10 @@ from typing import Any
 import msgspec
 import orjson
 
-from modelir import errors, soft_errors, stops
-from modelir import logprobs as lp
+from modelir import errors
+from modelir.errors import soft as soft_errors
+from modelir.logprobs import build as lp
+from modelir.reading import stops
 from modelir.transports import _common as common
 from modelir.transports import _engine_output as tokens
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter, json_error

@@ -20,8 +20,10 @@ from typing import Any
 
 import orjson
 
-from modelir import content_kinds, errors, soft_errors
-from modelir import logprobs as lp
+from modelir import errors
+from modelir.errors import soft as soft_errors
+from modelir.logprobs import build as lp
+from modelir.pipeline import content_kinds
 from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
 from modelir.transports.manifests import COMMON, ENGINE_SAMPLING, LOGPROBS, OPENAI_SAMPLING, capability_set

@@ -21,9 +21,10 @@ from typing import Any, ClassVar
 
 import orjson
 
-from modelir import continuations, stops
-from modelir import logprobs as lp
-from modelir.soft_errors import Facts
+from modelir.errors.soft import Facts
+from modelir.logprobs import build as lp
+from modelir.pipeline import continuations
+from modelir.reading import stops
 from modelir.transports import _common as common
 from modelir.transports import _engine_output as tokens
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from modelir import names
 from modelir.errors import InvalidRequestError
 from modelir.v1 import errors_pb2
+from modelir.writing import names
 
 
 class ArgumentError(InvalidRequestError, ValueError):

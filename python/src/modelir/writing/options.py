@@ -8,10 +8,10 @@ from typing import Any
 
 import orjson
 
-from modelir.names import short_names
 from modelir.v1 import logprobs_pb2, request_pb2
 from modelir.writing.arguments import ArgumentError, enum_value
 from modelir.writing.content import chat_message
+from modelir.writing.names import short_names
 from modelir.writing.tools import tool_choice, tools
 
 

@@ -11,9 +11,9 @@ import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from modelir.names import short_names
 from modelir.v1 import request_pb2
 from modelir.writing.arguments import ArgumentError, enum_value
+from modelir.writing.names import short_names
 
 ToolLike = request_pb2.Tool | Mapping[str, Any] | Callable[..., Any] | type
 

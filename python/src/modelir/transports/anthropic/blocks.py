@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from modelir import stops
+from modelir.reading import stops
 from modelir.transports import opaque_json
 from modelir.v1 import content_pb2, response_pb2
 

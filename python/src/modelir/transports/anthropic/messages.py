@@ -38,7 +38,7 @@ from typing import Any
 
 import orjson
 
-from modelir import content_kinds
+from modelir.pipeline import content_kinds
 from modelir.transports import _common as common
 from modelir.transports import opaque_json
 from modelir.transports.anthropic import blocks

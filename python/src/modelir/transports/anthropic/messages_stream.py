@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from modelir import soft_errors, stops
+from modelir.errors import soft as soft_errors
+from modelir.reading import stops
 from modelir.transports import _common as common
 from modelir.transports.anthropic import blocks
 from modelir.transports.base import RawEvent, StreamLifter

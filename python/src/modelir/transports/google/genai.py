@@ -25,7 +25,9 @@ from typing import Any
 
 import orjson
 
-from modelir import content_kinds, errors, soft_errors
+from modelir import errors
+from modelir.errors import soft as soft_errors
+from modelir.pipeline import content_kinds
 from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter, error_for_status
 from modelir.transports.google import parts

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from modelir import soft_errors
+from modelir.errors import soft as soft_errors
 from modelir.transports import _common as common
 from modelir.transports.base import RawEvent, StreamLifter
 from modelir.transports.google import parts

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from modelir import logprobs as lp
+from modelir.logprobs import build as lp
 from modelir.v1 import content_pb2, logprobs_pb2, response_pb2
 
 THOUGHT_SIGNATURE = content_pb2.OPAQUE_ARTIFACT_KIND_THOUGHT_SIGNATURE

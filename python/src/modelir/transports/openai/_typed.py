@@ -14,8 +14,8 @@ from collections.abc import Sequence
 import msgspec
 import orjson
 
-from modelir import logprobs as lp
-from modelir import native
+from modelir.logprobs import build as lp
+from modelir.logprobs import native
 from modelir.transports.openai import _wire as wire
 from modelir.v1 import logprobs_pb2
 
@@ -245,7 +245,7 @@ def response_object(body: bytes, *, event: bool = False) -> ResponseObject:
     return envelope.response or ResponseObject()
 
 
-# ---- the native fast path (modelir.native) ------------------------------------------------------------------
+# ---- the native fast path (modelir.logprobs.native) ------------------------------------------------------------------
 # The same structs with the logprob sections left raw (msgspec skips them without building objects); the native
 # builder turns each into packed `TokenLogprobs` bytes, which stand where the entries would (`columns` merges them:
 # None, b"" and non-empty bytes follow the same branches as None, [] and a list). A body either declines goes to

@@ -15,7 +15,9 @@ from typing import Any
 import msgspec
 import orjson
 
-from modelir import errors, soft_errors, stops
+from modelir import errors
+from modelir.errors import soft as soft_errors
+from modelir.reading import stops
 from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpTransport, RawEvent, StreamLifter
 from modelir.transports.stream_parts import StreamParts

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from modelir import content_kinds, soft_errors, stops
-from modelir.soft_errors import Facts
+from modelir.errors import soft as soft_errors
+from modelir.errors.soft import Facts
+from modelir.pipeline import content_kinds
+from modelir.reading import stops
 from modelir.transports import _common as common
 from modelir.transports.base import HttpResponse, StreamLifter
 from modelir.transports.manifests import CHAT_WITH_TOOLS, COMMON, LOGPROBS, OPENAI_SAMPLING, capability_set

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from modelir import logprobs as lp
+from modelir.logprobs import build as lp
 from modelir.transports.base import RawEvent
 from modelir.transports.openai import _wire as wire
 from modelir.transports.openai import responses_items as items

@@ -13,8 +13,11 @@ from __future__ import annotations
 from itertools import chain
 from typing import Any, ClassVar
 
-from modelir import content_kinds, continuations, native, soft_errors, stops
-from modelir import logprobs as lp
+from modelir.errors import soft as soft_errors
+from modelir.logprobs import build as lp
+from modelir.logprobs import native
+from modelir.pipeline import content_kinds, continuations
+from modelir.reading import stops
 from modelir.transports import _common as common
 from modelir.transports.base import HttpResponse, RawEvent, StreamLifter
 from modelir.transports.manifests import COMMON, LOGPROBS, OPENAI_SAMPLING, capability_set
@@ -44,7 +47,7 @@ class OpenAICompletions(wire.BodyTransport):
     )  # OpenAI caps `logprobs` at 5
     provider_option_keys = PROVIDER_OPTION_KEYS
     part_kinds = content_kinds.none_carried("OpenAI completions")
-    # How the native fast path reads this wire's logprobs (modelir.native.completion_body): dialects that clamp
+    # How the native fast path reads this wire's logprobs (modelir.logprobs.native.completion_body): dialects that clamp
     # minus infinity or spell tokens as ids say so here, as `logprob_values` and `token_id` do for the Python path.
     native_dialect: ClassVar[dict[str, bool]] = {"unclamp": False, "token_ids": False}
 

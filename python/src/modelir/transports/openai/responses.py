@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from modelir import content_kinds, soft_errors
+from modelir.errors import soft as soft_errors
+from modelir.pipeline import content_kinds
 from modelir.transports import _common as common
 from modelir.transports.base import HttpResponse, StreamLifter
 from modelir.transports.manifests import CHAT_WITH_TOOLS, COMMON, LOGPROBS, capability_set

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from modelir import logprobs as lp
-from modelir import soft_errors
+from modelir.errors import soft as soft_errors
+from modelir.logprobs import build as lp
 from modelir.transports.openai import _typed as typed
 from modelir.transports.openai import _wire as wire
 from modelir.transports.openai import responses_items as items

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from modelir import logprobs as lp
-from modelir import soft_errors
+from modelir.errors import soft as soft_errors
+from modelir.logprobs import build as lp
 from modelir.transports import _common as common
 from modelir.transports.base import RawEvent, StreamLifter
 from modelir.transports.openai import _typed as typed

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from modelir import stops
+from modelir.reading import stops
 from modelir.transports.reference import scoring, template
 from modelir.transports.reference.json_emitter import emit_json
 from modelir.transports.reference.sampler import Generator, Sampler

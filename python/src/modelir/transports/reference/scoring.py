@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from modelir import continuations
+from modelir.pipeline import continuations
 from modelir.transports.reference.vocabulary import PIECE_BYTES, PIECE_LEN, PIECES, logprob_table, token_ids, top_table
 from modelir.v1 import logprobs_pb2, request_pb2
 

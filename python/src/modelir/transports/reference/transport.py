@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from modelir import logprobs as lp
-from modelir.streaming import events_from_response
+from modelir.logprobs import build as lp
+from modelir.streams.fold import events_from_response
 from modelir.transports.base import LocalTransport
 from modelir.transports.reference.generation import generate, may_call_tools
 from modelir.transports.reference.json_emitter import schema_gaps

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from modelir.executor import REDACTED, redact_bytes
+from modelir.http.redaction import REDACTED, redact_bytes
 from modelir.transports.base import HttpRequest
 from modelir.v1 import request_pb2, response_pb2
 

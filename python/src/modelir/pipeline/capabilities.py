@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from modelir import content_kinds
+from modelir.pipeline import content_kinds
 from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, logprobs_pb2, request_pb2, service_pb2
 
 

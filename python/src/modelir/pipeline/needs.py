@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from modelir.capabilities import requirements
 from modelir.errors import UnsupportedCapabilityError, capability_name
 from modelir.interface import ModelInterface
-from modelir.names import enum_name
+from modelir.pipeline.capabilities import requirements
 from modelir.v1 import capabilities_pb2, errors_pb2, request_pb2
 from modelir.writing import enum_value
+from modelir.writing.names import enum_name
 
 # Keyword -> the `ModelLimits` field it is checked against.
 _LIMITS = {

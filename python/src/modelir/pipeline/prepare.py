@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from modelir import artifacts, capabilities, continuations, errors
+from modelir import errors
+from modelir.pipeline import artifacts, capabilities, continuations
+from modelir.pipeline.validation import field_violations, model_mismatch
 from modelir.transports.base import HttpRequest, HttpTransport, Transport
 from modelir.v1 import capabilities_pb2, errors_pb2, request_pb2, response_pb2, service_pb2
-from modelir.validation import field_violations, model_mismatch
 
 
 @dataclass(slots=True)  # not frozen: on the hot path, a frozen dataclass takes about twice as long to build

@@ -18,14 +18,14 @@ import orjson
 from google.protobuf import json_format
 
 from modelir import errors
-from modelir.accumulate import accumulate
-from modelir.capabilities import tokenize_missing
-from modelir.pipeline import Pipeline
+from modelir.pipeline.capabilities import tokenize_missing
+from modelir.pipeline.prepare import Pipeline
 from modelir.registry import build_transport, registry
+from modelir.streams.fold import accumulate
 from modelir.transports.base import HttpResponse, HttpTransport, RawEvent
 from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, service_pb2
 
-DEFAULT_FIXTURES = Path(__file__).resolve().parents[3] / "conformance" / "fixtures"
+DEFAULT_FIXTURES = Path(__file__).resolve().parents[4] / "conformance" / "fixtures"
 
 
 @dataclass(slots=True)

@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from modelir import logprobs as lp
-from modelir import stops
-from modelir.names import enum_name
+from modelir.logprobs import build as lp
+from modelir.reading import stops
 from modelir.v1 import content_pb2, errors_pb2, logprobs_pb2, response_pb2, stream_pb2
+from modelir.writing.names import enum_name
 
 _PREVIEW_CHARS = 72
 

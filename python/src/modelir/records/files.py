@@ -31,7 +31,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, json_format, messag
 from google.protobuf.descriptor import FileDescriptor
 from google.protobuf.message import DecodeError, Message
 
-from modelir import varint
+from modelir.records import varint
 from modelir.v1 import (
     capabilities_pb2,
     content_pb2,

@@ -6,7 +6,7 @@ consumer takes everything that is waiting when it comes back for more and merges
 of the same choice and part into one (text, reasoning text, a summary's text and tool-call arguments
 concatenated; logprob columns appended, their byte offsets rebased). A delta that is alone is passed on as soon as
 it arrives: nothing waits for company. Folding the coalesced events gives exactly the response that folding the
-original ones gives (`modelir.streams.StreamAccumulator`), which is what makes the merge lossless:
+original ones gives (`modelir.streams.fold.StreamAccumulator`), which is what makes the merge lossless:
 
 - a run shares `choice_index`, `part_index` and its content kind; artifacts are appended in order and the last
   `item_id` that is set wins, as the fold does;
@@ -21,8 +21,8 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Hashable, Sequence
 
-from modelir import logprobs as lp
-from modelir.streams import closing_stream
+from modelir.logprobs import build as lp
+from modelir.streams.fold import closing_stream
 from modelir.v1 import stream_pb2
 
 __all__ = ["coalesced", "merge_waiting"]

@@ -15,23 +15,22 @@ caller closes the upstream connection.
 from __future__ import annotations
 
 import asyncio
-import functools
 import random
-import ssl
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
-from contextlib import nullcontext
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import httpx
-import httpx_sse
-import orjson
 import yarl
 from httpx_aiohttp import AiohttpTransport
 
 from modelir import errors, telemetry
+from modelir.http.decoding import decode_stream
+from modelir.http.redaction import redact, secrets_in
+from modelir.http.retry import RetryPolicy, timeout_for
+from modelir.http.sessions import aiohttp_session
 from modelir.transports.base import HttpRequest, HttpResponse, RawEvent
 from modelir.version import SDK_VERSION
 
@@ -43,21 +42,6 @@ Observer = Callable[[int, Mapping[str, str]], None]
 # What a broken connection raises, on either path (httpx-aiohttp passes some aiohttp errors through unmapped).
 _CONNECTION_ERRORS = (httpx.TransportError, aiohttp.ClientError)
 _TIMEOUTS = (httpx.TimeoutException, aiohttp.ServerTimeoutError)
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    max_attempts: int = 4
-    backoff_base: float = 0.5  # seconds before the second attempt, doubled each time (before jitter)
-    backoff_max: float = 30.0
-    retry_after_max: float = 120.0  # a provider hint longer than this is not worth waiting for
-    # An attempt is not started with less than this left before the deadline: it could not finish, and the caller
-    # would learn "deadline exceeded" instead of what the provider said (429, 503).
-    min_attempt_seconds: float = 0.25
-
-    def backoff(self, attempt: int) -> float:
-        """Full jitter: uniform in [0, min(max, base * 2**(attempt-1))]."""
-        return random.uniform(0, min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1)))
 
 
 @dataclass(slots=True)
@@ -184,7 +168,7 @@ class Executor:
         self._base_headers = {k.lower(): v for k, v in {**DEFAULT_HEADERS, **(headers or {})}.items()}
         # The credentials this executor sends (the configured headers' values, and a bearer token alone): no error
         # it raises carries them, whatever the provider reflects back in its error body.
-        self._secrets = _secrets(headers or {})
+        self._secrets = secrets_in(headers or {})
         self.secrets = self._secrets  # for what the model writes from an answer (shape errors, kept raw bodies)
         self._wire: _HttpxWire = (
             _AiohttpWire(connect_timeout, max_connections)
@@ -293,7 +277,7 @@ class Executor:
                                 body = await raw.aread()
                                 error = error_from(HttpResponse(raw.status_code, raw.headers, body))
                             else:
-                                async for event in _decode(raw, request.stream_format):
+                                async for event in decode_stream(raw, request.stream_format):
                                     delivered = True
                                     yield event
                                 return
@@ -310,116 +294,7 @@ class Executor:
             raise errors.DeadlineExceededError("the request's deadline expired") from None
 
 
-def aiohttp_session(max_connections: int, connect_timeout: float = 10.0) -> aiohttp.ClientSession:
-    """An executor's aiohttp session (create it inside the running loop).
-
-    Cookies are never kept: one executor serves every caller of a model, so a cookie set by a provider's answer
-    to one caller must not ride along on the next caller's request. Per-request deadlines are enforced around
-    each call (aiohttp's default five-minute total is not one of them); only connecting gets its own bound.
-    """
-    connector = aiohttp.TCPConnector(limit=max_connections, keepalive_timeout=5.0, ssl=_ssl_context())
-    return aiohttp.ClientSession(
-        connector=connector,
-        cookie_jar=aiohttp.DummyCookieJar(),
-        timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout),
-    )
-
-
-@functools.cache
-def _ssl_context() -> ssl.SSLContext:
-    """The TLS settings every executor's session uses (certifi's roots, as httpx has them), made once per process:
-    building a context loads the whole CA bundle (~25 ms), and a context is safe to share between sessions."""
-    return httpx.create_ssl_context(trust_env=False)
-
-
-def timeout_for(deadline: float | None) -> Any:
-    """A timeout for a `time.monotonic()` deadline, on the running loop's clock; no context at all without one
-    (entering `asyncio.timeout_at(None)` still costs a `current_task()` lookup and its bookkeeping)."""
-    if deadline is None:
-        return nullcontext()
-    return asyncio.timeout_at(asyncio.get_running_loop().time() + (deadline - time.monotonic()))
-
-
 def _connection_error(exc: Exception) -> errors.ModelError:
     if isinstance(exc, _TIMEOUTS):
         return errors.ProviderUnavailableError(f"the provider timed out: {exc!r}")
     return errors.ProviderUnavailableError(f"could not reach the provider: {exc!r}")
-
-
-async def _decode(raw: httpx.Response, stream_format: str | None) -> AsyncIterator[RawEvent]:
-    content_type = raw.headers.get("content-type", "").partition(";")[0].strip().lower()
-    if stream_format != "ndjson" and content_type and content_type != "text/event-stream":
-        # An answer, not a stream: a proxy's page or a server that ignored `stream`. Retrying will not change it.
-        body = (await raw.aread())[:500].decode("utf-8", "replace")
-        raise errors.MalformedResponseError(
-            f"the provider answered a streamed call with {content_type!r}, not an event stream: {body}",
-            http_status=raw.status_code,
-        )
-    if stream_format == "ndjson":
-        async for line in _ndjson_lines(raw):
-            yield RawEvent("", line)
-        return
-    async for sse in httpx_sse.EventSource(raw).aiter_sse():
-        yield RawEvent(sse.event if sse.event != "message" else "", sse.data.encode())
-
-
-REDACTED = "[redacted]"
-
-
-def _secrets(headers: Mapping[str, str]) -> tuple[str, ...]:
-    found = set()
-    for value in headers.values():
-        scheme, _, token = value.partition(" ")
-        for secret in (value, token if scheme.lower() in ("bearer", "basic", "token") else ""):
-            if len(secret) >= 8:  # shorter values are not credentials, and redacting them would mangle text
-                found.add(secret)
-    return tuple(sorted(found, key=len, reverse=True))
-
-
-def redact_bytes(data: bytes, secrets: tuple[str, ...]) -> bytes:
-    """`data` with every secret replaced (a kept raw body or event that reflects a credential)."""
-    for secret in secrets:
-        encoded = secret.encode()
-        if encoded in data:
-            data = data.replace(encoded, REDACTED.encode())
-    return data
-
-
-def redact(exc: errors.ModelError, secrets: tuple[str, ...]) -> errors.ModelError:
-    """Remove every secret from what `exc` carries into messages, statuses and records."""
-    if not secrets:
-        return exc
-    for secret in secrets:
-        if secret in exc.message:
-            exc.message = exc.message.replace(secret, REDACTED)
-        if secret in exc.provider_code:
-            exc.provider_code = exc.provider_code.replace(secret, REDACTED)
-    exc.args = (exc.message,)
-    return exc
-
-
-async def _ndjson_lines(raw: httpx.Response) -> AsyncIterator[bytes]:
-    """The non-blank lines of an NDJSON body. A stream that delivered lines and then ends inside one (no newline,
-    and what is left is the start of a JSON object that does not parse) was cut, whatever the connection said:
-    `TruncatedStreamError`, as a broken SSE stream gives. A body that is one broken line is a malformed answer,
-    not a cut stream: it goes to the lift, which says so."""
-    buffer = bytearray()
-    delivered = False
-    async for chunk in raw.aiter_bytes():
-        buffer += chunk
-        if b"\n" not in chunk:
-            continue  # a long line arriving in pieces is split once, when it ends
-        *lines, rest = bytes(buffer).split(b"\n")
-        buffer = bytearray(rest)
-        for line in lines:
-            if line.strip():
-                delivered = True
-                yield line.rstrip(b"\r")
-    pending = bytes(buffer).strip()
-    if pending:
-        if delivered and pending.startswith(b"{"):
-            try:
-                orjson.loads(pending)
-            except orjson.JSONDecodeError:
-                raise errors.TruncatedStreamError(f"the stream ended inside a line ({len(pending)} bytes)") from None
-        yield pending  # a whole last line without its newline, or a malformed answer (the lift says so)

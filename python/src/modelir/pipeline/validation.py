@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import orjson
 
-from modelir import content_kinds
 from modelir.errors import InvalidRequestError
+from modelir.pipeline import content_kinds
 from modelir.v1 import content_pb2, errors_pb2, request_pb2
 
 

@@ -12,9 +12,10 @@ import contextlib
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from modelir import errors, stops
-from modelir import logprobs as lp
-from modelir.content_kinds import KINDS, PartBuffer, fold_whole_part
+from modelir import errors
+from modelir.logprobs import build as lp
+from modelir.pipeline.content_kinds import KINDS, PartBuffer, fold_whole_part
+from modelir.reading import stops
 from modelir.v1 import content_pb2, logprobs_pb2, response_pb2, stream_pb2
 
 

@@ -2,7 +2,7 @@
 
 ```python
 import ray
-from modelir.ray import ModelCaller, write_records
+from modelir.batch.ray_data import ModelCaller, write_records
 
 ds = ray.data.read_json("requests.jsonl")           # a `request` column (proto-JSON object or string)
 out = ds.map_batches(ModelCaller, fn_constructor_kwargs={"model": "gpt-mini", "config": "fleet.yaml"},
@@ -31,7 +31,7 @@ from google.protobuf import json_format
 from modelir.batch.calls import call_many
 from modelir.batch.inputs import request_key
 from modelir.batch.model_spec import ModelSpec
-from modelir.records import RecordWriter
+from modelir.records.files import RecordWriter
 from modelir.v1 import capabilities_pb2, record_pb2, request_pb2
 
 __all__ = ["ModelCaller", "parse_request", "write_records"]

@@ -1,0 +1,35 @@
+"""Records: record files (`files`), a `Record` with its provenance (`recording`), the kept raw exchange
+(`raw_exchange`) and the varints that frame binary files (`varint`).
+
+The record-file functions are re-exported here, so `modelir.records.read_records` reads a file.
+"""
+
+from modelir.records.files import (
+    BINARY,
+    JSONL,
+    NewerMinorVersionWarning,
+    RecordFileError,
+    RecordWriter,
+    check_readable,
+    check_resumable,
+    convert,
+    format_of,
+    read_header,
+    read_records,
+    scan,
+)
+
+__all__ = [
+    "BINARY",
+    "JSONL",
+    "NewerMinorVersionWarning",
+    "RecordFileError",
+    "RecordWriter",
+    "check_readable",
+    "check_resumable",
+    "convert",
+    "format_of",
+    "read_header",
+    "read_records",
+    "scan",
+]
