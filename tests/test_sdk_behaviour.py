@@ -17,10 +17,10 @@ from modelir import (
     accumulate,
     build_request,
     errors,
-    records,
 )
 from modelir.interface import ModelInterface
 from modelir.pipeline.prepare import Pipeline
+from modelir.records import files as records
 from modelir.records.files import RecordWriter
 from modelir.records.recording import record_of
 from modelir.registry import build_transport
