@@ -91,8 +91,8 @@ _gen-into:
 lint: tools
 	$(BUF) lint
 	$(BUF) format -d --exit-code
-	$(VENV)/bin/ruff check python tests bench examples
-	$(VENV)/bin/ruff format --check python tests bench examples
+	$(VENV)/bin/ruff check python tests bench examples proto
+	$(VENV)/bin/ruff format --check python tests bench examples proto
 	$(VENV)/bin/mypy --config-file python/pyproject.toml
 
 .PHONY: format
@@ -101,9 +101,13 @@ format: tools
 	$(VENV)/bin/ruff format python tests bench examples
 	$(VENV)/bin/ruff check --fix python tests bench examples
 
-.PHONY: breaking baseline
+.PHONY: breaking baseline spec-version
 breaking: tools
 	$(BUF) breaking --against $(BASELINE)
+
+# The release gate: a spec that differs from the baseline (comments aside) must carry a higher ir_version.
+spec-version: tools
+	@tmp=$$(mktemp); trap 'rm -f $$tmp' EXIT; $(BUF) build -o $$tmp && $(PY) proto/version_gate.py $(BASELINE) $$tmp
 
 # Only when cutting a release: the new baseline is what later changes must stay compatible with.
 baseline: tools
@@ -125,7 +129,7 @@ coverage: $(PY_STAMP) $(NATIVE_STAMP)
 conformance: $(PY_STAMP)
 	$(VENV)/bin/modelir conformance
 
-test: gen-check lint breaking conformance coverage
+test: gen-check lint breaking spec-version conformance coverage
 
 # A real llama-server, built from the llama.cpp that the PyPI sdist of llama-cpp-python vendors (cached outside the
 # repository under ~/.cache/modelir/engines, keyed by version: only the first run on a machine compiles), serving
