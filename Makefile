@@ -20,7 +20,7 @@ PYTEST_ARGS ?=
 .PHONY: help
 help:
 	@echo "make serve     run the gRPC server (reference model unless CONFIG=file.yaml)"
-	@echo "make test      gen-check, lint (ruff, buf, mypy), breaking, the conformance suite, pytest under the coverage gate"
+	@echo "make test      gen-check, lint (ruff, buf, mypy), breaking, spec-version, the conformance suite, pytest under the coverage gate"
 	@echo "make gen       regenerate python/src/modelir/v1 from proto/"
 	@echo "make test-engines  llamacpp against a real llama-server, input scoring against llama-cpp-python's server"
 	@echo "make test-clients  TypeScript, Go and Rust clients + the service conformance suite in four languages"

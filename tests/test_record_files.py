@@ -171,3 +171,23 @@ def test_resume_refuses_an_input_that_changed_naming_the_key(tmp_path):
     source.write_text('{"prompt": "a"}\n{"prompt": "b"}\n{"prompt": "c"}\n')
     fine = asyncio.run(run_batch(model, read_inputs(source), output, resume=True, progress_stream=quiet))
     assert (fine.skipped, fine.ok) == (2, 1)
+
+
+def test_the_headers_descriptor_set_carries_every_fields_json_name():
+    """A reader that builds its types from the header alone (protobuf-es does) needs the JSON names buf and protoc
+    always write; without them it knows no `maxOutputTokens` and cannot read the JSON Lines records."""
+    image = descriptor_pb2.FileDescriptorSet.FromString(records.ir_descriptor_set())
+    unnamed = []
+
+    def visit(message: descriptor_pb2.DescriptorProto, path: str) -> None:
+        unnamed.extend(f"{path}.{f.name}" for f in message.field if not f.HasField("json_name"))
+        for nested in message.nested_type:
+            visit(nested, f"{path}.{nested.name}")
+
+    for file in image.file:
+        for message in file.message_type:
+            visit(message, f"{file.package}.{message.name}")
+    assert unnamed == []
+    request = next(f for f in image.file if f.name == "modelir/v1/request.proto")
+    sampling = next(m for m in request.message_type if m.name == "SamplingParams")
+    assert {f.name: f.json_name for f in sampling.field}["max_output_tokens"] == "maxOutputTokens"

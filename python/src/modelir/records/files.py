@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
-from google.protobuf.descriptor import FileDescriptor
+from google.protobuf.descriptor import Descriptor, FileDescriptor
 from google.protobuf.message import DecodeError, Message
 
 from modelir.records import varint
@@ -110,9 +110,22 @@ def ir_descriptor_set() -> bytes:
             visit(file)
         descriptor_set = descriptor_pb2.FileDescriptorSet()
         for file in ordered:
-            file.CopyToProto(descriptor_set.file.add())
+            proto = descriptor_set.file.add()
+            file.CopyToProto(proto)
+            for message in proto.message_type:
+                _set_json_names(message, file.message_types_by_name[message.name])
         _DESCRIPTOR_SET = descriptor_set.SerializeToString()
     return _DESCRIPTOR_SET
+
+
+def _set_json_names(proto: descriptor_pb2.DescriptorProto, live: Descriptor) -> None:
+    """Write every field's JSON name into its copy. `CopyToProto` leaves `json_name` unset (buf and protoc always
+    set it), and a reader that builds its types from the header alone (protobuf-es in TypeScript) then knows no
+    camelCase names and cannot read the JSON Lines records the header describes."""
+    for member in proto.field:
+        member.json_name = live.fields_by_name[member.name].json_name
+    for nested in proto.nested_type:
+        _set_json_names(nested, live.nested_types_by_name[nested.name])
 
 
 def message_class(header: record_pb2.RecordHeader, full_name: str = "modelir.v1.Record") -> type[Message]:
