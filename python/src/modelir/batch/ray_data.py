@@ -33,6 +33,7 @@ from modelir.batch.inputs import request_key
 from modelir.batch.model_spec import ModelSpec
 from modelir.records.files import RecordWriter
 from modelir.v1 import capabilities_pb2, record_pb2, request_pb2
+from modelir.writing.names import enum_name
 
 __all__ = ["ModelCaller", "parse_request", "write_records"]
 
@@ -84,9 +85,7 @@ class ModelCaller:
         records = asyncio.run_coroutine_threadsafe(self._run(keys, requests), self._loop).result()
         out = dict(batch)
         out[self.key_column] = np.array(keys, dtype=object)
-        out["status"] = np.array(
-            [record_pb2.RecordStatus.Name(r.status).removeprefix("RECORD_STATUS_") for r in records], dtype=object
-        )
+        out["status"] = np.array([enum_name(record_pb2.RecordStatus, r.status).upper() for r in records], dtype=object)
         out["text"] = np.array([_first_text(r) for r in records], dtype=object)
         out["record"] = np.array([r.SerializeToString() for r in records], dtype=object)
         return out

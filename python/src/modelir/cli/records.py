@@ -11,10 +11,11 @@ from modelir.cli._common import UserError, input_file, output_file
 from modelir.reading.view import view
 from modelir.records import files as records
 from modelir.v1 import record_pb2
+from modelir.writing.names import enum_name
 
 
 def _status(record: record_pb2.Record) -> str:
-    return record_pb2.RecordStatus.Name(record.status).removeprefix("RECORD_STATUS_").lower()
+    return enum_name(record_pb2.RecordStatus, record.status)  # a newer release's status prints as its number
 
 
 def _show(scan: records.Scan, keys: list[str] | None) -> int:

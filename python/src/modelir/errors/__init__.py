@@ -229,10 +229,10 @@ def mapping_for_info_reason(info_reason: str) -> ErrorMapping | None:
 
 
 def capability_name(capability: int) -> str:
-    """`CAPABILITY_INPUT_SCORING` -> `INPUT_SCORING`."""
-    return capabilities_pb2.Capability.Name(capabilities_pb2.Capability.ValueType(capability)).removeprefix(
-        "CAPABILITY_"
-    )
+    """`CAPABILITY_INPUT_SCORING` -> `INPUT_SCORING`; a capability newer than this release (a newer server names
+    it) as its number, since receivers tolerate values their schema does not know."""
+    value = capabilities_pb2.Capability.DESCRIPTOR.values_by_number.get(capability)
+    return value.name.removeprefix("CAPABILITY_") if value is not None else str(capability)
 
 
 def describe_unsupported(unsupported: errors_pb2.UnsupportedCapabilities) -> str:

@@ -36,6 +36,7 @@ from modelir import errors
 from modelir.interface import MessageLike, ModelInterface, build_request
 from modelir.sync import run_sync
 from modelir.v1 import capabilities_pb2, errors_pb2, logprobs_pb2
+from modelir.writing.names import enum_name
 
 C = capabilities_pb2.Capability
 
@@ -177,7 +178,7 @@ async def _by_logprobs(
         try:
             probabilities, coverage = _walk(labels, logprobs, top_k, exact=exact)
         except _Unknown as unknown:
-            name = logprobs_pb2.LogprobBasis.Name(logprobs.basis).removeprefix("LOGPROB_BASIS_").lower()
+            name = enum_name(logprobs_pb2.LogprobBasis, logprobs.basis)
             why.append(f"{name} top-{top_k} logprobs do not determine the labels: {unknown}")
             continue
         method = "choice_logprobs" if exact else "top_logprobs"
