@@ -215,3 +215,18 @@ def test_input_keys_are_given_or_the_input_position(tmp_path):
     source.write_text('{"key": "x", "request": {"prompt": "a"}}\n{"key": "x", "request": {"prompt": "b"}}\n')
     with pytest.raises(ValueError, match="already used on line 1"):
         read_inputs(source)
+
+
+def test_a_resumed_run_into_another_series_says_what_to_do_and_never_to_delete_the_records(tmp_path):
+    from modelir.batch import run_batch
+    from modelir.records import OtherSeriesError
+    from modelir.version import IR_SEMVER
+
+    path = _file_with_version(tmp_path, f"{IR_SEMVER.major}.{IR_SEMVER.minor + 1}.0")
+    model = Model(ReferenceModel(), name="reference")
+    import asyncio
+
+    inputs = [("b", build_request("", prompt="x", max_output_tokens=2))]
+    with pytest.raises(OtherSeriesError) as caught:
+        asyncio.run(run_batch(model, inputs, path, resume=True, progress_stream=open(os.devnull, "w")))
+    assert "new output file" in str(caught.value) and "delete" not in str(caught.value)

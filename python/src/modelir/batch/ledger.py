@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from modelir.records.files import RecordFileError, RecordWriter, format_of
+from modelir.records.files import OtherSeriesError, RecordFileError, RecordWriter, format_of
 from modelir.v1 import record_pb2, request_pb2
 from modelir.writing.builder import with_model
 
@@ -100,6 +100,9 @@ class Ledger:
             lock_fd = _lock(output)
             try:
                 writer, scanned = RecordWriter.resume(output)
+            except OtherSeriesError:
+                os.close(lock_fd)
+                raise  # the file holds records of another IR series: its message says what to do, never to delete it
             except RecordFileError as exc:
                 os.close(lock_fd)
                 raise RecordFileError(

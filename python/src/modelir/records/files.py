@@ -54,6 +54,10 @@ class RecordFileError(Exception):
     """A record file that cannot be read or resumed (wrong version, no header, not a record file)."""
 
 
+class OtherSeriesError(RecordFileError):
+    """A record file of another IR series (major.minor) than this SDK writes: readable, but not resumable here."""
+
+
 class NewerMinorVersionWarning(UserWarning):
     """A record file from a newer minor IR version: readable (unknown fields are kept), but not resumable."""
 
@@ -248,7 +252,7 @@ def check_resumable(header: record_pb2.RecordHeader, path: str | os.PathLike) ->
     """Resuming needs the same IR series (major.minor); patch versions are compatible."""
     theirs = parse_semver(header.ir_version)
     if theirs.series != IR_SEMVER.series:
-        raise RecordFileError(
+        raise OtherSeriesError(
             f"cannot resume into {path}: it holds records of IR {header.ir_version} (series {theirs.series}), "
             f"and this SDK writes IR {IR_VERSION} (series {IR_SEMVER.series}). Mixing series in one file would make "
             "it unreadable as one dataset. Write to a new output file, or resume with an SDK of IR series "
