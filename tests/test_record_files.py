@@ -191,3 +191,49 @@ def test_the_headers_descriptor_set_carries_every_fields_json_name():
     request = next(f for f in image.file if f.name == "modelir/v1/request.proto")
     sampling = next(m for m in request.message_type if m.name == "SamplingParams")
     assert {f.name: f.json_name for f in sampling.field}["max_output_tokens"] == "maxOutputTokens"
+
+
+def _add_response_field(file: descriptor_pb2.FileDescriptorProto) -> None:
+    (response,) = [m for m in file.message_type if m.name == "Response"]
+    response.field.add(
+        name="added_later",
+        number=999,
+        json_name="addedLater",
+        type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
+        label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL,
+    )
+
+
+@pytest.mark.parametrize("first", [JSONL, BINARY])
+def test_convert_keeps_every_field_a_newer_writer_wrote_both_ways(tmp_path, first):
+    newer = _edited_ir(_add_response_field)
+    entry_class = _class(newer, "modelir.v1.RecordFileEntry")
+    descriptor_set = descriptor_pb2.FileDescriptorSet.FromString(records.ir_descriptor_set())
+    _add_response_field(next(f for f in descriptor_set.file if f.name == "modelir/v1/response.proto"))
+    header = entry_class()
+    header.header.ir_version, header.header.sdk_version = "1.1.0", "newer"
+    header.header.ir_descriptor_set = descriptor_set.SerializeToString()
+    written = []
+    for key in ("a", "b"):
+        record = entry_class()
+        record.record.key = key
+        record.record.response.added_later = f"kept {key}"
+        written.append(record)
+    source = tmp_path / ("newer.jsonl" if first == JSONL else "newer.binpb")
+    source.write_bytes(b"".join(records.encode_entry(e, first) for e in (header, *written)))
+
+    other = BINARY if first == JSONL else JSONL
+    middle = tmp_path / ("middle.binpb" if other == BINARY else "middle.jsonl")
+    back = tmp_path / ("back.jsonl" if first == JSONL else "back.binpb")
+    with pytest.warns(records.NewerMinorVersionWarning):
+        assert records.convert(source, middle, other) == 2
+    with pytest.warns(records.NewerMinorVersionWarning):
+        assert records.convert(middle, back, first) == 2
+    assert back.read_bytes() == source.read_bytes()
+    data = middle.read_bytes()
+    scan_header = records.scan(middle).header
+    assert scan_header is not None and scan_header.ir_version == "1.1.0"
+    last = _last_entry(data, other)
+    entry = records.message_class(scan_header, "modelir.v1.RecordFileEntry")
+    decoded = json_format.Parse(last, entry()) if other == JSONL else entry.FromString(last)
+    assert decoded.record.response.added_later == "kept b"

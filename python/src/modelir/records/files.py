@@ -382,15 +382,38 @@ def _with_key(record: record_pb2.Record, key: str) -> record_pb2.Record:
 
 
 def convert(source: str | os.PathLike, target: str | os.PathLike, fmt: str) -> int:
-    """Copy a record file into the other format (header included). Returns the number of records."""
-    result = scan(source)
-    if result.header is None:
-        raise RecordFileError(f"{source} has no header")
-    check_readable(result.header, source)
+    """Copy a record file into `fmt`, header included, keeping every field its writer wrote. Returns the number of
+    records.
+
+    Entries are decoded with the types of the file's own header (`message_class`), not this SDK's: a field added by
+    a newer release survives the trip through either format, and the copy keeps the writer's header (its IR version
+    and descriptor set), so it never claims a version whose fields it lost. Unreadable entries are skipped and a torn
+    tail is left out, as every reader does."""
+    data = Path(source).read_bytes()
+    source_format = format_of(source)
+    entries = _iter_jsonl(data) if source_format == JSONL else _iter_binary(data)
+    entry_class: type[Message] | None = None
+    count = 0
     with Path(target).open("xb") as handle:
-        handle.write(encode_entry(record_pb2.RecordFileEntry(header=result.header), fmt))
-        for record in result.records:
-            handle.write(encode_entry(record_pb2.RecordFileEntry(record=record), fmt))
+        for index, (_end, entry, raw) in enumerate(entries):
+            if entry is None:
+                continue
+            if entry_class is None:
+                if index != 0 or entry.WhichOneof("entry") != "header":
+                    raise RecordFileError(f"{source} has no header")
+                check_readable(entry.header, source)
+                entry_class = (
+                    message_class(entry.header, "modelir.v1.RecordFileEntry")
+                    if entry.header.ir_descriptor_set
+                    else record_pb2.RecordFileEntry  # written before headers carried their types: ours are theirs
+                )
+            elif entry.WhichOneof("entry") == "header":
+                continue  # a second header is ignored, as `scan` ignores it
+            full = json_format.Parse(raw, entry_class()) if source_format == JSONL else entry_class.FromString(raw)
+            handle.write(encode_entry(full, fmt))
+            count += entry.WhichOneof("entry") == "record"
+        if entry_class is None:
+            raise RecordFileError(f"{source} has no header")
         handle.flush()
         os.fsync(handle.fileno())
-    return len(result.records)
+    return count
