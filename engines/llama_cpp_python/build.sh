@@ -31,7 +31,7 @@ mkdir -p "$CACHE"
 SDIST=$CACHE/sdist/llama_cpp_python-$VERSION.tar.gz
 if [ ! -f "$SDIST" ]; then
   log "downloading the llama-cpp-python $VERSION sdist from PyPI"
-  python3 -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$CACHE/sdist"
+  python3 -m pip download --quiet --no-deps --no-binary llama-cpp-python "llama-cpp-python==$VERSION" -d "$CACHE/sdist"
 fi
 
 WHEEL_DIR=$CACHE/python-wheel

@@ -25,7 +25,7 @@ mkdir -p "$CACHE"
 SRC=$CACHE/llama_cpp_python-$VERSION/vendor/llama.cpp
 if [ ! -d "$SRC/tools/server" ]; then
   log "downloading the llama-cpp-python $VERSION sdist from PyPI"
-  python3 -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$CACHE/sdist"
+  python3 -m pip download --quiet --no-deps --no-binary llama-cpp-python "llama-cpp-python==$VERSION" -d "$CACHE/sdist"
   tar xzf "$CACHE/sdist/llama_cpp_python-$VERSION.tar.gz" -C "$CACHE"
 fi
 
