@@ -161,7 +161,7 @@ def test_dialects_keep_only_what_the_wire_carries_everywhere():
     assert vllm.VLLM.part_kinds["refusal"] != ""  # vLLM's chat does not take refusals back
     request = request_pb2.Request(model="m")
     request.conversation.messages.add(role=content_pb2.ROLE_ASSISTANT).parts.add(refusal="No.")
-    # llama.cpp takes OpenAIChat's decisions as its own (llamacpp.py), so its chat lowering refuses, typed.
+    # llama.cpp takes OpenAIChat's decisions as its own (llamacpp/transport.py), so its chat lowering refuses, typed.
     with pytest.raises(content_kinds.NotCarriedError):
         llamacpp.LlamaCpp().lower(request, stream=False)
 

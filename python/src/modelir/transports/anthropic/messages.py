@@ -9,46 +9,29 @@ cumulative, and a `redacted_thinking` block arrives whole in `content_block_star
 
 `max_tokens` is required by the API. When the IR leaves it unset, this transport sends `DEFAULT_MAX_TOKENS`
 (4,096), or the thinking budget plus 4,096 when a budget is set (the API requires max_tokens above the budget).
-A thinking budget is at least `MIN_THINKING_BUDGET` (1,024) tokens (the manifest's `min_reasoning_budget_tokens`
-limit, checked with the capabilities) and below `max_tokens` (refused before any I/O, naming
-`reasoning.budget_tokens`).
+A thinking budget is at least `reasoning.MIN_THINKING_BUDGET` (1,024) tokens (the manifest's
+`min_reasoning_budget_tokens` limit, checked with the capabilities) and below `max_tokens` (refused before any I/O,
+naming `reasoning.budget_tokens`).
 
-Reasoning effort (Anthropic's effort and adaptive-thinking guides, https://platform.claude.com/docs/en/build-with-claude/
-effort): the models in `EFFORT_MODELS` take an effort natively as `output_config.effort` (`low`, `medium`,
-`high`). Those in `ADAPTIVE_THINKING_MODELS` (Opus 4.6, Sonnet 4.6, Opus 4.7) think adaptively, so an effort is sent
-as `thinking: {"type": "adaptive"}` plus the effort, nothing mapped. Every other model (Opus 4.5 included, which
-takes an effort but thinks only under a budget) takes a thinking budget, so an effort is sent as the budget
-`EFFORT_BUDGETS` gives it (and, on Opus 4.5, as the effort too), and the response carries a
-`reasoning_effort_mapped` warning saying so. A thinking budget on a model in `BUDGETLESS_MODELS` (Opus 4.7, which
-answers 400 to one) is refused up front.
-
-| IR effort | adaptive models | other models: thinking budget (warned) |
-|---|---|---|
-| `minimal` | effort `low` (warned: there is no minimal) | 1,024 |
-| `low` | effort `low` | 2,048 |
-| `medium` | effort `medium` | 8,192 |
-| `high` | effort `high` | 16,384 |
-| `none` | no thinking | no thinking |
+Reasoning effort and thinking budgets, per model, are `reasoning.py`'s; the content blocks a request is lowered to
+are `lowering.py`'s, and `blocks.py` lifts the answer's.
 """
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 import orjson
 
 from modelir.pipeline import content_kinds
 from modelir.transports import _common as common
-from modelir.transports import opaque_json
-from modelir.transports.anthropic import blocks
+from modelir.transports.anthropic import blocks, lowering, reasoning
+from modelir.transports.anthropic.lowering import PROVIDER_TOOL_TYPES, REDACTED, SIGNATURE
 from modelir.transports.anthropic.messages_stream import MessagesStreamLifter
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter
 from modelir.transports.manifests import CHAT_WITH_TOOLS, COMMON, capability_set
 from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, request_pb2, response_pb2
 
-SIGNATURE = blocks.SIGNATURE
-REDACTED = blocks.REDACTED
 # Provider-option keys that belong on a content block (a part's or message's options), not on the request.
 BLOCK_OPTION_KEYS = ("cache_control", "citations", "context", "title", "caller")
 API_VERSION = "2023-06-01"
@@ -59,45 +42,8 @@ _TOOL_CHOICE = {
     request_pb2.TOOL_CHOICE_MODE_REQUIRED: {"type": "any"},
 }
 PROVIDER_OPTION_KEYS = ("metadata", "service_tier", "container", *BLOCK_OPTION_KEYS)
-MIN_THINKING_BUDGET = 1024
-# The provider-run tool types this wire declares (Anthropic's server tools; each is sent as `{type, name,
-# ...config}`), with the name Anthropic gives each when the IR leaves `ProviderTool.name` empty.
-PROVIDER_TOOL_TYPES = {
-    "web_search_20250305": "web_search",
-    "web_search_20260209": "web_search",
-    "web_search_20260318": "web_search",
-    "web_fetch_20250910": "web_fetch",
-    "web_fetch_20260209": "web_fetch",
-    "web_fetch_20260309": "web_fetch",
-    "web_fetch_20260318": "web_fetch",
-    "code_execution_20250522": "code_execution",
-    "code_execution_20250825": "code_execution",
-    "code_execution_20260120": "code_execution",
-    "code_execution_20260521": "code_execution",
-    "tool_search_tool_regex_20251119": "tool_search_tool_regex",
-    "tool_search_tool_bm25_20251119": "tool_search_tool_bm25",
-}
 # The media types of input blobs: images, and documents (PDF, plain text) as `document` blocks.
 INPUT_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp", "application/pdf", "text/plain")
-# Cache-breakpoint TTLs Anthropic takes (`cache_control.ttl`), in seconds.
-_CACHE_TTLS = {300: "5m", 3600: "1h"}
-# Model id prefixes, from Anthropic's effort and adaptive-thinking guides.
-ADAPTIVE_THINKING_MODELS = ("claude-opus-4-6", "claude-sonnet-4-6", "claude-opus-4-7")
-EFFORT_MODELS = (*ADAPTIVE_THINKING_MODELS, "claude-opus-4-5")
-BUDGETLESS_MODELS = ("claude-opus-4-7",)
-_NATIVE_EFFORT = {
-    request_pb2.REASONING_EFFORT_MINIMAL: "low",
-    request_pb2.REASONING_EFFORT_LOW: "low",
-    request_pb2.REASONING_EFFORT_MEDIUM: "medium",
-    request_pb2.REASONING_EFFORT_HIGH: "high",
-}
-EFFORT_BUDGETS = {
-    request_pb2.REASONING_EFFORT_MINIMAL: MIN_THINKING_BUDGET,
-    request_pb2.REASONING_EFFORT_LOW: 2048,
-    request_pb2.REASONING_EFFORT_MEDIUM: 8192,
-    request_pb2.REASONING_EFFORT_HIGH: 16384,
-}
-
 
 # IR sampling fields, as `ir_name:native_name` where this wire renames them.
 _SAMPLING = "temperature top_p top_k stop:stop_sequences"
@@ -131,7 +77,7 @@ class AnthropicMessages(HttpTransport):
         "REASONING REASONING_BUDGET REASONING_EFFORT PREFILL TOP_K_SAMPLING STOP_SEQUENCES",
         "SERVER_TOOL_REPLAY PROVIDER_TOOLS PROMPT_CACHE_BREAKPOINTS DOCUMENT_INPUT",
     )
-    limits = capabilities_pb2.ModelLimits(max_choices=1, min_reasoning_budget_tokens=MIN_THINKING_BUDGET)
+    limits = capabilities_pb2.ModelLimits(max_choices=1, min_reasoning_budget_tokens=reasoning.MIN_THINKING_BUDGET)
     provider_option_keys = PROVIDER_OPTION_KEYS
     reads_nested_provider_options = True  # block options on parts, message options on the message's last block
     input_media_types = INPUT_MEDIA_TYPES
@@ -150,7 +96,7 @@ class AnthropicMessages(HttpTransport):
         if request.HasField("reasoning_controls") and request.reasoning_controls.summary:
             reasons.append("Anthropic returns thinking blocks, not summaries on request (reasoning.summary).")
         if request.reasoning_controls.WhichOneof("amount") == "budget_tokens" and self.model_for(request).startswith(
-            BUDGETLESS_MODELS
+            reasoning.BUDGETLESS_MODELS
         ):
             reasons.append(
                 f"{self.model_for(request)} thinks adaptively and refuses a thinking budget "
@@ -189,7 +135,7 @@ class AnthropicMessages(HttpTransport):
         problems = super().field_problems(request)
         for i, message in enumerate(request.conversation.messages):
             for where, part in content_kinds.parts_of(message):
-                if part.HasField("cache_breakpoint") and _cache_control(part) is None:
+                if part.HasField("cache_breakpoint") and lowering.cache_control(part) is None:
                     problems.append(
                         (
                             f"conversation.messages[{i}].{where}.cache_breakpoint.ttl",
@@ -215,41 +161,19 @@ class AnthropicMessages(HttpTransport):
             )
         return problems
 
-    # ---- reasoning ---------------------------------------------------------------------------------
+    # ---- reasoning (`reasoning`) ---------------------------------------------------------------------
 
     def native_effort(self, request: request_pb2.Request) -> str | None:
         """The `output_config.effort` to send: the request's effort, on a model that takes one."""
-        if request.reasoning_controls.WhichOneof("amount") != "effort":
-            return None
-        if not self.model_for(request).startswith(EFFORT_MODELS):
-            return None
-        return _NATIVE_EFFORT.get(request.reasoning_controls.effort)
+        return reasoning.native_effort(request, self.model_for(request))
 
     def thinking_budget(self, request: request_pb2.Request) -> int | None:
-        """The thinking budget to send: the request's own, or its effort's (`EFFORT_BUDGETS`) on a model that does
-        not think adaptively; None when no budget goes on the wire."""
-        amount = request.reasoning_controls.WhichOneof("amount")
-        if amount == "budget_tokens":
-            return request.reasoning_controls.budget_tokens
-        if amount == "effort" and not self.model_for(request).startswith(ADAPTIVE_THINKING_MODELS):
-            return EFFORT_BUDGETS.get(request.reasoning_controls.effort)
-        return None
+        """The thinking budget to send (`reasoning.thinking_budget`); None when no budget goes on the wire."""
+        return reasoning.thinking_budget(request, self.model_for(request))
 
     def reasoning_warnings(self, request: request_pb2.Request) -> list[errors_pb2.Warning]:
         """What the lowering did to the request's effort, said in the response (never silently)."""
-        if request.reasoning_controls.WhichOneof("amount") != "effort":
-            return []
-        effort = request_pb2.ReasoningEffort.Name(request.reasoning_controls.effort)
-        model = self.model_for(request) or "this model"
-        native, budget = self.native_effort(request), self.thinking_budget(request)
-        if budget is not None:
-            sent = f"thinking.budget_tokens = {budget}" + (f" with effort {native!r}" if native else "")
-            message = f"{model} thinks under a budget, not an effort: {effort} was sent as {sent} (EFFORT_BUDGETS)."
-        elif native is not None and request.reasoning_controls.effort == request_pb2.REASONING_EFFORT_MINIMAL:
-            message = f"{model} has no minimal effort: {effort} was sent as effort {native!r}."
-        else:
-            return []
-        return [errors_pb2.Warning(code="reasoning_effort_mapped", message=message)]
+        return reasoning.warnings(request, self.model_for(request))
 
     # ---- lower -------------------------------------------------------------------------------------
 
@@ -268,17 +192,17 @@ class AnthropicMessages(HttpTransport):
             system.append(messages.pop(0))
         body: dict[str, Any] = {"model": self.model_for(request), "max_tokens": self._max_tokens(request)}
         if system:
-            body["system"] = _system(system)
-        wire_messages = [{"role": _role(m), "content": _content(m)} for m in messages]
-        if container := _replayed_container(messages):
+            body["system"] = lowering.system(system)
+        wire_messages = [{"role": lowering.role(m), "content": lowering.content(m)} for m in messages]
+        if container := lowering.replayed_container(messages):
             body["container"] = container
         if request.prefill:
             wire_messages.append({"role": "assistant", "content": [{"type": "text", "text": request.prefill}]})
-        body["messages"] = _merge_roles(wire_messages)
+        body["messages"] = lowering.merge_roles(wire_messages)
         s = request.sampling
         common.copy_sampling(s, body, _SAMPLING)
         if request.tools:
-            body["tools"] = [_tool(t) for t in request.tools]
+            body["tools"] = [lowering.tool(t) for t in request.tools]
         choice = request.tool_choice.WhichOneof("choice")
         if choice == "mode":
             body["tool_choice"] = _TOOL_CHOICE[request.tool_choice.mode]
@@ -317,167 +241,3 @@ class AnthropicMessages(HttpTransport):
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
         return MessagesStreamLifter(self, request)
-
-
-def _role(message: content_pb2.Message) -> str:
-    return "assistant" if message.role == content_pb2.ROLE_ASSISTANT else "user"
-
-
-def _merge_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Consecutive turns of one role (e.g. a tool message after a user message) become one turn."""
-    out: list[dict[str, Any]] = []
-    for message in messages:
-        if out and out[-1]["role"] == message["role"]:
-            out[-1]["content"].extend(message["content"])
-        else:
-            out.append(message)
-    return out
-
-
-def _system(messages: list[content_pb2.Message]) -> Any:
-    """The system prompt: one string, or text blocks when a part carries a cache breakpoint or options."""
-    if not any(
-        m.provider_options or any(p.provider_options or p.HasField("cache_breakpoint") for p in m.parts)
-        for m in messages
-    ):
-        return "\n\n".join("".join(p.text for p in m.parts) for m in messages)
-    return [block for m in messages for block in _content(m)]
-
-
-def _content(message: content_pb2.Message) -> list[dict[str, Any]]:
-    """A message's blocks; the message's own provider options go on its last block (where a message-level
-    `cache_control` belongs)."""
-    content = [block for part in message.parts if (block := _block(part)) is not None]
-    options = _entry_options(message.provider_options, AnthropicMessages.name)
-    if options and content:
-        content[-1].update(options)
-    return content
-
-
-def _replayed_container(messages: list[content_pb2.Message]) -> str | None:
-    """The id of the last code-execution container in the replayed turns: the conversation continues in it."""
-    container = None
-    for message in messages:
-        for part in message.parts:
-            if part.WhichOneof("content") == "provider_part" and part.provider_part.type == blocks.CONTAINER:
-                container = orjson.loads(part.provider_part.native_json).get("id") or container
-    return container
-
-
-def _cache_control(part: content_pb2.Part) -> dict[str, Any] | None:
-    ttl = part.cache_breakpoint.ttl
-    if not part.cache_breakpoint.HasField("ttl"):
-        return {"type": "ephemeral"}
-    name = _CACHE_TTLS.get(ttl.seconds) if not ttl.nanos else None
-    return {"type": "ephemeral", "ttl": name} if name else None
-
-
-def _block(part: content_pb2.Part) -> dict[str, Any] | None:
-    """One part as a content block, with its cache breakpoint and options; None for a part with no input form
-    (a refusal, the stop details, the container, which `_replayed_container` sends)."""
-    block = _content_block(part)
-    if block is None:
-        return None
-    if part.HasField("cache_breakpoint"):
-        block["cache_control"] = _cache_control(part)
-    block.update(_entry_options(part.provider_options, AnthropicMessages.name))
-    return block
-
-
-def _document(blob: content_pb2.Blob) -> dict[str, Any]:
-    if blob.WhichOneof("source") == "uri":
-        return {"type": "document", "source": {"type": "url", "url": blob.uri}}
-    if blob.mime_type == "text/plain":
-        return {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": blob.data.decode()}}
-    data = base64.b64encode(blob.data).decode()
-    return {"type": "document", "source": {"type": "base64", "media_type": blob.mime_type, "data": data}}
-
-
-def _content_block(part: content_pb2.Part) -> dict[str, Any] | None:
-    kind = part.WhichOneof("content")
-    if kind == "text":
-        block: dict[str, Any] = {"type": "text", "text": part.text}
-        citations = [c for c in map(blocks.citation_native, part.citations) if c is not None]
-        if citations:
-            block["citations"] = [
-                {k: v for k, v in c.items() if k in blocks.CITATION_REQUEST_KEYS.get(c["type"], c)} for c in citations
-            ]
-        return block
-    if kind == "blob":
-        blob = part.blob
-        if not blob.mime_type.startswith("image/"):
-            return _document(blob)
-        if blob.WhichOneof("source") == "uri":
-            return {"type": "image", "source": {"type": "url", "url": blob.uri}}
-        data = base64.b64encode(blob.data).decode()
-        return {"type": "image", "source": {"type": "base64", "media_type": blob.mime_type, "data": data}}
-    if kind == "tool_call":
-        call = part.tool_call
-        return {
-            "type": "tool_use",
-            "id": call.id,
-            "name": call.name,
-            "input": orjson.loads(call.arguments_json or "{}"),
-        }
-    if kind == "tool_result":
-        result = part.tool_result
-        content: Any = [b for p in result.content if (b := _block(p)) is not None]
-        if len(result.content) == 1 and result.content[0].WhichOneof("content") == "text":
-            content = result.content[0].text
-        return {
-            "type": "tool_result",
-            "tool_use_id": result.tool_call_id,
-            "content": content,
-            "is_error": result.failed,
-        }
-    if kind == "reasoning":  # the artifact says which block it was, and its bytes go back exactly as received
-        for artifact in part.artifacts:
-            if artifact.kind == REDACTED:
-                return {"type": "redacted_thinking", "data": artifact.data.decode()}
-            if artifact.kind == SIGNATURE:
-                return {"type": "thinking", "thinking": part.reasoning.text, "signature": artifact.data.decode()}
-    if kind == "server_tool_call":
-        server = part.server_tool_call
-        call_block: dict[str, Any] = {"type": "server_tool_use", "id": server.id, "name": server.name}
-        if server.server_label:
-            call_block.update(type="mcp_tool_use", server_name=server.server_label)
-        call_block["input"] = orjson.loads(server.arguments_json or "{}")
-        return call_block
-    if kind == "server_tool_result":
-        restored = opaque_json.restore(part.server_tool_result.result_json, part.artifacts)
-        return restored if isinstance(restored, dict) else {"content": restored}
-    if kind == "provider_part":
-        if part.provider_part.type in (blocks.CONTAINER, blocks.STOP_DETAILS):
-            return None
-        native = orjson.loads(part.provider_part.native_json or "{}")
-        return native if isinstance(native, dict) else {"content": native}
-    if kind == "refusal":
-        return None
-    raise content_kinds.NotCarriedError(AnthropicMessages.name, kind if kind != "reasoning" else "unsigned reasoning")
-
-
-def _tool(tool: request_pb2.Tool) -> dict[str, Any]:
-    if tool.WhichOneof("kind") == "provider":
-        provider = tool.provider
-        declared: dict[str, Any] = {
-            "type": provider.type,
-            "name": provider.name or PROVIDER_TOOL_TYPES.get(provider.type, provider.type),
-        }
-        declared.update(orjson.loads(provider.config_json) if provider.config_json else {})
-        return declared
-    out: dict[str, Any] = {
-        "name": tool.function.name,
-        "input_schema": common.json_object(tool.function.parameters_json_schema),
-    }
-    if tool.function.description:
-        out["description"] = tool.function.description
-    return out
-
-
-def _entry_options(entries: Any, transport: str) -> dict[str, Any]:
-    """This transport's entry of a message's or part's provider options (other entries are for other wires)."""
-    for entry in entries:
-        if entry.transport == transport:
-            options = orjson.loads(entry.options_json or b"{}")
-            return options if isinstance(options, dict) else {}
-    return {}
