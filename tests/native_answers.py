@@ -139,10 +139,14 @@ _LLAMA = (  # name prefix -> section
 
 
 def _llama_answers(folder: Path) -> Iterator[Answer]:
+    index = (folder / "INDEX.txt").read_text().splitlines() if (folder / "INDEX.txt").exists() else []
+    statuses = {line.split()[0]: int(line.split()[1]) for line in index if len(line.split()) > 1}
     for response in sorted(folder.glob("*.response.*")):
         name = response.name.split(".response.")[0]
         if response.name.endswith(".headers"):
             continue
+        if name.startswith("error__") and statuses.get(name, 400) < 400:
+            name = name.removeprefix("error__").replace("v1_chat_", "v1_chat_completions__")
         section = next((s for prefix, s in _LLAMA if name.startswith(prefix)), None)
         if section is None:
             continue  # /props, /slots, /health, /apply-template, legacy /v1/completions: no lift of ours reads them

@@ -43,6 +43,7 @@ DISPOSITIONS = ("read", "kept", "fact")
 # A string shorter than this is named in the warning only (a flag or an id is no content to keep).
 _MEANINGFUL_CHARS = 20
 
+_META = ("_include", "_choice")  # a section's own keys: every other key is a path
 _MEMBERS = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _ITEMS = msgspec.json.Decoder(list[msgspec.Raw])
 _VALUE = msgspec.json.Decoder()
@@ -125,7 +126,7 @@ def _declarations(sections: dict[str, dict[str, Any]], name: str, seen: tuple[st
         for path, disposition in _declarations(sections, full, (*seen, name)).items():
             declared[f"{prefix}.{path}" if prefix else path] = disposition
     for path, disposition in section.items():
-        if path.startswith("_"):
+        if path in _META:
             continue
         _check(name, path, disposition)
         declared[path] = disposition
