@@ -205,6 +205,8 @@ def _walk(
                 tagged = f"({tag}={value})"  # in the paths it names: which type of a tagged union this was
                 if (variant := values.get(str(value))) is not None:
                     if variant.whole:
+                        if variant.disposition == "fact":
+                            found.append(_finding([*path, tagged], rel, choice, raw, fact=True))
                         return
                     nodes.append(variant)
         if node.variants and len(nodes) == 1 and not node.keys and node.any_key is None:
@@ -369,8 +371,9 @@ class AccountedStream(StreamLifter):
         if event.data[:1] in (b"{", b"[") or event.data.lstrip()[:1] in (b"{", b"["):
             for finding in findings(self.section, event.data):
                 values = self.seen.setdefault((finding.choice, finding.below_choice), [])
-                if finding.fact:
-                    values[:] = [finding]
+                if finding.fact:  # a fact's state: the latest that holds anything (a null or `{}` clears nothing)
+                    if worth_keeping(finding):
+                        values[:] = [finding]
                 elif all(v.raw != finding.raw for v in values):
                     values.append(finding)
         return out

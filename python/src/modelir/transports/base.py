@@ -375,9 +375,12 @@ def json_error(response: HttpResponse) -> errors.ModelError:
         body = None
     error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict):
+        from modelir.transports.provider_errors import details  # it builds on this module's error table
+
         message = str(error.get("message") or "")
         if error.get("param"):
             message += f" (param: {error['param']})"
+        message += details(error)  # Groq's failed_generation, OpenRouter's upstream error: kept, not dropped
         code = error.get("code") or error.get("type") or ""
         return error_for_status(response, message, provider_code=str(code))
     if isinstance(error, str):
