@@ -193,8 +193,8 @@ def test_anthropic_fixtures_fit_the_anthropic_sdk(path: Path):
         pydantic.TypeAdapter(params).validate_python(body)
         assert set(body) <= params.__required_keys__ | params.__optional_keys__
     if '"compaction' in path.read_text():  # server-side compaction is a beta: its blocks are the beta SDK's types
-        from anthropic.types.beta import BetaMessage as Message  # noqa: N814
-        from anthropic.types.beta import BetaRawMessageStreamEvent as RawMessageStreamEvent  # noqa: N814
+        from anthropic.types.beta import BetaMessage as Message
+        from anthropic.types.beta import BetaRawMessageStreamEvent as RawMessageStreamEvent
     answer = fixture.get("http_response", {})
     if answer.get("status", 200) == 200 and "body" in answer:
         Message.model_validate(answer["body"])

@@ -102,7 +102,11 @@ def test_a_declared_fact_is_kept_without_a_warning():
 
 def test_a_stream_keeps_unread_members_after_the_last_part_and_warns_at_the_end():
     chunks = [
-        {"id": "c", "model": "m", "choices": [{"index": 0, "delta": {"content": "Hi", "x_note": "a note of some length"}}]},
+        {
+            "id": "c",
+            "model": "m",
+            "choices": [{"index": 0, "delta": {"content": "Hi", "x_note": "a note of some length"}}],
+        },
         {"id": "c", "model": "m", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "x_tally": [3]},
     ]
     lifter = CHAT.stream_lifter_accounted(_request())
@@ -134,4 +138,3 @@ def test_logprob_entries_are_skipped_whole():
     entries = [{"token": "a", "logprob": -0.1, "bytes": [97], "top_logprobs": [], "x_unseen": 1}] * 3
     body = _chat_body(choice={"logprobs": {"content": entries}})
     assert accounting.findings(section, orjson.dumps(body)) == []  # declared whole: never walked
-

@@ -148,9 +148,8 @@ def _check_exchange(fixture, transport: HttpTransport, request, streaming, probl
     status = answer.get("status", 200)
     headers = {k.lower(): v for k, v in answer.get("headers", {}).items()}
     if status >= 400:
-        _check_error(
-            fixture.get("expected_error"), guarded_error(transport, HttpResponse(status, headers, _body_bytes(answer))), problems
-        )
+        error = guarded_error(transport, HttpResponse(status, headers, _body_bytes(answer)))
+        _check_error(fixture.get("expected_error"), error, problems)
         return
     try:
         if streaming:

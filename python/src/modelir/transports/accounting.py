@@ -186,9 +186,7 @@ def _first(raw: msgspec.Raw | bytes) -> bytes:
     return bytes(memoryview(raw)[:1])
 
 
-def _walk(
-    raw: msgspec.Raw | bytes, node: Node, path: list[str], rel: int, choice: int, found: list[Finding]
-) -> None:
+def _walk(raw: msgspec.Raw | bytes, node: Node, path: list[str], rel: int, choice: int, found: list[Finding]) -> None:
     if node.whole:
         if node.disposition == "fact":
             found.append(_finding(path, rel, choice, raw, fact=True))
@@ -284,7 +282,9 @@ def provider_part(transport: str, issuer: content_pb2.Issuer, finding: Finding) 
     (re-encoded compactly, so that a unary answer and a stream's event give the same text)."""
     native = orjson.dumps(orjson.loads(finding.raw)).decode()
     return content_pb2.Part(
-        provider_part=content_pb2.ProviderPart(type=f"{transport}.{finding.below_choice}", native_json=native, issuer=issuer)
+        provider_part=content_pb2.ProviderPart(
+            type=f"{transport}.{finding.below_choice}", native_json=native, issuer=issuer
+        )
     )
 
 

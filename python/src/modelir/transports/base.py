@@ -248,7 +248,9 @@ class HttpTransport(Transport):
 
         lifter = self.stream_lifter(request)
         section = accounting.schema(self.native_fields(request, "stream"))
-        return lifter if section is None else accounting.AccountedStream(lifter, section, self.name, self.issuer(request))
+        return (
+            lifter if section is None else accounting.AccountedStream(lifter, section, self.name, self.issuer(request))
+        )
 
     def auth_headers(self, credential: str) -> dict[str, str]:
         """Headers that carry the credential. Bearer by default; transports with other schemes override."""

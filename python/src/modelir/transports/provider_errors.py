@@ -68,7 +68,9 @@ def status_of(error: Mapping[str, Any]) -> int:
     return _UNKNOWN
 
 
-def mid_stream(error: Mapping[str, Any], default: str = "the provider reported an error mid-stream") -> errors_pb2.ResponseError:
+def mid_stream(
+    error: Mapping[str, Any], default: str = "the provider reported an error mid-stream"
+) -> errors_pb2.ResponseError:
     """The soft error of an error object that arrived inside a 200 answer or a stream: typed as the same object
     under an HTTP status would be, its provider code and diagnostic members kept."""
     message = str(error.get("message") or default) + details(error)

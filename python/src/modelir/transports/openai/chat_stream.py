@@ -54,11 +54,11 @@ class ChatStreamLifter(wire.ChunkStream):
     def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
         """The late facts of each choice (early citations, reasoning details) as the unary lift places them."""
         out = []
-        for index, annotations in sorted(self.early_citations.items()):
+        for index, early in sorted(self.early_citations.items()):
             if index in self.parts.texts():
-                out.append(self._cited(index, annotations))
+                out.append(self._cited(index, early))
             else:  # no text to cite: the annotations are kept as they came, as the unary lift keeps them
-                part = annotations_part(annotations, self.transport.issuer(self.request), self.transport.name)
+                part = annotations_part(early, self.transport.issuer(self.request), self.transport.name)
                 out.append(self.parts.delta(index, "annotations", part=part))
         issuer = self.transport.issuer(self.request)
         for index, entries in sorted(self.reasoning_details.items()):
