@@ -277,6 +277,12 @@ def worth_keeping(finding: Finding) -> bool:
     return False
 
 
+def _part_order(finding: Finding) -> tuple[int, str]:
+    """Kept parts go in the order of their path below the choice, whatever order the provider's keys came in,
+    so that a unary answer and a stream (where members arrive in other chunks) keep them alike."""
+    return finding.choice, finding.below_choice
+
+
 def provider_part(transport: str, issuer: content_pb2.Issuer, finding: Finding) -> content_pb2.Part:
     """The part that keeps `finding`: `<transport>.<path below its choice>`, its JSON as the provider sent it
     (re-encoded compactly, so that a unary answer and a stream's event give the same text)."""
@@ -308,7 +314,7 @@ def account_response(
     found = findings(section, body)
     if found:
         by_index = {c.index: c for c in response.choices}
-        for finding in found:
+        for finding in sorted(found, key=_part_order):
             choice = by_index.get(finding.choice)
             if choice is not None and worth_keeping(finding):
                 choice.message.parts.append(provider_part(transport, issuer, finding))
@@ -331,7 +337,7 @@ def end_warnings_and_parts(
     """A stream's findings at its end: one whole-part delta per kept value (after the choice's last part) and the
     warning naming the unread paths."""
     events, unread = [], []
-    for (choice, _), values in seen.items():
+    for (choice, _), values in sorted(seen.items()):
         for finding in values:
             if not finding.fact:
                 unread.append(finding.path)
