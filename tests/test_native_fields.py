@@ -35,6 +35,20 @@ def test_every_fixture_answer_is_accounted_for(answer):
     assert _unaccounted(answer) == []
 
 
+def test_the_one_pass_decoder_finds_what_the_walker_finds():
+    answers = fixture_answers() + recorded_answers()
+    extra = b'{"id": "c", "choices": [{"index": 1, "message": {"content": "x", "x_new": {"a": 1}}, "x_flag": 1}]}'
+    compared = 0
+    for answer in [*answers, Answer("synthetic", "openai_chat.unary", (extra,))]:
+        section = accounting.schema(answer.section)
+        assert section is not None
+        for payload in answer.payloads:
+            one_pass = sorted(accounting.findings(section, payload), key=lambda f: f.path)  # kept in path order
+            assert one_pass == sorted(accounting.walked(section, payload), key=lambda f: f.path), answer.source
+            compared += 1
+    assert compared > 500
+
+
 def test_every_recorded_answer_is_accounted_for():
     answers = recorded_answers()
     if not answers:

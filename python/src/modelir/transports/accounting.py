@@ -35,8 +35,8 @@ from typing import Any
 import msgspec
 import orjson
 
-from modelir.transports.base import RawEvent, StreamLifter
-from modelir.v1 import content_pb2, errors_pb2, response_pb2, stream_pb2
+from modelir.transports.accounting_decoder import OnePass, Plan, one_pass
+from modelir.v1 import content_pb2, errors_pb2, response_pb2
 
 UNREAD = "unread_native_fields"
 DISPOSITIONS = ("read", "kept", "fact")
@@ -105,6 +105,7 @@ class Schema:
     name: str
     root: Node
     declared: dict[str, str]
+    fast: OnePass  # the one-pass decoder of this section (`accounting_decoder`)
 
 
 def _check(name: str, path: str, disposition: Any) -> None:
@@ -158,7 +159,7 @@ def compile_section(sections: dict[str, dict[str, Any]], name: str) -> Schema:
         for segment in _segments(choice):
             node = _descend(node, segment)
         node.choice = True
-    return Schema(name, root, declared)
+    return Schema(name, root, declared, one_pass(root))
 
 
 @functools.cache
@@ -248,14 +249,63 @@ def findings(section: Schema, body: bytes) -> list[Finding]:
     """Every member of `body` the section neither reads, keeps nor ignores, and every declared fact."""
     found: list[Finding] = []
     try:
+        try:
+            decoded = section.fast.decoder.decode(body)
+        except msgspec.ValidationError:  # an undeclared member, or another shape: the walker names what it is
+            return walked(section, body)
+        if section.fast.plan.visit:
+            _visit(decoded, section.fast.plan, [], 0, 0, found)
+    except (msgspec.DecodeError, RecursionError):
+        return []  # not JSON, or nested past the decoder: the lift has said so already
+    return found
+
+
+def walked(section: Schema, body: bytes) -> list[Finding]:
+    """The same as `findings`, by walking the answer level by level (the reference the one pass must equal)."""
+    found: list[Finding] = []
+    try:
         if section.root.items is None and body.lstrip()[:1] == b"[":  # a batch of answers (sglang): each is one
             for i, answer in enumerate(_ITEMS.decode(body)):
                 _walk(answer, section.root, [f"[{i}]"], 1, i, found)
         else:
             _walk(body, section.root, [], 0, 0, found)
     except (msgspec.DecodeError, RecursionError):
-        return []  # not JSON, or nested past the decoder: the lift has said so already
+        return []
     return found
+
+
+def _visit(value: Any, plan: Plan, path: list[str], rel: int, choice: int, found: list[Finding]) -> None:
+    """The facts and the raw parts of a value the one-pass decoder decoded (only where `plan.visit` says)."""
+    if value is None:
+        return
+    if plan.raw:
+        _walk(value, plan.node, path, rel, choice, found)
+    elif isinstance(value, msgspec.Raw):  # a whole member: a fact, or the plan would not visit it
+        found.append(_finding(path, rel, choice, value, fact=True))
+    elif plan.items is not None:
+        pairs = value.items() if plan.keyed else enumerate(value)
+        below = plan.items
+        for key, item in pairs:
+            path.append(f".{key}" if plan.keyed else f"[{key}]")
+            if below.index_attribute and isinstance(index := _scalar(getattr(item, below.index_attribute)), int):
+                _visit(item, below, path, len(path), index, found)
+            elif below.node.choice:
+                _visit(item, below, path, len(path), key, found)
+            else:
+                _visit(item, below, path, rel, choice, found)
+            path.pop()
+    elif plan.variants:
+        if (variant := plan.variants[type(value)]).visit:
+            _visit(value, variant, path, rel, choice, found)
+    else:
+        if plan.tagged:
+            path.append(plan.tagged)
+        for attribute, key, child in plan.members:
+            path.append(f".{key}" if path else key)
+            _visit(getattr(value, attribute), child, path, rel, choice, found)
+            path.pop()
+        if plan.tagged:
+            path.pop()
 
 
 # ---- what becomes of them ------------------------------------------------------------------------------------------
@@ -329,68 +379,3 @@ def error_suffix(section: Schema | None, body: bytes) -> str:
         return ""
     found = findings(section, body)
     return "".join(f"; {f.path}: {f.raw.decode('utf-8', 'replace')[:2000]}" for f in found)
-
-
-def end_warnings_and_parts(
-    seen: dict[tuple[int, str], list[Finding]], next_index: dict[int, int], transport: str, issuer: content_pb2.Issuer
-) -> tuple[list[stream_pb2.StreamEvent], list[errors_pb2.Warning]]:
-    """A stream's findings at its end: one whole-part delta per kept value (after the choice's last part) and the
-    warning naming the unread paths."""
-    events, unread = [], []
-    for (choice, _), values in sorted(seen.items()):
-        for finding in values:
-            if not finding.fact:
-                unread.append(finding.path)
-            if worth_keeping(finding):
-                index = next_index.get(choice, 0)
-                next_index[choice] = index + 1
-                part = provider_part(transport, issuer, finding)
-                events.append(
-                    stream_pb2.StreamEvent(delta=stream_pb2.PartDelta(choice_index=choice, part_index=index, part=part))
-                )
-    return events, ([warning(unread, stream=True)] if unread else [])
-
-
-class AccountedStream(StreamLifter):
-    """A stream lifter whose every event is accounted against the wire's stream section: its facts and unread
-    members become whole provider parts after each choice's last part (facts: the last value, since a stream
-    repeats a fact's state; unread members: every distinct value), and the end carries the warning."""
-
-    def __init__(self, inner: StreamLifter, section: Schema, transport: str, issuer: content_pb2.Issuer) -> None:
-        self.inner = inner
-        self.section = section
-        self.transport = transport
-        self.issuer = issuer
-        self.seen: dict[tuple[int, str], list[Finding]] = {}
-        self.next_index: dict[int, int] = {}
-
-    def _note(self, events: list[stream_pb2.StreamEvent]) -> None:
-        for event in events:
-            if event.WhichOneof("event") == "delta":
-                delta = event.delta
-                if delta.part_index >= self.next_index.get(delta.choice_index, 0):
-                    self.next_index[delta.choice_index] = delta.part_index + 1
-
-    def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
-        out = self.inner.feed(event)
-        self._note(out)
-        if event.data[:1] in (b"{", b"[") or event.data.lstrip()[:1] in (b"{", b"["):
-            for finding in findings(self.section, event.data):
-                values = self.seen.setdefault((finding.choice, finding.below_choice), [])
-                if finding.fact:  # a fact's state: the latest that holds anything (a null or `{}` clears nothing)
-                    if worth_keeping(finding):
-                        values[:] = [finding]
-                elif all(v.raw != finding.raw for v in values):
-                    values.append(finding)
-        return out
-
-    def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
-        out = self.inner.close(interrupted=interrupted)
-        self._note(out)
-        if not self.seen:
-            return out
-        kept, warnings = end_warnings_and_parts(self.seen, self.next_index, self.transport, self.issuer)
-        at = next((i for i, e in enumerate(out) if e.WhichOneof("event") == "end"), len(out))
-        if at < len(out):
-            out[at].end.warnings.extend(warnings)
-        return [*out[:at], *kept, *out[at:]]

@@ -243,14 +243,14 @@ class HttpTransport(Transport):
         return out
 
     def stream_lifter_accounted(self, request: request_pb2.Request) -> StreamLifter:
-        """`stream_lifter`, with every event's native members accounted for (`accounting.AccountedStream`)."""
-        from modelir.transports import accounting
+        """`stream_lifter`, with every event's native members accounted for (`accounted_stream.AccountedStream`)."""
+        from modelir.transports import accounted_stream, accounting
 
         lifter = self.stream_lifter(request)
         section = accounting.schema(self.native_fields(request, "stream"))
-        return (
-            lifter if section is None else accounting.AccountedStream(lifter, section, self.name, self.issuer(request))
-        )
+        if section is None:
+            return lifter
+        return accounted_stream.AccountedStream(lifter, section, self.name, self.issuer(request))
 
     def auth_headers(self, credential: str) -> dict[str, str]:
         """Headers that carry the credential. Bearer by default; transports with other schemes override."""
