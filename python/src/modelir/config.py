@@ -84,6 +84,8 @@ class ConfigError(ValueError):
 
 # A 32k-token response with top-20 logprobs (ids, text and bytes) is a few MiB; leave ample room.
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# What makes two models share one executor (and its connections): base URL, credential, headers, attempts.
+_ExecutorKey = tuple[str, str, tuple[tuple[str, str], ...], int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +118,7 @@ def default_config() -> ServerConfig:
     return ServerConfig(models={"reference": Model(ReferenceModel(), name="reference")})
 
 
-def load_config(path: str | os.PathLike, environ: Mapping[str, str] | None = None) -> ServerConfig:
+def load_config(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> ServerConfig:
     environ = os.environ if environ is None else environ
     source = str(path)
     try:
@@ -145,7 +147,7 @@ def build_config(data: Any, *, source: str, environ: Mapping[str, str]) -> Serve
     models_spec = data.get("models")
     if not isinstance(models_spec, dict) or not models_spec:
         raise fail("models", "give at least one model")
-    executors: dict[tuple, Executor] = {}
+    executors: dict[_ExecutorKey, Executor] = {}
     models = {
         name: _model(name, spec, backend=backend, shared=shared, executors=executors, environ=environ, fail=fail)
         for name, spec in models_spec.items()
@@ -179,7 +181,7 @@ def _auth_tokens(server: Any, environ: Mapping[str, str], fail: _Failer) -> froz
     return frozenset(t.strip() for t in environ[env].split(",") if t.strip())
 
 
-def _server_settings(server: dict, base: Path, fail: _Failer) -> ServerSettings:
+def _server_settings(server: dict[str, Any], base: Path, fail: _Failer) -> ServerSettings:
     cert = key = None
     if "tls" in server:
         tls = server["tls"]
@@ -215,7 +217,7 @@ def _model(
     *,
     backend: LimiterBackend,
     shared: Mapping[str, BaseLimiter],
-    executors: dict[tuple, Executor],
+    executors: dict[_ExecutorKey, Executor],
     environ: Mapping[str, str],
     fail: _Failer,
 ) -> Model:
@@ -236,7 +238,7 @@ def _model(
     )
 
 
-def _transport(spec: dict, where: str, fail: _Failer) -> Transport:
+def _transport(spec: dict[str, Any], where: str, fail: _Failer) -> Transport:
     """The transport the entry names, built from the entry's keys that are not model fields."""
     name, entries = spec.get("transport"), registry()
     if not isinstance(name, str) or name not in entries:
@@ -257,7 +259,9 @@ def _transport(spec: dict, where: str, fail: _Failer) -> Transport:
         raise fail(f"{where}.{exc.key}", exc.problem) from None
 
 
-def _manifest(transport: Transport, spec: dict, where: str, fail: _Failer) -> capabilities_pb2.CapabilityManifest:
+def _manifest(
+    transport: Transport, spec: dict[str, Any], where: str, fail: _Failer
+) -> capabilities_pb2.CapabilityManifest:
     manifest = transport.manifest()
     if "remove_capabilities" not in spec:
         return manifest
@@ -271,7 +275,7 @@ def _manifest(transport: Transport, spec: dict, where: str, fail: _Failer) -> ca
 
 
 def _model_limiter(
-    spec: dict, where: str, backend: LimiterBackend, shared: Mapping[str, BaseLimiter], fail: _Failer
+    spec: dict[str, Any], where: str, backend: LimiterBackend, shared: Mapping[str, BaseLimiter], fail: _Failer
 ) -> BaseLimiter:
     if "limiter" in spec and "limits" in spec:
         raise fail(f"{where}.limiter", "give either `limiter` (shared) or `limits` (own), not both")
@@ -284,9 +288,9 @@ def _model_limiter(
 
 def _executor(
     transport: Transport,
-    spec: dict,
+    spec: dict[str, Any],
     where: str,
-    executors: dict[tuple, Executor],
+    executors: dict[_ExecutorKey, Executor],
     environ: Mapping[str, str],
     fail: _Failer,
 ) -> Executor | None:

@@ -14,7 +14,10 @@ import functools
 import gc
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from modelir import errors, telemetry
 from modelir.http.executor import Executor
@@ -29,6 +32,7 @@ from modelir.records import raw_exchange
 from modelir.streams.fold import events_from_response, keeping_partial
 from modelir.transports.base import (
     SHAPE_ERRORS,
+    HttpResponse,
     HttpTransport,
     LocalTransport,
     Transport,
@@ -347,7 +351,8 @@ class Model(ModelInterface):
             return None
         async with self.limiter.acquire():
             sent = await self.executor.send(lower(request), error_from=transport.error, observe=self.limiter.observe)
-        return transport.lift_render_prompt(sent.response)  # type: ignore[attr-defined]
+        prompt: str = transport.lift_render_prompt(sent.response)  # type: ignore[attr-defined]
+        return prompt
 
     async def around_trip(self, text: str) -> bool:
         """Whether detokenize(tokenize(text)) gives `text` back: a check of the tokenizer path, per model."""
@@ -375,7 +380,7 @@ class Model(ModelInterface):
             raise self._redacted(shape_error(transport, exc)) from exc
 
 
-def _error_from(transport: HttpTransport):
+def _error_from(transport: HttpTransport) -> Callable[[HttpResponse], errors.ModelError]:
     """The transport's error mapping, guarded: an error body of an unexpected shape still gives a typed error."""
     return functools.partial(guarded_error, transport)
 
@@ -402,7 +407,9 @@ class paused_gc:  # lower case: used like the contextlib context managers
             gc.enable()
 
 
-def _stamp_timing(timing, started: float, queued: float, attempts: int, first_output: float | None = None):
+def _stamp_timing(
+    timing: response_pb2.Timing, started: float, queued: float, attempts: int, first_output: float | None = None
+) -> None:
     _set(timing.start_time, started)
     _set(timing.end_time, time.time())
     _set(timing.queue_duration, queued)
@@ -411,7 +418,7 @@ def _stamp_timing(timing, started: float, queued: float, attempts: int, first_ou
         _set(timing.first_output_duration, first_output)
 
 
-def _set(field, seconds: float) -> None:
+def _set(field: Timestamp | Duration, seconds: float) -> None:
     """A `Timestamp` or non-negative `Duration` field set in place to `seconds`, to the nanosecond (what
     `FromNanoseconds` gives, without building a message to copy in or its Python-level normalising)."""
     whole, nanos = divmod(int(seconds * 1e9), 1_000_000_000)

@@ -26,7 +26,7 @@ class ModelSpec:
     target: str | None = None
 
     @classmethod
-    def from_config_file(cls, path: str | os.PathLike, model: str) -> ModelSpec:
+    def from_config_file(cls, path: str | os.PathLike[str], model: str) -> ModelSpec:
         return cls(model=model, config_text=Path(path).read_text(), config_source=str(path))
 
     def open(self) -> ModelInterface:

@@ -16,13 +16,14 @@ from typing import Any
 
 import orjson
 from google.protobuf import json_format
+from google.protobuf.message import Message
 
 from modelir import errors
 from modelir.pipeline.capabilities import tokenize_missing
 from modelir.pipeline.prepare import Pipeline
 from modelir.registry import build_transport, registry
 from modelir.streams.fold import accumulate
-from modelir.transports.base import HttpResponse, HttpTransport, RawEvent, guarded_error
+from modelir.transports.base import HttpResponse, HttpTransport, RawEvent, Transport, guarded_error
 from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, service_pb2
 
 DEFAULT_FIXTURES = Path(__file__).resolve().parents[4] / "conformance" / "fixtures"
@@ -49,7 +50,7 @@ def _json_diff(expected: Any, actual: Any) -> str:
     return "\n".join(difflib.unified_diff(a, b, "expected", "actual", lineterm="", n=2))
 
 
-def _message_json(message) -> Any:
+def _message_json(message: Message) -> Any:
     return json_format.MessageToDict(message, preserving_proto_field_name=False)
 
 
@@ -62,7 +63,7 @@ def _clean_for_compare(response: response_pb2.Response) -> response_pb2.Response
 
 def _body_bytes(spec: dict[str, Any]) -> bytes:
     if "body_text" in spec:
-        return spec["body_text"].encode()
+        return str(spec["body_text"]).encode()
     if "body" in spec:
         return orjson.dumps(spec["body"])
     return b""
@@ -102,7 +103,9 @@ def run_case(transport_name: str, path: Path) -> CaseResult:
     return result
 
 
-def _check_rejection(spec, transport, request, streaming, problems) -> None:
+def _check_rejection(
+    spec: dict[str, Any], transport: Transport, request: request_pb2.Request, streaming: bool, problems: list[str]
+) -> None:
     try:
         Pipeline(transport).check(request, streaming=streaming)
     except errors.InvalidRequestError as exc:
@@ -126,7 +129,13 @@ def _check_rejection(spec, transport, request, streaming, problems) -> None:
             problems.append(f"no reason mentions {fragment!r}: {list(gaps.reasons)}")
 
 
-def _check_exchange(fixture, transport: HttpTransport, request, streaming, problems) -> None:
+def _check_exchange(
+    fixture: dict[str, Any],
+    transport: HttpTransport,
+    request: request_pb2.Request,
+    streaming: bool,
+    problems: list[str],
+) -> None:
     try:
         prepared = Pipeline(transport).prepare(request, streaming=streaming)
     except errors.UnsupportedCapabilityError as exc:
@@ -175,7 +184,7 @@ def _check_exchange(fixture, transport: HttpTransport, request, streaming, probl
         )
 
 
-def _check_tokenize(fixture, transport: HttpTransport, problems) -> None:
+def _check_tokenize(fixture: dict[str, Any], transport: HttpTransport, problems: list[str]) -> None:
     request = json_format.Parse(orjson.dumps(fixture["tokenize_request"]), service_pb2.TokenizeRequest())
     natives = transport.lower_tokenize(request)
     sent = [{"method": n.method, "path": n.path, "body": orjson.loads(n.body) if n.body else None} for n in natives]
@@ -193,7 +202,7 @@ def _check_tokenize(fixture, transport: HttpTransport, problems) -> None:
         )
 
 
-def _check_error(spec, exc: errors.ModelError, problems) -> None:
+def _check_error(spec: dict[str, Any] | None, exc: errors.ModelError, problems: list[str]) -> None:
     if spec is None:
         problems.append(f"unexpected error {type(exc).__name__}: {exc}")
         return

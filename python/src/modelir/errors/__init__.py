@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
@@ -89,7 +90,9 @@ class InvalidRequestError(ModelError):
 
     reason = R.ERROR_REASON_INVALID_REQUEST
 
-    def __init__(self, violations: Iterable[errors_pb2.FieldViolation], message: str | None = None, **kwargs) -> None:
+    def __init__(
+        self, violations: Iterable[errors_pb2.FieldViolation], message: str | None = None, **kwargs: Any
+    ) -> None:
         self.violations = list(violations)
         text = "; ".join(f"{v.field}: {v.description}" for v in self.violations)
         super().__init__(message or f"invalid request: {text}", **kwargs)
@@ -100,7 +103,9 @@ class UnsupportedCapabilityError(ModelError):
 
     reason = R.ERROR_REASON_UNSUPPORTED_CAPABILITY
 
-    def __init__(self, unsupported: errors_pb2.UnsupportedCapabilities, message: str | None = None, **kwargs) -> None:
+    def __init__(
+        self, unsupported: errors_pb2.UnsupportedCapabilities, message: str | None = None, **kwargs: Any
+    ) -> None:
         self.unsupported = unsupported
         super().__init__(message or describe_unsupported(unsupported), **kwargs)
 

@@ -53,7 +53,7 @@ _GREEDY_TOLERANCE = 1e-5
 _GEN_KWARGS = {"until", "max_gen_toks", "do_sample", "temperature", "top_p", "top_k", "seed"}
 
 
-class ModelirLM(LM):
+class ModelirLM(LM):  # type: ignore[misc]  # lm-eval ships no types: its `LM` is `Any` to mypy
     """One modelir model, local or remote, as an lm-eval model."""
 
     def __init__(

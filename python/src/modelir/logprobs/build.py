@@ -140,7 +140,7 @@ def columns(
 
 
 def from_openai_content(
-    entries: Sequence[dict], *, with_bytes: bool = True, into: TokenLogprobs | None = None
+    entries: Sequence[dict[str, Any]], *, with_bytes: bool = True, into: TokenLogprobs | None = None
 ) -> TokenLogprobs:
     """Columnar logprobs from the OpenAI-style list `[{token, logprob, bytes, top_logprobs: [...]}, ...]`.
 
@@ -164,7 +164,7 @@ def from_openai_content(
     )
 
 
-def _alternatives(entries: Sequence[dict]) -> tuple[list, list[dict]]:
+def _alternatives(entries: Sequence[dict[str, Any]]) -> tuple[list[Any], list[dict[str, Any]]]:
     """Each entry's alternatives (empty where absent or null) and all of them flattened."""
     try:
         tops = list(map(_TOPS, entries))
@@ -174,7 +174,7 @@ def _alternatives(entries: Sequence[dict]) -> tuple[list, list[dict]]:
         return tops, list(chain.from_iterable(tops))
 
 
-def _joined_bytes(items: Sequence[dict]) -> tuple[bytes, list[int]]:
+def _joined_bytes(items: Sequence[dict[str, Any]]) -> tuple[bytes, list[int]]:
     """All items' `bytes` joined, with offsets; an item without them (or with null) uses its token's UTF-8."""
     try:
         return joined(list(map(_BYTES, items)))

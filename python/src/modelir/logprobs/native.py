@@ -61,14 +61,16 @@ def chat_choice(raw: Any) -> bytes | None:
     """A chat choice's `logprobs` JSON (bytes or `msgspec.Raw`) -> None where it or its `content` is null or
     absent, b"" for an empty `content`, else the `TokenLogprobs` bytes. Raises `Unsupported`."""
     assert _ext is not None  # callers ask `enabled()` first
-    return _ext.chat_choice_logprobs(raw)
+    built: bytes | None = _ext.chat_choice_logprobs(raw)  # the extension is untyped
+    return built
 
 
 def entries(raw: Any) -> bytes | None:
     """A JSON list of OpenAI logprob entries (or null) -> None, b"" or the `TokenLogprobs` bytes. Raises
     `Unsupported`."""
     assert _ext is not None
-    return _ext.entries_logprobs(raw)
+    built: bytes | None = _ext.entries_logprobs(raw)
+    return built
 
 
 def completion_body(body: bytes, *, unclamp: bool, token_ids: bool) -> dict[str, Any] | None:
@@ -97,7 +99,7 @@ def completion_body(body: bytes, *, unclamp: bool, token_ids: bool) -> dict[str,
             position = span[1]
     pieces.append(view[position:])
     try:
-        parsed = orjson.loads(b"".join(pieces))
+        parsed: dict[str, Any] = orjson.loads(b"".join(pieces))
     except orjson.JSONDecodeError:
         return None  # the reference decoder raises its own typed error for the whole body
     choices = parsed["choices"]

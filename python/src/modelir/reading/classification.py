@@ -35,7 +35,7 @@ from typing import Any
 from modelir import errors
 from modelir.interface import MessageLike, ModelInterface, build_request
 from modelir.sync import run_sync
-from modelir.v1 import capabilities_pb2, errors_pb2, logprobs_pb2
+from modelir.v1 import capabilities_pb2, errors_pb2, logprobs_pb2, request_pb2
 
 C = capabilities_pb2.Capability
 
@@ -126,14 +126,14 @@ def _walk(
     return {label: mass / total for label, mass in masses.items()}, coverage
 
 
-def _request(model: ModelInterface, messages: list | str, **options):
+def _request(model: ModelInterface, messages: list[MessageLike] | str, **options: Any) -> request_pb2.Request:
     if isinstance(messages, str):
         return build_request(model.name, prompt=messages, **options)
     return build_request(model.name, messages=messages, **options)
 
 
 async def _by_logprobs(
-    model: ModelInterface, messages: list | str, labels: list[str], top_k: int, why: list[str]
+    model: ModelInterface, messages: list[MessageLike] | str, labels: list[str], top_k: int, why: list[str]
 ) -> Classification | None:
     manifest = await model.acapabilities()
     have = set(manifest.capabilities)
@@ -146,7 +146,7 @@ async def _by_logprobs(
     else:  # no constraint: enough tokens for the labels' paths to part, never the whole answer
         options["max_output_tokens"] = 16
 
-    def build(source: list | str, basis: logprobs_pb2.LogprobBasis.ValueType):
+    def build(source: list[MessageLike] | str, basis: logprobs_pb2.LogprobBasis.ValueType) -> request_pb2.Request:
         request = _request(model, source, top_logprobs=top_k, **options)
         if C.CAPABILITY_TOP_P in have:
             request.sampling.top_p = 1.0
@@ -185,7 +185,7 @@ async def _by_logprobs(
     return None
 
 
-async def _by_scoring(model: ModelInterface, messages: list | str, labels: list[str]) -> Classification:
+async def _by_scoring(model: ModelInterface, messages: list[MessageLike] | str, labels: list[str]) -> Classification:
     async def score(label: str) -> float:
         request = _request(model, messages, max_output_tokens=0)
         request.input_scoring.continuations.add(text=label)

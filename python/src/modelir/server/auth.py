@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import hmac
 import inspect
-from collections.abc import Callable
-from typing import Any, cast
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, TypeAlias, cast
 
 import grpc
 from grpc_status import rpc_status
@@ -21,6 +21,9 @@ from modelir.errors.rich_status import to_status
 _OPEN_PREFIXES = ("/grpc.reflection.",)
 _HEALTH_PREFIX = "/grpc.health.v1.Health/"
 _OPEN_HEALTH_SERVICES = frozenset({"", "modelir.v1.ModelService"})
+# Handlers of any method: the interceptor sees every service's messages, whatever their types.
+_Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+_Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 
 
 class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
@@ -29,7 +32,7 @@ class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
             raise ValueError("bearer auth needs at least one token")
         self._tokens = [t.encode() for t in tokens]
 
-    def _accepts(self, metadata) -> bool:
+    def _accepts(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> bool:
         for key, value in metadata or ():
             if key != "authorization" or not isinstance(value, str):
                 continue
@@ -40,7 +43,11 @@ class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
             return any([hmac.compare_digest(offered.strip().encode(), token) for token in self._tokens])
         return False
 
-    async def intercept_service(self, continuation, handler_call_details):
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[_Handler | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> _Handler | None:
         handler = await continuation(handler_call_details)
         if handler is None or handler_call_details.method.startswith(_OPEN_PREFIXES):
             return handler
@@ -52,10 +59,10 @@ class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
         if handler_call_details.method.startswith(_HEALTH_PREFIX):
             return _health_for_open_services_only(handler, status)
 
-        async def refuse(request, context):
+        async def refuse(request: Any, context: _Context) -> None:
             await context.abort_with_status(status)
 
-        async def refuse_stream(request, context):
+        async def refuse_stream(request: Any, context: _Context) -> AsyncIterator[None]:
             await context.abort_with_status(status)
             yield  # pragma: no cover - makes this an async generator, as streaming handlers must be
 
@@ -68,13 +75,14 @@ class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
         return grpc.unary_unary_rpc_method_handler(refuse, **kwargs)
 
 
-def _health_for_open_services_only(handler: grpc.RpcMethodHandler, status) -> grpc.RpcMethodHandler:
+def _health_for_open_services_only(handler: _Handler, status: grpc.Status) -> _Handler:
     """Health `Check` and `Watch` answer without a token only for the server itself, never for a named model."""
     kwargs = {"request_deserializer": handler.request_deserializer, "response_serializer": handler.response_serializer}
     if handler.unary_unary is not None:
-        check = handler.unary_unary
+        # An aio server's behaviours are coroutines taking the aio context (the stubs type the sync ones).
+        check = cast(Callable[..., Awaitable[Any]], handler.unary_unary)
 
-        async def guarded_check(request, context):
+        async def guarded_check(request: Any, context: _Context) -> Any:
             if request.service not in _OPEN_HEALTH_SERVICES:
                 await context.abort_with_status(status)
             return await check(request, context)
@@ -84,7 +92,7 @@ def _health_for_open_services_only(handler: grpc.RpcMethodHandler, status) -> gr
     # handler is an async generator. Either may stand behind `unary_stream`.
     watch = cast(Callable[..., Any], handler.unary_stream)
 
-    async def guarded_watch(request, context):
+    async def guarded_watch(request: Any, context: _Context) -> AsyncIterator[Any]:
         if request.service not in _OPEN_HEALTH_SERVICES:
             await context.abort_with_status(status)
         answers = watch(request, context)

@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
+from types import TracebackType
+from typing import Any, Literal, TypeAlias, TypeVar
 
 import grpc
 from grpc_status import rpc_status
@@ -20,6 +21,10 @@ from modelir.records import varint
 from modelir.streams.coalesce import coalesced
 from modelir.streams.fold import closing_stream
 from modelir.v1 import errors_pb2, request_pb2, response_pb2, service_pb2, service_pb2_grpc, stream_pb2
+
+# Each RPC's context; the servicer only reads its deadline and hands it to telemetry and `abort_with_status`.
+_Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+_Result = TypeVar("_Result")
 
 
 class ModelServicer(service_pb2_grpc.ModelServiceServicer):
@@ -33,7 +38,7 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
             known = ", ".join(sorted(self.models)) or "none"
             raise errors.UnknownModelError(f"no model named {name!r} is configured (known: {known})") from None
 
-    def _deadline(self, context: grpc.aio.ServicerContext) -> float | None:
+    def _deadline(self, context: _Context) -> float | None:
         remaining = context.time_remaining()
         return None if remaining is None else time.monotonic() + remaining
 
@@ -41,16 +46,16 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
         self,
         method: str,
         model_name: str,
-        context,
-        run: Callable[[Model], Awaitable[Any]],
+        context: _Context,
+        run: Callable[[Model], Awaitable[_Result]],
         request: request_pb2.Request | None = None,
-    ) -> Any:
+    ) -> _Result:
         """Run one unary RPC on the named model (`request`: the one a generation RPC runs)."""
         async with _Call(self, method, model_name, context, request) as call:
             return call.answered(await run(call.model()))
 
     async def Generate(  # type: ignore[override]  # deliberately the bare Response: see below
-        self, request: service_pb2.GenerateRequest, context
+        self, request: service_pb2.GenerateRequest, context: _Context
     ) -> response_pb2.Response:
         """Returns the `Response` itself: `serialize_generate_response` wraps it as a `GenerateResponse` on the wire.
 
@@ -64,7 +69,7 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
         return await self._call("Generate", request.request.model, context, run, request.request)
 
     async def StreamGenerate(
-        self, request: service_pb2.StreamGenerateRequest, context
+        self, request: service_pb2.StreamGenerateRequest, context: _Context
     ) -> AsyncIterator[service_pb2.StreamGenerateResponse]:
         # Upstream deltas that wait together (the caller reads slower than the provider writes) leave as one
         # message: a gRPC message per token is most of what a stream costs the server.
@@ -75,10 +80,12 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
                     call.observe(event)
                     yield service_pb2.StreamGenerateResponse(event=event)
 
-    async def Tokenize(self, request: service_pb2.TokenizeRequest, context) -> service_pb2.TokenizeResponse:
+    async def Tokenize(self, request: service_pb2.TokenizeRequest, context: _Context) -> service_pb2.TokenizeResponse:
         return await self._call("Tokenize", request.model, context, lambda model: model.atokenize_request(request))
 
-    async def ListModels(self, request, context) -> service_pb2.ListModelsResponse:
+    async def ListModels(
+        self, request: service_pb2.ListModelsRequest, context: _Context
+    ) -> service_pb2.ListModelsResponse:
         with telemetry.server_call("ListModels", "", context):
             names = sorted(self.models)
             tokenizers = await asyncio.gather(*(self.models[name].atokenizer_info() for name in names))
@@ -89,12 +96,14 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
                 ]
             )
 
-    async def Validate(self, request: service_pb2.ValidateRequest, context) -> service_pb2.ValidateResponse:
+    async def Validate(self, request: service_pb2.ValidateRequest, context: _Context) -> service_pb2.ValidateResponse:
         return await self._call(
             "Validate", request.request.model, context, lambda model: model.avalidate(request.request)
         )
 
-    async def Detokenize(self, request: service_pb2.DetokenizeRequest, context) -> service_pb2.DetokenizeResponse:
+    async def Detokenize(
+        self, request: service_pb2.DetokenizeRequest, context: _Context
+    ) -> service_pb2.DetokenizeResponse:
         async def run(model: Model) -> service_pb2.DetokenizeResponse:
             negative = [i for i, token in enumerate(request.token_ids) if token < 0]
             if negative:
@@ -108,7 +117,9 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
 
         return await self._call("Detokenize", request.model, context, run)
 
-    async def GetServerInfo(self, request, context) -> service_pb2.GetServerInfoResponse:
+    async def GetServerInfo(
+        self, request: service_pb2.GetServerInfoRequest, context: _Context
+    ) -> service_pb2.GetServerInfoResponse:
         with telemetry.server_call("GetServerInfo", "", context):
             served: dict[str, service_pb2.TransportInfo] = {}
             for name, model in sorted(self.models.items()):
@@ -133,7 +144,12 @@ class _Call:
     __slots__ = ("_context", "_model_name", "_rpc", "_servicer")
 
     def __init__(
-        self, servicer: ModelServicer, method: str, model_name: str, context, request: request_pb2.Request | None = None
+        self,
+        servicer: ModelServicer,
+        method: str,
+        model_name: str,
+        context: _Context,
+        request: request_pb2.Request | None = None,
     ) -> None:
         self._servicer, self._model_name, self._context = servicer, model_name, context
         self._rpc = telemetry.server_call(method, model_name, context, request)
@@ -143,8 +159,9 @@ class _Call:
         self._rpc.transport = model.transport.name
         return model
 
-    def answered(self, result: Any) -> Any:
-        return self._rpc.answered(result)
+    def answered(self, result: _Result) -> _Result:
+        self._rpc.answered(result)  # takes a `Response`'s usage (and returns the result as it is)
+        return result
 
     def observe(self, event: stream_pb2.StreamEvent) -> None:
         self._rpc.observe(event)
@@ -152,7 +169,9 @@ class _Call:
     async def __aenter__(self) -> _Call:
         return self
 
-    async def __aexit__(self, exc_type, exc, traceback) -> bool:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> Literal[False]:  # never swallows the exception
         if exc is None:
             status = "OK"
         elif isinstance(exc, errors.ModelError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, Protocol, cast
 
 from modelir import errors
 from modelir.logprobs import build as lp
@@ -278,6 +279,10 @@ async def fold_stream(events: AsyncIterator[stream_pb2.StreamEvent]) -> response
     return accumulator.response()
 
 
-def closing_stream(events: AsyncIterator) -> contextlib.AbstractAsyncContextManager:
+class _Closable(Protocol):
+    async def aclose(self) -> object: ...
+
+
+def closing_stream(events: AsyncIterator[Any]) -> contextlib.AbstractAsyncContextManager[object]:
     """`async with closing_stream(events)`: closes `events` on leaving, when it can be closed."""
-    return contextlib.aclosing(events) if hasattr(events, "aclose") else contextlib.nullcontext()
+    return contextlib.aclosing(cast(_Closable, events)) if hasattr(events, "aclose") else contextlib.nullcontext()

@@ -50,7 +50,8 @@ def provider_options(request: request_pb2.Request, transport: str) -> dict[str, 
     """The request's provider options for `transport` (entries for other transports are for fallbacks)."""
     for entry in request.provider_options:
         if entry.transport == transport:
-            return orjson.loads(entry.options_json or b"{}")
+            options: dict[str, Any] = orjson.loads(entry.options_json or b"{}")
+            return options
     return {}
 
 

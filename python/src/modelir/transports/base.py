@@ -202,7 +202,10 @@ class HttpTransport(Transport):
             return
         try:  # only the top-level keys are read: no value is built (an `orjson.loads` would parse the body twice)
             top = _TOP_LEVEL.decode(response.body)
-            answers = [top] if isinstance(top, dict) else [_OBJECT.decode(a) for a in top if memoryview(a)[:1] == b"{"]
+            if isinstance(top, dict):
+                answers = [top]
+            else:  # mypy holds a memoryview never equals bytes; it does, by content
+                answers = [_OBJECT.decode(a) for a in top if memoryview(a)[:1] == b"{"]  # type: ignore[comparison-overlap]
         except msgspec.DecodeError:
             return  # not JSON at all: the lift says so, with its own message
         except RecursionError:  # msgspec's depth limit: no provider's answer nests that deep

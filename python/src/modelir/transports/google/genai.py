@@ -21,6 +21,7 @@ object is sent as that object, any other text as `{"result": text}`.
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -251,7 +252,7 @@ def _seconds(duration: object) -> float | None:
         return None
 
 
-def _contents(messages) -> list[dict[str, Any]]:
+def _contents(messages: Iterable[content_pb2.Message]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for message in messages:
         role = "model" if message.role == content_pb2.ROLE_ASSISTANT else "user"

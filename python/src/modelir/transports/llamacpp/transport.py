@@ -150,7 +150,8 @@ class LlamaCpp(HttpTransport):
         return HttpRequest("POST", "/detokenize", orjson.dumps({"tokens": token_ids}), JSON_HEADERS)
 
     def lift_detokenize(self, response: HttpResponse) -> str:
-        return common.parse_json(response.body, "detokenize body")["content"]
+        text: str = common.parse_json(response.body, "detokenize body")["content"]
+        return text
 
     def lower_tokenizer_info(self, model: str) -> list[HttpRequest]:
         """`GET /v1/models`, whose `meta.n_vocab` is the vocabulary size (`ModelInfo.tokenizer`)."""

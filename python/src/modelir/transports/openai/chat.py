@@ -149,7 +149,8 @@ class OpenAIChat(wire.BodyTransport):
     def _content(self, parts: Any) -> str | list[dict[str, Any]]:
         """A plain string when the parts are one text; the array form otherwise."""
         if len(parts) == 1 and parts[0].WhichOneof("content") == "text":
-            return parts[0].text
+            text: str = parts[0].text
+            return text
         out = []
         for part in parts:
             kind = part.WhichOneof("content")

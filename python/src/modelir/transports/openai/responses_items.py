@@ -113,14 +113,15 @@ def replay_item(part: content_pb2.Part) -> dict[str, Any] | None:
     whole item)."""
     kind = part.WhichOneof("content")
     if kind == "server_tool_result":
-        item = orjson.loads(part.server_tool_result.result_json)
+        item: dict[str, Any] = orjson.loads(part.server_tool_result.result_json)
         item.update(_HOSTED[item["type"]][2])
         return item
     if kind == "compaction":
         encrypted = next(a for a in part.artifacts if a.kind == COMPACTION)
         return {"type": "compaction", "id": part.item_id, "encrypted_content": encrypted.data.decode()}
     if kind == "provider_part":
-        return orjson.loads(part.provider_part.native_json)
+        native: dict[str, Any] = orjson.loads(part.provider_part.native_json)
+        return native
     return None
 
 

@@ -36,7 +36,8 @@ def _biased_table(sampler: Sampler) -> np.ndarray:
     """The table's logprobs plus the sampler's logit bias on each next token (the table itself without one)."""
     if not sampler.logit_bias:
         return logprob_table()
-    return logprob_table() + sampler.bias_row()[None, :]
+    biased: np.ndarray = logprob_table() + sampler.bias_row()[None, :]
+    return biased
 
 
 @lru_cache(maxsize=64)

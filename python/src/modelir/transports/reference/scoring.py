@@ -37,7 +37,8 @@ def columns(prev: list[int], ids: list[int], top_k: int) -> logprobs_pb2.TokenLo
 
 def _offsets(ids: np.ndarray) -> list[int]:
     lengths = PIECE_LEN[ids]
-    return (np.cumsum(lengths) - lengths).tolist()
+    offsets: list[int] = (np.cumsum(lengths) - lengths).tolist()
+    return offsets
 
 
 def spans(request: request_pb2.Request) -> list[list[int]]:

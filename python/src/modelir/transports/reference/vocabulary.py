@@ -57,7 +57,7 @@ def logprob_table() -> np.ndarray:
     logits = logits + bonus
     logits[ord("."), EOS] += 3.0
     logits -= logits.max(axis=1, keepdims=True)
-    table = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    table: np.ndarray = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
     table.setflags(write=False)
     return table
 

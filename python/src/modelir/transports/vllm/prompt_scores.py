@@ -3,12 +3,14 @@ prompt."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from modelir.logprobs import build as lp
 from modelir.transports.vllm import dialect
 from modelir.v1 import logprobs_pb2
 
 
-def continuation_start(entries, prompt_ids, continuation: str) -> int | None:
+def continuation_start(entries: Any, prompt_ids: Any, continuation: str) -> int | None:
     """Where a continuation's tokens start in the rendered prompt: walking back from its end over the tokens'
     decoded text until the continuation is covered (a token that covers more straddles the boundary). 0 without a
     continuation; None when the rendered prompt does not end with it."""
@@ -27,7 +29,7 @@ def continuation_start(entries, prompt_ids, continuation: str) -> int | None:
     return start if tail.endswith(continuation) else None
 
 
-def of_prompt_logprobs(entries, prompt_ids, top_k: int, start: int = 0) -> logprobs_pb2.InputScores | None:
+def of_prompt_logprobs(entries: Any, prompt_ids: Any, top_k: int, start: int = 0) -> logprobs_pb2.InputScores | None:
     """`prompt_logprobs` (null, then `{id: {logprob, rank, decoded_token}}` per position) -> input scores of the
     positions from `start` on.
 

@@ -135,7 +135,8 @@ class VLLM(HttpTransport):
         return HttpRequest("POST", "/detokenize", orjson.dumps(body), (("content-type", "application/json"),))
 
     def lift_detokenize(self, response: HttpResponse) -> str:
-        return common.parse_json(response.body, "detokenize body")["prompt"]
+        text: str = common.parse_json(response.body, "detokenize body")["prompt"]
+        return text
 
     def lift_tokenize(
         self, request: service_pb2.TokenizeRequest, responses: list[HttpResponse]
