@@ -21,6 +21,7 @@ class Exchange:
     headers: dict[str, str]
     body: bytes  # unary body ('' for streams)
     sse: list[tuple[str, str]] | None  # (event, data) pairs for streams
+    uri: str = ""  # the request's URI, when the cassette has it
 
 
 def wire_dir(protocol: str) -> Path:
@@ -55,16 +56,17 @@ def cassette(path: Path) -> list[Exchange]:
         if body is None and isinstance(request.get("body"), str) and request["body"].startswith("{"):
             body = json.loads(request["body"])
         headers = {k.lower(): (v[0] if isinstance(v, list) else v) for k, v in (response.get("headers") or {}).items()}
-        status = response["status"]["code"]
+        status, uri = response["status"]["code"], str(request.get("uri") or "")
         if "parsed_body" in response:
-            out.append(Exchange(path.name, body, status, headers, json.dumps(response["parsed_body"]).encode(), None))
+            parsed = json.dumps(response["parsed_body"]).encode()
+            out.append(Exchange(path.name, body, status, headers, parsed, None, uri))
             continue
         raw = response.get("body", {})
         text = raw.get("string", "") if isinstance(raw, dict) else str(raw)
         if "text/event-stream" in headers.get("content-type", ""):
-            out.append(Exchange(path.name, body, status, headers, b"", parse_sse(text)))
+            out.append(Exchange(path.name, body, status, headers, b"", parse_sse(text), uri))
         else:
-            out.append(Exchange(path.name, body, status, headers, text.encode(), None))
+            out.append(Exchange(path.name, body, status, headers, text.encode(), None, uri))
     return out
 
 

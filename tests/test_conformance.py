@@ -61,8 +61,15 @@ def test_openai_chat_fixtures_fit_the_openai_sdk(path: Path):
     if answer.get("status", 200) == 200 and "body" in answer:
         ChatCompletion.model_validate(answer["body"])
     for event in fixture.get("stream_events", []):
-        if event["data"] != "[DONE]":
-            ChatCompletionChunk.model_validate_json(event["data"])
+        if event["data"] == "[DONE]":
+            continue
+        chunk = json.loads(event["data"])
+        if "choices" not in chunk and "error" in chunk:
+            continue  # an error alone in a chunk (Groq): the SDK models no error chunk; its shape is documented
+        for choice in chunk.get("choices") or ():
+            if choice.get("finish_reason") == "error":  # OpenRouter's documented mid-stream failure
+                choice["finish_reason"] = "stop"
+        ChatCompletionChunk.model_validate(chunk)
 
 
 def test_openai_chat_provider_option_keys_are_real_parameters():
@@ -160,6 +167,8 @@ def test_openai_responses_fixtures_fit_the_openai_sdk(path: Path):
     if answer.get("status", 200) == 200 and "body" in answer:
         Response.model_validate(answer["body"])
     for event in fixture.get("stream_events", []):
+        if event["data"] == "[DONE]":
+            continue  # a compatible server's end marker (OpenRouter), after the final event
         data = json.loads(event["data"])
         error = (data.get("response") or {}).get("error")
         if error and error.get("code") == "insufficient_quota":
@@ -183,6 +192,9 @@ def test_anthropic_fixtures_fit_the_anthropic_sdk(path: Path):
         )
         pydantic.TypeAdapter(params).validate_python(body)
         assert set(body) <= params.__required_keys__ | params.__optional_keys__
+    if '"compaction' in path.read_text():  # server-side compaction is a beta: its blocks are the beta SDK's types
+        from anthropic.types.beta import BetaMessage as Message
+        from anthropic.types.beta import BetaRawMessageStreamEvent as RawMessageStreamEvent
     answer = fixture.get("http_response", {})
     if answer.get("status", 200) == 200 and "body" in answer:
         Message.model_validate(answer["body"])

@@ -159,7 +159,7 @@ class Model(ModelInterface):
         with paused_gc():
             try:
                 transport.check_answer_shape(sent.response)
-                response = transport.lift(request, sent.response)
+                response = transport.lift_accounted(request, sent.response)
             except errors.MalformedResponseError as exc:
                 raise self._redacted(exc) from None
             except SHAPE_ERRORS as exc:  # the shape check's too: whatever the bytes, the caller sees a typed error
@@ -230,7 +230,7 @@ class Model(ModelInterface):
             return
         assert isinstance(transport, HttpTransport) and self.executor is not None and prepared.native is not None
         assert self._error_from is not None
-        lifter = transport.stream_lifter(request)
+        lifter = transport.stream_lifter_accounted(request)
         interrupted = False
         raw_events: list[response_pb2.RawStreamEvent] | None = [] if request.include_raw else None
         answered: list[Mapping[str, str]] = []  # the stream's answer headers, for the kept raw exchange

@@ -23,7 +23,7 @@ from modelir.pipeline.capabilities import tokenize_missing
 from modelir.pipeline.prepare import Pipeline
 from modelir.registry import build_transport, registry
 from modelir.streams.fold import accumulate
-from modelir.transports.base import HttpResponse, HttpTransport, RawEvent, Transport
+from modelir.transports.base import HttpResponse, HttpTransport, RawEvent, Transport, guarded_error
 from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, service_pb2
 
 DEFAULT_FIXTURES = Path(__file__).resolve().parents[4] / "conformance" / "fixtures"
@@ -157,20 +157,19 @@ def _check_exchange(
     status = answer.get("status", 200)
     headers = {k.lower(): v for k, v in answer.get("headers", {}).items()}
     if status >= 400:
-        _check_error(
-            fixture.get("expected_error"), transport.error(HttpResponse(status, headers, _body_bytes(answer))), problems
-        )
+        error = guarded_error(transport, HttpResponse(status, headers, _body_bytes(answer)))
+        _check_error(fixture.get("expected_error"), error, problems)
         return
     try:
         if streaming:
-            lifter = transport.stream_lifter(request)
+            lifter = transport.stream_lifter_accounted(request)
             events = []
             for raw in fixture["stream_events"]:
                 events.extend(lifter.feed(RawEvent(raw.get("event", ""), raw["data"].encode())))
             events.extend(lifter.close(interrupted=fixture.get("stream_end") == "interrupted"))
             actual = accumulate(events)
         else:
-            actual = transport.lift(request, HttpResponse(status, headers, _body_bytes(answer)))
+            actual = transport.lift_accounted(request, HttpResponse(status, headers, _body_bytes(answer)))
     except errors.ModelError as exc:
         _check_error(fixture.get("expected_error"), exc, problems)
         return

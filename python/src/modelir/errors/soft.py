@@ -36,6 +36,10 @@ _REFUSAL = response_pb2.FINISH_REASON_REFUSAL
 # (raised, no response). The error table in `proto/README.md` says the same; `tests/test_error_table.py` checks it.
 SOFT_REASONS = frozenset(
     {
+        # A provider error inside a 200 answer or a stream, typed by its code as under an HTTP status.
+        errors_pb2.ERROR_REASON_PROVIDER_AUTH,
+        errors_pb2.ERROR_REASON_RATE_LIMITED,
+        errors_pb2.ERROR_REASON_PROVIDER_REJECTED,
         errors_pb2.ERROR_REASON_PROVIDER_UNAVAILABLE,
         errors_pb2.ERROR_REASON_MALFORMED_RESPONSE,
         errors_pb2.ERROR_REASON_TRUNCATED_STREAM,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import orjson
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
 
 from modelir.errors import InvalidRequestError
 from modelir.pipeline import content_kinds
@@ -61,7 +63,59 @@ def _json_object(text: str) -> bool:
         return False
 
 
+# The enums the spec documents as open (new values come in minor versions; a receiver tolerates one it does not
+# know): every other enum a request carries is closed. `tests/test_unknown_enums.py` checks this against the
+# comments of the `.proto` files, so a new enum is closed unless the spec says otherwise.
+OPEN_ENUMS = frozenset(
+    {
+        "modelir.v1.Capability",
+        "modelir.v1.MessagePhase",
+        "modelir.v1.CitationKind",
+        "modelir.v1.OpaqueArtifactKind",
+        "modelir.v1.ErrorReason",
+        "modelir.v1.Modality",
+        "modelir.v1.GrammarDialect",
+        "modelir.v1.FinishReason",
+    }
+)
+
+
+def unknown_enum_values(message: Message, path: str = "") -> Iterator[tuple[str, str]]:
+    """Every value of a closed enum in `message` (and the messages it holds, at any depth) that this SDK does
+    not know, named by its path. A newer client's value (a `ReasoningEffort` or `Role` added later) would
+    otherwise be lowered as nothing, merged into another, or fail as an untyped error after the call was paid
+    for. The descriptor is walked, so every enum field, present and future, is covered."""
+    for field, value in message.ListFields():
+        name = f"{path}.{field.name}" if path else field.name
+        if field.type == FieldDescriptor.TYPE_ENUM:
+            enum = field.enum_type
+            assert enum is not None  # an enum field always has its type
+            if enum.full_name in OPEN_ENUMS:
+                continue
+            values = value if field.is_repeated else [value]
+            for i, number in enumerate(values):
+                if number not in enum.values_by_number:
+                    where = f"{name}[{i}]" if field.is_repeated else name
+                    yield where, f"{number} is not a {enum.name} this SDK knows (a newer client's value?)."
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            held = field.message_type
+            assert held is not None  # a message field always has its type
+            if held.GetOptions().map_entry:
+                if held.fields_by_name["value"].type == FieldDescriptor.TYPE_MESSAGE:
+                    for key, item in value.items():
+                        yield from unknown_enum_values(item, f"{name}[{key}]")
+            elif field.is_repeated:
+                for i, item in enumerate(value):
+                    yield from unknown_enum_values(item, f"{name}[{i}]")
+            else:
+                yield from unknown_enum_values(value, name)
+
+
 def _problems(req: request_pb2.Request) -> Iterator[tuple[str, str]]:
+    unknown = list(unknown_enum_values(req))
+    if unknown:  # the other checks would judge values this SDK cannot read: these alone say what is wrong
+        yield from unknown
+        return
     input_kind = req.WhichOneof("input")
     if input_kind is None:
         yield "input", "Set one of prompt, conversation or token_ids."

@@ -231,6 +231,30 @@ class HttpTransport(Transport):
     @abstractmethod
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter: ...
 
+    def native_fields(self, request: request_pb2.Request | None, kind: str) -> str:
+        """The `native_fields` section that accounts this wire's answers of `kind` (`unary`, `stream`, `error`,
+        `tokenize`): `<name>.<kind>`; a transport with several endpoints names the one `request` goes to."""
+        return f"{self.name}.{kind}"
+
+    def lift_accounted(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
+        """`lift`, then every native member it did not read accounted for (`accounting`): where lifts run."""
+        from modelir.transports import accounting  # it builds on this module's `StreamLifter`
+
+        out = self.lift(request, response)
+        section = accounting.schema(self.native_fields(request, "unary"))
+        accounting.account_response(section, response.body, out, self.name, self.issuer(request))
+        return out
+
+    def stream_lifter_accounted(self, request: request_pb2.Request) -> StreamLifter:
+        """`stream_lifter`, with every event's native members accounted for (`accounted_stream.AccountedStream`)."""
+        from modelir.transports import accounted_stream, accounting
+
+        lifter = self.stream_lifter(request)
+        section = accounting.schema(self.native_fields(request, "stream"))
+        if section is None:
+            return lifter
+        return accounted_stream.AccountedStream(lifter, section, self.name, self.issuer(request))
+
     def auth_headers(self, credential: str) -> dict[str, str]:
         """Headers that carry the credential. Bearer by default; transports with other schemes override."""
         return {"Authorization": f"Bearer {credential}"} if credential else {}
@@ -356,9 +380,12 @@ def json_error(response: HttpResponse) -> errors.ModelError:
         body = None
     error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict):
+        from modelir.transports.provider_errors import details  # it builds on this module's error table
+
         message = str(error.get("message") or "")
         if error.get("param"):
             message += f" (param: {error['param']})"
+        message += details(error)  # Groq's failed_generation, OpenRouter's upstream error: kept, not dropped
         code = error.get("code") or error.get("type") or ""
         return error_for_status(response, message, provider_code=str(code))
     if isinstance(error, str):
@@ -376,9 +403,15 @@ def guarded_error(transport: HttpTransport, response: HttpResponse) -> errors.Mo
     """`transport.error(response)`, and when the error body itself has an unexpected shape (a Gemini `details`
     entry of the wrong type), the status's typed error with the body as its message: never an untyped escape."""
     try:
-        return transport.error(response)
+        error = transport.error(response)
     except SHAPE_ERRORS:
         return error_for_status(response, response.body.decode("utf-8", "replace")[:2000])
+    from modelir.transports import accounting
+
+    if suffix := accounting.error_suffix(accounting.schema(transport.native_fields(None, "error")), response.body):
+        error.message += suffix  # what the body holds beyond what the error lift read, kept in its words
+        error.args = (error.message,)
+    return error
 
 
 def shape_error(transport: Transport, exc: Exception) -> errors.MalformedResponseError:

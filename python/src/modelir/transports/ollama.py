@@ -160,6 +160,13 @@ class Ollama(HttpTransport):
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
         return _NdjsonStreamLifter(self, request)
 
+    def native_fields(self, request: request_pb2.Request | None, kind: str) -> str:
+        """Chat and raw generation answer with different members (`native_fields/ollama.toml`)."""
+        if kind in ("unary", "stream") and request is not None:
+            route = "chat" if request.WhichOneof("input") == "conversation" else "generate"
+            return f"ollama.{route}" + ("_stream" if kind == "stream" else "")
+        return f"ollama.{kind}"
+
     # ---- tokenizer facts ---------------------------------------------------------------------------
 
     def lower_tokenizer_info(self, model: str) -> list[HttpRequest]:

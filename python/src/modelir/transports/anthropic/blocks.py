@@ -239,11 +239,30 @@ _DETAILS = (
 )
 
 
+# The `usage.iterations` entries that are this answer's own sampling: server-side compaction runs its own
+# iteration, and a fallback model may serve the answer. An advisor's sub-inference is billed apart (at the advisor
+# model's rates), so it stays out of the sums (its entry is kept as a native fact, `native_fields`).
+_OWN_ITERATIONS = ("message", "compaction", "fallback_message")
+_COUNTS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+
+
+def _summed(raw: dict[str, Any]) -> dict[str, Any]:
+    """The counts of every own iteration summed (with compaction, the top-level counts are only the last
+    iteration's: 612 input tokens where 60,997 were processed), when the answer lists its iterations."""
+    iterations = [i for i in raw.get("iterations") or () if isinstance(i, dict) and i.get("type") in _OWN_ITERATIONS]
+    if not iterations:
+        return raw
+    totals = {key: sum(i.get(key) or 0 for i in iterations) for key in _COUNTS}
+    return {**raw, **{key: value for key, value in totals.items() if key in raw or value}}
+
+
 def usage(raw: dict[str, Any] | None, usage: response_pb2.Usage) -> str:
     """Fill `usage` from native usage; returns the `service_tier` it names ('' when none). Anthropic's
-    `input_tokens` excludes cache reads and writes; the IR's input count includes them."""
+    `input_tokens` excludes cache reads and writes; the IR's input count includes them. `output_tokens` includes
+    thinking (`output_tokens_details.thinking_tokens`, the reasoning count)."""
     if not raw:
         return ""
+    raw = _summed(raw)
     if raw.get("input_tokens") is not None:
         read = raw.get("cache_read_input_tokens") or 0
         write = raw.get("cache_creation_input_tokens") or 0
@@ -254,6 +273,9 @@ def usage(raw: dict[str, Any] | None, usage: response_pb2.Usage) -> str:
             usage.cache_write_token_count = write
     if raw.get("output_tokens") is not None:
         usage.output_token_count = raw["output_tokens"]
+    details = raw.get("output_tokens_details")
+    if isinstance(details, dict) and isinstance(details.get("thinking_tokens"), int):
+        usage.reasoning_token_count = details["thinking_tokens"]
     for group, native, key in _DETAILS:
         value = (raw.get(group) or {}).get(native) if isinstance(raw.get(group), dict) else None
         if isinstance(value, int):

@@ -21,6 +21,7 @@ import orjson
 from modelir.errors import soft as soft_errors
 from modelir.reading import stops
 from modelir.transports import _common as common
+from modelir.transports import provider_errors
 from modelir.transports.anthropic import blocks
 from modelir.transports.base import RawEvent, StreamLifter
 from modelir.transports.stream_parts import StreamParts
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
 
 SIGNATURE = blocks.SIGNATURE
 REDACTED = blocks.REDACTED
+
+
+_COMPACTION = "compaction"  # server-side compaction: a block whose summary streams as `compaction_delta`s
 
 
 class MessagesStreamLifter(StreamLifter):
@@ -79,6 +83,8 @@ class MessagesStreamLifter(StreamLifter):
             elif block.get("type") == "tool_use":
                 delta.tool_call.id = block.get("id") or ""
                 delta.tool_call.name = block.get("name") or ""
+            elif block.get("type") == _COMPACTION:
+                return out  # its summary follows in compaction_delta events: sent whole when the block stops
             else:  # a server tool result or an unknown block: complete here
                 delta.part.CopyFrom(blocks.lift_block(block, self.issuer, self.call_names))
             delta.part_index = self.parts.index(0, index)
@@ -106,6 +112,10 @@ class MessagesStreamLifter(StreamLifter):
                 state["signature"].append(native.get("signature") or "")
             elif kinds == "input_json_delta":
                 state["json"].append(native.get("partial_json") or "")
+            elif kinds == "compaction_delta":  # members of the compaction block, in pieces
+                for key in ("content", "encrypted_content"):
+                    if isinstance(native.get(key), str):
+                        state.setdefault("members", {}).setdefault(key, []).append(native[key])
             elif kinds == "citations_delta":
                 citation = blocks.lift_citation(native.get("citation") or {}, self.issuer)
                 out.append(
@@ -129,6 +139,8 @@ class MessagesStreamLifter(StreamLifter):
                 )
             elif state.get("type") in blocks.CALL_TYPES:
                 out.append(self._server_call(index, state))
+            elif state.get("type") == _COMPACTION:
+                out.append(self._compaction(index, state))
             elif state.get("type") == "tool_use":
                 arguments = self._arguments(index, state)
                 out.append(
@@ -149,11 +161,7 @@ class MessagesStreamLifter(StreamLifter):
             self.done = True
         elif kind == "error":
             error = data.get("error") or {}
-            self.facts.provider_error = soft_errors.provider_error(
-                str(error.get("message") or "the provider reported an error mid-stream"),
-                error.get("type"),
-                retryable=error.get("type") in ("overloaded_error", "api_error", "rate_limit_error"),
-            )
+            self.facts.provider_error = provider_errors.mid_stream(error)
         return out
 
     def _arguments(self, index: int, state: dict[str, Any]) -> str:
@@ -170,11 +178,19 @@ class MessagesStreamLifter(StreamLifter):
         part = blocks.server_tool_call(state["block"], self._arguments(index, state), self.call_names, self.issuer)
         return stream_pb2.StreamEvent(delta=stream_pb2.PartDelta(part_index=self.parts.index(0, index), part=part))
 
+    def _compaction(self, index: int, state: dict[str, Any]) -> stream_pb2.StreamEvent:
+        """The compaction block whole, as the unary answer has it: its start with the deltas' members joined."""
+        state["type"] = "sent"
+        block = dict(state["block"])
+        block.update({key: "".join(pieces) for key, pieces in state.get("members", {}).items()})
+        part = blocks.lift_block(block, self.issuer, self.call_names)
+        return stream_pb2.StreamEvent(delta=stream_pb2.PartDelta(part_index=self.parts.index(0, index), part=part))
+
     def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
-        out = [  # a server tool call cut off before its block stopped keeps the input it had
-            self._server_call(index, state)
+        out = [  # a server tool call (or a compaction) cut off before its block stopped keeps what it had
+            self._compaction(index, state) if state.get("type") == _COMPACTION else self._server_call(index, state)
             for index, state in sorted(self.blocks.items())
-            if state.get("type") in blocks.CALL_TYPES
+            if state.get("type") in (*blocks.CALL_TYPES, _COMPACTION)
         ]
         facts = blocks.message_facts(
             self.message_facts.get("container"), self.message_facts.get("stop_details"), self.issuer

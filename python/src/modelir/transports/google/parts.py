@@ -16,7 +16,10 @@ from modelir.logprobs import build as lp
 from modelir.v1 import content_pb2, logprobs_pb2, response_pb2
 
 THOUGHT_SIGNATURE = content_pb2.OPAQUE_ARTIFACT_KIND_THOUGHT_SIGNATURE
+# Every documented `FinishReason` (https://ai.google.dev/api/generate-content#FinishReason, and Vertex's
+# `MODEL_ARMOR`): the filters, then the failures, then the rest.
 _FILTERED = {
+    "MODEL_ARMOR",  # Vertex: Model Armor blocked the response
     "SAFETY",
     "RECITATION",
     "BLOCKLIST",
@@ -32,6 +35,13 @@ FINISH_REASONS = {
     "MALFORMED_FUNCTION_CALL": response_pb2.FINISH_REASON_ERROR,
     "UNEXPECTED_TOOL_CALL": response_pb2.FINISH_REASON_ERROR,
     "TOO_MANY_TOOL_CALLS": response_pb2.FINISH_REASON_ERROR,
+    "MISSING_THOUGHT_SIGNATURE": response_pb2.FINISH_REASON_ERROR,  # a replayed call lacked its signature
+    "MALFORMED_RESPONSE": response_pb2.FINISH_REASON_ERROR,
+    "NO_IMAGE": response_pb2.FINISH_REASON_ERROR,  # an image was expected and none was generated
+    "LANGUAGE": response_pb2.FINISH_REASON_ERROR,  # the language is not supported: the model gave up
+    "IMAGE_OTHER": response_pb2.FINISH_REASON_OTHER,
+    "OTHER": response_pb2.FINISH_REASON_OTHER,
+    "FINISH_REASON_UNSPECIFIED": response_pb2.FINISH_REASON_UNSPECIFIED,
     **{reason: response_pb2.FINISH_REASON_CONTENT_FILTER for reason in _FILTERED},
 }
 

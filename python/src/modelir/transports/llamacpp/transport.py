@@ -88,6 +88,13 @@ class LlamaCpp(HttpTransport):
             return self._chat.stream_lifter(request)
         return CompletionStreamLifter(request)
 
+    def native_fields(self, request: request_pb2.Request | None, kind: str) -> str:
+        """The chat and raw-prompt routes answer with their wires' members (`native_fields/llamacpp.toml`)."""
+        if kind in ("unary", "stream") and request is not None:
+            route = "chat" if request.WhichOneof("input") == "conversation" else "completion"
+            return f"llamacpp.{route}" + ("_stream" if kind == "stream" else "")
+        return f"llamacpp.{kind}"
+
     def error(self, response: HttpResponse) -> errors.ModelError:
         """As the OpenAI-style error body says, except that a token id outside the vocabulary (detokenize, token
         input) is a request error: llama-server answers it with a 500 carrying the C++ range check's message,

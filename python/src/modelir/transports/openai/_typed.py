@@ -52,6 +52,7 @@ class ToolCall(msgspec.Struct):
 
 class Message(msgspec.Struct):
     content: str | None = None
+    reasoning_details: list[msgspec.Raw] | None = None  # OpenRouter's reasoning entries, with their signatures
     refusal: str | None = None
     annotations: list[msgspec.Raw] | None = None  # `url_citation`s of the content (search models)
     tool_calls: list[ToolCall] | None = None
@@ -74,6 +75,7 @@ class ChatCompletion(msgspec.Struct):
     service_tier: str | None = None
     choices: list[Choice] | None = None
     usage: dict | None = None
+    x_groq: dict | None = None  # Groq's extensions (`usage` where the top level has none)
     prompt_logprobs: list | None = None  # vLLM
     prompt_token_ids: list[int] | None = None  # vLLM
 

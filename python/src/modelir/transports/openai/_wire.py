@@ -19,6 +19,7 @@ from modelir import errors
 from modelir.errors import soft as soft_errors
 from modelir.reading import stops
 from modelir.transports import _common as common
+from modelir.transports import provider_errors
 from modelir.transports.base import HttpRequest, HttpTransport, RawEvent, StreamLifter
 from modelir.transports.stream_parts import StreamParts
 from modelir.v1 import capabilities_pb2, content_pb2, request_pb2, response_pb2, stream_pb2
@@ -41,6 +42,7 @@ FINISH_REASONS = {
     "tool_calls": response_pb2.FINISH_REASON_TOOL_CALLS,
     "function_call": response_pb2.FINISH_REASON_TOOL_CALLS,
     "content_filter": response_pb2.FINISH_REASON_CONTENT_FILTER,
+    "error": response_pb2.FINISH_REASON_ERROR,  # OpenRouter: the generation failed mid-stream
 }
 JSON_HEADERS = (("content-type", "application/json"),)
 # The provider options that chat completions and Responses both take (each adds its own).
@@ -174,6 +176,17 @@ def usage_from(raw: Mapping[str, Any] | None, usage: response_pb2.Usage, *, inpu
                 usage.details[key] = value
 
 
+def provider_timing(raw: Mapping[str, Any], timing: response_pb2.Timing) -> None:
+    """Groq's usage says how long the model read the prompt and wrote the answer (`prompt_time`,
+    `completion_time`, seconds): the provider's own durations."""
+    for native, duration in (
+        ("prompt_time", timing.provider_input_duration),
+        ("completion_time", timing.provider_output_duration),
+    ):
+        if isinstance(seconds := raw.get(native), int | float) and not isinstance(seconds, bool) and seconds >= 0:
+            duration.FromNanoseconds(int(seconds * 1e9))
+
+
 def malformed(transport: str, exc: msgspec.DecodeError) -> errors.MalformedResponseError:
     """The error table's error for a typed decoder's failure: a body of the wrong shape, or no JSON at all."""
     if isinstance(exc, msgspec.ValidationError):
@@ -234,6 +247,7 @@ class ChunkStream(StreamLifter):
         self.service_tier = ""
         self.parts = StreamParts()
         self.facts = soft_errors.Facts()
+        self.timing = response_pb2.Timing()
 
     def chunk(self, event: RawEvent) -> tuple[list[tuple[int, dict[str, Any]]], list[stream_pb2.StreamEvent]]:
         """The (index, choice) pairs an event carries (none for `[DONE]` and error chunks), and the start event
@@ -242,12 +256,13 @@ class ChunkStream(StreamLifter):
             self.done = True
             return [], []
         chunk = common.parse_json(event.data, "stream chunk")
-        if isinstance(error := chunk.get("error"), dict):
-            message = str(error.get("message") or "the provider reported an error mid-stream")
-            self.facts.provider_error = soft_errors.provider_error(message, error.get("code") or error.get("type"))
-            return [], []
-        if chunk.get("usage"):
-            usage_from(chunk["usage"], self.usage, input_key="prompt_tokens", output_key="completion_tokens")
+        if isinstance(error := chunk.get("error"), dict):  # typed by its code; the chunk's usage and choices stay
+            self.facts.provider_error = provider_errors.mid_stream(error)
+        # Groq reports a stream's usage inside `x_groq` (https://console.groq.com/docs/api-reference).
+        groq = chunk.get("x_groq")
+        if usage := chunk.get("usage") or (groq.get("usage") if isinstance(groq, dict) else None):
+            usage_from(usage, self.usage, input_key="prompt_tokens", output_key="completion_tokens")
+            provider_timing(usage, self.timing)
         if isinstance(chunk.get("service_tier"), str):
             self.service_tier = chunk["service_tier"]
         choices = [(raw.get("index", 0), raw) for raw in chunk.get("choices") or ()]
@@ -271,6 +286,8 @@ class ChunkStream(StreamLifter):
             stops.set_stop(finished, stop)
         if self.usage.ListFields():
             end.usage.CopyFrom(self.usage)
+        if self.timing.ListFields():
+            end.timing.CopyFrom(self.timing)
         end.service_tier = self.service_tier
         if interrupted or not self.done:
             self.facts.cut_short = "the stream ended before [DONE]; the output is partial"

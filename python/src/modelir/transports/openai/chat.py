@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import orjson
+
 from modelir.errors import soft as soft_errors
 from modelir.errors.soft import Facts
 from modelir.pipeline import content_kinds
@@ -20,6 +22,7 @@ from modelir.transports.manifests import CHAT_WITH_TOOLS, COMMON, LOGPROBS, OPEN
 from modelir.transports.openai import _typed as typed
 from modelir.transports.openai import _wire as wire
 from modelir.transports.openai import responses_items as items
+from modelir.transports.openai.chat_facts import REASONING_DETAILS, annotations_part, reasoning_details_part
 from modelir.transports.openai.chat_stream import ChatStreamLifter
 from modelir.v1 import capabilities_pb2, content_pb2, logprobs_pb2, request_pb2, response_pb2
 
@@ -46,7 +49,8 @@ _WIRE_CAPABILITIES = capability_set(
     COMMON | CHAT_WITH_TOOLS | LOGPROBS | OPENAI_SAMPLING,
     "REASONING REASONING_EFFORT CONSTRAINT_JSON_SCHEMA MULTIPLE_CHOICES",
 )
-_OPENAI_CAPABILITIES = capability_set("CONSTRAINT_JSON_OBJECT LOGIT_BIAS ALLOWED_TOOLS")
+# SERVER_TOOL_REPLAY: its own provider parts (OpenRouter's reasoning details) go back on their message.
+_OPENAI_CAPABILITIES = capability_set("CONSTRAINT_JSON_OBJECT LOGIT_BIAS ALLOWED_TOOLS SERVER_TOOL_REPLAY")
 _WIRE_KINDS = content_kinds.chat_kinds(
     "OpenAI chat completions", reasoning="OpenAI chat completions cannot replay reasoning"
 )
@@ -63,6 +67,7 @@ class OpenAIChat(wire.BodyTransport):
         "OpenAI chat completions",
         reasoning="OpenAI chat completions cannot replay reasoning",
         refusal=content_kinds.CARRIED,  # an assistant message's `refusal`
+        provider_part=content_kinds.CARRIED,  # its own: `reasoning_details` replayed, the other facts not sent
     )
     # What a dialect's server adds to this wire (structured, so that dialects need no filtering of reasons).
     returns_reasoning_text: ClassVar[bool] = False
@@ -160,7 +165,7 @@ class OpenAIChat(wire.BodyTransport):
     def _messages(self, request: request_pb2.Request) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for message in request.conversation.messages:
-            results, calls, others, refusals = [], [], [], []
+            results, calls, others, refusals, details = [], [], [], [], []
             for part in message.parts:
                 kind = part.WhichOneof("content")
                 if kind == "tool_result":
@@ -169,6 +174,10 @@ class OpenAIChat(wire.BodyTransport):
                     calls.append(part.tool_call)
                 elif kind == "refusal" and self.replays_refusals:
                     refusals.append(part.refusal)
+                elif kind == "provider_part":  # the artifact policy let only this transport's own ones through
+                    if part.provider_part.type == f"{self.name}.{REASONING_DETAILS}":
+                        details.extend(orjson.loads(part.provider_part.native_json or "[]"))
+                    # the other native facts of an answer (filter results, executed tools) are not sent back
                 elif kind in ("text", "blob"):
                     others.append(part)
                 else:
@@ -191,6 +200,8 @@ class OpenAIChat(wire.BodyTransport):
                     {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json}}
                     for c in calls
                 ]
+            if details:
+                entry["reasoning_details"] = details
             if message.name:
                 entry["name"] = message.name
             out.append(entry)
@@ -212,11 +223,10 @@ class OpenAIChat(wire.BodyTransport):
                 choice.message.parts.add().reasoning.text = reasoning
             # An empty `content` (a forced end token, an answer of tool calls only) is no text part, as in the
             # stream, which sends no text for it: a stream folds into exactly the unary answer.
+            annotations = [typed.raw_json(a)[0] for a in message.annotations or ()]
             if message.content:
                 text = choice.message.parts.add(text=message.content)
-                for raw_annotation in message.annotations or ():
-                    value, _ = typed.raw_json(raw_annotation)
-                    text.citations.append(items.chat_citation(value, message.content))
+                text.citations.extend(items.chat_citation(value, message.content) for value in annotations)
             if message.refusal is not None:
                 choice.message.parts.add(refusal=message.refusal)
             for call in message.tool_calls or ():
@@ -226,6 +236,11 @@ class OpenAIChat(wire.BodyTransport):
                         id=call.id or "", name=function.name or "", arguments_json=function.arguments or ""
                     )
                 )
+            if annotations and not message.content:  # nothing to cite: kept as they came, never dropped
+                choice.message.parts.append(annotations_part(annotations, self.issuer(request), self.name))
+            if message.reasoning_details:  # OpenRouter: the reasoning's entries with their signatures, for replay
+                details = [orjson.loads(bytes(d)) for d in message.reasoning_details]
+                choice.message.parts.append(reasoning_details_part(details, self.issuer(request), self.name))
             choice.finish_reason, choice.raw_finish_reason, stop = self.finish(raw.finish_reason, raw.stop_reason)
             stops.set_stop(choice, stop)
             if message.refusal is not None:
@@ -242,7 +257,10 @@ class OpenAIChat(wire.BodyTransport):
                 self.adjust_logprobs(typed.columns(entries, choice.logprobs))
             elif content is None and refusal is None:
                 facts.lack_logprobs(choice.index)
-        wire.usage_from(body.usage, out.usage, input_key="prompt_tokens", output_key="completion_tokens")
+        usage = body.usage or (body.x_groq or {}).get("usage")  # Groq may report it inside `x_groq` only
+        wire.usage_from(usage, out.usage, input_key="prompt_tokens", output_key="completion_tokens")
+        if usage:
+            wire.provider_timing(usage, out.timing)
         self.lift_extras(request, body, out, facts)
         soft_errors.settle(request, out, facts)
         return out

@@ -13,16 +13,58 @@ from modelir.logprobs import build as lp
 from modelir.transports.base import RawEvent
 from modelir.transports.openai import _wire as wire
 from modelir.transports.openai import responses_items as items
-from modelir.v1 import stream_pb2
+from modelir.transports.openai.chat_facts import annotations_part, reasoning_details_part
+from modelir.v1 import request_pb2, stream_pb2
 
 if TYPE_CHECKING:
     from modelir.transports.openai.chat import OpenAIChat
+
+_JOINED = ("text", "summary", "data")  # members of a reasoning entry that stream in pieces
 
 
 class ChatStreamLifter(wire.ChunkStream):
     """Chat completion chunks -> IR events. Tool-call fragments are routed by their `index`."""
 
     transport: OpenAIChat
+
+    def __init__(self, transport: OpenAIChat, request: request_pb2.Request) -> None:
+        super().__init__(transport, request)
+        self.early_citations: dict[int, list[dict[str, Any]]] = {}  # choice -> annotations before its text
+        self.reasoning_details: dict[int, dict[Any, dict[str, Any]]] = {}  # choice -> entry index -> entry
+
+    def _cited(self, index: int, annotations: list[dict[str, Any]]) -> stream_pb2.StreamEvent:
+        text = self.parts.texts().get(index, "")
+        cited = [items.chat_citation(a, text) for a in annotations]
+        part_index = self.parts.index(index, "text")
+        return stream_pb2.StreamEvent(
+            delta=stream_pb2.PartDelta(choice_index=index, part_index=part_index, citations=cited)
+        )
+
+    def _reasoning_detail(self, index: int, entry: dict[str, Any]) -> None:
+        """OpenRouter streams each reasoning entry in pieces under its `index`: text members are joined, the
+        others (the signature, which comes last) take their latest non-null value."""
+        entries = self.reasoning_details.setdefault(index, {})
+        merged = entries.setdefault(entry.get("index", len(entries)), {})
+        for key, value in entry.items():
+            if key in _JOINED and isinstance(value, str) and isinstance(merged.get(key), str):
+                merged[key] += value
+            elif value is not None or key not in merged:
+                merged[key] = value
+
+    def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
+        """The late facts of each choice (early citations, reasoning details) as the unary lift places them."""
+        out = []
+        for index, early in sorted(self.early_citations.items()):
+            if index in self.parts.texts():
+                out.append(self._cited(index, early))
+            else:  # no text to cite: the annotations are kept as they came, as the unary lift keeps them
+                part = annotations_part(early, self.transport.issuer(self.request), self.transport.name)
+                out.append(self.parts.delta(index, "annotations", part=part))
+        issuer = self.transport.issuer(self.request)
+        for index, entries in sorted(self.reasoning_details.items()):
+            part = reasoning_details_part(list(entries.values()), issuer, self.transport.name)
+            out.append(self.parts.delta(index, "reasoning_details", part=part))
+        return [*out, *super().close(interrupted=interrupted)]
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
         choices, out = self.chunk(event)
@@ -50,16 +92,13 @@ class ChatStreamLifter(wire.ChunkStream):
                 chunk_logprobs = None
             out.append(event)
         annotations = [a for a in delta.get("annotations") or () if isinstance(a, dict)]
-        if annotations and index in parts.texts():  # citations of the content streamed so far
-            text = parts.texts().get(index, "")
-            cited = [items.chat_citation(a, text) for a in annotations]
-            out.append(
-                stream_pb2.StreamEvent(
-                    delta=stream_pb2.PartDelta(
-                        choice_index=index, part_index=parts.index(index, "text"), citations=cited
-                    )
-                )
-            )
+        if annotations and index in parts.texts() and index not in self.early_citations:
+            out.append(self._cited(index, annotations))  # citations of the content streamed so far
+        elif annotations:  # before any text (OpenRouter's web search): cited at the end, against the whole text
+            self.early_citations.setdefault(index, []).extend(annotations)
+        for entry in delta.get("reasoning_details") or ():
+            if isinstance(entry, dict):
+                self._reasoning_detail(index, entry)
         if delta.get("refusal"):
             self.refused.add(index)
             event = parts.delta(index, "refusal", refusal=delta["refusal"])

@@ -13,6 +13,7 @@ import msgspec
 
 from modelir.errors import soft as soft_errors
 from modelir.logprobs import build as lp
+from modelir.transports import provider_errors
 from modelir.transports.openai import _typed as typed
 from modelir.transports.openai import _wire as wire
 from modelir.transports.openai import responses_items as items
@@ -112,9 +113,7 @@ def lift_object(
     out.service_tier = body.service_tier or ""
     facts = soft_errors.Facts()
     if isinstance(body.error, dict):
-        facts.provider_error = soft_errors.provider_error(
-            str(body.error.get("message") or "the response failed"), body.error.get("code")
-        )
+        facts.provider_error = provider_errors.mid_stream(body.error, "the response failed")
     # Logprobs travel on output text: a response without text has nowhere to carry them.
     if not saw_logprobs and any(p.WhichOneof("content") == "text" for p in choice.message.parts):
         facts.lack_logprobs(0)

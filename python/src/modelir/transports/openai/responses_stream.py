@@ -15,6 +15,7 @@ import orjson
 from modelir.errors import soft as soft_errors
 from modelir.logprobs import build as lp
 from modelir.transports import _common as common
+from modelir.transports import provider_errors
 from modelir.transports.base import RawEvent, StreamLifter
 from modelir.transports.openai import _typed as typed
 from modelir.transports.openai import responses_items as items
@@ -45,6 +46,8 @@ class ResponsesStreamLifter(StreamLifter):
         return self.parts.delta(0, (data.get("output_index", 0), 0), **fields)
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
+        if event.data.strip() == b"[DONE]":
+            return []  # compatible servers (OpenRouter) end the stream as chat completions do; the final event said it
         data = common.parse_json(event.data, "stream event")
         kind = data.get("type") or event.event
         if kind == "response.created":
@@ -81,9 +84,7 @@ class ResponsesStreamLifter(StreamLifter):
             self.final = responses_lift.decode(event.data, event=True)
         elif kind == "error":
             payload = data["error"] if isinstance(data.get("error"), dict) else data
-            self.error = soft_errors.provider_error(
-                str(payload.get("message") or "the provider reported an error mid-stream"), payload.get("code")
-            )
+            self.error = provider_errors.mid_stream(payload)
         return []
 
     def _text(self, kind: str, data: dict[str, Any]) -> list[stream_pb2.StreamEvent]:
@@ -187,6 +188,12 @@ class ResponsesStreamLifter(StreamLifter):
                 end.usage.CopyFrom(settled.usage)
             end.service_tier = settled.service_tier
             end.warnings.extend(settled.warnings)
+            if phase := choice.message.phase:  # IR 1.0 stream events have no field for it: said, never dropped
+                name = content_pb2.MessagePhase.Name(phase).removeprefix("MESSAGE_PHASE_").lower()
+                end.warnings.add(
+                    code="message_phase_not_streamed",
+                    message=f"the message's phase is {name}; stream events have no field for it (Message.phase)",
+                )
         else:
             facts.cut_short = "the stream ended before response.completed; the output is partial"
         if self.error is not None:

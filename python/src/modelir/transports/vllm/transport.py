@@ -94,6 +94,13 @@ class VLLM(HttpTransport):
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
         return self._route(request).stream_lifter(request)
 
+    def native_fields(self, request: request_pb2.Request | None, kind: str) -> str:
+        """The chat and completions routes answer with their wires' members (`native_fields/vllm.toml`)."""
+        if kind in ("unary", "stream") and request is not None:
+            route = "chat" if self._route(request) is self._chat else "completions"
+            return f"vllm.{route}" + ("_stream" if kind == "stream" else "")
+        return f"vllm.{kind}"
+
     def lower_tokenize(self, request: service_pb2.TokenizeRequest) -> list[HttpRequest]:
         """`/tokenize` of context + text, and of the context alone when there is one (to find the boundary)."""
         model = self.provider_model or request.model
