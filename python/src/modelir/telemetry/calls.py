@@ -34,17 +34,22 @@ _Method = Callable[Concatenate[Any, _P], Coroutine[Any, Any, _R]]
 def start_call_span(
     tracer: Any, target: Target, request: request_pb2.Request | None, operation: str, model_name: str, **options: Any
 ) -> trace.Span:
-    """The span of one call, started by `tracer` under `parent` (None: the current context) with the attributes the
-    sampler is given: the call's metric attributes, its transport and what the request asks for."""
+    """The span of one call, started by `tracer` under `parent` (None: the current context). The sampler is given
+    the attributes the GenAI conventions call sampling-relevant (operation, provider, request model, server address
+    and port: the call's metric attributes) and the transport; what the request asks for is set once the span is
+    known to record."""
     parent, streaming = options.get("parent"), options.get("streaming", False)
     attributes = dict(target.metric_set(operation, model_name).plain)
     if target.transport:
         attributes[sc.TRANSPORT] = target.transport
-    if request is not None:
-        attributes.update(sc.request_attributes(request))
-    if streaming:
-        attributes[sc.REQUEST_STREAM] = True
-    return tracer.start_span(f"{operation} {model_name}", parent, kind=target.kind, attributes=attributes)
+    span = tracer.start_span(f"{operation} {model_name}", parent, kind=target.kind, attributes=attributes)
+    if span.is_recording():
+        asked = sc.request_attributes(request) if request is not None else {}
+        if streaming:
+            asked[sc.REQUEST_STREAM] = True
+        if asked:
+            span.set_attributes(asked)
+    return span
 
 
 class Call:

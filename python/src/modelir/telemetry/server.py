@@ -47,7 +47,7 @@ def _extract(grpc_context: Any) -> otel_context.Context | None:
 class ServerCall:
     """One RPC: set `transport` and `status` as they become known; `answered` / `observe` take the usage."""
 
-    # No `__slots__`: the defaults are class attributes, so `ServedRpc` sets only what it knows.
+    # No `__slots__`: the defaults are class attributes, set per RPC only when they change.
     transport = "-"
     status = "OK"
     input_tokens: int | None = None
