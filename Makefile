@@ -236,7 +236,7 @@ MIN_VENV := .venv-min
 MIN_DEPS_TESTS := tests/test_pipeline.py tests/test_capabilities.py tests/test_executor.py tests/test_executor_wires.py \
   tests/test_remote.py tests/test_server.py tests/test_records.py tests/test_record_files.py tests/test_reference_v1.py \
   tests/test_soft_errors.py tests/test_stream_coalescing.py tests/test_limiter.py tests/test_typed_decoder.py \
-  tests/test_logprobs.py tests/test_sdk_behaviour.py
+  tests/test_logprobs.py
 .PHONY: test-min-deps
 test-min-deps:
 	rm -rf $(MIN_VENV)
