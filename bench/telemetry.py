@@ -1,6 +1,7 @@
-"""The telemetry cases: the gateway with telemetry on (OTLP/gRPC to a local sink, every trace kept and 10% kept)
-against the same gateway with telemetry off, measured side by side in interleaved rounds; and the access-log line
-against the `logging` line it replaced.
+"""The telemetry cases: the gateway with telemetry on (OTLP/gRPC to a local sink through the SDK's batch span
+processor: every trace kept, 10% kept, and 10% with the opt-in span encoder) against the same gateway with telemetry
+off, measured side by side in interleaved rounds; the hooks in process; and the access-log line against the
+`logging` line it replaced.
 
 Run alone with `python bench/telemetry.py`, or through `make bench`.
 """
