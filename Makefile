@@ -232,3 +232,26 @@ test-clients: gen-clients-check
 	$(MAKE) --no-print-directory test-client-go
 	$(MAKE) --no-print-directory test-client-rust
 	MODELIR_BIN=$(abspath $(VENV)/bin/modelir) $(VENV)/bin/pytest -q tests/test_service_conformance.py
+
+# The SDK's direct dependencies at the lowest versions `python/pyproject.toml` declares (`name>=X` installed as
+# `name==X`; what they depend on resolves as usual), in a venv of their own, with no extras: `import modelir` and the
+# unit tests that need nothing more must pass there, or a lower bound is wrong. A few minutes (CI runs it).
+MIN_VENV := .venv-min
+MIN_DEPS_TESTS := tests/test_pipeline.py tests/test_capabilities.py tests/test_executor.py tests/test_executor_wires.py \
+  tests/test_remote.py tests/test_server.py tests/test_records.py tests/test_record_files.py tests/test_reference_v1.py \
+  tests/test_soft_errors.py tests/test_stream_coalescing.py tests/test_limiter.py tests/test_typed_decoder.py \
+  tests/test_logprobs.py
+.PHONY: test-min-deps
+test-min-deps:
+	rm -rf $(MIN_VENV)
+	$(PYTHON) -m venv $(MIN_VENV)
+	$(MIN_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(MIN_VENV)/bin/python -c 'import re, tomllib; \
+	  deps = tomllib.load(open("python/pyproject.toml", "rb"))["project"]["dependencies"]; \
+	  lowest = [re.sub(r">=\s*([^,;\s]+)[^;]*", r"==\1", d) for d in deps if ">=" in d]; \
+	  print("\n".join(lowest))' > $(MIN_VENV)/lowest.txt
+	$(MIN_VENV)/bin/python -m pip install --quiet -c $(MIN_VENV)/lowest.txt -e python \
+	  $$(grep -E '^(pytest|pytest-asyncio|pytest-timeout)==' python/constraints.txt)
+	$(MIN_VENV)/bin/python -m pip list --format=freeze | grep -iE "^($$(cut -d= -f1 $(MIN_VENV)/lowest.txt | paste -sd'|'))=="
+	$(MIN_VENV)/bin/python -c 'import modelir, modelir.telemetry, modelir.server; print("import modelir: ok")'
+	$(MIN_VENV)/bin/pytest $(MIN_DEPS_TESTS) -q -p no:cacheprovider

@@ -121,12 +121,19 @@ def run(requests: int = 2 * _BATCH // _SPANS_PER_REQUEST) -> list[tuple[str, str
             "metrics only": {**traced, "OTEL_TRACES_EXPORTER": "none"},
             "metrics + traces, none kept": {**traced, "OTEL_TRACES_SAMPLER_ARG": "0"},
             "metrics + every trace": {**traced, "OTEL_TRACES_SAMPLER": "parentbased_always_on"},
+            "metrics + every trace, the opt-in encoder": {
+                **traced,
+                "OTEL_TRACES_SAMPLER": "parentbased_always_on",
+                "MODELIR_OTLP_FAST_SPANS": "true",
+            },
         }
         counted = {label: _count(serve, env, request, requests, Path(workdir)) for label, env in variants.items()}
     off = counted["off"]
     none_kept, every = counted["metrics + traces, none kept"], counted["metrics + every trace"]
     # Which requests a 10% sampler keeps depends on random trace ids: its expected cost, from the two ends.
     counted["metrics + 10% of traces (the default), expected"] = none_kept + 0.1 * (every - none_kept)
+    fast = counted["metrics + every trace, the opt-in encoder"]
+    counted["metrics + 10% of traces, the opt-in encoder, expected"] = none_kept + 0.1 * (fast - none_kept)
     return [
         (
             f"gateway instructions per request (callgrind, {requests} sequential requests): {label}",

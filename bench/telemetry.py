@@ -1,6 +1,7 @@
-"""The telemetry cases: the gateway with telemetry on (OTLP/gRPC to a local sink, every trace kept and 10% kept)
-against the same gateway with telemetry off, measured side by side in interleaved rounds; and the access-log line
-against the `logging` line it replaced.
+"""The telemetry cases: the gateway with telemetry on (OTLP/gRPC to a local sink through the SDK's batch span
+processor: every trace kept, 10% kept, and 10% with the opt-in span encoder) against the same gateway with telemetry
+off, measured side by side in interleaved rounds; the hooks in process; and the access-log line against the
+`logging` line it replaced.
 
 Run alone with `python bench/telemetry.py`, or through `make bench`.
 """
@@ -59,6 +60,7 @@ def run_gateway(seconds: float = 3.0, in_flight: int = 64, rounds: int = 10) -> 
             "off": quiet,
             "every trace": {**traced, "OTEL_TRACES_SAMPLER": "parentbased_always_on"},
             "10% of traces (the default)": traced,
+            "10% of traces, the opt-in encoder": {**traced, "MODELIR_OTLP_FAST_SPANS": "true"},
         }
         ready = r"on 127\.0\.0\.1:(\d+)"
         with contextlib.ExitStack() as stack:
@@ -72,7 +74,8 @@ def run_gateway(seconds: float = 3.0, in_flight: int = 64, rounds: int = 10) -> 
             ratios: dict[str, list[float]] = {label: [] for label in labels}
             for round_index in range(rounds):
                 measured = {}
-                for label in labels[round_index % 3 :] + labels[: round_index % 3]:
+                turn = round_index % len(labels)
+                for label in labels[turn:] + labels[:turn]:
                     rate, cpu = _serve_load(*targets[label], request, in_flight, seconds)
                     _settle(targets[label][1])
                     measured[label] = rate
@@ -167,10 +170,11 @@ def run_hooks(rounds: int = 5, calls: int = 3000) -> list[tuple[str, str, str]]:
     from modelir.telemetry import access_log
     from modelir.telemetry.meter import AggregatingMeter
     from modelir.telemetry.otlp import FastOTLPSpanExporter
-    from modelir.telemetry.tracer import LeanTracerProvider
     from modelir.v1 import response_pb2
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
 
@@ -207,7 +211,7 @@ def run_hooks(rounds: int = 5, calls: int = 3000) -> list[tuple[str, str, str]]:
                     attempt.answered(200, {"x-request-id": "req-1"})
                 rpc.answered(call.finish(response))
 
-    def providers(sampler, sdk_meter: bool = False):
+    def providers(sampler, sdk_meter: bool = False, fast: bool = False):
         # `modelir serve` measures with its aggregating meter; the SDK's instruments are what a library user's
         # own meter provider costs.
         if sdk_meter:
@@ -216,18 +220,23 @@ def run_hooks(rounds: int = 5, calls: int = 3000) -> list[tuple[str, str, str]]:
             meters = AggregatingMeter()
         if sampler is None:
             return None, None, meters
-        exporter = FastOTLPSpanExporter(endpoint="127.0.0.1:9", insecure=True)  # never reached: nothing is sent
-        # `modelir serve`'s lean spans, batched with nothing sent: what a round leaves is encoded after it.
+        # `modelir serve`'s exporter (the stock one, or the opt-in encoder), never reached: nothing is sent.
+        exporter = (FastOTLPSpanExporter if fast else OTLPSpanExporter)(endpoint="127.0.0.1:9", insecure=True)
+        # The SDK's spans, batched with nothing sent: what a round leaves is encoded after it.
         processor = BatchSpanProcessor(
             exporter, max_queue_size=10**7, schedule_delay_millis=10**9, max_export_batch_size=10**7
         )
-        return LeanTracerProvider(exporter, sampler=sampler, processor=processor), processor, meters
+        tracers = TracerProvider(sampler=sampler)
+        tracers.add_span_processor(processor)
+        return tracers, processor, meters
 
     variants = {
         "metrics only, the SDK's instruments": providers(None, sdk_meter=True),
         "metrics only": providers(None),
+        "metrics + traces, none kept": providers(ParentBased(TraceIdRatioBased(0.0))),
         "metrics + 10% of traces": providers(ParentBased(TraceIdRatioBased(0.1))),
         "metrics + every trace": providers(ParentBased(ALWAYS_ON)),
+        "metrics + every trace, the opt-in encoder": providers(ParentBased(ALWAYS_ON), fast=True),
     }
     previous = access_log.access_log()
     access_log.configure("off")
@@ -282,7 +291,7 @@ def run_served(rounds: int = 8, calls: int = 3000, in_flight: int = 64) -> list[
     from modelir.telemetry import access_log
     from modelir.telemetry.meter import AggregatingMeter
     from modelir.telemetry.otlp import FastOTLPSpanExporter
-    from modelir.telemetry.tracer import LeanTracerProvider
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
@@ -317,12 +326,12 @@ def run_served(rounds: int = 8, calls: int = 3000, in_flight: int = 64) -> list[
         )
         servicer, context, meter = ModelServicer(config.models), _Context(), AggregatingMeter()
 
-        def tracing(ratio: float, sdk_spans: bool = False):
-            # `modelir serve`'s lean spans, or the SDK's (what a library user's own tracer provider costs).
-            exporter = FastOTLPSpanExporter(endpoint=f"127.0.0.1:{sink_port}", insecure=True)
+        def tracing(ratio: float, fast: bool = False):
+            # `modelir serve`'s tracer provider: the SDK's, with the stock exporter or the opt-in encoder.
+            exporter = (FastOTLPSpanExporter if fast else OTLPSpanExporter)(
+                endpoint=f"127.0.0.1:{sink_port}", insecure=True
+            )
             sampler = ParentBased(TraceIdRatioBased(ratio))
-            if not sdk_spans:
-                return LeanTracerProvider(exporter, sampler=sampler)
             provider = TracerProvider(sampler=sampler)
             provider.add_span_processor(BatchSpanProcessor(exporter))
             return provider
@@ -333,9 +342,9 @@ def run_served(rounds: int = 8, calls: int = 3000, in_flight: int = 64) -> list[
             "metrics + traces, none kept": {"meter_provider": meter, "tracer_provider": tracing(0.0)},
             "metrics + 10% of traces": {"meter_provider": meter, "tracer_provider": tracing(0.1)},
             "metrics + every trace": {"meter_provider": meter, "tracer_provider": tracing(1.0)},
-            "metrics + every trace, the SDK's spans": {
+            "metrics + every trace, the opt-in encoder": {
                 "meter_provider": meter,
-                "tracer_provider": tracing(1.0, sdk_spans=True),
+                "tracer_provider": tracing(1.0, fast=True),
             },
         }
 

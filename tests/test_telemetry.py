@@ -577,7 +577,7 @@ def test_modelir_run_with_otel_variables_writes_trace_ids_into_records(tmp_path)
     assert f'"span_id": "0x{record.provenance.span_id}"' in exported
 
 
-async def test_under_a_sampled_out_parent_no_child_spans_are_made(upstream):
+async def test_under_a_sampled_out_parent_the_parent_based_sampler_keeps_no_child_span(upstream):
     from opentelemetry.sdk.trace import sampling
 
     otel = Otel()
@@ -592,91 +592,35 @@ async def test_under_a_sampled_out_parent_no_child_spans_are_made(upstream):
     finally:
         telemetry.install()
     assert otel.finished() == []
-    parent = trace.format_span_id(root.get_span_context().span_id)
-    for headers, _ in fake.requests:  # the provider hears of the (unsampled) trace through the root's context
-        _, trace_id, sent_parent, flags = headers["traceparent"].split("-")
+    for headers, _ in fake.requests:  # the provider hears of the (unsampled) trace, its attempt's span the parent
+        _, trace_id, _, flags = headers["traceparent"].split("-")
         assert trace_id == trace.format_trace_id(root.get_span_context().trace_id)
-        assert (sent_parent, int(flags, 16) & 1) == (parent, 0)
-
-
-@pytest.mark.parametrize("propagators", ["w3c", "baggage only", "baggage only from inside the RPC"])
-async def test_an_rpc_whose_root_is_left_out_propagates_its_context_as_the_propagator_writes_it(upstream, propagators):
-    """An RPC that starts a trace the sampler leaves out hands its context, rendered once as `traceparent`, to the
-    model call and the HTTP attempts inside: every provider request carries what the global propagator writes for
-    the server's span (nothing, when it does not write trace context), a context attached inside the RPC is
-    propagated instead, and the access log has the trace's id."""
-    from modelir.telemetry import server as telemetry_server
-    from modelir.telemetry.tracer import LeanTracerProvider
-    from opentelemetry import propagate
-    from opentelemetry.baggage.propagation import W3CBaggagePropagator
-    from opentelemetry.propagators.composite import CompositePropagator
-    from opentelemetry.sdk.trace import sampling
-
-    fake, model = upstream
-    provider = LeanTracerProvider(InMemorySpanExporter(), sampler=sampling.ParentBased(sampling.ALWAYS_OFF))
-    telemetry.install(tracer_provider=provider)
-    global_textmap = propagate.get_global_textmap()
-    baggage_only = CompositePropagator([W3CBaggagePropagator()])
-    if propagators == "baggage only":
-        propagate.set_global_textmap(baggage_only)
-    request = build_request("mini", messages=[("user", "hi")])
-    logged = io.BytesIO()
-    access_log_module.configure("text", logged)
-    try:
-        with telemetry_server.server_call("Generate", "mini", None, request) as rpc:
-            if propagators == "baggage only from inside the RPC":  # after the RPC rendered its header
-                propagate.set_global_textmap(baggage_only)
-                await model.arun(build_request("mini", messages=[("user", "hi")]))  # another call sees it first
-                fake.requests.clear()
-            await model.arun(request)
-            [_ async for _ in model.astream(request)]
-            with provider.get_tracer("user").start_as_current_span("inside"):
-                await model.arun(request)
-                inner = trace.get_current_span().get_span_context()
-        server_span = rpc.span.get_span_context()  # type: ignore[union-attr]
-    finally:
-        propagate.set_global_textmap(global_textmap)
-        access_log_module.access_log().flush()
-        access_log_module.configure()
-        telemetry.install()
-
-    def written(span_context) -> dict:  # what the propagator in use writes for a span context
-        carrier: dict[str, str] = {}
-        textmap = global_textmap if propagators == "w3c" else baggage_only
-        textmap.inject(carrier, context=trace.set_span_in_context(trace.NonRecordingSpan(span_context)))
-        return carrier
-
-    sent = [{k: v for k, v in headers.items() if k in ("traceparent", "tracestate")} for headers, _ in fake.requests]
-    assert sent == [written(server_span), written(server_span), written(inner)]
-    assert bool(rpc._seen.traceparent) is (propagators != "baggage only")  # rendered once, when it is W3C
-    assert f"trace_id={trace.format_trace_id(server_span.trace_id)}" in logged.getvalue().decode()
+        assert int(flags, 16) & 1 == 0
 
 
 async def test_an_rpc_left_out_with_baggage_in_its_context_sends_the_baggage_too(upstream):
-    """The rendered `traceparent` is only for an RPC context without baggage: with baggage current when the RPC
-    starts, the provider gets what the propagator writes, baggage included."""
+    """With baggage current when an RPC whose root is left out starts, the provider gets what the propagator
+    writes, baggage included."""
     from modelir.telemetry import server as telemetry_server
-    from modelir.telemetry.tracer import LeanTracerProvider
     from opentelemetry import baggage, context, propagate
     from opentelemetry.sdk.trace import sampling
 
     fake, model = upstream
-    provider = LeanTracerProvider(InMemorySpanExporter(), sampler=sampling.ParentBased(sampling.ALWAYS_OFF))
+    provider = TracerProvider(sampler=sampling.ParentBased(sampling.ALWAYS_OFF))
     telemetry.install(tracer_provider=provider)
     request = build_request("mini", messages=[("user", "hi")])
     token = context.attach(baggage.set_baggage("user", "ada"))
     try:
-        with telemetry_server.server_call("Generate", "mini", None, request) as rpc:
+        with telemetry_server.server_call("Generate", "mini", None, request):
             await model.arun(request)
             expected: dict[str, str] = {}
             propagate.inject(expected)
     finally:
         context.detach(token)
         telemetry.install()
-    assert rpc._seen.traceparent == ""  # not rendered: the propagator writes the baggage too
     (headers, _) = fake.requests[0]
-    assert expected["baggage"] == "user=ada"
-    assert {k: headers[k] for k in expected} == expected
+    assert expected["baggage"] == headers["baggage"] == "user=ada"
+    assert headers["traceparent"].split("-")[1] == expected["traceparent"].split("-")[1]  # the RPC's trace
 
 
 def test_a_bad_access_log_format_in_the_environment_is_a_configuration_error(monkeypatch, capsys):
@@ -718,53 +662,6 @@ async def test_providers_built_from_the_environment_trace_and_measure_a_call(cap
     only_metrics = setup.build_from_env({"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "console"})
     assert only_metrics is not None and only_metrics.tracer_provider is None
     only_metrics.shutdown()
-
-
-_PROPAGATED_SPANS = [
-    trace.INVALID_SPAN_CONTEXT,
-    trace.SpanContext(0xABC, 0xDEF, is_remote=False, trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED)),
-    trace.SpanContext(1, 2, is_remote=True, trace_flags=trace.TraceFlags(0x02)),  # unsampled, random trace id
-    trace.SpanContext(
-        (1 << 128) - 1, (1 << 64) - 1, is_remote=False, trace_state=trace.TraceState([("v", "1"), ("w", "x y")])
-    ),
-    trace.SpanContext(0xABC, 0, is_remote=False),  # invalid, yet not the invalid span context
-]
-
-
-@pytest.mark.parametrize("propagators", ["default", "tracecontext", "baggage only", "tracecontext,baggage reversed"])
-@pytest.mark.parametrize("with_baggage", [False, True])
-def test_the_headers_a_call_propagates_are_the_propagators(propagators, with_baggage):
-    """`wire.inject` writes W3C headers itself for the default propagator; for every span context, baggage and
-    propagator it gives exactly what `propagate.inject` gives."""
-    from modelir.telemetry import wire
-    from opentelemetry import baggage, propagate
-    from opentelemetry.baggage.propagation import W3CBaggagePropagator
-    from opentelemetry.propagators.composite import CompositePropagator
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-    chosen = {
-        "default": None,
-        "tracecontext": CompositePropagator([TraceContextTextMapPropagator()]),
-        "baggage only": CompositePropagator([W3CBaggagePropagator()]),
-        "tracecontext,baggage reversed": CompositePropagator([W3CBaggagePropagator(), TraceContextTextMapPropagator()]),
-    }[propagators]
-    default = propagate.get_global_textmap()
-    if chosen is not None:
-        propagate.set_global_textmap(chosen)
-    try:
-        for span_context in _PROPAGATED_SPANS:
-            context = trace.set_span_in_context(trace.NonRecordingSpan(span_context))
-            if with_baggage:
-                context = baggage.set_baggage("user", "ada", context)
-            direct: dict[str, str] = {}
-            wire.inject(direct, context)
-            expected: dict[str, str] = {}
-            propagate.inject(expected, context=context)
-            assert direct == expected, span_context
-            traced = propagators != "baggage only" and span_context != trace.INVALID_SPAN_CONTEXT
-            assert ("traceparent" in direct) is traced
-    finally:
-        propagate.set_global_textmap(default)
 
 
 def _metric_points(reader) -> list[tuple]:
@@ -874,7 +771,6 @@ async def test_a_served_rpc_logs_the_usage_its_served_call_read(upstream, traces
     call), a zero count is logged as zero and an unreported one as absent, and the caller gets the provider's
     request id in the trailers."""
     import grpc
-    from modelir.telemetry.tracer import LeanTracerProvider
     from modelir.telemetry.wire import PROVIDER_REQUEST_ID_TRAILER
     from modelir.v1 import service_pb2, service_pb2_grpc
     from opentelemetry.sdk.trace import sampling
@@ -882,7 +778,7 @@ async def test_a_served_rpc_logs_the_usage_its_served_call_read(upstream, traces
     fake, model = upstream
     tracer_provider = None
     if traces == "left out":
-        tracer_provider = LeanTracerProvider(InMemorySpanExporter(), sampler=sampling.ParentBased(sampling.ALWAYS_OFF))
+        tracer_provider = TracerProvider(sampler=sampling.ParentBased(sampling.ALWAYS_OFF))
     telemetry.install(
         meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]), tracer_provider=tracer_provider
     )
@@ -930,231 +826,6 @@ async def test_a_served_rpc_logs_the_usage_its_served_call_read(upstream, traces
     assert (first["trace_id"] is None) is (traces == "none")
 
 
-async def _served_rpcs(fake, model) -> tuple[list[dict], list[list[tuple[str, str]]]]:
-    """Through a gRPC server of `model` (the fake's), no trace context sent: a success, one after retries, a soft
-    error (an answer that is not the JSON the schema asks for), a hard failure after retries and a rejection
-    (unary), then a stream. Returns the access-log lines (JSON) and each unary RPC's provider trailers."""
-    import grpc
-    from modelir.v1 import service_pb2, service_pb2_grpc
-
-    plain = build_request("mini", messages=[("user", "hi")], temperature=0.5, stop=["x", "y"])
-    rejected = build_request("mini", prompt="The cat", max_output_tokens=0)
-    rejected.input_scoring.continuations.add(text=" sat")
-    violated = build_request("mini", messages=[("user", "hi")], json_schema='{"type": "object"}')
-    lines = io.BytesIO()
-    access_log_module.configure("json", lines)
-    fake.requests.clear()
-    trailers = []
-    server, port = await build_server({"mini": model}, "127.0.0.1:0")
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = service_pb2_grpc.ModelServiceStub(channel)
-            for fail_first, request in (
-                ([], plain),
-                ([429, 503], plain),
-                ([], violated),
-                ([503] * 4, plain),
-                ([], rejected),
-            ):
-                fake.fail_first = list(fail_first)
-                grpc_call = stub.Generate(service_pb2.GenerateRequest(request=request))
-                try:
-                    await grpc_call
-                except grpc.aio.AioRpcError:
-                    pass
-                trailing = await grpc_call.trailing_metadata() or ()
-                trailers.append(sorted((k, v) for k, v in trailing if k.startswith("modelir-provider")))
-            fake.fail_first = []
-            stream = stub.StreamGenerate(service_pb2.StreamGenerateRequest(request=plain))
-            [_ async for _ in stream]
-    finally:
-        await server.stop(None)
-        access_log_module.access_log().flush()
-        access_log_module.configure()
-    return [orjson.loads(line) for line in lines.getvalue().splitlines()], trailers
-
-
-@pytest.mark.parametrize("meter", ["sdk", "aggregating"])
-@pytest.mark.parametrize("traces", ["none", "left out"])
-async def test_a_served_rpc_records_what_the_general_server_call_records(upstream, monkeypatch, traces, meter):
-    """A generation RPC with no span of its own (no tracer, or a new root the sampler leaves out) is observed by the
-    lean `ServedRpc`: through the gRPC server, for a success, retries, a soft error, a hard failure, a rejection and
-    a stream, it gives the metric points, access-log lines, trailers and provider headers that the general
-    `ServerCall` gives the same RPCs (trace and time fields aside)."""
-    from modelir.telemetry import _runtime
-    from modelir.telemetry import server as telemetry_server
-    from modelir.telemetry.meter import AggregatingMeter
-    from modelir.telemetry.tracer import LeanTracerProvider
-    from opentelemetry.sdk.trace import sampling
-
-    fake, model = upstream
-
-    async def observed(general: bool) -> tuple:
-        made: list[str] = []
-        real = telemetry_server.server_call
-
-        def server_call(method, model_name, grpc_context, request=None):
-            rpc = (
-                telemetry_server.ServerCall(method, model_name, grpc_context, request, _runtime.hooks())
-                if general
-                else real(method, model_name, grpc_context, request)
-            )
-            made.append(type(rpc).__name__)
-            return rpc
-
-        monkeypatch.setattr(telemetry, "server_call", server_call)
-        if meter == "sdk":
-            reader = InMemoryMetricReader()
-            meter_provider: object = MeterProvider(metric_readers=[reader])
-        else:  # modelir's own, whose lists the lean path appends to itself
-            meter_provider = AggregatingMeter()
-            reader = type("Reader", (), {"get_metrics_data": staticmethod(meter_provider.collect)})()
-        tracer_provider = None
-        if traces == "left out":
-            exported = InMemorySpanExporter()
-            tracer_provider = LeanTracerProvider(exported, sampler=sampling.ParentBased(sampling.ALWAYS_OFF))
-        telemetry.install(meter_provider=meter_provider, tracer_provider=tracer_provider)
-        try:
-            logged, trailers = await _served_rpcs(fake, model)
-        finally:
-            telemetry.install()
-        if tracer_provider is not None:
-            assert exported.get_finished_spans() == ()  # nothing kept, either way
-        for line in logged:
-            del line["time"], line["latency_ms"]
-            trace_id = line.pop("trace_id")
-            assert (trace_id is None) is (traces == "none")
-        sent = []
-        for headers, _ in fake.requests:
-            traceparent = headers.get("traceparent")
-            assert (traceparent is None) is (traces == "none")
-            if traceparent is not None:
-                assert len(traceparent) == 55 and not int(traceparent[-2:], 16) & 1  # says "not sampled"
-            sent.append(sorted(k for k in headers if k.lower() in ("traceparent", "tracestate", "baggage")))
-        return made, _metric_points(reader), logged, trailers, sent
-
-    lean, general = await observed(general=False), await observed(general=True)
-    assert lean[0] == ["ServedRpc"] * 6 and general[0] == ["ServerCall"] * 6
-    assert {name for name, _, _ in general[1]} >= {
-        "gen_ai.server.request.duration",
-        "gen_ai.client.operation.duration",
-        "modelir.client.retries",
-        "modelir.client.soft_errors",
-        "modelir.client.rejections",
-    }
-    assert lean[1:] == general[1:]
-    trailers = lean[3]  # the provider's request id, for the RPCs that got an answer
-    assert [bool(t) and t[0][1].startswith("req-fake-") for t in trailers] == [True, True, True, False, False]
-
-
-@pytest.mark.parametrize("meter", ["sdk", "aggregating", "none"])
-@pytest.mark.parametrize("content", [False, True])
-async def test_a_kept_rpc_records_what_the_general_server_call_records(upstream, monkeypatch, meter, content):
-    """A generation RPC whose new root the sampler keeps is observed by the lean `KeptRpc`, its model call by a
-    `KeptCall` and every span below the root made by `LeanTracer.start_child`: through the gRPC server, for a
-    success, retries, a soft error, a hard failure, a rejection and a stream, the spans (names, kinds, parents,
-    attributes in their order, statuses, events), metric points, access-log lines, trailers and provider headers
-    are the ones the general `ServerCall`, `Call` and `start_span` give the same RPCs (ids and times aside). With
-    content captured, the model call is a general `Call`."""
-    from modelir.telemetry import _runtime
-    from modelir.telemetry import server as telemetry_server
-    from modelir.telemetry.meter import AggregatingMeter
-    from modelir.telemetry.tracer import LeanTracer, LeanTracerProvider
-    from opentelemetry.sdk.trace import sampling
-
-    fake, model = upstream
-
-    async def observed(general: bool) -> tuple:
-        made: list[str] = []
-        real_server_call, real_model_call = telemetry_server.server_call, calls.model_call
-
-        def server_call(method, model_name, grpc_context, request=None):
-            rpc = (
-                telemetry_server.ServerCall(method, model_name, grpc_context, request, _runtime.hooks())
-                if general
-                else real_server_call(method, model_name, grpc_context, request)
-            )
-            made.append(type(rpc).__name__)
-            return rpc
-
-        def model_call(model, request):
-            call = real_model_call(model, request)
-            made.append(type(call).__name__)
-            return call
-
-        monkeypatch.setattr(telemetry, "server_call", server_call)
-        monkeypatch.setattr(calls, "model_call", model_call)
-        monkeypatch.setattr(telemetry, "model_call", model_call)
-        if general:  # every span through `start_span`
-            monkeypatch.setattr(LeanTracer, "start_child", lambda *args: None)
-        meter_provider: object = None
-        if meter == "sdk":
-            reader = InMemoryMetricReader()
-            meter_provider = MeterProvider(metric_readers=[reader])
-        elif meter == "aggregating":
-            meter_provider = AggregatingMeter()
-            reader = type("Reader", (), {"get_metrics_data": staticmethod(meter_provider.collect)})()
-        else:  # traces only
-            reader = type("Reader", (), {"get_metrics_data": staticmethod(lambda: None)})()
-        exported = InMemorySpanExporter()
-        tracer_provider = LeanTracerProvider(
-            exported, sampler=sampling.ParentBased(sampling.ALWAYS_ON), processor=SimpleSpanProcessor(exported)
-        )
-        telemetry.install(meter_provider=meter_provider, tracer_provider=tracer_provider, capture_content=content)
-        try:
-            logged, trailers = await _served_rpcs(fake, model)
-        finally:
-            telemetry.install()
-            monkeypatch.undo()
-        spans = exported.get_finished_spans()
-        by_id = {s.context.span_id: s for s in spans}
-        roots = [s for s in spans if s.parent is None]
-        assert len(roots) == 6 and {s.context.trace_id for s in spans} == {r.context.trace_id for r in roots}
-        traces, timed = [], ("modelir.queue.duration", "gen_ai.response.time_to_first_chunk")  # times: their types
-        for root in sorted(roots, key=lambda s: s.start_time):
-            members = [s for s in spans if s.context.trace_id == root.context.trace_id]
-            members.sort(key=lambda s: s.start_time)
-            assert all(s.context.trace_flags.sampled and not s.context.trace_state for s in members)
-            traces.append(
-                [
-                    (
-                        s.name,
-                        s.kind,
-                        by_id[s.parent.span_id].name if s.parent is not None else None,
-                        [(k, type(v) if k in timed else v) for k, v in s.attributes.items()],
-                        (s.status.status_code, s.status.description),
-                        [
-                            (e.name, {k: v for k, v in e.attributes.items() if k != "exception.stacktrace"})
-                            for e in s.events
-                        ],
-                    )
-                    for s in members
-                ]
-            )
-        for line, root in zip(logged, sorted(roots, key=lambda s: s.start_time), strict=True):
-            del line["time"], line["latency_ms"]
-            assert line.pop("trace_id") == f"{root.context.trace_id:032x}"
-        attempts = sorted((s for s in spans if s.name == "POST"), key=lambda s: s.start_time)
-        assert len(attempts) == len(fake.requests)
-        for (headers, _), attempt in zip(fake.requests, attempts, strict=True):
-            # each attempt sends its own span's context, sampled
-            assert headers["traceparent"] == f"00-{attempt.context.trace_id:032x}-{attempt.context.span_id:016x}-03"
-        return made, traces, _metric_points(reader), logged, trailers
-
-    lean, general = await observed(general=False), await observed(general=True)
-    first_call = "Call" if content else "KeptCall"
-    # Six RPCs, each a `KeptRpc`; the five unary ones make a model call each (the rejected one too). The stream's
-    # call is made by `stream_call`, which is not counted here.
-    assert [m for m in lean[0] if m.endswith("Rpc")] == ["KeptRpc"] * 6
-    assert [m for m in lean[0] if m.endswith("Call") and m != "ServerCall"] == [first_call] * 5
-    assert [m for m in general[0] if m == "ServerCall"] == ["ServerCall"] * 6
-    assert [len(trace) for trace in general[1]][:2] == [3, 5]  # the root, the model call, its attempts
-    assert lean[1:] == general[1:]
-    if meter != "none":
-        assert {name for name, _, _ in general[2]} >= {"modelir.client.retries", "modelir.client.soft_errors"}
-
-
 def test_request_and_usage_attributes_are_the_fields_set_a_zero_included():
     """The sampling parameters and usage counts a span gets are exactly those the request and the answer set
     (explicit zeros included: `optional` fields), under the convention's names and types."""
@@ -1176,46 +847,3 @@ def test_request_and_usage_attributes_are_the_fields_set_a_zero_included():
         "gen_ai.usage.output_tokens": 0,
         "gen_ai.usage.cache_creation.input_tokens": 4,
     }
-
-
-@pytest.mark.parametrize("scenario", ["w3c", "trace state", "baggage", "baggage only propagator"])
-async def test_a_kept_attempt_sends_what_the_propagator_writes_for_its_span(upstream, scenario):
-    """A kept trace's HTTP attempt sends the provider what the global propagator writes for the attempt's span in the
-    call's context: its `traceparent` (and a parent's trace state) rendered directly when the propagator is W3C
-    only and there is no baggage, else through the propagator."""
-    from modelir.telemetry.tracer import LeanTracerProvider
-    from opentelemetry import baggage, context, propagate
-    from opentelemetry.baggage.propagation import W3CBaggagePropagator
-    from opentelemetry.propagators.composite import CompositePropagator
-    from opentelemetry.sdk.trace import sampling
-    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
-
-    fake, model = upstream
-    exported = InMemorySpanExporter()
-    provider = LeanTracerProvider(exported, sampler=sampling.ALWAYS_ON)
-    telemetry.install(tracer_provider=provider)
-    global_textmap = propagate.get_global_textmap()
-    base = context.get_current()
-    if scenario == "trace state":
-        remote = SpanContext(0xABC, 0xDEF, True, TraceFlags(TraceFlags.SAMPLED), TraceState([("vendor", "x")]))
-        base = trace.set_span_in_context(NonRecordingSpan(remote))
-    elif scenario.startswith("baggage"):
-        base = baggage.set_baggage("user", "ada")
-    if scenario == "baggage only propagator":
-        propagate.set_global_textmap(CompositePropagator([W3CBaggagePropagator()]))
-    token = context.attach(base)
-    try:
-        await model.arun(build_request("mini", messages=[("user", "hi")]))
-        provider.force_flush()
-        (attempt,) = [span for span in exported.get_finished_spans() if span.name == "POST"]
-        expected: dict[str, str] = {}
-        propagate.inject(expected, context=trace.set_span_in_context(NonRecordingSpan(attempt.context), base))
-    finally:
-        context.detach(token)
-        propagate.set_global_textmap(global_textmap)
-        telemetry.install()
-    (headers, _) = fake.requests[-1]
-    sent = {k: v for k, v in headers.items() if k.lower() in ("traceparent", "tracestate", "baggage")}
-    assert sent == expected
-    assert ("traceparent" in sent) is (scenario != "baggage only propagator")
-    assert ("tracestate" in sent) is (scenario == "trace state")

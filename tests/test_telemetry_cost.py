@@ -1,5 +1,6 @@
-"""The cheaper telemetry paths give exactly what the stock ones give: the span encoder's bytes parse into the
-message the stock OTLP encoder builds, for every kind of attribute value, status, parent, event and link."""
+"""The opt-in span encoder (`telemetry/otlp.py`) gives exactly what the stock one gives: its bytes parse into the
+message the stock OTLP encoder builds, for every kind of attribute value, status, parent, event and link, with the
+span limits applied as the SDK applied them."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
@@ -79,17 +80,13 @@ def test_the_span_encoder_gives_the_stock_message():
         exporter.shutdown()
 
 
-def _lean_spans() -> list:
-    """Spans of the lean tracer (`telemetry/tracer.py`), which the encoder writes through its fast paths: roots and
-    children of local and remote parents, with and without trace state, every status, a name used with two kinds,
-    long names and a span longer than the varint table (16 KiB)."""
-    from modelir.telemetry.tracer import LeanTracerProvider
-    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
-
+def _fast_path_spans(limits: SpanLimits | None = None) -> list:
+    """Spans the encoder writes through its fast paths: roots and children of local and remote parents, with and
+    without trace state, every status, a name used with two kinds, long names and a span longer than the varint
+    table (16 KiB)."""
     exporter = InMemorySpanExporter()
-    resource = Resource({"service.name": "lean"})
-    processor = SimpleSpanProcessor(exporter)
-    provider = LeanTracerProvider(exporter, sampler=ALWAYS_ON, resource=resource, processor=processor)
+    provider = TracerProvider(resource=Resource({"service.name": "fast"}), span_limits=limits)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("modelir", "1.2.3")
     remote = SpanContext(0xABC, 0xDEF, is_remote=True, trace_flags=TraceFlags(1), trace_state=TraceState([("v", "1")]))
     remote_plain = SpanContext(0x1234, 0x5678, is_remote=True, trace_flags=TraceFlags(1))
@@ -110,9 +107,11 @@ def _lean_spans() -> list:
     return list(exporter.get_finished_spans())
 
 
-def test_lean_spans_encode_to_the_stock_message():
-    spans = _lean_spans()
-    assert len(spans) == 12 and any(len(s.attributes.get("long", "")) for s in spans)
+@pytest.mark.parametrize("limit", [None, 100])
+def test_the_fast_paths_encode_to_the_stock_message_with_the_span_limits_applied(limit):
+    spans = _fast_path_spans(SpanLimits(max_attribute_length=limit))
+    longest = max(len(s.attributes.get("long", "")) for s in spans)
+    assert len(spans) == 12 and longest == (limit or 9000)
     assert encode_request(spans) == encode_spans(spans)
     for span in spans:
         assert encode_request([span]) == encode_spans([span])

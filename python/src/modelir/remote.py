@@ -7,8 +7,10 @@ keeps one channel per loop: the caller's for the async methods, the private one 
 A fleet is several targets (`"10.0.0.1:50051,10.0.0.2:50051"` or a list) or a DNS name that resolves to several
 addresses (`"dns:///modelir.internal:50051"`). The channel balances calls with gRPC's client-side `round_robin`
 and health-checks every replica (`grpc.health.v1`, service `modelir.v1.ModelService`), so a replica that stops
-serving, drains or dies leaves the rotation. A unary call that fails because its replica went away (UNAVAILABLE
-or CANCELLED with no modelir error attached: no server answered it) is sent again to another replica, up to
+serving, drains or dies leaves the rotation; a single `host:port` is not health-checked (nothing to route around,
+and a call must not depend on a health service that an instrumentation may break). A unary call that fails
+because its replica went away (UNAVAILABLE or CANCELLED with no modelir error attached: no server answered it) is
+sent again to another replica, up to
 `failover_attempts` times in all; a modelir error the server did answer (its provider was unavailable, say)
 is never resent from here, since the server has already retried it upstream.
 """
@@ -45,6 +47,12 @@ CHANNEL_OPTIONS = [
     ("grpc.service_config", SERVICE_CONFIG),
     ("grpc.enable_retries", 1),  # transparent retries of calls that never reached a replica
 ]
+# One `host:port`: no replica to route around, so no health checks, and a server whose health service fails (an
+# instrumentation that breaks its `Watch` stream, say) is still called rather than reported unavailable.
+ONE_REPLICA_OPTIONS = [
+    *(option for option in CHANNEL_OPTIONS if option[0] != "grpc.service_config"),
+    ("grpc.service_config", json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})),
+]
 _T = TypeVar("_T")
 
 
@@ -80,13 +88,14 @@ def open_channel(
     """A channel to `target`. `tls`: False (plain), True (TLS, the system's roots), or the CA certificates to trust
     (a PEM file's path, or PEM bytes); `server_name` is the name the certificate must carry when it is not the
     target's host (e.g. a certificate for `models.internal` served on an IP address)."""
+    resolved = channel_target(target)
+    fleet = "," in resolved or resolved.startswith("dns:")  # several replicas, or a name that may resolve to several
+    options = CHANNEL_OPTIONS if fleet else ONE_REPLICA_OPTIONS
     if tls is False:
-        return grpc.aio.insecure_channel(channel_target(target), options=CHANNEL_OPTIONS)
+        return grpc.aio.insecure_channel(resolved, options=options)
     roots = None if tls is True else tls if isinstance(tls, bytes) else Path(tls).read_bytes()
-    options = [*CHANNEL_OPTIONS, *((("grpc.ssl_target_name_override", server_name),) if server_name else ())]
-    return grpc.aio.secure_channel(
-        channel_target(target), grpc.ssl_channel_credentials(root_certificates=roots), options=options
-    )
+    options = [*options, *((("grpc.ssl_target_name_override", server_name),) if server_name else ())]
+    return grpc.aio.secure_channel(resolved, grpc.ssl_channel_credentials(root_certificates=roots), options=options)
 
 
 def _replica_went_away(exc: grpc.aio.AioRpcError) -> bool:

@@ -13,18 +13,22 @@ from typing import TYPE_CHECKING, Any
 
 import opentelemetry.metrics._internal as _metrics_api
 import opentelemetry.trace as _trace_api
+from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
+
+# The context keys `opentelemetry.instrumentation.utils.suppress_instrumentation()` (and the SDK's exporters, around
+# their own sends) and `suppress_http_instrumentation()` set: the API keeps them, so instrumentations share them.
+from opentelemetry.context import _SUPPRESS_HTTP_INSTRUMENTATION_KEY, _SUPPRESS_INSTRUMENTATION_KEY
 from opentelemetry.metrics._internal import _ProxyMeterProvider
 
-from modelir.telemetry import _context
 from modelir.telemetry import conventions as sc
 from modelir.version import SDK_VERSION
 
 if TYPE_CHECKING:
-    from modelir.telemetry.calls import Call, ServedCall
+    from modelir.telemetry.calls import Call
+    from modelir.telemetry.served import ServedCall
 
 SCOPE = "modelir"
-_SAMPLED = trace.TraceFlags.SAMPLED
 CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 _DISABLED_TRACER_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 # The API's proxy stands in until an SDK provider is set; the API exports no public name for its class.
@@ -246,24 +250,18 @@ def capture_content() -> bool:
 @dataclass(init=False)
 class Seen:
     """What `capture()` collects about the last model call made inside it, for a record's provenance; and, from a
-    server call whose trace the sampler left out at the root, that trace's context and its `traceparent`, so that
-    the model call and its HTTP attempts inside propagate it without looking it up and formatting it again.
+    generation RPC whose span is not recorded, what its first model call needs to be measured as a `ServedCall`.
 
-    Made empty (`Seen()`) and filled in: its fields start as the class's defaults, with no `__init__` to run (one is
-    made for every RPC, and a dataclass's own `__init__` setting every field was ~1 k instructions of it)."""
+    Made empty (`Seen()`) and filled in: its fields start as the class's defaults, with no `__init__` to run."""
 
     trace_id: str = ""
     span_id: str = ""
     provider_request_id: str = ""
-    unsampled_context: Any = None  # the server call's context (its span the root the sampler left out)
-    traceparent: str = ""  # that span's W3C header, when the global propagator is W3C trace context only
-    # Set by a generation RPC that makes no span (its root left out, or no tracer): its first model call makes none
-    # either, and is measured by a `ServedCall` (`modelir.telemetry.calls`), not a `Call`.
+    # Set by a generation RPC whose span is not recorded (no tracer, or a root the sampler left out): its first model
+    # call may be a `ServedCall` (`calls.model_call`), made in `context` (the RPC's) with these `instruments`.
     served: bool = False
-    instruments: Any = None  # the RPC's instruments (`Instruments`, or None: traces only), for that `ServedCall`
-    # Set by a generation RPC whose root span was kept (`telemetry.server.KeptRpc`): its first model call's span is
-    # made directly as that root's child.
-    kept: Any = None
+    context: Any = None
+    instruments: Any = None
     # What that `ServedCall` read of its answer's usage (None: not reported), for the RPC that answers with it.
     answer: object = None
     input_tokens: int | None = None
@@ -274,8 +272,10 @@ current_call: ContextVar[Call | ServedCall | None] = ContextVar("modelir_telemet
 current_capture: ContextVar[Seen | None] = ContextVar("modelir_telemetry_capture", default=None)
 
 
-def sampled_out(context: Any = None) -> bool:
-    """Whether the span current in `context` (an OpenTelemetry `Context`, or now) is a valid one that the sampler
-    left out."""
-    _, _, _, flags, _, valid = _context.span_context(context)  # `_context.SPAN_CONTEXT_FIELDS`
-    return valid and not flags & _SAMPLED
+def instrumented(context: Any = None, *, http: bool = False) -> bool:
+    """Whether spans may be made in `context` (None: the current one): False under `suppress_instrumentation()`, or
+    for an HTTP client span (`http`) under `suppress_http_instrumentation()`, as `is_instrumentation_enabled()` and
+    `is_http_instrumentation_enabled()` of `opentelemetry.instrumentation.utils` read them."""
+    if otel_context.get_value(_SUPPRESS_INSTRUMENTATION_KEY, context):
+        return False
+    return not (http and otel_context.get_value(_SUPPRESS_HTTP_INSTRUMENTATION_KEY, context))

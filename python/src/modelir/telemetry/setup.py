@@ -10,9 +10,16 @@ temporality (`OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`), the sampler (
 resource (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`) read their own variables. `modelir serve`'s default
 sampler, when `OTEL_TRACES_SAMPLER` is unset, is parent-based with 10% of new traces kept (`SERVER_SAMPLER_RATIO`;
 `OTEL_TRACES_SAMPLER_ARG` sets another ratio).
-Spans exported over OTLP are modelir's lean spans (`modelir.telemetry.tracer`), OTLP/gRPC ones written by
-`modelir.telemetry.otlp`'s cheaper encoder; modelir's metrics go through its own aggregating meter
-(`modelir.telemetry.meter`).
+Spans are the SDK's: its `TracerProvider` (span limits from `OTEL_SPAN_ATTRIBUTE_*` / `OTEL_ATTRIBUTE_*`, the id
+generator from `OTEL_PYTHON_ID_GENERATOR`) with a `BatchSpanProcessor` per exporter. Set an attribute value length
+limit when content capture is on: a collector refuses an export request over its message limit (4 MiB by default),
+and the whole batch with it. `MODELIR_OTLP_FAST_SPANS=true` opts in to `modelir.telemetry.otlp`'s cheaper OTLP/gRPC
+span encoder (about a third of the stock encoder's CPU), off by default. modelir's metrics go through its own
+aggregating meter (`modelir.telemetry.meter`).
+
+A tracer or meter provider already installed in the process (by `opentelemetry-instrument`, say) is joined, not
+replaced: modelir's spans and metrics go to it, with its sampler, processors and readers. Its sampler is then the one
+that decides; a warning says so when `modelir serve`'s 10% default would otherwise have applied.
 
 This module imports the SDK, which is the `otel` extra (`pip install 'modelir[otel]'`); the rest of the package
 needs only `opentelemetry-api`.
@@ -20,6 +27,7 @@ needs only `opentelemetry-api`.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Iterator, Mapping
@@ -33,16 +41,23 @@ _ENDPOINT_VARIABLES = (
 )
 
 
+_logger = logging.getLogger(__name__)
+FAST_SPANS_ENV = "MODELIR_OTLP_FAST_SPANS"
+
+
 class TelemetrySetupError(ValueError):
     """The `OTEL_*` configuration asks for something that cannot be set up; the message names the variable."""
 
 
 @dataclass
 class Installed:
-    """What `configure_from_env` installed; `shutdown()` flushes and stops it."""
+    """What `configure_from_env` installed or joined; `shutdown()` flushes and stops what it built (a joined provider
+    stays its installer's to stop)."""
 
     tracer_provider: object | None = None
     meter_provider: object | None = None
+    joined_tracer_provider: object | None = None
+    joined_meter_provider: object | None = None
 
     def shutdown(self) -> None:
         from modelir.telemetry import _runtime
@@ -72,10 +87,6 @@ def _exporter_names(environ: Mapping[str, str], signal: str) -> list[str]:
     return [n for n in names if n != "none"]
 
 
-def _names_otlp(environ: Mapping[str, str]) -> bool:
-    return _exporter_names(environ, "traces") == ["otlp"]
-
-
 def _protocol(environ: Mapping[str, str], signal: str) -> str:
     variable = f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL"
     protocol = environ.get(variable) or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
@@ -93,11 +104,15 @@ def _span_exporter(name: str, environ: Mapping[str, str]):
 
         return ConsoleSpanExporter(out=sys.stdout)  # the stdout of now, not of import time
     if _protocol(environ, "traces") == "grpc":
-        # The stock gRPC exporter with modelir's span encoder: a third of the stock encoder's CPU (`otlp`).
-        from modelir.telemetry.otlp import FastOTLPSpanExporter
+        if environ.get(FAST_SPANS_ENV, "").strip().lower() in ("true", "1"):
+            # Opted in: the stock gRPC exporter with modelir's span encoder, a third of the stock encoder's CPU.
+            from modelir.telemetry.otlp import FastOTLPSpanExporter
 
-        return FastOTLPSpanExporter()
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            return FastOTLPSpanExporter()
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter()
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # type: ignore[assignment]
 
     return OTLPSpanExporter()
 
@@ -136,38 +151,73 @@ def _sampler_ratio(default: float) -> float:
     return ratio
 
 
+def _installed_providers() -> tuple[object | None, object | None]:
+    """The tracer and meter providers already installed in the process (an SDK's, say), or None for each not."""
+    from opentelemetry import metrics, trace
+
+    from modelir.telemetry import _runtime
+
+    tracer_provider: object = trace.get_tracer_provider()
+    meter_provider: object = metrics.get_meter_provider()
+    return (
+        None if isinstance(tracer_provider, _runtime._DISABLED_TRACER_PROVIDERS) else tracer_provider,
+        None if isinstance(meter_provider, _runtime._DISABLED_METER_PROVIDERS) else meter_provider,
+    )
+
+
 def configure_from_env(
     environ: Mapping[str, str] = os.environ, *, default_sampler_ratio: float | None = None
 ) -> Installed | None:
     """Install tracer and meter providers as the environment says; None when it asks for nothing.
 
-    The tracer provider becomes the process's global one (so other instrumentation in the process shares it). The
+    A provider already installed in the process is joined instead (modelir's hooks use the global ones). The tracer
+    provider built here becomes the process's global one (so other instrumentation in the process shares it). The
     metrics go through an `AggregatingMeter` (`modelir.telemetry.meter`: modelir's own instruments, exact, at a
     sixth of the SDK's cost per measurement), which only modelir measures with; when `OTEL_METRICS_EXEMPLAR_FILTER`
     asks for exemplars, an SDK meter provider is built instead and becomes the global one. With
     `default_sampler_ratio`, a tracer provider the environment does not give a sampler (OTEL_TRACES_SAMPLER) gets
     ParentBased(TraceIdRatioBased(ratio)).
     """
-    installed = build_from_env(environ, default_sampler_ratio=default_sampler_ratio)
-    if installed is not None:
-        from opentelemetry import metrics, trace
+    if not requested(environ):
+        return None
+    joined_tracer, joined_meter = _installed_providers()
+    installed = build_from_env(
+        environ, default_sampler_ratio=default_sampler_ratio, traces=joined_tracer is None, metrics=joined_meter is None
+    )
+    if installed is None:
+        return None
+    from opentelemetry import metrics, trace
 
-        from modelir.telemetry import _runtime
-        from modelir.telemetry.meter import AggregatingMeter
+    from modelir.telemetry import _runtime
+    from modelir.telemetry.meter import AggregatingMeter
 
-        if installed.tracer_provider is not None:
-            trace.set_tracer_provider(installed.tracer_provider)  # type: ignore[arg-type]
-        if isinstance(installed.meter_provider, AggregatingMeter):
-            _runtime.use_meter(installed.meter_provider)
-        elif installed.meter_provider is not None:
-            metrics.set_meter_provider(installed.meter_provider)  # type: ignore[arg-type]
+    installed.joined_tracer_provider, installed.joined_meter_provider = joined_tracer, joined_meter
+    if joined_tracer is not None and default_sampler_ratio is not None and not os.environ.get("OTEL_TRACES_SAMPLER"):
+        _logger.warning(
+            "modelir: joined the tracer provider already installed in this process (%s); its sampler decides which "
+            "traces are kept, not modelir serve's default of %g: set OTEL_TRACES_SAMPLER=parentbased_traceidratio "
+            "and OTEL_TRACES_SAMPLER_ARG for a ratio",
+            type(joined_tracer).__name__,
+            default_sampler_ratio,
+        )
+    if installed.tracer_provider is not None:
+        trace.set_tracer_provider(installed.tracer_provider)  # type: ignore[arg-type]
+    if isinstance(installed.meter_provider, AggregatingMeter):
+        _runtime.use_meter(installed.meter_provider)
+    elif installed.meter_provider is not None:
+        metrics.set_meter_provider(installed.meter_provider)  # type: ignore[arg-type]
     return installed
 
 
 def build_from_env(
-    environ: Mapping[str, str] = os.environ, *, default_sampler_ratio: float | None = None
+    environ: Mapping[str, str] = os.environ,
+    *,
+    default_sampler_ratio: float | None = None,
+    traces: bool = True,
+    metrics: bool = True,
 ) -> Installed | None:
     """The tracer and meter providers the environment asks for, not yet installed; None when it asks for none.
+    `traces`, `metrics`: False leaves that signal's provider out (one is installed already).
 
     `environ` decides which signals and exporters; the SDK's own pieces (exporter endpoints and headers, batching,
     sampler, resource) read the process environment, as they always do.
@@ -189,32 +239,19 @@ def build_from_env(
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: "modelir"}))
     installed = Installed()
-    span_exporters = [_span_exporter(n, environ) for n in _exporter_names(environ, "traces")]
+    span_exporters = [_span_exporter(n, environ) for n in _exporter_names(environ, "traces")] if traces else []
     if span_exporters:
         sampler = None  # the SDK's: OTEL_TRACES_SAMPLER, else parent-based always-on
         if default_sampler_ratio is not None and not os.environ.get("OTEL_TRACES_SAMPLER", "").strip():
             from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
             sampler = ParentBased(TraceIdRatioBased(_sampler_ratio(default_sampler_ratio)))
-        lean = len(span_exporters) == 1 and _names_otlp(environ)
-        # For lean spans, the SDK's provider only resolves the sampler and id generator from the environment.
-        tracer_provider = TracerProvider(resource=resource, sampler=sampler, shutdown_on_exit=not lean)
-        if lean:
-            # One OTLP exporter: modelir's lean spans (`modelir.telemetry.tracer`), with the sampler, id generator
-            # and resource the SDK's provider resolved from the environment.
-            from modelir.telemetry.tracer import LeanTracerProvider
-
-            installed.tracer_provider = LeanTracerProvider(
-                span_exporters[0],
-                sampler=tracer_provider.sampler,
-                resource=tracer_provider.resource,
-                id_generator=tracer_provider.id_generator,
-            )
-        else:  # the console exporter prints the SDK's own span JSON: the SDK's spans
-            for exporter in span_exporters:
-                tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
-            installed.tracer_provider = tracer_provider
-    metric_exporters = [_metric_exporter(n, environ) for n in _exporter_names(environ, "metrics")]
+        # The SDK's provider reads the span limits and the id generator from the environment itself.
+        tracer_provider = TracerProvider(resource=resource, sampler=sampler)
+        for exporter in span_exporters:
+            tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
+        installed.tracer_provider = tracer_provider
+    metric_exporters = [_metric_exporter(n, environ) for n in _exporter_names(environ, "metrics")] if metrics else []
     if metric_exporters:
         # Exemplars (a sampled span's id on a histogram bucket) cost a few microseconds on every measurement
         # taken inside a sampled span, and only the SDK's instruments keep them; without them, modelir's own

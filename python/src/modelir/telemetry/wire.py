@@ -1,7 +1,8 @@
 """The telemetry that crosses the wire: a child span and `traceparent` per HTTP attempt, trace context on outgoing
 gRPC metadata, and the provider's request id taken back from response headers and gRPC trailers.
 
-Each HTTP attempt is a child `POST` span of the current call with `http.request.resend_count`, so retries show.
+Each HTTP attempt is a child `POST` span of the current call with `http.request.resend_count`, so retries show. Trace
+context is written by the global propagator (`opentelemetry.propagate.inject`), whatever it is.
 """
 
 from __future__ import annotations
@@ -10,16 +11,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import propagate, trace
-from opentelemetry.baggage.propagation import W3CBaggagePropagator
-from opentelemetry.propagators.composite import CompositePropagator
-from opentelemetry.trace import INVALID_SPAN_CONTEXT, SpanKind, Status, StatusCode
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from opentelemetry.trace.span import DEFAULT_TRACE_STATE as _NO_TRACE_STATE
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from modelir.telemetry import _context, _runtime
+from modelir.telemetry import _runtime
 from modelir.telemetry import conventions as sc
-from modelir.telemetry._context import BAGGAGE_KEY as _BAGGAGE_KEY
-from modelir.telemetry.calls import ServedCall
+from modelir.telemetry.served import ServedCall
 
 if TYPE_CHECKING:
     from modelir.telemetry.calls import Call
@@ -39,51 +35,26 @@ class Attempt:
         self._call = call
         self._seen = seen
         self.span: trace.Span | None = None
-        if call is not None:
-            if attempt > call.attempts:
-                call.attempts = attempt
-            # A call has a context to propagate only when it is traced; its span only when the trace is kept.
-            if call.context is not None and call.span is None:  # a trace left out
-                request.headers = request.headers.copy()  # a cached, shared object (see `Executor._headers`)
-                if (
-                    seen is not None
-                    and call.context is seen.unsampled_context
-                    and seen.traceparent  # rendered for a W3C propagator: is the global one still W3C?
-                    and propagate.get_global_textmap() is _checked_textmap[0]  # `_w3c_only()`, without its call
-                    and _checked_textmap[1]
-                ):
-                    request.headers["traceparent"] = seen.traceparent  # the server's root, rendered once
-                else:
-                    inject(request.headers, call.context)  # `traceparent` says "not sampled"
-            elif call.context is not None and (tracer := _runtime._resolved.tracer) is not None:  # as resolved
-                attributes = dict(_url_attributes(request.url))
-                attributes[sc.HTTP_REQUEST_METHOD] = request.method
-                if attempt > 1:
-                    attributes[sc.HTTP_REQUEST_RESEND_COUNT] = attempt - 1
-                # The call's span is its context's: a kept lean span's child is made directly.
-                start_child = getattr(tracer, "start_child", None)
-                span = start_child(call.span, request.method, SpanKind.CLIENT, attributes) if start_child else None
-                if span is None:
-                    span = tracer.start_span(
-                        request.method, context=call.context, kind=SpanKind.CLIENT, attributes=attributes
-                    )
-                self.span = span
-                # The request's headers are a cached, shared object (see `Executor._headers`): copy before adding.
-                headers = request.headers = request.headers.copy()
-                span_context = span.get_span_context()
-                textmap = getattr(propagate, _GLOBAL_TEXTMAP, None) or propagate.get_global_textmap()
-                if (
-                    textmap is _checked_textmap[0]
-                    and _checked_textmap[1]
-                    and span_context[5]  # valid
-                    and not _context.current().get(_BAGGAGE_KEY)
-                ):  # what `inject` writes for the span in the current context (W3C only, no baggage), without its calls
-                    headers["traceparent"] = _traceparent(span_context)
-                    trace_state = span_context[4]
-                    if trace_state is not _NO_TRACE_STATE and trace_state:
-                        headers["tracestate"] = trace_state.to_header()
-                else:
-                    inject(headers, _context.with_span(self.span))
+        if call is None:
+            return
+        if attempt > call.attempts:
+            call.attempts = attempt
+        context = call.context
+        if context is None:  # the call is not traced: nothing to propagate
+            return
+        tracer = _runtime._resolved.tracer  # as `hooks()` resolved it for the call
+        if tracer is not None and _runtime.instrumented(context, http=True):
+            attributes = dict(_url_attributes(request.url))
+            attributes[sc.HTTP_REQUEST_METHOD] = request.method
+            if attempt > 1:
+                attributes[sc.HTTP_REQUEST_RESEND_COUNT] = attempt - 1
+            span = tracer.start_span(request.method, context=context, kind=SpanKind.CLIENT, attributes=attributes)
+            context = trace.set_span_in_context(span, context)
+            # A span the sampler left out is not recorded: its context is propagated, nothing more.
+            self.span = span if span.is_recording() else None
+        # The request's headers are a cached, shared object (see `Executor._headers`): copy before adding.
+        headers = request.headers = request.headers.copy()
+        propagate.inject(headers, context=context)
 
     def __enter__(self) -> Attempt:
         return self
@@ -165,13 +136,10 @@ class _NoAttempt:
 NO_ATTEMPT = _NoAttempt()
 
 
-_new = object.__new__
-
-
 class _ServedAttempt:
     """An HTTP attempt of a `ServedCall`: no span, so all it takes back is the provider's request id."""
 
-    __slots__ = ("_seen",)  # made as `object.__new__(_ServedAttempt)`, then `_seen` set: no `__init__` to run
+    __slots__ = ("_seen",)  # set by `http_attempt`
     _seen: _runtime.Seen
 
     def __enter__(self) -> _ServedAttempt:
@@ -191,98 +159,16 @@ class _ServedAttempt:
 def http_attempt(request: Any, attempt: int) -> Attempt | _ServedAttempt | _NoAttempt:
     """Observe attempt number `attempt` (from 1) of sending the built `httpx.Request` `request`."""
     call = _runtime.current_call.get()
-    if type(call) is ServedCall:
-        # What an `Attempt` does for a call with no span, in fewer steps (nine attempts in ten, by default).
+    if type(call) is ServedCall and call.context is None:  # a served call without a tracer
         if attempt > call.attempts:
             call.attempts = attempt
-        rpc = call.seen
-        if call.context is not None:  # the RPC's root, left out by the sampler
-            request.headers = request.headers.copy()  # a cached, shared object (see `Executor._headers`)
-            textmap = getattr(propagate, _GLOBAL_TEXTMAP, None) or propagate.get_global_textmap()
-            if rpc.traceparent and textmap is _checked_textmap[0] and _checked_textmap[1]:
-                request.headers["traceparent"] = rpc.traceparent  # rendered once, for a W3C propagator still in use
-            else:
-                inject(request.headers, call.context)
-        observed = _new(_ServedAttempt)
-        observed._seen = rpc
+        observed = _ServedAttempt()
+        observed._seen = call.seen
         return observed
     seen = _runtime.current_capture.get()
     if call is None and seen is None:
         return NO_ATTEMPT
     return Attempt(call, seen, request, attempt)
-
-
-# ---- propagation ------------------------------------------------------------------------------------------
-
-# The propagator `opentelemetry.propagate` made from OTEL_PROPAGATORS when it is the default one (W3C trace context
-# and baggage, in that order), or trace context alone: then `inject` writes `traceparent` itself.
-_W3C_PROPAGATORS = ([TraceContextTextMapPropagator, W3CBaggagePropagator], [TraceContextTextMapPropagator])
-_HEX = [f"{n:02x}" for n in range(256)]  # trace flags are one byte
-_checked_textmap: list[object] = [None, False]  # [the global propagator last checked, whether it is W3C only]
-# Where `propagate.get_global_textmap()` finds the global propagator: read directly on the served path (a Python
-# call fewer, each time); if a later API keeps it elsewhere, the function is called
-# (`tests/test_telemetry_context.py` checks the two agree).
-_GLOBAL_TEXTMAP = "_HTTP_TEXT_FORMAT"
-
-
-def _w3c_only() -> bool:
-    """Whether the global propagator is W3C trace context only (with or without baggage), checked once per
-    propagator and kept in `_checked_textmap`."""
-    textmap = propagate.get_global_textmap()
-    if textmap is not _checked_textmap[0]:
-        kinds = [type(p) for p in getattr(textmap, "_propagators", ())] if type(textmap) is CompositePropagator else []
-        _checked_textmap[:] = [textmap, kinds in _W3C_PROPAGATORS]
-    return bool(_checked_textmap[1])
-
-
-def inject(carrier: Any, context: Any) -> None:
-    """`propagate.inject(carrier, context=context)`, the same headers written directly when the global propagator
-    is W3C only and `context` carries no baggage (the propagator's composite, getter and setter calls were a fifth
-    of what an unsampled trace costs a served call); any other propagator or any baggage goes through `propagate`.
-    `tests/test_telemetry.py` compares the two."""
-    if context is None:
-        context = _context.current()
-    if not _w3c_only() or context.get(_BAGGAGE_KEY):  # another propagator, or baggage to send
-        propagate.inject(carrier, context=context)
-        return
-    span_context = _context.span_context(context)
-    if span_context == INVALID_SPAN_CONTEXT:  # as `TraceContextTextMapPropagator.inject`
-        return
-    carrier["traceparent"] = _traceparent(span_context)
-    trace_state = span_context[4]  # `_context.SPAN_CONTEXT_FIELDS`
-    if trace_state is not _NO_TRACE_STATE and trace_state:  # a new trace's is the shared empty one
-        carrier["tracestate"] = trace_state.to_header()
-
-
-def _traceparent(span_context: Any) -> str:
-    """The W3C `traceparent` of a span context that is not the invalid one."""
-    trace_id, span_id, _, flags, _, valid = span_context  # `_context.SPAN_CONTEXT_FIELDS`
-    if valid:  # ids in range: their bytes in hex (formatting the 128-bit int costs twice as much)
-        return f"00-{trace_id.to_bytes(16, 'big').hex()}-{span_id.to_bytes(8, 'big').hex()}-{_HEX[flags]}"
-    return f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
-
-
-def w3c_traceparent(span_context: Any) -> str:
-    """What `inject` writes for a context with this span context and no baggage: its `traceparent` when the global
-    propagator is W3C trace context only (with or without baggage) and the span context is valid and carries no
-    trace state, else "" (then `inject` is the way)."""
-    trace_state = span_context[4]
-    if not _w3c_only() or not span_context[5] or (trace_state is not _NO_TRACE_STATE and trace_state):
-        return ""
-    return _traceparent(span_context)
-
-
-_LEFT_OUT_FLAGS_HEX = _HEX[_context.LEFT_OUT_FLAGS]
-
-
-def root_traceparent(root: _context.LeftOutRoot) -> str:
-    """`w3c_traceparent` of a left-out root's span context, from its drawn bits in one step: their 24 bytes in hex
-    are the span id's 16 digits, then the trace id's 32."""
-    textmap = getattr(propagate, _GLOBAL_TEXTMAP, None) or propagate.get_global_textmap()
-    if not (_checked_textmap[1] if textmap is _checked_textmap[0] else _w3c_only()):
-        return ""
-    ids = root.drawn.to_bytes(24, "big").hex()
-    return f"00-{ids[16:]}-{ids[:16]}-{_LEFT_OUT_FLAGS_HEX}"
 
 
 # ---- gRPC client metadata -----------------------------------------------------------------------------------
@@ -294,7 +180,7 @@ def outgoing_metadata(metadata: tuple[tuple[str, str], ...]) -> tuple[tuple[str,
     if call is None or call.context is None:
         return metadata
     carrier: dict[str, str] = {}
-    inject(carrier, None)
+    propagate.inject(carrier)
     return metadata + tuple(carrier.items()) if carrier else metadata
 
 
