@@ -18,7 +18,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 
 from modelir import errors, telemetry
 from modelir.http.executor import Executor
-from modelir.http.redaction import redact
+from modelir.http.redaction import redact, redact_outcome
 from modelir.http.retry import timeout_for
 from modelir.interface import ModelInterface
 from modelir.limiter import BaseLimiter, Limiter
@@ -160,6 +160,8 @@ class Model(ModelInterface):
                 raise self._redacted(exc) from None
             except SHAPE_ERRORS as exc:  # the shape check's too: whatever the bytes, the caller sees a typed error
                 raise self._redacted(shape_error(transport, exc)) from exc
+        # A provider's error inside a 200 answer can quote the key: redacted here, before anything else sees it.
+        redact_outcome(response, self.executor.secrets)
         if request.include_raw:  # kept here, once, so that any lift can be re-run from a stored response
             response.raw.CopyFrom(
                 raw_exchange.exchange(
@@ -254,6 +256,8 @@ class Model(ModelInterface):
                     except SHAPE_ERRORS as exc:
                         raise self._redacted(shape_error(transport, exc)) from exc
                     for event in lifted:
+                        if event.WhichOneof("event") == "end":  # a mid-stream error event can quote the key
+                            redact_outcome(event.end, self.executor.secrets)
                         yield event
         except errors.TruncatedStreamError:
             interrupted = True
@@ -262,6 +266,8 @@ class Model(ModelInterface):
         except SHAPE_ERRORS as exc:
             raise self._redacted(shape_error(transport, exc)) from exc
         for event in closing:
+            if event.WhichOneof("event") == "end":  # a mid-stream error event can quote the key
+                redact_outcome(event.end, self.executor.secrets)
             if raw_events is not None and event.WhichOneof("event") == "end":
                 event.end.raw.CopyFrom(
                     raw_exchange.exchange(
