@@ -34,7 +34,7 @@ def host_of(uri: str) -> tuple[str, bool]:
     """The host of an `http(s)` URL as a lenient fetcher finds it, and whether the URL was spelled canonically
     (`scheme://authority`, no backslash or stray whitespace)."""
     cleaned = _REMOVED.sub("", uri.strip(_STRIPPED))
-    scheme, _, rest = cleaned.partition(":")
+    rest = cleaned.partition(":")[2]
     canonical = (
         cleaned == uri
         and rest.startswith("//")
