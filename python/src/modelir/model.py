@@ -125,7 +125,7 @@ class Model(ModelInterface):
         deadline = self._deadline(request, deadline)
         try:
             async with timeout_for(deadline):  # the one timeout of the call: limiter, HTTP and lift
-                async with self.limiter.acquire(estimate := estimate_tokens(request)):
+                async with self.limiter.acquire(estimate := estimate_tokens(request), deadline=deadline):
                     queued = time.monotonic() - start_mono
                     response, attempts = await self._run_transport(prepared, deadline)
         except TimeoutError:
@@ -198,7 +198,7 @@ class Model(ModelInterface):
         first_output: float | None = None
         try:
             async with timeout_for(deadline):
-                async with self.limiter.acquire(estimate := estimate_tokens(request)):
+                async with self.limiter.acquire(estimate := estimate_tokens(request), deadline=deadline):
                     queued = time.monotonic() - start_mono
                     attempts = [1]
                     events = self._stream_transport(prepared, deadline, attempts)

@@ -75,13 +75,16 @@ class ModelError(Exception):
         self._retryable = value
 
     def to_response_error(self) -> errors_pb2.ResponseError:
-        return errors_pb2.ResponseError(
+        error = errors_pb2.ResponseError(
             reason=self.reason,
             message=self.message,
             http_status=self.http_status,
             provider_code=self.provider_code,
             retryable=self.retryable,
         )
+        if self.retry_after is not None:
+            error.retry_delay.FromNanoseconds(int(min(self.retry_after, 315_576_000_000) * 1e9))
+        return error
 
 
 class InvalidRequestError(ModelError):
