@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import signal
-from collections.abc import Callable, Mapping
-from typing import cast
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, cast
 
 import grpc
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from grpc_status import rpc_status
 
+from modelir import errors
 from modelir.config import DEFAULT_MAX_MESSAGE_BYTES, ServerSettings
+from modelir.errors.rich_status import to_status
 from modelir.model import Model
 from modelir.server.auth import BearerAuthInterceptor
 from modelir.server.servicer import ModelServicer, serialize_generate_response
-from modelir.v1 import service_pb2, service_pb2_grpc
+from modelir.v1 import errors_pb2, service_pb2, service_pb2_grpc
 
 SERVICE_NAME = service_pb2.DESCRIPTOR.services_by_name["ModelService"].full_name
 
@@ -81,7 +86,7 @@ def add_model_service(servicer: ModelServicer, server: grpc.aio.Server) -> None:
     `serialize_generate_response` (the servicer returns the bare `Response`; see `ModelServicer.Generate`)."""
     captured = _CapturedHandlers()
     service_pb2_grpc.add_ModelServiceServicer_to_server(servicer, cast(grpc.aio.Server, captured))
-    handlers = dict(captured.handlers)
+    handlers = {name: _decoding_checked(handler) for name, handler in captured.handlers.items()}
     generate = handlers["Generate"]
     assert generate.unary_unary is not None
     handlers["Generate"] = grpc.unary_unary_rpc_method_handler(
@@ -91,6 +96,64 @@ def add_model_service(servicer: ModelServicer, server: grpc.aio.Server) -> None:
     )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
+
+
+class _Undecodable:
+    """What a request deserializer gives for bytes that are not the method's message (a string that is not UTF-8,
+    a truncated or corrupt message, nesting past protobuf's limit): grpc would answer UNKNOWN for its exception."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: DecodeError) -> None:
+        self.error = error
+
+
+def _decoding_checked(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """`handler`, answering INVALID_ARGUMENT (with a `BadRequest` naming the request) when the request's bytes do
+    not decode, instead of letting grpc answer UNKNOWN."""
+    decode = handler.request_deserializer
+    if decode is None:
+        return handler
+
+    def tolerant(data: bytes) -> object:
+        try:
+            return decode(data)
+        except DecodeError as exc:
+            return _Undecodable(exc)
+
+    async def refuse(undecodable: _Undecodable, context: grpc.aio.ServicerContext) -> None:
+        violation = errors_pb2.FieldViolation(
+            field="request", description=f"The request's bytes are not a valid message: {undecodable.error}"
+        )
+        status = to_status(errors.InvalidRequestError([violation], "the request could not be decoded"))
+        await context.abort_with_status(rpc_status.to_status(status))
+
+    if handler.unary_unary is not None:
+        unary: Any = handler.unary_unary  # typed for sync servers; this one is grpc.aio
+
+        async def checked_unary(request: object, context: grpc.aio.ServicerContext) -> object:
+            if isinstance(request, _Undecodable):
+                await refuse(request, context)
+            return await unary(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            checked_unary, request_deserializer=tolerant, response_serializer=handler.response_serializer
+        )
+    if handler.unary_stream is not None:
+        stream: Any = handler.unary_stream
+
+        async def checked_stream(request: object, context: grpc.aio.ServicerContext) -> AsyncIterator[object]:
+            # An async generator function itself: grpc tells a stream handler by its function, not what it returns.
+            if isinstance(request, _Undecodable):
+                await refuse(request, context)
+            async with contextlib.aclosing(stream(request, context)) as answers:  # a caller gone closes it now
+                async for answer in answers:
+                    yield answer
+
+        return grpc.unary_stream_rpc_method_handler(
+            checked_stream, request_deserializer=tolerant, response_serializer=handler.response_serializer
+        )
+    return handler
 
 
 class _CapturedHandlers:
