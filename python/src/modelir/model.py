@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import gc
 import logging
@@ -17,8 +18,9 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 
 from modelir import errors, telemetry
+from modelir.errors.soft import damaged_events, received
 from modelir.http.executor import Executor
-from modelir.http.redaction import redact, redact_outcome
+from modelir.http.redaction import redact
 from modelir.http.retry import timeout_for
 from modelir.interface import ModelInterface
 from modelir.limiter import BaseLimiter, Limiter
@@ -34,6 +36,7 @@ from modelir.transports.base import (
     Transport,
     guarded_error,
     shape_error,
+    utf8_repaired,
 )
 from modelir.v1 import capabilities_pb2, errors_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
 from modelir.writing.builder import with_model
@@ -152,16 +155,19 @@ class Model(ModelInterface):
             observe=self.limiter.observe,
             deadline_enforced=True,
         )
+        answer = sent.response
+        body, damage = utf8_repaired(answer.body)
+        if damage:
+            answer = dataclasses.replace(answer, body=body)
         with paused_gc():
             try:
-                transport.check_answer_shape(sent.response)
-                response = transport.lift(request, sent.response)
+                transport.check_answer_shape(answer)
+                response = transport.lift(request, answer)
             except errors.MalformedResponseError as exc:
                 raise self._redacted(exc) from None
             except SHAPE_ERRORS as exc:  # the shape check's too: whatever the bytes, the caller sees a typed error
                 raise self._redacted(shape_error(transport, exc)) from exc
-        # A provider's error inside a 200 answer can quote the key: redacted here, before anything else sees it.
-        redact_outcome(response, self.executor.secrets)
+        received(response, damage, self.executor.secrets)  # before anything else sees it
         if request.include_raw:  # kept here, once, so that any lift can be re-run from a stored response
             response.raw.CopyFrom(
                 raw_exchange.exchange(
@@ -231,6 +237,7 @@ class Model(ModelInterface):
         lifter = transport.stream_lifter(request)
         interrupted = False
         raw_events: list[response_pb2.RawStreamEvent] | None = [] if request.include_raw else None
+        damaged = 0  # events that arrived with bytes that are not UTF-8 (replaced)
         answered: list[Mapping[str, str]] = []  # the stream's answer headers, for the kept raw exchange
         limiter_observe = self.limiter.observe
 
@@ -251,13 +258,14 @@ class Model(ModelInterface):
                 async for raw in raws:
                     if raw_events is not None:
                         raw_events.append(response_pb2.RawStreamEvent(event=raw.event, data=raw.data))
+                    damaged += raw.damaged
                     try:
                         lifted = lifter.feed(raw)
                     except SHAPE_ERRORS as exc:
                         raise self._redacted(shape_error(transport, exc)) from exc
                     for event in lifted:
                         if event.WhichOneof("event") == "end":  # a mid-stream error event can quote the key
-                            redact_outcome(event.end, self.executor.secrets)
+                            received(event.end, damaged_events(damaged), self.executor.secrets)
                         yield event
         except errors.TruncatedStreamError:
             interrupted = True
@@ -267,7 +275,7 @@ class Model(ModelInterface):
             raise self._redacted(shape_error(transport, exc)) from exc
         for event in closing:
             if event.WhichOneof("event") == "end":  # a mid-stream error event can quote the key
-                redact_outcome(event.end, self.executor.secrets)
+                received(event.end, damaged_events(damaged), self.executor.secrets)
             if raw_events is not None and event.WhichOneof("event") == "end":
                 event.end.raw.CopyFrom(
                     raw_exchange.exchange(

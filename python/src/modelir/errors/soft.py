@@ -38,6 +38,7 @@ from typing import Any
 import orjson
 import re2
 
+from modelir.http.redaction import redact_outcome
 from modelir.v1 import errors_pb2, request_pb2, response_pb2, stream_pb2
 
 _REFUSAL = response_pb2.FINISH_REASON_REFUSAL
@@ -282,6 +283,35 @@ def _checked(request: request_pb2.Request, index: int, text: str) -> errors_pb2.
         return _constraint_violation(request, index, text)
     except RecursionError:
         raise Unchecked("the output nests deeper than the schema validator walks") from None
+
+
+def add_malformed(found: Any, message: str) -> None:
+    """Add a `MALFORMED_RESPONSE` soft error to `found` (a response's or a stream end's `errors`) in its place in the
+    precedence: after the provider's own errors, before the rest. For damage found outside the lift (bytes that were
+    not UTF-8, `transports.base.utf8_repaired`)."""
+    at = 0
+    while at < len(found) and found[at].reason == errors_pb2.ERROR_REASON_PROVIDER_UNAVAILABLE:
+        at += 1
+    found.insert(at, errors_pb2.ResponseError(reason=errors_pb2.ERROR_REASON_MALFORMED_RESPONSE, message=message))
+
+
+def damaged_events(count: int) -> str:
+    """What `count` stream events with bytes that were not UTF-8 mean ("" for none)."""
+    if not count:
+        return ""
+    return (
+        f"{count} stream event(s) carried bytes that are not valid UTF-8 (replaced with U+FFFD); "
+        "their output may be incomplete"
+    )
+
+
+def received(outcome: Any, damage: str, secrets: tuple[str, ...]) -> None:
+    """What `Model` adds to a lift's response or stream end: `damage` found before the lift (bytes that were not
+    UTF-8) as a `MALFORMED_RESPONSE` soft error, then the one redaction pass (a provider's error inside a 200 answer
+    or a stream can quote the key), so that every surface downstream sees redacted text only."""
+    if damage:
+        add_malformed(outcome.errors, damage)
+    redact_outcome(outcome, secrets)
 
 
 def text_of(choice: response_pb2.Choice) -> str:
