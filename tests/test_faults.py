@@ -59,6 +59,15 @@ def test_answers_of_the_wrong_shape_are_malformed_and_not_retried(outcomes):
     assert not bad, _failing(bad)
 
 
+def test_bytes_that_are_not_utf8_are_malformed_with_the_output_kept(outcomes):
+    bad = [
+        o
+        for o in outcomes
+        if o.fault == "not-utf8" and (o.ended != "soft:MALFORMED_RESPONSE" or o.partial_text != "Hello there")
+    ]
+    assert not bad, _failing(bad)
+
+
 def test_a_streamed_call_answered_without_a_stream_is_not_a_connection_failure(outcomes):
     bad = [
         o
