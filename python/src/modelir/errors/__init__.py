@@ -136,6 +136,14 @@ class RateLimitedError(ModelError):
     reason = R.ERROR_REASON_RATE_LIMITED
 
 
+class MessageTooLargeError(RateLimitedError):
+    """A message over a gRPC message limit (an answer larger than the server may send or the client may receive).
+    gRPC's code for it is RESOURCE_EXHAUSTED, as for a rate limit, but retrying the same call gives the same
+    answer: it is not retryable. Raise the limit (`server.max_message_bytes`) or ask for less."""
+
+    _retryable = False
+
+
 class ProviderUnavailableError(ModelError):
     """The provider was unreachable, overloaded or failed with a server error after every retry."""
 

@@ -21,7 +21,7 @@ from modelir.config import DEFAULT_MAX_MESSAGE_BYTES, ServerSettings
 from modelir.errors.rich_status import to_status
 from modelir.model import Model
 from modelir.server.auth import BearerAuthInterceptor
-from modelir.server.servicer import ModelServicer, serialize_generate_response
+from modelir.server.servicer import ModelServicer
 from modelir.v1 import errors_pb2, service_pb2, service_pb2_grpc
 
 SERVICE_NAME = service_pb2.DESCRIPTOR.services_by_name["ModelService"].full_name
@@ -58,7 +58,7 @@ async def build_server(
     settings = settings or ServerSettings()
     interceptors = [BearerAuthInterceptor(auth_tokens)] if auth_tokens else []
     server = grpc.aio.server(options=server_options(settings), interceptors=interceptors)
-    add_model_service(ModelServicer(models), server)
+    add_model_service(ModelServicer(models, max_message_bytes=settings.max_message_bytes), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in ["", SERVICE_NAME, *models]:
@@ -82,8 +82,8 @@ async def build_server(
 
 
 def add_model_service(servicer: ModelServicer, server: grpc.aio.Server) -> None:
-    """Register `ModelService`: the generated method handlers, with `Generate` answering through
-    `serialize_generate_response` (the servicer returns the bare `Response`; see `ModelServicer.Generate`)."""
+    """Register `ModelService`: the generated method handlers, with `Generate` answering the wire bytes its servicer
+    method made (`serialize_generate_response`; see `ModelServicer.Generate`)."""
     captured = _CapturedHandlers()
     service_pb2_grpc.add_ModelServiceServicer_to_server(servicer, cast(grpc.aio.Server, captured))
     handlers = {name: _decoding_checked(handler) for name, handler in captured.handlers.items()}
@@ -92,10 +92,14 @@ def add_model_service(servicer: ModelServicer, server: grpc.aio.Server) -> None:
     handlers["Generate"] = grpc.unary_unary_rpc_method_handler(
         generate.unary_unary,
         request_deserializer=generate.request_deserializer,
-        response_serializer=serialize_generate_response,
+        response_serializer=_as_is,
     )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
+
+
+def _as_is(wire: bytes) -> bytes:
+    return wire
 
 
 class _Undecodable:
