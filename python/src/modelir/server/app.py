@@ -7,7 +7,10 @@ import contextlib
 import gc
 import logging
 import signal
+import ssl
+import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
 from typing import Any, cast
 
 import grpc
@@ -17,7 +20,7 @@ from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 
 from modelir import errors
-from modelir.config import DEFAULT_MAX_MESSAGE_BYTES, ServerSettings
+from modelir.config import DEFAULT_MAX_MESSAGE_BYTES, ConfigError, ServerSettings
 from modelir.errors.rich_status import to_status
 from modelir.model import Model
 from modelir.server.auth import BearerAuthInterceptor
@@ -36,9 +39,12 @@ SERVER_OPTIONS = [
 ]
 
 
-def server_options(settings: ServerSettings) -> list[tuple[str, int]]:
-    """The channel options for `settings`: message sizes both ways, concurrent streams per connection."""
+def server_options(settings: ServerSettings, *, reuse_port: bool = False) -> list[tuple[str, int]]:
+    """The channel options for `settings`: message sizes both ways, concurrent streams per connection, and whether
+    the port may be shared. grpc shares it by default (SO_REUSEPORT), so a second server on a busy port would start
+    silently and take half its calls; only `modelir serve --workers` shares a port, on purpose."""
     options = dict(SERVER_OPTIONS)
+    options["grpc.so_reuseport"] = int(reuse_port)
     options["grpc.max_send_message_length"] = settings.max_message_bytes
     options["grpc.max_receive_message_length"] = settings.max_message_bytes
     if settings.max_concurrent_streams is not None:
@@ -52,12 +58,13 @@ async def build_server(
     *,
     auth_tokens: frozenset[str] = frozenset(),
     settings: ServerSettings | None = None,
+    reuse_port: bool = False,
 ) -> tuple[grpc.aio.Server, int]:
     """A server bound to `address` (with TLS when `settings` has a certificate), not yet started; returns it with
-    the bound port."""
+    the bound port. A busy address is an `OSError`; a TLS key that does not match its certificate a `ConfigError`."""
     settings = settings or ServerSettings()
     interceptors = [BearerAuthInterceptor(auth_tokens)] if auth_tokens else []
-    server = grpc.aio.server(options=server_options(settings), interceptors=interceptors)
+    server = grpc.aio.server(options=server_options(settings, reuse_port=reuse_port), interceptors=interceptors)
     add_model_service(ModelServicer(models, max_message_bytes=settings.max_message_bytes), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -71,14 +78,33 @@ async def build_server(
         ],
         server,
     )
-    if settings.tls_cert is not None and settings.tls_key is not None:
-        credentials = grpc.ssl_server_credentials([(settings.tls_key, settings.tls_cert)])
-        port = server.add_secure_port(address, credentials)
-    else:
-        port = server.add_insecure_port(address)
+    try:
+        if settings.tls_cert is not None and settings.tls_key is not None:
+            check_tls_pair(settings.tls_cert, settings.tls_key)
+            credentials = grpc.ssl_server_credentials([(settings.tls_key, settings.tls_cert)])
+            port = server.add_secure_port(address, credentials)
+        else:
+            port = server.add_insecure_port(address)
+    except RuntimeError:  # grpc's "Failed to bind to address", whatever the cause
+        port = 0
     if port == 0:
-        raise OSError(f"could not bind {address}")
+        raise OSError(f"could not bind {address}: is another server listening on it?")
     return server, port
+
+
+def check_tls_pair(cert: bytes, key: bytes) -> None:
+    """Raise `ConfigError` when `key` is not the private key of `cert` (grpc would only say it cannot bind)."""
+    with tempfile.TemporaryDirectory() as where:  # `ssl` reads a pair from files only
+        cert_file, key_file = Path(where, "cert.pem"), Path(where, "key.pem")
+        cert_file.write_bytes(cert)
+        key_file.touch(mode=0o600)
+        key_file.write_bytes(key)
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_file, key_file)
+        except ssl.SSLError as exc:
+            raise ConfigError(
+                f"server.tls: the key_file is not the private key of the cert_file, or either is not PEM ({exc.reason})"
+            ) from None
 
 
 def add_model_service(servicer: ModelServicer, server: grpc.aio.Server) -> None:
@@ -195,10 +221,13 @@ async def serve(
     grace: float = 30.0,
     settings: ServerSettings | None = None,
     ready: Callable[[int], None] | None = None,
+    reuse_port: bool = False,
 ) -> None:
     """Serve until SIGTERM or SIGINT, then stop taking calls and drain those in flight for `grace` seconds.
     `ready` is called with the bound port once the server takes calls (`modelir serve --workers`)."""
-    server, bound = await build_server(models, f"{host}:{port}", auth_tokens=auth_tokens, settings=settings)
+    server, bound = await build_server(
+        models, f"{host}:{port}", auth_tokens=auth_tokens, settings=settings, reuse_port=reuse_port
+    )
     tune_gc()
     await server.start()
     logging.getLogger("modelir.server").info("modelir serving %s on %s:%d", ", ".join(sorted(models)), host, bound)
