@@ -139,3 +139,13 @@ def test_an_output_past_the_bound_is_not_checked_and_says_so(monkeypatch):
     warnings: list[errors_pb2.Warning] = []
     assert soft.soft_errors(request, soft.Facts(), [(0, 0, "b" * 11)], warnings) == []
     assert [w.code for w in warnings] == ["constraint_not_checked"]
+
+
+def test_a_schema_whose_regex_nests_too_deep_to_read_is_a_warning_about_the_schema():
+    schema = {"type": "string", "pattern": "(" * 5000 + "a" + ")" * 5000}
+    request = _request(
+        request_pb2.Constraint(json_schema=request_pb2.JsonSchema(schema_json=orjson.dumps(schema).decode()))
+    )
+    warnings: list[errors_pb2.Warning] = []
+    assert soft.soft_errors(request, soft.Facts(), [(0, 0, '"a"')], warnings) == []
+    assert [w.code for w in warnings] == ["constraint_not_checked"] and "schema" in warnings[0].message

@@ -186,6 +186,8 @@ def _validator(schema_json: str) -> Any:
         cls.check_schema(schema)
     except (orjson.JSONDecodeError, jsonschema.SchemaError, TypeError):
         return None
+    except RecursionError:  # a pattern with groups nested past what Python's `re` compiles, in the schema check
+        return Unchecked("the schema holds a regex nested deeper than its validator reads")
     used = _keywords(schema)
     if "patternProperties" in used and "unevaluatedProperties" in used:  # kept (not raised): the cache keeps it
         return Unchecked("the schema's unevaluatedProperties beside patternProperties needs a backtracking regex")
