@@ -167,3 +167,22 @@ async def test_undecodable_input_is_invalid_argument_with_details(served, payloa
             await answer
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value
     assert _bad_request(caught.value).field_violations
+
+
+@pytest.mark.parametrize("transport", ["anthropic_messages", "google_genai", "ollama"])
+@pytest.mark.parametrize("arguments", ["{bad", '"\\ud800"'])
+async def test_json_text_a_wire_cannot_carry_is_an_invalid_request_not_an_untyped_error(transport, arguments):
+    request = build_request("m", messages=[("user", "hi")])
+    request.tools.add().function.CopyFrom(request_pb2.FunctionTool(name="f"))
+    call = request.conversation.messages.add(role=content_pb2.ROLE_ASSISTANT)
+    call.parts.add(tool_call=content_pb2.ToolCall(id="c", name="f", arguments_json=arguments))
+    result = request.conversation.messages.add(role=content_pb2.ROLE_TOOL).parts.add().tool_result
+    result.tool_call_id = "c"
+    result.content.add(text="ok")
+    executor = Executor("http://limits.invalid", transport=httpx.MockTransport(lambda _: httpx.Response(500)))
+    model = Model(build_transport(transport, {"provider_model": "m"}), name="m", executor=executor)
+    try:
+        with pytest.raises(errors.InvalidRequestError, match="cannot send it"):
+            await model.arun(request)
+    finally:
+        await executor.aclose()
