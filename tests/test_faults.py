@@ -59,6 +59,15 @@ def test_answers_of_the_wrong_shape_are_malformed_and_not_retried(outcomes):
     assert not bad, _failing(bad)
 
 
+def test_bytes_that_are_not_utf8_are_malformed_with_the_output_kept(outcomes):
+    bad = [
+        o
+        for o in outcomes
+        if o.fault == "not-utf8" and (o.ended != "soft:MALFORMED_RESPONSE" or o.partial_text != "Hello there")
+    ]
+    assert not bad, _failing(bad)
+
+
 def test_a_streamed_call_answered_without_a_stream_is_not_a_connection_failure(outcomes):
     bad = [
         o
@@ -79,3 +88,36 @@ def test_rate_limits_end_as_rate_limits(outcomes):
 def test_provider_failures_are_retried(outcomes):
     bad = [o for o in outcomes if o.fault in ("500", "503-html", "reset-before") and o.upstream_hits < 2]
     assert not bad, _failing(bad)
+
+
+async def test_a_huge_retry_hint_fails_later_calls_at_once_not_at_their_deadline():
+    """After one 429 with `Retry-After: 86400`, a call on the same limiter is RATE_LIMITED at once, with the pause as
+    its retry delay, without reaching the upstream: not a DEADLINE_EXCEEDED after waiting its whole deadline."""
+    import time
+
+    from modelir import Model, build_request, errors
+    from modelir.http.executor import Executor
+    from modelir.limiter import Limiter
+    from modelir.transports.openai.chat import OpenAIChat
+
+    from tests.faults.census import RETRY
+    from tests.faults.upstream import Upstream
+
+    upstream = Upstream()
+    base_url = await upstream.start()
+    executor = Executor(base_url + "/v1", retry=RETRY)
+    limiter = Limiter()
+    hinted = Model(OpenAIChat(provider_model="429-retry-after-huge~a"), name="a", executor=executor, limiter=limiter)
+    healthy = Model(OpenAIChat(provider_model="ok~b"), name="b", executor=executor, limiter=limiter)
+    try:
+        with pytest.raises(errors.RateLimitedError):
+            await hinted.arun(build_request("a", messages=[("user", "hi")]), deadline=time.monotonic() + DEADLINE)
+        started = time.monotonic()
+        with pytest.raises(errors.RateLimitedError) as caught:
+            await healthy.arun(build_request("b", messages=[("user", "hi")]), deadline=time.monotonic() + DEADLINE)
+        assert time.monotonic() - started < 0.5
+        assert caught.value.retry_after is not None and caught.value.retry_after > DEADLINE
+        assert upstream.hits["ok~b"] == 0
+    finally:
+        await executor.aclose()
+        await upstream.stop()

@@ -27,6 +27,7 @@ def test_fuzzed_answers_end_typed():
     assert report.inputs > 1000, report.summary()
     assert not report.escapes, report.summary()
     assert not report.dropped, report.summary()  # every native member read, kept, declared or warned about
+    assert not report.wrong_shape_successes, report.summary()  # wrong-shape bodies taken as an empty answer
     # Every transport's answers were lifted, not only refused: a harness that never reaches a lift finds nothing.
     assert set(report.lifted_by_transport) == {e.transport for e in load_exchanges()}, report.lifted_by_transport
 

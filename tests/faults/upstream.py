@@ -39,6 +39,7 @@ FAULTS = {
     "slow-first-byte": "no byte for 30 seconds",
     "endless-stream": "a stream that never ends (a delta every 10 ms)",
     "non-sse-stream": "a streamed call answered 200 application/json",
+    "not-utf8": "a healthy answer with a byte that is not UTF-8 inside a JSON key",
 }
 
 
@@ -284,6 +285,8 @@ class Upstream:
                 payload = payload[: len(payload) // 2]
             if fault == "reset-mid-body":
                 return await _cut_body(request, payload, "application/json")
+            if fault == "not-utf8":
+                payload = payload.replace(b'"role"', b'"ro\xffle"', 1)
             return web.Response(status=200, body=payload, content_type="application/json")
         return await self._stream(request, wire, fault)
 
@@ -302,6 +305,8 @@ class Upstream:
                 await asyncio.sleep(0.01)
         events = wire.events(fault, TEXT)
         chunks = [wire.encode(event, data) for event, data in events]
+        if fault == "not-utf8":
+            chunks[0] = chunks[0].replace(b'"role"', b'"ro\xffle"', 1)
         if fault == "reset-mid-body":
             for chunk in chunks[: len(chunks) // 2]:
                 await response.write(chunk)

@@ -18,7 +18,7 @@ def main() -> int:
     seed = args.seed if args.seed is not None else random.randrange(2**32)
     report = run(seed, seconds=args.seconds, transport=args.transport)
     print(report.summary())
-    return 1 if report.escapes else 0
+    return 1 if report.escapes or report.wrong_shape_successes else 0
 
 
 if __name__ == "__main__":

@@ -4,7 +4,10 @@ Each input is one conformance fixture's exchange with its answer mutated (`mutat
 caller runs it: `Model.arun`, `Model.arun_streamed` (stream lifter, `close()`, the shared accumulator) or
 `Model.atokenize_request`, over the real executor with an `httpx.MockTransport` as the network; every error that
 comes out is also mapped to a `google.rpc.Status` the way the server does. Anything other than a `ModelError` is an
-untyped escape, recorded with the innermost modelir frame it came from.
+untyped escape, recorded with the innermost modelir frame it came from. A wrong-shape success
+(`Report.wrong_shape_successes`) is an answer of the wrong shape lifted with no soft error: bytes that are not UTF-8 (no
+JSON answer has them), or a reshaped body or event lifted with no output at all where the unmutated answer had output
+(a body the lift did not understand, taken as an empty answer).
 
     python -m tests.fuzz --seconds 300 [--seed N] [--transport NAME]    # `make fuzz`
 """
@@ -69,6 +72,8 @@ class Report:
     escapes: list[Escape] = field(default_factory=list)
     # Lifted answers with a native member neither read, kept, declared nor warned about (`accounted.py`).
     dropped: list[Escape] = field(default_factory=list)
+    # Mutated answers of the wrong shape lifted with no soft error (see the module's docstring).
+    wrong_shape_successes: list[Escape] = field(default_factory=list)
     # Inputs lifted, by transport: a transport with none is not being fuzzed at all (its requests refused before
     # any answer is read, say), however many inputs it was given.
     lifted_by_transport: Counter[str] = field(default_factory=Counter)
@@ -80,9 +85,12 @@ class Report:
         lines = [
             f"fuzz seed {self.seed}: {self.inputs} inputs, {self.succeeded} lifted, {self.typed} typed errors, "
             f"{len(self.escapes)} untyped escapes at {len(self.sites())} sites, "
-            f"{len(self.dropped)} answers with a member silently dropped"
+            f"{len(self.dropped)} answers with a member silently dropped, "
+            f"{len(self.wrong_shape_successes)} wrong-shape successes"
         ]
         lines += [f"  dropped  {d.transport}/{d.case}: {d.error[:200]}" for d in self.dropped[:10]]
+        for wrong in self.wrong_shape_successes[:40]:
+            lines.append(f"  wrong-shape success  {wrong.transport}/{wrong.case}: {wrong.error[:600]}")
         for site, count in self.sites().most_common(40):
             example = next(e for e in self.escapes if f"{e.site}: {e.error.split(':')[0]}" == site)
             lines.append(f"  {count:5d}  {site}   e.g. {example.transport}/{example.case}: {example.error[:160]}")
@@ -147,9 +155,17 @@ class _BrokenAfter(httpx.AsyncByteStream):
         return None
 
 
+def _wire(text: str) -> bytes:
+    """Event text as bytes: escaped raw bytes (`mutate_events`) back as they were, other lone surrogates as such."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")
+
+
 def _sse(events: list[dict[str, str]], ndjson: bool) -> bytes:
     if ndjson:
-        return b"".join(e.get("data", "").encode("utf-8", "surrogatepass") + b"\n" for e in events)
+        return b"".join(_wire(e.get("data", "")) + b"\n" for e in events)
     chunks = []
     for event in events:
         text = ""
@@ -157,8 +173,24 @@ def _sse(events: list[dict[str, str]], ndjson: bool) -> bytes:
             text += f"event: {event['event']}\n"
         for line in event.get("data", "").split("\n"):
             text += f"data: {line}\n"
-        chunks.append(text.encode("utf-8", "surrogatepass") + b"\n")
+        chunks.append(_wire(text) + b"\n")
     return b"".join(chunks)
+
+
+def unmutated(exchange: Exchange) -> list[httpx.Response]:
+    """The fixture's own answers, as `mutated_inputs` serves them before mutating."""
+    if exchange.kind == "stream":
+        answer = exchange.answers[0]
+        headers = {"content-type": "text/event-stream", **answer.get("headers", {})}
+        data = _sse(exchange.events, exchange.transport == "ollama")
+        stream = _BrokenAfter(data) if exchange.interrupted else None
+        if stream is not None:
+            return [httpx.Response(answer.get("status", 200), headers=headers, stream=stream)]
+        return [httpx.Response(answer.get("status", 200), headers=headers, content=data)]
+    return [
+        httpx.Response(a.get("status", 200), headers=dict(a.get("headers", {})), content=_body(a))
+        for a in exchange.answers
+    ]
 
 
 def mutated_inputs(rng: random.Random, exchange: Exchange) -> Iterator[tuple[list[httpx.Response], str]]:
@@ -174,8 +206,8 @@ def mutated_inputs(rng: random.Random, exchange: Exchange) -> Iterator[tuple[lis
             interrupted = exchange.interrupted
             roll = rng.random()
             if roll < 0.65:
-                events = mutate.mutate_events(rng, events)
-                what.append("events")
+                events, kind = mutate.mutate_events(rng, events)
+                what.append(f"events:{kind}")
             elif roll < 0.75:
                 interrupted = True
                 events = events[: rng.randrange(len(events) + 1)]
@@ -188,6 +220,8 @@ def mutated_inputs(rng: random.Random, exchange: Exchange) -> Iterator[tuple[lis
                 what.append(f"status {status}")
             ndjson = exchange.transport == "ollama"
             data = _sse(events, ndjson)
+            if status < 400 and not _utf8(data):
+                what.append("not-utf8")
             if status >= 400:
                 answers.append(httpx.Response(status, headers=headers, content=mutate.mutate_bytes(rng, data)))
             elif interrupted:
@@ -212,8 +246,18 @@ def mutated_inputs(rng: random.Random, exchange: Exchange) -> Iterator[tuple[lis
                     else:
                         status = rng.choice((200, 400, 401, 404, 408, 429, 500, 503, 529))
                         what.append(f"status {status}")
+                if index == target and status < 400 and not _utf8(body):
+                    what.append("not-utf8")
                 answers.append(httpx.Response(status, headers=headers, content=body))
         yield answers, "+".join(what)
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _site(exc: BaseException) -> str:
@@ -224,8 +268,28 @@ def _site(exc: BaseException) -> str:
     return f"{frame.filename.split('/modelir/')[-1]}:{frame.lineno} {frame.name}"
 
 
+def _reshaped(what: str) -> bool:
+    """Whether a mutation changed the shape of what arrived (a body or an event's data), not only which events
+    arrived (a stream with its only content event dropped is a well-formed empty answer)."""
+    return not any(kind in what for kind in ("events:dropped", "events:duplicated", "events:swapped", "events:cut"))
+
+
+def _has_output(response: Any) -> bool:
+    """Whether a response carries anything a caller could use: a part, logprobs, scores, token ids, or usage."""
+    return bool(
+        any(
+            choice.message.parts or choice.sampled_tokens.token_ids or choice.HasField("logprobs")
+            for choice in response.choices
+        )
+        or response.input_scores
+        or response.prompt_token_ids
+        or response.usage.output_token_count
+    )
+
+
 async def _one(exchange: Exchange, answers: list[httpx.Response]) -> str:
-    """Run one input; return "ok", "typed" or what it dropped silently ("dropped: ..."), or raise what escaped."""
+    """Run one input; return "clean" (a response without soft errors), "soft" (with them), "empty" (without output
+    or errors), "typed", or what it dropped silently ("dropped: ..."); or raise what escaped."""
     queue = list(answers)
 
     def handler(_request: httpx.Request) -> httpx.Response:
@@ -236,6 +300,7 @@ async def _one(exchange: Exchange, answers: list[httpx.Response]) -> str:
     # Named as the fixture's request names its model: a request naming another model is refused before any I/O,
     # and the native answer would never be lifted.
     model = Model(transport, name=exchange.request.model or None, executor=executor, default_timeout=5.0)
+    response = None
     try:
         if exchange.kind == "tokenize":
             await model.atokenize_request(exchange.request)
@@ -251,7 +316,11 @@ async def _one(exchange: Exchange, answers: list[httpx.Response]) -> str:
         return "typed"
     finally:
         await executor.aclose()
-    return "ok"
+    if response is not None and response.errors:
+        return "soft"
+    if response is not None and not _has_output(response):
+        return "empty"
+    return "clean"
 
 
 def run(seed: int, *, seconds: float, max_inputs: int | None = None, transport: str | None = None) -> Report:
@@ -261,20 +330,34 @@ def run(seed: int, *, seconds: float, max_inputs: int | None = None, transport: 
     report = Report(seed)
     generators = [(exchange, mutated_inputs(random.Random(rng.random()), exchange)) for exchange in exchanges]
     stop = time.monotonic() + seconds
+    with_output: set[int] = set()  # the exchanges whose own answer lifts with output
 
     async def loop() -> None:
+        for index, exchange in enumerate(exchanges):
+            try:
+                if await _one(exchange, unmutated(exchange)) in ("clean", "soft"):
+                    with_output.add(index)
+            except Exception:  # the mutated runs report what escapes
+                pass
         while True:
-            for exchange, inputs in generators:
+            for index, (exchange, inputs) in enumerate(generators):
                 if time.monotonic() > stop or (max_inputs is not None and report.inputs >= max_inputs):
                     return
                 answers, what = next(inputs)
                 report.inputs += 1
+                sample = b"|".join(bytes(a.content) for a in answers if isinstance(a.stream, httpx.ByteStream))
                 try:
                     outcome = await _one(exchange, answers)
                 except Exception as exc:  # what the fuzzer exists to find
                     error = f"{type(exc).__name__}: {exc}"
                     report.escapes.append(Escape(exchange.transport, f"{exchange.case} [{what}]", _site(exc), error))
                     continue
+                if ("not-utf8" in what and outcome in ("clean", "empty")) or (
+                    outcome == "empty" and index in with_output and _reshaped(what)
+                ):
+                    report.wrong_shape_successes.append(
+                        Escape(exchange.transport, f"{exchange.case} [{what}]", "", repr(sample[:2000]))
+                    )
                 if outcome == "typed":
                     report.typed += 1
                 elif outcome.startswith("dropped"):

@@ -178,11 +178,12 @@ def mutate_headers(rng: random.Random, headers: dict[str, str]) -> dict[str, str
     return headers
 
 
-def mutate_events(rng: random.Random, events: list[dict[str, str]]) -> list[dict[str, str]]:
-    """Stream events dropped, duplicated, reordered, or one event's data mutated."""
+def mutate_events(rng: random.Random, events: list[dict[str, str]]) -> tuple[list[dict[str, str]], str]:
+    """Stream events dropped, duplicated, reordered, or one event's data mutated; and which of these it was
+    (`dropped`, `duplicated`, `swapped`, `cut`, `data`: only `data` changes the shape of what arrives)."""
     events = [dict(e) for e in events]
     if not events:
-        return [{"data": rng.choice(("{}", "[DONE]", "null", "\xff"))}]
+        return [{"data": rng.choice(("{}", "[DONE]", "null", "\xff"))}], "data"
     op = rng.randrange(5)
     index = rng.randrange(len(events))
     if op == 0:
@@ -203,5 +204,6 @@ def mutate_events(rng: random.Random, events: list[dict[str, str]]) -> list[dict
         if parsed is not None and rng.random() < 0.8:
             events[index]["data"] = dumps(mutate_json(rng, parsed)).decode("utf-8", "replace")
         else:
-            events[index]["data"] = mutate_bytes(rng, data.encode()).decode("utf-8", "replace")
-    return events
+            # Bytes that are not UTF-8 stay so on the wire (`drive._sse` encodes the escapes back).
+            events[index]["data"] = mutate_bytes(rng, data.encode()).decode("utf-8", "surrogateescape")
+    return events, ("dropped", "duplicated", "swapped", "cut", "data")[op]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import gc
 import logging
@@ -20,6 +21,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from modelir import errors, telemetry
+from modelir.errors.soft import damaged_events, received
 from modelir.http.executor import Executor
 from modelir.http.redaction import redact
 from modelir.http.retry import timeout_for
@@ -38,6 +40,7 @@ from modelir.transports.base import (
     Transport,
     guarded_error,
     shape_error,
+    utf8_repaired,
 )
 from modelir.v1 import capabilities_pb2, errors_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
 from modelir.writing.builder import with_model
@@ -129,7 +132,7 @@ class Model(ModelInterface):
         deadline = self._deadline(request, deadline)
         try:
             async with timeout_for(deadline):  # the one timeout of the call: limiter, HTTP and lift
-                async with self.limiter.acquire(estimate := estimate_tokens(request)):
+                async with self.limiter.acquire(estimate := estimate_tokens(request), deadline=deadline):
                     queued = time.monotonic() - start_mono
                     response, attempts = await self._run_transport(prepared, deadline)
         except TimeoutError:
@@ -156,14 +159,19 @@ class Model(ModelInterface):
             observe=self.limiter.observe,
             deadline_enforced=True,
         )
+        answer = sent.response
+        body, damage = utf8_repaired(answer.body)
+        if damage:
+            answer = dataclasses.replace(answer, body=body)
         with paused_gc():
             try:
-                transport.check_answer_shape(sent.response)
-                response = transport.lift_accounted(request, sent.response)
+                transport.check_answer_shape(answer)
+                response = transport.lift_accounted(request, answer)
             except errors.MalformedResponseError as exc:
                 raise self._redacted(exc) from None
             except SHAPE_ERRORS as exc:  # the shape check's too: whatever the bytes, the caller sees a typed error
                 raise self._redacted(shape_error(transport, exc)) from exc
+        received(response, damage, self.executor.secrets)  # before anything else sees it
         if request.include_raw:  # kept here, once, so that any lift can be re-run from a stored response
             response.raw.CopyFrom(
                 raw_exchange.exchange(
@@ -200,7 +208,7 @@ class Model(ModelInterface):
         first_output: float | None = None
         try:
             async with timeout_for(deadline):
-                async with self.limiter.acquire(estimate := estimate_tokens(request)):
+                async with self.limiter.acquire(estimate := estimate_tokens(request), deadline=deadline):
                     queued = time.monotonic() - start_mono
                     attempts = [1]
                     events = self._stream_transport(prepared, deadline, attempts)
@@ -233,6 +241,7 @@ class Model(ModelInterface):
         lifter = transport.stream_lifter_accounted(request)
         interrupted = False
         raw_events: list[response_pb2.RawStreamEvent] | None = [] if request.include_raw else None
+        damaged = 0  # events that arrived with bytes that are not UTF-8 (replaced)
         answered: list[Mapping[str, str]] = []  # the stream's answer headers, for the kept raw exchange
         limiter_observe = self.limiter.observe
 
@@ -253,11 +262,14 @@ class Model(ModelInterface):
                 async for raw in raws:
                     if raw_events is not None:
                         raw_events.append(response_pb2.RawStreamEvent(event=raw.event, data=raw.data))
+                    damaged += raw.damaged
                     try:
                         lifted = lifter.feed(raw)
                     except SHAPE_ERRORS as exc:
                         raise self._redacted(shape_error(transport, exc)) from exc
                     for event in lifted:
+                        if event.WhichOneof("event") == "end":  # a mid-stream error event can quote the key
+                            received(event.end, damaged_events(damaged), self.executor.secrets)
                         yield event
         except errors.TruncatedStreamError:
             interrupted = True
@@ -266,6 +278,8 @@ class Model(ModelInterface):
         except SHAPE_ERRORS as exc:
             raise self._redacted(shape_error(transport, exc)) from exc
         for event in closing:
+            if event.WhichOneof("event") == "end":  # a mid-stream error event can quote the key
+                received(event.end, damaged_events(damaged), self.executor.secrets)
             if raw_events is not None and event.WhichOneof("event") == "end":
                 event.end.raw.CopyFrom(
                     raw_exchange.exchange(

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import AsyncIterator
 
 from google.protobuf import json_format
 
 from modelir import errors
 from modelir.cli._common import CAPABILITY_NAMES, UserError, add_where, input_file, open_model
+from modelir.interface import ModelInterface
 from modelir.reading.view import view
 from modelir.v1 import request_pb2, response_pb2
 from modelir.writing.builder import build_request
@@ -22,9 +25,27 @@ def _read_request(path: str) -> request_pb2.Request:
         raise UserError(f"--request {path}: not a Request in proto-JSON: {exc}") from None
 
 
+@contextlib.asynccontextmanager
+async def _opened(args: argparse.Namespace) -> AsyncIterator[ModelInterface]:
+    """The model `--model` names, closed (its HTTP sessions, or its channel) when the command is done: asyncio
+    would otherwise report an "Unclosed client session" at exit."""
+    model, loaded = await open_model(args)
+    try:
+        yield model
+    finally:
+        if loaded is not None:
+            await loaded.aclose()
+        elif (closing := getattr(model, "aclose", None)) is not None:  # a RemoteModel's channel
+            await closing()
+
+
 async def _validate(args: argparse.Namespace) -> int:
     request = _read_request(args.request)
-    model, _ = await open_model(args)
+    async with _opened(args) as model:
+        return await _judge(model, request)
+
+
+async def _judge(model: ModelInterface, request: request_pb2.Request) -> int:
     verdict = await model.avalidate(request)
     for violation in verdict.field_violations:
         print(f"invalid: {violation.field}: {violation.description}")
@@ -67,7 +88,11 @@ def _print_logprobs(response: response_pb2.Response) -> None:
 
 
 async def _generate(args: argparse.Namespace) -> int:
-    model, _ = await open_model(args)
+    async with _opened(args) as model:
+        return await _generated(args, model)
+
+
+async def _generated(args: argparse.Namespace, model: ModelInterface) -> int:
     request = _request(args, model.name)
     if args.stream:
         from modelir.streams.fold import StreamAccumulator

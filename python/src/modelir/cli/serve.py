@@ -29,8 +29,11 @@ def _serve(args: argparse.Namespace) -> int:
     return _serve_here(args)
 
 
-def _serve_here(args: argparse.Namespace, ready: Callable[[int], None] | None = None) -> int:
-    """Serve in this process until SIGTERM or SIGINT; `ready` is called with the bound port once serving."""
+def _serve_here(
+    args: argparse.Namespace, ready: Callable[[int], None] | None = None, *, reuse_port: bool = False
+) -> int:
+    """Serve in this process until SIGTERM or SIGINT; `ready` is called with the bound port once serving. The port
+    is shared (SO_REUSEPORT) only by `--workers` (`reuse_port`): a busy port is refused otherwise."""
     from modelir.server import serve
     from modelir.telemetry import access_log
 
@@ -57,6 +60,7 @@ def _serve_here(args: argparse.Namespace, ready: Callable[[int], None] | None = 
                 grace=args.grace,
                 settings=loaded.server,  # TLS and gRPC limits from the configuration
                 ready=ready,
+                reuse_port=reuse_port,
             )
         finally:
             await loaded.aclose()  # the models' HTTP sessions, so shutdown ends without "Unclosed client session"
@@ -72,10 +76,11 @@ def _serve_here(args: argparse.Namespace, ready: Callable[[int], None] | None = 
 # ---- --workers N ----------------------------------------------------------------------------------------------
 #
 # N worker processes, each a whole `modelir serve` (its own models, HTTP sessions and limiters: in-memory limits
-# hold per worker; a `limiter_backend: redis://...` shares them), all bound to one port with SO_REUSEPORT (which
-# grpc sets on Linux), so the kernel spreads incoming connections over them. The workers are spawned, not forked:
-# grpc's threads do not survive a fork. The supervisor only starts them, forwards SIGTERM/SIGINT, and stops all of
-# them when one dies (a process manager restarts the whole group: no worker is left serving a half-broken set).
+# hold per worker; a `limiter_backend: redis://...` shares them), all bound to one port with SO_REUSEPORT (set for
+# the workers only: one `modelir serve` refuses a busy port), so the kernel spreads incoming connections over them.
+# The workers are spawned, not forked: grpc's threads do not survive a fork. The supervisor only starts them,
+# forwards SIGTERM/SIGINT, and stops all of them when one dies (a process manager restarts the whole group: no
+# worker is left serving a half-broken set).
 
 
 def _supervise(args: argparse.Namespace) -> int:
@@ -156,7 +161,7 @@ def _worker(args: argparse.Namespace, index: int, ready) -> None:
 
     configure_logging()
     args.workers = 1
-    sys.exit(_serve_here(args, ready=lambda port: ready.put((index, port))))
+    sys.exit(_serve_here(args, ready=lambda port: ready.put((index, port)), reuse_port=True))
 
 
 def add(commands: argparse._SubParsersAction) -> None:

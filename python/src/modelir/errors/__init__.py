@@ -76,13 +76,16 @@ class ModelError(Exception):
         self._retryable = value
 
     def to_response_error(self) -> errors_pb2.ResponseError:
-        return errors_pb2.ResponseError(
+        error = errors_pb2.ResponseError(
             reason=self.reason,
             message=self.message,
             http_status=self.http_status,
             provider_code=self.provider_code,
             retryable=self.retryable,
         )
+        if self.retry_after is not None:
+            error.retry_delay.FromNanoseconds(int(min(self.retry_after, 315_576_000_000) * 1e9))
+        return error
 
 
 class InvalidRequestError(ModelError):
@@ -136,6 +139,14 @@ class RateLimitedError(ModelError):
     """The provider's rate limit or quota was exhausted after every retry."""
 
     reason = R.ERROR_REASON_RATE_LIMITED
+
+
+class MessageTooLargeError(RateLimitedError):
+    """A message over a gRPC message limit (an answer larger than the server may send or the client may receive).
+    gRPC's code for it is RESOURCE_EXHAUSTED, as for a rate limit, but retrying the same call gives the same
+    answer: it is not retryable. Raise the limit (`server.max_message_bytes`) or ask for less."""
+
+    _retryable = False
 
 
 class ProviderUnavailableError(ModelError):

@@ -26,6 +26,8 @@ def to_status(exc: errors.ModelError) -> status_pb2.Status:
         info.metadata["http_status"] = str(exc.http_status)
     if exc.provider_code:
         info.metadata["provider_code"] = exc.provider_code
+    if isinstance(exc, errors.MessageTooLargeError):
+        info.metadata["message_too_large"] = "true"
     details = [info]
     if isinstance(exc, errors.UnsupportedCapabilityError):
         info.metadata["missing_capabilities"] = ",".join(errors.capability_name(c) for c in exc.missing)
@@ -77,6 +79,10 @@ def error_from_rpc(error: grpc.aio.AioRpcError) -> errors.ModelError:
                 holder.Unpack(detail)
     message = error.details() or error.code().name
     mapping = errors.mapping_for_info_reason(info.reason) if info.domain == errors.ERROR_DOMAIN else None
+    if info.metadata.get("message_too_large") == "true" or (
+        mapping is None and error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in message
+    ):  # the server's refusal of its own answer, or the channel's limit (gRPC core says "... larger than max")
+        return errors.MessageTooLargeError(message)
     if mapping is None:
         return _BY_CODE.get(error.code(), errors.InternalError)(message)
     kwargs: dict[str, Any] = {

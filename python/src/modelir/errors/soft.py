@@ -11,26 +11,44 @@ module decides. Every applicable one is reported, first to last, in `Response.er
 6. constraint violated: a choice that was not refused breaks the request's constraint (lowest index first): under
    a JSON-schema constraint its text is not JSON, under a JSON-object constraint it is not a JSON object, under a
    choice constraint it is not exactly one of the labels.
-   JSON output is validated against its schema (jsonschema), regex output must match the whole regex (Python's
-   dialect; a regex it cannot compile is left to the engine that enforced it); grammars are not re-checked. A
-   choice cut short by its length limit is checked too: broken JSON is broken JSON, whatever the reason.
+   JSON output is validated against its schema (jsonschema), regex output must match the whole regex; grammars
+   are not re-checked. A choice cut short by its length limit is checked too: broken JSON is broken JSON, whatever
+   the reason.
 
 Errors that concern one choice (missing logprobs, a violated constraint) name it in `choice_index`.
+
+The caller writes the pattern and, through the prompt, much of the output, and the check runs on the event loop:
+so no check may cost more than linear time. Every regex (the regex constraint, and a JSON schema's `pattern` and
+`patternProperties`) is matched by RE2 (`google-re2`), whose time is linear in the text. RE2's dialect is Perl's
+without backreferences, lookahead or lookbehind, possessive quantifiers or atomic groups (`\\1`, `(?=`, `(?!`,
+`(?<=`, `(?<!`, `a++`, `(?>`); its `\\b`, `\\d`, `\\s`, `\\w` are ASCII-only where Python's are Unicode. What RE2
+cannot compile (those constructs, or a pattern past its memory bound) is not checked, and says so: a
+`constraint_not_checked` warning. So is a schema whose keywords would need Python's backtracking `re`
+(`unevaluatedProperties` beside `patternProperties`), and an output longer than `MAX_CHECKED_CHARS` (a JSON
+schema's validation is not linear in general).
 """
 
 from __future__ import annotations
 
 import functools
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+import re2
 
+from modelir.http.redaction import redact_outcome
 from modelir.v1 import errors_pb2, request_pb2, response_pb2, stream_pb2
 
 _REFUSAL = response_pb2.FINISH_REASON_REFUSAL
+
+# The longest output a constraint is checked against. Longer ones are not checked (with a warning): a JSON schema's
+# validation runs in pure Python, and its cost grows with the output times the schema.
+MAX_CHECKED_CHARS = 1_000_000
+# RE2 refuses to compile a pattern whose automaton would need more than this (its default is 8 MiB).
+_RE2_MAX_MEM = 8 << 20
+NOT_CHECKED = "constraint_not_checked"
 
 # The reasons this policy can put in `Response.errors` (soft: the output is kept). Every reason can also be hard
 # (raised, no response). The error table in `proto/README.md` says the same; `tests/test_error_table.py` checks it.
@@ -79,29 +97,106 @@ def _violated(index: int, message: str) -> errors_pb2.ResponseError:
     )
 
 
-@functools.lru_cache(maxsize=64)
-def _validator(schema_json: str) -> Any:
-    """A JSON Schema validator for the request's schema (compiled once per schema), or None when the schema itself
-    is not one this checker can read (the engine enforced it; an unreadable schema is not the output's fault)."""
+class Unchecked(Exception):
+    """The constraint cannot be checked in linear time (or at all); the message says why."""
+
+
+def _options() -> re2.Options:
+    options = re2.Options()
+    options.max_mem = _RE2_MAX_MEM
+    options.log_errors = False  # a refused pattern is reported as a warning, not logged to stderr by RE2
+    return options
+
+
+@functools.lru_cache(maxsize=256)
+def _re2(pattern: str) -> Any:
+    """`pattern` compiled by RE2 (linear-time matching); `Unchecked` when RE2's dialect or memory bound refuses it."""
+    try:
+        return re2.compile(pattern, _options())
+    except re2.error as exc:
+        reason = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else exc
+        raise Unchecked(f"the regex {pattern!r} is outside RE2's linear-time dialect ({reason})") from None
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
+    """JSON Schema's `pattern` (an unanchored search), matched by RE2."""
+    if validator.is_type(instance, "string") and _re2(pattern).search(instance) is None:
+        yield _jsonschema().ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(validator: Any, patterns: Mapping[str, Any], instance: Any, schema: Any) -> Iterator[Any]:
+    """JSON Schema's `patternProperties`: every key a pattern finds is checked against its subschema (RE2)."""
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        compiled = _re2(pattern)
+        for key, value in instance.items():
+            if compiled.search(key) is not None:
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(validator: Any, additional: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    """JSON Schema's `additionalProperties`: the keys neither `properties` nor a `patternProperties` pattern (RE2)
+    covers must satisfy it."""
+    if not validator.is_type(instance, "object"):
+        return
+    named = schema.get("properties", {})
+    patterns = [_re2(p) for p in schema.get("patternProperties", {})]
+    extras = [k for k in instance if k not in named and not any(p.search(k) is not None for p in patterns)]
+    if validator.is_type(additional, "object"):
+        for key in extras:
+            yield from validator.descend(instance[key], additional, path=key)
+    elif additional is False and extras:
+        listed = ", ".join(repr(k) for k in sorted(extras))
+        yield _jsonschema().ValidationError(f"additional properties are not allowed ({listed} unexpected)")
+
+
+def _jsonschema() -> Any:
     import jsonschema  # a dependency of the SDK, imported on the first schema check only
 
+    return jsonschema
+
+
+_RE2_KEYWORDS = {
+    "pattern": _pattern,
+    "patternProperties": _pattern_properties,
+    "additionalProperties": _additional_properties,
+}
+
+
+def _keywords(schema: Any) -> set[str]:
+    """Every keyword used anywhere in `schema` (object keys at any depth)."""
+    found: set[str] = set()
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            found.update(k for k in node if isinstance(k, str))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
+
+
+@functools.lru_cache(maxsize=64)
+def _validator(schema_json: str) -> Any:
+    """A JSON Schema validator for the request's schema (compiled once per schema) whose regex keywords match with
+    RE2; None when the schema itself is not one this checker can read (the engine enforced it; an unreadable schema
+    is not the output's fault); `Unchecked` when checking it would need a backtracking regex."""
+    jsonschema = _jsonschema()
     try:
         schema = orjson.loads(schema_json)
         cls = jsonschema.validators.validator_for(schema)
         cls.check_schema(schema)
-        return cls(schema)
     except (orjson.JSONDecodeError, jsonschema.SchemaError, TypeError):
         return None
-
-
-@functools.lru_cache(maxsize=64)
-def _pattern(regex: str) -> re.Pattern[str] | None:
-    """The request's regex, anchored at both ends as the spec says; None when Python's dialect cannot compile it
-    (the engine's dialect differs: it enforced the regex, and this check cannot judge it)."""
-    try:
-        return re.compile(regex)
-    except (re.error, RecursionError):
-        return None
+    except RecursionError:  # a pattern with groups nested past what Python's `re` compiles, in the schema check
+        return Unchecked("the schema holds a regex nested deeper than its validator reads")
+    used = _keywords(schema)
+    if "patternProperties" in used and "unevaluatedProperties" in used:  # kept (not raised): the cache keeps it
+        return Unchecked("the schema's unevaluatedProperties beside patternProperties needs a backtracking regex")
+    keywords = {k: v for k, v in _RE2_KEYWORDS.items() if k in cls.VALIDATORS}
+    return jsonschema.validators.extend(cls, keywords)(schema)
 
 
 def _constraint_violation(request: request_pb2.Request, index: int, text: str) -> errors_pb2.ResponseError | None:
@@ -117,6 +212,8 @@ def _constraint_violation(request: request_pb2.Request, index: int, text: str) -
         if kind == "json_object":
             return None if isinstance(value, dict) else _violated(index, "the output is JSON, but not an object")
         validator = _validator(request.constraint.json_schema.schema_json)
+        if isinstance(validator, Unchecked):
+            raise validator
         if validator is not None and (error := next(iter(validator.iter_errors(value)), None)) is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "(the root)"
             rule = "/".join(str(p) for p in error.absolute_schema_path)
@@ -124,8 +221,7 @@ def _constraint_violation(request: request_pb2.Request, index: int, text: str) -
                 index, f"the output breaks the requested schema at {where}: {error.message} (schema rule {rule})"
             )
     elif kind == "regex":
-        pattern = _pattern(request.constraint.regex)
-        if pattern is not None and pattern.fullmatch(text) is None:
+        if _re2(request.constraint.regex).fullmatch(text) is None:
             return _violated(index, f"the output does not match the requested regex {request.constraint.regex!r}")
     elif kind == "choice" and text not in request.constraint.choice.labels:
         return _violated(index, "the reply is not one of the labels")
@@ -133,9 +229,13 @@ def _constraint_violation(request: request_pb2.Request, index: int, text: str) -
 
 
 def soft_errors(
-    request: request_pb2.Request, facts: Facts, outcomes: Iterable[tuple[int, int, str]]
+    request: request_pb2.Request,
+    facts: Facts,
+    outcomes: Iterable[tuple[int, int, str]],
+    warnings: list[errors_pb2.Warning] | None = None,
 ) -> list[errors_pb2.ResponseError]:
-    """Every soft error of a response, in precedence order. `outcomes` are (choice index, finish reason, text)."""
+    """Every soft error of a response, in precedence order. `outcomes` are (choice index, finish reason, text).
+    A choice whose constraint could not be checked is a `constraint_not_checked` warning in `warnings`."""
     out = []
     if facts.provider_error is not None:
         out.append(facts.provider_error)
@@ -165,9 +265,59 @@ def soft_errors(
             )
     if request.constraint.WhichOneof("kind") is not None:
         for index, finish, text in sorted(outcomes):
-            if finish != _REFUSAL and (violation := _constraint_violation(request, index, text)):
+            if finish == _REFUSAL:
+                continue
+            try:
+                violation = _checked(request, index, text)
+            except Unchecked as exc:
+                if warnings is not None:
+                    warnings.append(
+                        errors_pb2.Warning(code=NOT_CHECKED, message=f"choice {index} was not checked: {exc}")
+                    )
+                continue
+            if violation is not None:
                 out.append(violation)
     return out
+
+
+def _checked(request: request_pb2.Request, index: int, text: str) -> errors_pb2.ResponseError | None:
+    """`_constraint_violation` within its bounds: an output too long to check, or too deep for the validator to
+    walk, is `Unchecked` rather than checked at any cost."""
+    if len(text) > MAX_CHECKED_CHARS and request.constraint.WhichOneof("kind") != "choice":
+        raise Unchecked(f"the output is longer than the {MAX_CHECKED_CHARS:,} characters a constraint is checked on")
+    try:
+        return _constraint_violation(request, index, text)
+    except RecursionError:
+        raise Unchecked("the output nests deeper than the schema validator walks") from None
+
+
+def add_malformed(found: Any, message: str) -> None:
+    """Add a `MALFORMED_RESPONSE` soft error to `found` (a response's or a stream end's `errors`) in its place in the
+    precedence: after the provider's own errors, before the rest. For damage found outside the lift (bytes that were
+    not UTF-8, `transports.base.utf8_repaired`)."""
+    at = 0
+    while at < len(found) and found[at].reason == errors_pb2.ERROR_REASON_PROVIDER_UNAVAILABLE:
+        at += 1
+    found.insert(at, errors_pb2.ResponseError(reason=errors_pb2.ERROR_REASON_MALFORMED_RESPONSE, message=message))
+
+
+def damaged_events(count: int) -> str:
+    """What `count` stream events with bytes that were not UTF-8 mean ("" for none)."""
+    if not count:
+        return ""
+    return (
+        f"{count} stream event(s) carried bytes that are not valid UTF-8 (replaced with U+FFFD); "
+        "their output may be incomplete"
+    )
+
+
+def received(outcome: Any, damage: str, secrets: tuple[str, ...]) -> None:
+    """What `Model` adds to a lift's response or stream end: `damage` found before the lift (bytes that were not
+    UTF-8) as a `MALFORMED_RESPONSE` soft error, then the one redaction pass (a provider's error inside a 200 answer
+    or a stream can quote the key), so that every surface downstream sees redacted text only."""
+    if damage:
+        add_malformed(outcome.errors, damage)
+    redact_outcome(outcome, secrets)
 
 
 def text_of(choice: response_pb2.Choice) -> str:
@@ -181,7 +331,9 @@ def settle(request: request_pb2.Request, response: response_pb2.Response, facts:
     outcomes = (
         [(c.index, c.finish_reason, c.constrained_label or text_of(c)) for c in response.choices] if constrained else []
     )
-    response.errors.extend(soft_errors(request, facts, outcomes))
+    found: list[errors_pb2.Warning] = []
+    response.errors.extend(soft_errors(request, facts, outcomes, found))
+    response.warnings.extend(found)
 
 
 def settle_stream(
@@ -191,4 +343,6 @@ def settle_stream(
     outcomes = [
         (f.choice_index, f.finish_reason, f.constrained_label or texts.get(f.choice_index, "")) for f in end.finishes
     ]
-    end.errors.extend(soft_errors(request, facts, outcomes))
+    found: list[errors_pb2.Warning] = []
+    end.errors.extend(soft_errors(request, facts, outcomes, found))
+    end.warnings.extend(found)

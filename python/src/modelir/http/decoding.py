@@ -1,9 +1,12 @@
 """A streamed answer as raw events: SSE decoded by `httpx-sse`, NDJSON split into lines, a cut stream told apart
-from a malformed answer."""
+from a malformed answer, and bytes that are not UTF-8 replaced with U+FFFD and flagged on the event
+(`RawEvent.damaged`), never silently: `Model` reports them as `MALFORMED_RESPONSE`."""
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import AsyncIterator
+from typing import cast
 
 import httpx
 import httpx_sse
@@ -24,10 +27,48 @@ async def decode_stream(raw: httpx.Response, stream_format: str | None) -> Async
         )
     if stream_format == "ndjson":
         async for line in ndjson_lines(raw):
+            try:
+                line.decode()
+            except UnicodeDecodeError:
+                yield RawEvent("", line.decode("utf-8", "replace").encode(), damaged=True)
+                continue
             yield RawEvent("", line)
         return
-    async for sse in httpx_sse.EventSource(raw).aiter_sse():
-        yield RawEvent(sse.event if sse.event != "message" else "", sse.data.encode())
+    text = _CheckedText(raw)
+    seen = 0
+    async for sse in httpx_sse.EventSource(cast(httpx.Response, text)).aiter_sse():
+        damaged, seen = text.damaged > seen, text.damaged
+        yield RawEvent(sse.event if sse.event != "message" else "", sse.data.encode(), damaged)
+
+
+class _CheckedText:
+    """The response as `httpx_sse.EventSource` reads it (`headers`, `aiter_text`), decoding UTF-8 strictly and
+    counting what it had to replace (httpx's own `aiter_text` replaces invalid bytes without a word)."""
+
+    def __init__(self, raw: httpx.Response) -> None:
+        self.headers = raw.headers
+        self._raw = raw
+        self._strict = codecs.getincrementaldecoder("utf-8")()
+        self.damaged = 0  # chunks in which bytes that are not UTF-8 were replaced
+
+    def _decode(self, chunk: bytes, final: bool = False) -> str:
+        state = self._strict.getstate()
+        try:
+            return self._strict.decode(chunk, final)
+        except UnicodeDecodeError:
+            self.damaged += 1
+            lenient = codecs.getincrementaldecoder("utf-8")("replace")
+            lenient.setstate(state)  # a sequence split across chunks is still whole
+            text = lenient.decode(chunk, final)
+            self._strict.setstate(lenient.getstate())
+            return text
+
+    async def aiter_text(self) -> AsyncIterator[str]:
+        async for chunk in self._raw.aiter_bytes():
+            if text := self._decode(chunk):
+                yield text
+        if tail := self._decode(b"", final=True):
+            yield tail
 
 
 async def ndjson_lines(raw: httpx.Response) -> AsyncIterator[bytes]:

@@ -1,6 +1,7 @@
 """The one interface every limiter backend implements, and the provider feedback they all read.
 
-A limiter admits one request at a time through `acquire` (waiting, never failing, while the budget is spent),
+A limiter admits one request at a time through `acquire` (waiting while the budget is spent; failing at once, as
+`RATE_LIMITED` with the wait as its retry delay, when the wait would outlast the call's deadline),
 learns from every provider answer through `observe` (a 429's `Retry-After`, `x-ratelimit-*` quota headers), and
 is told the real token count once a response's usage is known through `settle_tokens`.
 """
@@ -15,6 +16,7 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Literal
 
+from modelir import errors
 from modelir.transports.base import retry_after_seconds
 
 # What a shared limiter does while its store cannot be reached: wait for it, fail the call typed, or fall back to
@@ -31,8 +33,9 @@ class BaseLimiter(ABC):
     tokens_per_minute: float | None
 
     @abstractmethod
-    def acquire(self, estimated_tokens: int = 0) -> AbstractAsyncContextManager[None]:
-        """Hold a slot for one request; `estimated_tokens` is debited from the tokens-per-minute budget."""
+    def acquire(self, estimated_tokens: int = 0, *, deadline: float | None = None) -> AbstractAsyncContextManager[None]:
+        """Hold a slot for one request; `estimated_tokens` is debited from the tokens-per-minute budget. A wait
+        that would end after `deadline` (monotonic) raises `RateLimitedError` at once (`outlasts`)."""
 
     @abstractmethod
     def settle_tokens(self, estimated: int, actual: int) -> None:
@@ -50,6 +53,17 @@ class BaseLimiter(ABC):
 
     async def aclose(self) -> None:  # noqa: B027 (a backend without connections has nothing to close)
         """Release the backend's connections."""
+
+
+def outlasts(wait: float, deadline: float | None, name: str = "") -> None:
+    """Raise `RateLimitedError` when waiting `wait` seconds would pass `deadline`: the call could not start in time,
+    and waiting its whole deadline out would only turn a rate limit into a misleading `DEADLINE_EXCEEDED`."""
+    if deadline is not None and time.monotonic() + wait > deadline:
+        where = f" {name}" if name else ""
+        raise errors.RateLimitedError(
+            f"the limiter{where} admits no request for {wait:.3g}s, longer than the call's deadline allows",
+            retry_after=wait,
+        )
 
 
 # The longest pause one provider answer can impose on every model sharing a limiter. A 429 with `Retry-After:

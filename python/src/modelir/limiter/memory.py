@@ -1,9 +1,10 @@
 """The in-memory limiter backend (the default): one process's concurrency, requests and tokens per minute.
 
 A `Limiter` is an explicit collaborator: several models (say, every model behind one API key) can share one.
-Callers wait instead of failing. When the provider answers 429, or its headers say the quota is spent, the
-limiter pauses new requests until the provider's reset time. Its state lives in this process only: replicas
-that must share a quota use the Redis backend (`modelir.limiter.redis_limiter`).
+Callers wait instead of failing (unless the wait would outlast their deadline: then `RATE_LIMITED` at once). When
+the provider answers 429, or its headers say the quota is spent, the limiter pauses new requests until the
+provider's reset time. Its state lives in this process only: replicas that must share a quota use the Redis backend
+(`modelir.limiter.redis_limiter`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from modelir.limiter.base import BaseLimiter
+from modelir.limiter.base import BaseLimiter, outlasts
 
 
 class _TokenBucket:
@@ -65,8 +66,9 @@ class Limiter(BaseLimiter):
         self.in_flight = 0
 
     @asynccontextmanager
-    async def acquire(self, estimated_tokens: int = 0) -> AsyncIterator[None]:
-        """Hold a slot for one request. `estimated_tokens` is debited from the tokens-per-minute budget."""
+    async def acquire(self, estimated_tokens: int = 0, *, deadline: float | None = None) -> AsyncIterator[None]:
+        """Hold a slot for one request. `estimated_tokens` is debited from the tokens-per-minute budget; a wait
+        past `deadline` raises `RateLimitedError` at once."""
         if self._slots is not None:
             await self._slots.acquire()
         try:
@@ -79,6 +81,7 @@ class Limiter(BaseLimiter):
                         wait = max(wait, self._tokens.wait_for(estimated_tokens))
                     if wait <= 0:
                         break
+                    outlasts(wait, deadline)
                     await asyncio.sleep(wait)
                 if self._requests is not None:
                     self._requests.take(1)

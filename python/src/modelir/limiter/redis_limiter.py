@@ -9,7 +9,10 @@ them all. Each check-and-take is one atomic script, so two replicas can never bo
 Within one replica callers pass one at a time, in arrival order, as with the in-memory limiter; only the caller
 at the head of the line talks to Redis. When Redis cannot be reached the configured policy decides (`wait`,
 `fail` with `LimiterUnavailableError`, or `local`: fall back to this process's own limits, with a warning, and
-go back to Redis once it answers again). The `redis` package is an extra (`modelir[redis]`), imported here only.
+go back to Redis once it answers again). Every Redis operation has a socket timeout (`socket_timeout`, a second by
+default), so a Redis that accepts connections and never answers (a hung or stopped process) is found down within
+it; the callers queued behind that probe then act on the policy at once instead of each probing in turn. The
+`redis` package is an extra (`modelir[redis]`), imported here only.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import redis.asyncio as aioredis
 from redis import exceptions as redis_errors
 
 from modelir import errors
-from modelir.limiter.base import UNAVAILABLE_POLICIES, BaseLimiter, UnavailablePolicy
+from modelir.limiter.base import UNAVAILABLE_POLICIES, BaseLimiter, UnavailablePolicy, outlasts
 from modelir.limiter.memory import Limiter
 
 logger = logging.getLogger("modelir.limiter")
@@ -218,12 +221,12 @@ class RedisLimiter(BaseLimiter):
     # ---- the interface -------------------------------------------------------------------------------
 
     @asynccontextmanager
-    async def acquire(self, estimated_tokens: int = 0) -> AsyncIterator[None]:
+    async def acquire(self, estimated_tokens: int = 0, *, deadline: float | None = None) -> AsyncIterator[None]:
         if self._pending:  # feedback this replica saw goes out before it admits anything else
             await asyncio.gather(*self._pending, return_exceptions=True)
-        lease = await self._admit(estimated_tokens)
+        lease = await self._admit(estimated_tokens, deadline)
         if lease is None:  # the `local` policy while Redis is down
-            async with self._local.acquire(estimated_tokens):
+            async with self._local.acquire(estimated_tokens, deadline=deadline):
                 yield
             return
         renew = asyncio.create_task(self._keep_lease(lease)) if self.max_concurrency else None
@@ -239,7 +242,7 @@ class RedisLimiter(BaseLimiter):
                 self._releases.add(task)
                 task.add_done_callback(self._releases.discard)
 
-    async def _admit(self, estimated_tokens: int) -> str | None:
+    async def _admit(self, estimated_tokens: int, deadline: float | None = None) -> str | None:
         """Wait at the head of this replica's line until Redis admits the call; the lease id, or None to go
         local."""
         loop = asyncio.get_running_loop()
@@ -250,13 +253,16 @@ class RedisLimiter(BaseLimiter):
             while True:
                 local_wait = self._local_paused_until - time.monotonic()
                 if local_wait > 0:
+                    outlasts(local_wait, deadline, repr(self.name))
                     await asyncio.sleep(local_wait)
-                if (
-                    self.on_unavailable == "local"
-                    and self._down_since is not None
-                    and time.monotonic() - self._down_since < self._local_probe_seconds
-                ):
-                    return None
+                if self._down_since is not None:  # found down just now: act without another probe
+                    down_for = time.monotonic() - self._down_since
+                    if self.on_unavailable == "local" and down_for < self._local_probe_seconds:
+                        return None
+                    if self.on_unavailable == "fail" and down_for < self._socket_timeout:
+                        raise LimiterUnavailableError(
+                            f"the shared limiter {self.name!r} at {self.where} is unreachable"
+                        )
                 try:
                     admitted, wait_ms = await self._script(
                         "acquire",
@@ -285,6 +291,7 @@ class RedisLimiter(BaseLimiter):
                 self._came_back()
                 if admitted:
                     return lease
+                outlasts(int(wait_ms) / 1000, deadline, repr(self.name))
                 await asyncio.sleep(int(wait_ms) / 1000)
 
     async def _keep_lease(self, lease: str) -> None:

@@ -5,7 +5,10 @@ verbatim lets a caller aim that fetcher anywhere: `file:///etc/passwd` on a self
 service at `http://169.254.169.254/`, a loopback admin port. By default only `https` URIs to public hosts, the
 providers' own bucket scheme (`gs`, Gemini and Vertex) and inline `data:` URIs pass; everything else is refused
 before any I/O, with an error naming the field. Host names are not resolved (the check is pure): what is refused
-is every IP literal (and `localhost`) in a loopback, private, link-local, reserved or unspecified range.
+is every IP literal (and `localhost`) in a loopback, private, link-local, reserved or unspecified range, however it
+is spelled (`hosts`: every IPv4 form `inet_aton` accepts, IPv6 with an embedded IPv4 address, trailing dots), and
+an `http(s)` URI not spelled `scheme://authority` (`https:127.0.0.1/x`, `https:/\\127.0.0.1/x`), which fetchers read
+in more than one way.
 
 ```yaml
 server:
@@ -17,7 +20,6 @@ server:
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +28,7 @@ from urllib.parse import urlsplit
 from google.protobuf.message import Message
 
 from modelir import errors
+from modelir.pipeline import hosts
 from modelir.v1 import content_pb2, errors_pb2
 
 DEFAULT_SCHEMES = frozenset({"https", "gs", "data"})
@@ -46,8 +49,8 @@ class MediaPolicy:
         if scheme not in self.allow_schemes:
             allowed = ", ".join(sorted(self.allow_schemes))
             return f"uses the scheme {scheme or '(none)'!r}, which is not forwarded (allowed: {allowed})"
-        if scheme in ("http", "https") and not self.allow_private_hosts and _private(parts.hostname or ""):
-            return f"points at {parts.hostname!r}, a loopback, private or link-local address, which is not forwarded"
+        if scheme in ("http", "https") and not self.allow_private_hosts:
+            return _host_problem(uri)
         return None
 
 
@@ -82,17 +85,19 @@ def build_media_policy(spec: Any, fail: Any) -> MediaPolicy:
     return MediaPolicy(frozenset(s.lower() for s in schemes), private)
 
 
-def _private(host: str) -> bool:
-    host = host.strip("[]").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
+def _host_problem(uri: str) -> str | None:
+    """Why an `http(s)` URI may not go out under a policy that refuses private hosts, or None."""
     try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False  # a name: not resolved here
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return not address.is_global or address.is_multicast
+        host, canonical = hosts.host_of(uri)
+        if not canonical:
+            return f"is not spelled scheme://host/... (fetchers read {uri!r} in more than one way)"
+        if not host:
+            return "names no host"
+        if hosts.is_private(host):
+            return f"points at {host!r}, a loopback, private or link-local address, which is not forwarded"
+    except hosts.MalformedHost as exc:
+        return f"has a host that cannot be read: {exc}"
+    return None
 
 
 def _uris(message: Message, path: str) -> Iterator[tuple[str, str]]:

@@ -131,7 +131,16 @@ class Pipeline:
         checked, warnings = self.check(request, streaming=streaming)
         native = None
         if self._lower is not None and split_continuations(checked, self.transport) is None:
-            native = self._lower(checked, stream=streaming)  # a split request is lowered once per continuation
+            try:  # a split request is lowered once per continuation
+                native = self._lower(checked, stream=streaming)
+            except (ValueError, TypeError, RecursionError) as exc:  # JSON text the wire cannot carry, and the like
+                raise errors.InvalidRequestError(
+                    [
+                        errors_pb2.FieldViolation(
+                            field="request", description=f"{self.transport.name} cannot send it: {exc}"
+                        )
+                    ]
+                ) from None
         return Prepared(checked, warnings, native)
 
     def report(self, request: request_pb2.Request) -> service_pb2.ValidateResponse:

@@ -9,7 +9,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from modelir.errors import InvalidRequestError
-from modelir.pipeline import content_kinds
+from modelir.pipeline import content_kinds, limits
 from modelir.v1 import content_pb2, errors_pb2, request_pb2
 
 
@@ -203,6 +203,7 @@ def _problems(req: request_pb2.Request) -> Iterator[tuple[str, str]]:
             yield f"{where}.options_json", "Provider options must be a JSON object."
     if req.HasField("timeout") and (req.timeout.seconds < 0 or req.timeout.nanos < 0):
         yield "timeout", "A timeout is never negative."
+    yield from limits.limit_problems(req)
 
 
 def _sampling_problems(req: request_pb2.Request) -> Iterator[tuple[str, str]]:

@@ -52,10 +52,27 @@ class HttpResponse:
 
 @dataclass(frozen=True, slots=True)
 class RawEvent:
-    """One event of a native stream: an SSE event (name and data) or one NDJSON line (data only)."""
+    """One event of a native stream: an SSE event (name and data) or one NDJSON line (data only). `damaged`: bytes
+    that were not UTF-8 arrived since the previous event and were replaced with U+FFFD (`http.decoding`)."""
 
     event: str
     data: bytes
+    damaged: bool = False
+
+
+def utf8_repaired(body: bytes) -> tuple[bytes, str]:
+    """`body` and "" when it is UTF-8 (as every JSON answer must be); else the body with each invalid sequence
+    replaced by U+FFFD, and what was wrong. A lift reads the repaired body, so what arrived intact is kept, and the
+    damage is reported (`MALFORMED_RESPONSE`) instead of a key that no longer matches dropping its value silently."""
+    try:
+        body.decode()
+    except UnicodeDecodeError as exc:
+        repaired = body.decode("utf-8", "replace").encode()
+        return (
+            repaired,
+            f"the provider's answer is not valid UTF-8 (first at byte {exc.start}); its output may be incomplete",
+        )
+    return body, ""
 
 
 class StreamLifter(ABC):
@@ -202,6 +219,11 @@ class HttpTransport(Transport):
             return
         try:  # only the top-level keys are read: no value is built (an `orjson.loads` would parse the body twice)
             top = _TOP_LEVEL.decode(response.body)
+            if isinstance(top, list) and not top:  # `[]`: an answer for no input at all (sglang's for one prompt)
+                raise errors.MalformedResponseError(
+                    f"{self.name}: the provider answered an empty list, with no answer in it",
+                    http_status=response.status,
+                )
             if isinstance(top, dict):
                 answers = [top]
             else:  # mypy holds a memoryview never equals bytes; it does, by content

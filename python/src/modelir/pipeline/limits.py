@@ -1,0 +1,110 @@
+"""How deep and how large the JSON a request carries may be: the bounds every lowering and provider can take.
+
+A request carries JSON as text in its `*_json` fields (a tool's schema, tool-call arguments, provider options, a
+JSON-schema constraint, replayed provider parts). A lowering parses that text and serialises it again inside the
+native body, so nesting that the parser takes but the serialiser refuses (orjson stops at 255 levels, its parser at
+1,024; Python's recursion limit is near 1,000 frames) would fail deep inside a lowering, untyped. Validation refuses
+it first, naming the field, so `Validate` and a call agree. A regex constraint is bounded too: its automaton is
+built for the output check (`errors.soft`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+
+# Deeper than any real schema or arguments nest, and far below where a lowering (which puts the value a few levels
+# down in its body) or a provider's parser gives up.
+MAX_JSON_DEPTH = 128
+# The longest regex constraint: RE2's automaton for it must fit its memory bound.
+MAX_REGEX_CHARS = 100_000
+
+
+def limit_problems(request: Message) -> Iterator[tuple[str, str]]:
+    """(field, description) of every JSON text in `request` nested deeper than `MAX_JSON_DEPTH`, and of a regex
+    constraint longer than `MAX_REGEX_CHARS`."""
+    for field, text in _json_texts(request, ""):
+        if _nests_deeper(text, MAX_JSON_DEPTH):
+            yield field, f"The JSON nests deeper than {MAX_JSON_DEPTH} levels, more than any provider takes."
+    constraint = getattr(request, "constraint", None)
+    if constraint is not None and len(constraint.regex) > MAX_REGEX_CHARS:
+        yield "constraint.regex", f"The regular expression is longer than {MAX_REGEX_CHARS:,} characters."
+
+
+def _nests_deeper(text: str, limit: int) -> bool:
+    """Whether the JSON `text` nests more than `limit` arrays and objects deep. Text with fewer brackets than that
+    cannot (the common case, counted in C); text that is not JSON is left to the checks that want JSON."""
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        return "depth" in str(exc)  # orjson's own limit (1,024): deeper still
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return False
+
+
+def _json_texts(message: Message, path: str) -> Iterator[tuple[str, str]]:
+    """(field path, text) of every non-empty JSON text field (`_is_json`) anywhere in `message`."""
+    for name, kind in _fields(type(message)):
+        where = f"{path}.{name}" if path else name
+        if kind == _JSON:
+            if text := getattr(message, name):
+                yield where, text
+        elif kind == _REPEATED:
+            for index, item in enumerate(getattr(message, name)):
+                yield from _json_texts(item, f"{where}[{index}]")
+        elif message.HasField(name):
+            yield from _json_texts(getattr(message, name), where)
+
+
+_JSON, _MESSAGE, _REPEATED = range(3)
+_FIELDS: dict[type, tuple[tuple[str, int], ...]] = {}
+
+
+def _fields(message_type: type[Message]) -> tuple[tuple[str, int], ...]:
+    """(name, kind) of the fields of `message_type` that are, or can contain, a `*_json` text (maps excluded);
+    worked out once per message type."""
+    found = _FIELDS.get(message_type)
+    if found is None:
+        found = _FIELDS[message_type] = tuple(_kinds(message_type))
+    return found
+
+
+def _kinds(message_type: type[Message]) -> Iterator[tuple[str, int]]:
+    for field in message_type.DESCRIPTOR.fields:
+        if _is_json(field):
+            yield field.name, _JSON
+        elif field.message_type is not None and not field.message_type.GetOptions().map_entry:
+            if _reaches_json(field.message_type, frozenset()):
+                yield field.name, _REPEATED if field.is_repeated else _MESSAGE
+
+
+def _is_json(field: Any) -> bool:  # a FieldDescriptor (upb's or the pure one)
+    """A JSON text field: `options_json`, `arguments_json`, `parameters_json_schema`, ..."""
+    return field.type == FieldDescriptor.TYPE_STRING and "_json" in field.name and not field.is_repeated
+
+
+def _reaches_json(descriptor: Any, seen: frozenset[str]) -> bool:  # a message Descriptor
+    if descriptor.full_name in seen:
+        return False
+    seen = seen | {descriptor.full_name}
+    return any(
+        _is_json(f)
+        or (
+            f.message_type is not None
+            and not f.message_type.GetOptions().map_entry
+            and _reaches_json(f.message_type, seen)
+        )
+        for f in descriptor.fields
+    )
