@@ -22,19 +22,21 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 
 from modelir import errors, sync, telemetry
 from modelir.errors.rich_status import error_from_rpc
 from modelir.interface import ModelInterface
-from modelir.limiter import BaseLimiter, Limiter
 from modelir.pipeline import validation
 from modelir.streams.fold import keeping_partial
 from modelir.sync import run_sync as _sync
 from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, service_pb2, service_pb2_grpc, stream_pb2
 from modelir.writing.arguments import ArgumentError, require_request
+
+if TYPE_CHECKING:  # the limiter package loads every transport (its feedback reads their retry hints)
+    from modelir.limiter import BaseLimiter
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 SERVICE_NAME = service_pb2.DESCRIPTOR.services_by_name["ModelService"].full_name
@@ -120,7 +122,11 @@ class RemoteModel(ModelInterface):
             raise ArgumentError("limiter", "either a shared limiter or max_concurrency, not both")
         if max_concurrency is not None and (isinstance(max_concurrency, bool) or max_concurrency < 1):
             raise ArgumentError("max_concurrency", "a whole number of at least 1", max_concurrency)
-        self.limiter: BaseLimiter = limiter or Limiter(max_concurrency=max_concurrency)
+        if limiter is None and max_concurrency is not None:
+            from modelir.limiter import Limiter
+
+            limiter = Limiter(max_concurrency=max_concurrency)
+        self.limiter: BaseLimiter | None = limiter  # None: no cap of this client's own
         self.target = target if isinstance(target, str) else ",".join(target)
         self._channel_target = channel_target(target)  # fails here, not on the first call
         self.failover_attempts = max(1, failover_attempts)
@@ -233,6 +239,8 @@ class RemoteModel(ModelInterface):
             await telemetry.read_trailers(call)  # the provider's request id, for a record's provenance
             return answer
 
+        if self.limiter is None:
+            return (await self._unary(generate)).response
         async with self.limiter.acquire():
             answer = await self._unary(generate)
         return answer.response
@@ -251,6 +259,10 @@ class RemoteModel(ModelInterface):
         arrived, a broken stream raises like any other)."""
         request = self._named(request)
         message = service_pb2.StreamGenerateRequest(request=request)
+        if self.limiter is None:
+            async for event in self._stream_calls(request, message, deadline):
+                yield event
+            return
         async with self.limiter.acquire():  # held for the whole stream, as a local model holds its slot
             async for event in self._stream_calls(request, message, deadline):
                 yield event

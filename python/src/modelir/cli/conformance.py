@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import orjson
-
 
 def _conformance(args: argparse.Namespace) -> int:
+    import orjson
+
     from modelir.conformance import runner as conformance
 
     fixtures = Path(args.fixtures) if args.fixtures else conformance.DEFAULT_FIXTURES
