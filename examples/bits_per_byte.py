@@ -14,7 +14,7 @@ CORPUS = [
 ]
 
 with modelir.connect("reference") as model:
-    modelir.pipeline.needs("input_scoring").check(model)
+    modelir.needs("input_scoring").check(model)
     scores = [model.score("", text) for text in CORPUS]
 
 for text, score in zip(CORPUS, scores, strict=True):

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from modelir.v1.stream_pb2 import StreamEvent
     from modelir.version import IR_VERSION, SDK_VERSION
     from modelir.writing import ArgumentError, chat_message, image, tool, tool_result
-    from modelir.writing.builder import build_request, message
+    from modelir.writing.builder import RequestOptions, build_request, message
 
 # Where each public name lives: module -> names.
 _EXPORTS: dict[str, tuple[str, ...]] = {
@@ -93,7 +93,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "modelir.v1.stream_pb2": ("StreamEvent",),
     "modelir.version": ("IR_VERSION", "SDK_VERSION"),
     "modelir.writing": ("ArgumentError", "chat_message", "image", "tool", "tool_result"),
-    "modelir.writing.builder": ("build_request", "message"),
+    "modelir.writing.builder": ("RequestOptions", "build_request", "message"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
