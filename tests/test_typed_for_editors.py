@@ -10,7 +10,7 @@ from pathlib import Path
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 PROGRAMS = ["rl_rollout", "bits_per_byte", "classify", "reasoning_replay", "many_requests", "streaming", "records"]
-MISTAKES = '''
+MISTAKES = """
 import modelir
 
 model = modelir.connect("reference")
@@ -18,7 +18,7 @@ reply = modelir.view(model.chat("Hello", max_tokens=5))
 length: int = reply.text
 ids: str = reply.sampled_token_ids
 calls: int = reply.tool_calls
-'''
+"""
 
 
 def _mypy(*paths: Path, cache: Path) -> subprocess.CompletedProcess:
