@@ -44,6 +44,12 @@ def test_importing_modelir_loads_a_name_only_when_it_is_used():
     assert done.stdout.split() == ["False", "True"]
 
 
+def test_a_submodule_named_like_a_public_name_does_not_replace_it():
+    code = "import modelir.connect, modelir; from modelir import connect; print(callable(connect), modelir.connect)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.startswith("True <function connect"), done.stdout
+
+
 def test_the_lazy_table_and_the_type_checking_imports_agree():
     import ast
     from pathlib import Path

@@ -16,6 +16,8 @@ two equal). A submodule (`modelir.pipeline`, ...) is imported on first attribute
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -117,3 +119,17 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
+
+
+class _Package(types.ModuleType):
+    """The package, keeping a public name when a submodule of the same name is imported: importing `modelir.connect`
+    sets the attribute `connect` of the package to the module, and `modelir.connect` is the function (as it was when
+    this file imported every name eagerly, binding the function after the module)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and _MODULE_OF.get(name) == value.__name__:
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
