@@ -5,7 +5,9 @@ SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
-# The stamp changes whenever the package's dependencies or the pinned constraints change.
+# The stamps change whenever the package's dependencies or the pinned constraints change. `make serve` needs only
+# the package (BASE_STAMP); tests, lint, generation and the suites install the extras on top of it (PY_STAMP).
+BASE_STAMP := $(VENV)/.installed-base
 PY_STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 # The platform binary of the pinned buf (the npm shim costs ~150 ms a call).
@@ -34,7 +36,11 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-$(PY_STAMP): python/pyproject.toml python/constraints.txt | $(PY)
+$(BASE_STAMP): python/pyproject.toml python/constraints.txt | $(PY)
+	$(PY) -m pip install --quiet -c python/constraints.txt -e python
+	touch $@
+
+$(PY_STAMP): python/pyproject.toml python/constraints.txt $(BASE_STAMP)
 	$(PY) -m pip install --quiet -c python/constraints.txt -e 'python[dev,redis,ray]'
 	touch $@
 
@@ -163,8 +169,9 @@ bench-scale: $(PY_STAMP) redis-server
 	$(SCALE_ENV) $(PY) bench/scale.py
 
 .PHONY: serve
-# node_modules too: the README's `buf curl` lines call the pinned buf that it holds.
-serve: $(PY_STAMP) $(NODE_STAMP)
+# The package alone (no test tools, evaluation frameworks, Ray or provider SDKs); node_modules too: the README's
+# `buf curl` lines call the pinned buf that it holds.
+serve: $(BASE_STAMP) $(NODE_STAMP)
 	$(VENV)/bin/modelir serve $(if $(CONFIG),--config $(CONFIG)) $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 
 .PHONY: bench

@@ -117,8 +117,20 @@ def bench_reference_calls(seconds: float) -> list[tuple[str, str, str]]:
     ]
 
 
-GROUPS = ("reference", "build", "transports", "inprocess", "gateway", "workers", "telemetry", "instructions", "streams")
-MULTI_PROCESS = ("inprocess", "gateway", "workers", "telemetry", "instructions", "streams")
+GROUPS = (
+    "reference",
+    "build",
+    "transports",
+    "records",
+    "cli",
+    "inprocess",
+    "gateway",
+    "workers",
+    "telemetry",
+    "instructions",
+    "streams",
+)
+MULTI_PROCESS = ("cli", "inprocess", "gateway", "workers", "telemetry", "instructions", "streams")
 
 
 def _group(group: str, args: argparse.Namespace) -> list[tuple[str, str, str]]:
@@ -131,6 +143,14 @@ def _group(group: str, args: argparse.Namespace) -> list[tuple[str, str, str]]:
         import transports
 
         return transports.run(args.repeat)
+    if group == "records":
+        import records_reading
+
+        return records_reading.run(args.repeat)
+    if group == "cli":
+        import cli_startup
+
+        return cli_startup.run(args.repeat)
     if group == "inprocess":
         import inprocess
 

@@ -13,7 +13,7 @@ async def main() -> None:
     async with modelir.connect("openai_chat", "gpt-4o-mini", max_concurrency=16) as model:
         started = time.monotonic()
         replies = await asyncio.gather(*(model.achat([("user", f"Say hi to #{i}")]) for i in range(200)))
-    tokens = sum(modelir.view(r).usage.output for r in replies)
+    tokens = sum(modelir.view(r).usage.output or 0 for r in replies)
     print(f"{len(replies)} answers, {tokens} output tokens in {time.monotonic() - started:.2f}s")
     print(f"first: {modelir.view(replies[0]).text!r}")
 

@@ -21,14 +21,16 @@ with modelir.connect("reference") as model:
     messages = [modelir.chat_message("user", "What is the weather in Paris? Call get_weather.")]
     ids, logprobs = [], []
     for turn in range(2):
-        options = dict(tools=[get_weather], logprobs=True, require_token_ids=True, max_output_tokens=48, seed=turn)
-        reply = modelir.view(model.chat(messages, **options))
-        ids.append(reply.logprobs.ids)
-        logprobs.append(reply.logprobs.logprobs)
+        asked = modelir.RequestOptions(tools=[get_weather], logprobs=True, require_token_ids=True, max_output_tokens=48)
+        reply = modelir.view(model.chat(messages, **asked | {"seed": turn}))
+        arrays = reply.logprobs
+        assert arrays is not None and arrays.ids is not None  # asked for: require_token_ids refuses a model without
+        ids.append(arrays.ids)
+        logprobs.append(arrays.logprobs)
         messages.append(reply.assistant_message)
         for i, call in enumerate(reply.tool_calls):
             messages.append(modelir.tool_result(call, get_weather(**reply.arguments(i))))
-        print(f"turn {turn}: {reply.finish_reason}, {len(reply.logprobs)} tokens, {len(reply.tool_calls)} tool calls")
+        print(f"turn {turn}: {reply.finish_reason}, {len(arrays)} tokens, {len(reply.tool_calls)} tool calls")
 
-ids, logprobs = np.concatenate(ids), np.concatenate(logprobs)
-print(f"rollout: {ids.shape[0]} sampled tokens, ids {ids[:8]}..., sum logprob {logprobs.sum():.2f}")
+all_ids, all_logprobs = np.concatenate(ids), np.concatenate(logprobs)
+print(f"rollout: {all_ids.shape[0]} sampled tokens, ids {all_ids[:8]}..., sum logprob {all_logprobs.sum():.2f}")

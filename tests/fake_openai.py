@@ -112,3 +112,30 @@ class FakeOpenAI:
 
     async def __aexit__(self, *exc) -> None:
         await self.runner.cleanup()
+
+
+async def _run_offline(programs: list[str]) -> int:
+    """Each program in turn, talking to this fake instead of OpenAI (`OPENAI_BASE_URL`, a made-up key); the rest of
+    the environment is the caller's. Returns how many failed."""
+    import os
+    import sys
+
+    failed = 0
+    async with FakeOpenAI() as fake:
+        env = os.environ | {"OPENAI_BASE_URL": fake.base_url, "OPENAI_API_KEY": "sk-offline"}
+        for program in programs:
+            print(f"==> {program}", flush=True)
+            process = await asyncio.create_subprocess_exec(sys.executable, program, env=env)
+            if await process.wait() != 0:
+                print(f"==> {program} failed with status {process.returncode}", file=sys.stderr, flush=True)
+                failed += 1
+    return failed
+
+
+if __name__ == "__main__":
+    # The examples offline: `python -m tests.fake_openai examples/*.py` runs each program against this fake.
+    import sys
+
+    if len(sys.argv) < 2:
+        sys.exit("usage: python -m tests.fake_openai PROGRAM.py [PROGRAM.py ...]  (runs each against this fake)")
+    sys.exit(1 if asyncio.run(_run_offline(sys.argv[1:])) else 0)

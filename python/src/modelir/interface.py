@@ -2,25 +2,27 @@
 
 Subclasses implement the primitives (`arun`, `astream`, `avalidate`, `atokenize_request`, `capabilities`); the
 sugar and the sync twins are written once, here, so code written against one runs unchanged against the other.
-Requests are built in `request_builder`; the sync twins run on the loop in `sync`.
+Requests are built in `writing.builder`; the sync twins run on the loop in `sync`.
 """
 
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Unpack
 
 from modelir.logprobs import build as lp
 from modelir.streams.fold import fold_stream
 from modelir.sync import iterate_sync, run_sync
 from modelir.v1 import capabilities_pb2, logprobs_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
-from modelir.writing.builder import MessageLike, build_request, message, with_model
+from modelir.writing.arguments import ArgumentError, require_request
+from modelir.writing.builder import MessageLike, MessagesLike, RequestOptions, build_request, message, with_model
 
 # Re-exported: these names were first defined here, and modules and users import them from here.
-__all__ = ["MessageLike", "ModelInterface", "Score", "build_request", "message", "with_model"]
+__all__ = ["MessageLike", "MessagesLike", "ModelInterface", "RequestOptions", "Score", "build_request", "message"]
+__all__ += ["with_model"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +101,7 @@ class ModelInterface(ABC):
 
     async def atokenize_messages(
         self,
-        messages: Iterable[MessageLike],
+        messages: MessagesLike,
         *,
         add_generation_prompt: bool = True,
         add_special_tokens: bool = False,
@@ -114,12 +116,24 @@ class ModelInterface(ABC):
 
     # ---- sugar ---------------------------------------------------------------------------------------
 
-    async def agenerate(self, prompt: str, **options: Any) -> response_pb2.Response:
-        """Complete a raw prompt. `options` are `build_request` keywords (max_output_tokens, logprobs, ...)."""
+    async def agenerate(self, prompt: str, **options: Unpack[RequestOptions]) -> response_pb2.Response:
+        """Complete a raw prompt (needs `COMPLETION`; a chat-only model is refused up front: use `achat`).
+
+        `options` are `build_request`'s keywords (`RequestOptions`): `max_output_tokens`, `temperature`, `stop`,
+        `logprobs`, `top_logprobs`, `seed`, `choices`, `json_schema`, `reasoning`, `tools`, ... A keyword it does
+        not take raises `ArgumentError` naming the nearest one (`max_tokens` -> `max_output_tokens`).
+        """
+        if not isinstance(prompt, str):
+            raise ArgumentError("prompt", "the prompt text (for a conversation: achat)", prompt)
         return await self.arun(build_request(self.name, prompt=prompt, **options))
 
-    async def achat(self, messages: Iterable[MessageLike], **options: Any) -> response_pb2.Response:
-        """Continue a conversation. Messages are `Message`s, `(role, text)` pairs or `{role, content}` dicts."""
+    async def achat(self, messages: MessagesLike, **options: Unpack[RequestOptions]) -> response_pb2.Response:
+        """Continue a conversation (needs `CHAT`).
+
+        `messages` is one string (a user message) or a list of `Message`s, `(role, text)` pairs and `{role,
+        content}` dicts (content as text, or OpenAI-style `text` / `image_url` parts). `options` are
+        `build_request`'s keywords (`RequestOptions`), as for `agenerate`.
+        """
         return await self.arun(build_request(self.name, messages=messages, **options))
 
     async def ascore(self, context: str, continuation: str, *, top_k: int = 0) -> Score:
@@ -134,26 +148,43 @@ class ModelInterface(ABC):
     # ---- sync twins for scripts ----------------------------------------------------------------------
 
     def run(self, request: request_pb2.Request) -> response_pb2.Response:
-        return run_sync(self.arun(request))
+        """Run one request (`arun` from sync code). Hard failures raise `ModelError`; soft ones come back in
+        `response.errors`."""
+        return run_sync(self.arun(require_request(request, "run")))
 
     def stream(self, request: request_pb2.Request) -> Iterator[stream_pb2.StreamEvent]:
         """The events of one request, each as it arrives (not after the whole answer)."""
-        return iterate_sync(self.astream(request))
+        return iterate_sync(self.astream(require_request(request, "stream")))
 
-    def generate(self, prompt: str, **options: Any) -> response_pb2.Response:
+    def generate(self, prompt: str, **options: Unpack[RequestOptions]) -> response_pb2.Response:
+        """Complete a raw prompt (`agenerate` from sync code; the same keywords, `RequestOptions`)."""
         return run_sync(self.agenerate(prompt, **options))
 
-    def chat(self, messages: Iterable[MessageLike], **options: Any) -> response_pb2.Response:
+    def chat(self, messages: MessagesLike, **options: Unpack[RequestOptions]) -> response_pb2.Response:
+        """Continue a conversation (`achat` from sync code): `model.chat("Hello")`, `model.chat([("system",
+        "Be brief."), ("user", "Hello")], max_output_tokens=50)`; the keywords are `RequestOptions`."""
         return run_sync(self.achat(messages, **options))
 
     def score(self, context: str, continuation: str, *, top_k: int = 0) -> Score:
+        """Score `continuation` after `context` (`ascore` from sync code)."""
         return run_sync(self.ascore(context, continuation, top_k=top_k))
 
-    def tokenize(self, text: str, context: str | None = None, **options: Any) -> service_pb2.TokenizeResponse:
-        return run_sync(self.atokenize(text, context, **options))
+    def tokenize(
+        self, text: str, context: str | None = None, *, add_special_tokens: bool = False
+    ) -> service_pb2.TokenizeResponse:
+        """The tokens of `text` as they come out when it follows `context` (`atokenize` from sync code)."""
+        return run_sync(self.atokenize(text, context, add_special_tokens=add_special_tokens))
 
-    def tokenize_messages(self, messages: Iterable[MessageLike], **options: Any) -> service_pb2.TokenizeResponse:
-        return run_sync(self.atokenize_messages(messages, **options))
+    def tokenize_messages(
+        self, messages: MessagesLike, *, add_generation_prompt: bool = True, add_special_tokens: bool = False
+    ) -> service_pb2.TokenizeResponse:
+        """The tokens of a conversation through the model's chat template (`atokenize_messages` from sync code)."""
+        return run_sync(
+            self.atokenize_messages(
+                messages, add_generation_prompt=add_generation_prompt, add_special_tokens=add_special_tokens
+            )
+        )
 
     def validate(self, request: request_pb2.Request) -> service_pb2.ValidateResponse:
-        return run_sync(self.avalidate(request))
+        """Check `request` against this model without running it (`avalidate` from sync code)."""
+        return run_sync(self.avalidate(require_request(request, "validate")))

@@ -43,6 +43,7 @@ from modelir.transports.base import (
     utf8_repaired,
 )
 from modelir.v1 import capabilities_pb2, errors_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
+from modelir.writing.arguments import require_request
 from modelir.writing.builder import with_model
 
 # Seconds a call may take when neither the caller, the request nor the operator says: long enough for a long
@@ -117,6 +118,7 @@ class Model(ModelInterface):
 
     async def arun(self, request: request_pb2.Request, *, deadline: float | None = None) -> response_pb2.Response:
         """Run one request. Hard failures raise `ModelError`; soft ones come back in `response.error`."""
+        request = require_request(request, "arun")
         with telemetry.model_call(self, request) as call:
             return call.finish(await self._arun(request, deadline))
 
@@ -190,6 +192,7 @@ class Model(ModelInterface):
         self, request: request_pb2.Request, *, deadline: float | None = None
     ) -> AsyncIterator[stream_pb2.StreamEvent]:
         """Stream the events of one request. Folding them gives what `arun` returns."""
+        request = require_request(request, "astream")
         return telemetry.stream_call(self, request, keeping_partial(self._astream(request, deadline)))
 
     async def _astream(
@@ -296,6 +299,7 @@ class Model(ModelInterface):
 
     async def avalidate(self, request: request_pb2.Request) -> service_pb2.ValidateResponse:
         """Check `request` against this model without running it."""
+        request = require_request(request, "avalidate")
         if not request.model:
             request = with_model(request, self.name)
         try:  # `Validate` answers what a call would: a media URI the policy refuses is a field violation too

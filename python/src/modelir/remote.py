@@ -23,17 +23,22 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from types import TracebackType
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 
-from modelir import errors, telemetry
+from modelir import errors, sync, telemetry
 from modelir.errors.rich_status import error_from_rpc
 from modelir.interface import ModelInterface
 from modelir.pipeline import validation
 from modelir.streams.fold import keeping_partial
 from modelir.sync import run_sync as _sync
 from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, service_pb2, service_pb2_grpc, stream_pb2
+from modelir.writing.arguments import ArgumentError, require_request
+
+if TYPE_CHECKING:  # the limiter package loads every transport (its feedback reads their retry hints)
+    from modelir.limiter import BaseLimiter
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 SERVICE_NAME = service_pb2.DESCRIPTOR.services_by_name["ModelService"].full_name
@@ -117,7 +122,20 @@ class RemoteModel(ModelInterface):
         failover_attempts: int = 3,
         tls: bool | str | bytes = False,
         tls_server_name: str | None = None,
+        max_concurrency: int | None = None,
+        limiter: BaseLimiter | None = None,
     ) -> None:
+        """A model served at `target` (see `channel_target`). `max_concurrency` caps this client's calls in flight
+        (as `connect(..., max_concurrency=)` does); `limiter` shares one cap between several models instead."""
+        if limiter is not None and max_concurrency is not None:
+            raise ArgumentError("limiter", "either a shared limiter or max_concurrency, not both")
+        if max_concurrency is not None and (isinstance(max_concurrency, bool) or max_concurrency < 1):
+            raise ArgumentError("max_concurrency", "a whole number of at least 1", max_concurrency)
+        if limiter is None and max_concurrency is not None:
+            from modelir.limiter import Limiter
+
+            limiter = Limiter(max_concurrency=max_concurrency)
+        self.limiter: BaseLimiter | None = limiter  # None: no cap of this client's own
         self.target = target if isinstance(target, str) else ",".join(target)
         self._channel_target = channel_target(target)  # fails here, not on the first call
         self.failover_attempts = max(1, failover_attempts)
@@ -142,11 +160,30 @@ class RemoteModel(ModelInterface):
             entry = self._stubs[loop] = (channel, service_pb2_grpc.ModelServiceStub(channel))
         return entry[1]
 
+    # ---- lifecycle: as a `Connection`'s ------------------------------------------------------------------
+
     async def aclose(self) -> None:
-        loop = asyncio.get_running_loop()
-        entry = self._stubs.pop(loop, None)
+        """Close the channel opened on the running loop."""
+        entry = self._stubs.pop(asyncio.get_running_loop(), None)
         if entry is not None:
             await entry[0].close()
+
+    def close(self) -> None:
+        """Close the channel the sync methods opened (async code uses `aclose`)."""
+        if sync._loop is not None and sync._loop in self._stubs:
+            _sync(self.aclose())
+
+    async def __aenter__(self) -> RemoteModel:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __enter__(self) -> RemoteModel:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
 
     def _timeout(self, request: request_pb2.Request | None, deadline: float | None) -> float | None:
         candidates = []
@@ -194,6 +231,8 @@ class RemoteModel(ModelInterface):
         return self._manifest
 
     async def arun(self, request: request_pb2.Request, *, deadline: float | None = None) -> response_pb2.Response:
+        """Run one request on the server (see `ModelInterface.arun`)."""
+        request = require_request(request, "arun")
         with telemetry.model_call(self, request) as call:
             return call.finish(await self._arun(request, deadline))
 
@@ -209,12 +248,17 @@ class RemoteModel(ModelInterface):
             await telemetry.read_trailers(call)  # the provider's request id, for a record's provenance
             return answer
 
-        answer = await self._unary(generate)
+        if self.limiter is None:
+            return (await self._unary(generate)).response
+        async with self.limiter.acquire():
+            answer = await self._unary(generate)
         return answer.response
 
     def astream(
         self, request: request_pb2.Request, *, deadline: float | None = None
     ) -> AsyncIterator[stream_pb2.StreamEvent]:
+        """Stream the events of one request from the server (see `ModelInterface.astream`)."""
+        request = require_request(request, "astream")
         return telemetry.stream_call(self, request, keeping_partial(self._astream(request, deadline)))
 
     async def _astream(
@@ -224,6 +268,17 @@ class RemoteModel(ModelInterface):
         arrived, a broken stream raises like any other)."""
         request = self._named(request)
         message = service_pb2.StreamGenerateRequest(request=request)
+        if self.limiter is None:
+            async for event in self._stream_calls(request, message, deadline):
+                yield event
+            return
+        async with self.limiter.acquire():  # held for the whole stream, as a local model holds its slot
+            async for event in self._stream_calls(request, message, deadline):
+                yield event
+
+    async def _stream_calls(
+        self, request: request_pb2.Request, message: service_pb2.StreamGenerateRequest, deadline: float | None
+    ) -> AsyncIterator[stream_pb2.StreamEvent]:
         attempt = 0
         while True:
             attempt += 1
@@ -247,6 +302,8 @@ class RemoteModel(ModelInterface):
                 call.cancel()  # a consumer that stops early cancels the server-side call, and with it the upstream
 
     async def avalidate(self, request: request_pb2.Request) -> service_pb2.ValidateResponse:
+        """Check `request` against the served model without running it."""
+        request = require_request(request, "avalidate")
         mismatch = validation.model_mismatch(request, self.name)
         if mismatch is not None:  # the verdict a local Model gives, without asking a server about another model
             return service_pb2.ValidateResponse(field_violations=[mismatch])

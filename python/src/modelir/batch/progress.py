@@ -19,6 +19,7 @@ class Progress:
         self.every = every
         self.done = self.failed = 0
         self.started = self._last = time.monotonic()
+        self._drawn = 0  # the length of the line on the terminal: a shorter one is padded over it
 
     def line(self) -> str:
         elapsed = max(time.monotonic() - self.started, 1e-9)
@@ -36,7 +37,7 @@ class Progress:
             self.failed += 1
         now = time.monotonic()
         if self.tty and now - self._last >= 0.1:
-            self.stream.write("\r" + self.line())
+            self.stream.write("\r" + self._redrawn())
             self.stream.flush()
             self._last = now
         elif not self.tty and now - self._last >= self.every:
@@ -44,6 +45,13 @@ class Progress:
             self.stream.flush()
             self._last = now
 
+    def _redrawn(self) -> str:
+        """The line, padded with spaces over what the previous one left (no `ETA 8ss` from `ETA 10s`)."""
+        line = self.line()
+        padded = line.ljust(self._drawn)
+        self._drawn = len(line)
+        return padded
+
     def finish(self) -> None:
-        self.stream.write(("\r" if self.tty else "") + self.line() + "\n")
+        self.stream.write(("\r" + self._redrawn() if self.tty else self.line()) + "\n")
         self.stream.flush()

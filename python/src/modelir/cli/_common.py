@@ -5,18 +5,37 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from modelir import errors
-from modelir.config import ServerConfig, default_config, load_config
-from modelir.interface import ModelInterface
-from modelir.v1 import capabilities_pb2
+# Imported inside the functions that use them: a command's arguments are parsed before the SDK is loaded.
+if TYPE_CHECKING:
+    from modelir.config import ServerConfig
+    from modelir.interface import ModelInterface
 
-CAPABILITY_NAMES = {v: k.removeprefix("CAPABILITY_") for k, v in capabilities_pb2.Capability.items()}
+
+@cache
+def capability_names() -> dict[int, str]:
+    """`CAPABILITY_TOOLS` -> `TOOLS`, by number."""
+    from modelir.v1 import capabilities_pb2
+
+    return {v: k.removeprefix("CAPABILITY_") for k, v in capabilities_pb2.Capability.items()}
 
 
 class UserError(Exception):
     """A mistake on the command line (a missing file, a bad value): one line on stderr, exit status 2."""
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (0 is refused, not read as 1)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {value}")
+    return value
 
 
 def warn(message: str) -> None:
@@ -53,11 +72,15 @@ def tls_of(args: argparse.Namespace) -> dict:
 
 
 def config(args: argparse.Namespace) -> ServerConfig:
+    from modelir.config import default_config, load_config
+
     return load_config(args.config) if getattr(args, "config", None) else default_config()
 
 
 async def open_model(args: argparse.Namespace) -> tuple[ModelInterface, ServerConfig | None]:
     """The model `--model` names: on the server at `--target`, or in the configuration (unknown: list the known)."""
+    from modelir import errors
+
     tls = tls_of(args)
     if getattr(args, "target", None):
         from modelir.remote import RemoteModel

@@ -5,15 +5,13 @@ from __future__ import annotations
 import argparse
 import os
 
-import orjson
-from google.protobuf import json_format
-
-from modelir.cli._common import CAPABILITY_NAMES, UserError, add_where, config, open_model, tls_of
-from modelir.v1 import capabilities_pb2
-from modelir.writing.names import enum_name
+from modelir.cli._common import UserError, add_where, capability_names, config, open_model, tls_of
 
 
 async def _models(args: argparse.Namespace) -> int:
+    import orjson
+    from google.protobuf import json_format
+
     tls = tls_of(args)
     if args.target:
         from modelir.remote import list_models
@@ -26,7 +24,7 @@ async def _models(args: argparse.Namespace) -> int:
         print(orjson.dumps(dicts, option=orjson.OPT_INDENT_2).decode())
         return 0
     rows = [("model", "transport", "capabilities")] + [
-        (name, m.transport, ", ".join(CAPABILITY_NAMES[c] for c in m.capabilities)) for name, m in manifests.items()
+        (name, m.transport, ", ".join(capability_names()[c] for c in m.capabilities)) for name, m in manifests.items()
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(2)]
     for name, transport, capabilities in rows:
@@ -47,11 +45,13 @@ def _transports(args: argparse.Namespace) -> int:
 
 def _declared_needs(args: argparse.Namespace):  # -> modelir.pipeline.needs.Needs
     from modelir.pipeline.needs import needs
+    from modelir.v1 import capabilities_pb2
+    from modelir.writing.names import enum_name
 
     names = [n.strip() for n in args.needs.split(",") if n.strip()]
     if not names:
         raise UserError("--needs: give at least one capability, e.g. --needs chat,input_scoring")
-    known = sorted(enum_name(capabilities_pb2.Capability, c) for c in CAPABILITY_NAMES if c)
+    known = sorted(enum_name(capabilities_pb2.Capability, c) for c in capability_names() if c)
     unknown = [n for n in names if n.lower() not in known]
     if unknown:
         listed = ", ".join(repr(n) for n in unknown)

@@ -5,40 +5,53 @@ from __future__ import annotations
 import argparse
 import json
 from collections import Counter
+from typing import TYPE_CHECKING
 
-from modelir import errors
 from modelir.cli._common import UserError, input_file, output_file
-from modelir.reading.view import view
-from modelir.records import files as records
-from modelir.v1 import record_pb2
-from modelir.writing.names import enum_name
+
+if TYPE_CHECKING:  # the record modules are imported by the command, after the arguments are parsed
+    from modelir.v1 import record_pb2
 
 
 def _status(record: record_pb2.Record) -> str:
+    from modelir.v1 import record_pb2
+    from modelir.writing.names import enum_name
+
     return enum_name(record_pb2.RecordStatus, record.status)  # a newer release's status prints as its number
 
 
-def _show(scan: records.Scan, keys: list[str] | None) -> int:
-    """One line a record: key, status, and the answer's text (JSON-quoted, so a line stays a line) or the failure."""
+def _show(path: str, keys: list[str] | None) -> int:
+    """One line a record, printed as it is read (`records show | head` stops reading when head has enough): key,
+    status, and the answer's text (JSON-quoted, so a line stays a line) or the failure."""
+    from modelir import errors
+    from modelir.reading.view import view
+    from modelir.records import files as records
+    from modelir.v1 import record_pb2
+
     wanted = set(keys or ())
-    shown = 0
-    for record in scan.records:
+    seen: set[str] = set()
+    for record in records.read_records(path):
+        seen.add(record.key)
         if wanted and record.key not in wanted:
             continue
-        shown += 1
         if record.status == record_pb2.RECORD_STATUS_FAILED:
             detail = f"{errors.mapping_for(record.failure.reason).info_reason}: {record.failure.message}"
         else:
             texts = view(record.response).texts
             detail = "  ".join(json.dumps(t, ensure_ascii=False) for t in texts) if texts else "(no choices)"
         print(f"{record.key}  {_status(record)}  {detail}")
-    missing = wanted - {r.key for r in scan.records}
+    missing = wanted - seen
     if missing:
         raise UserError(f"--key: no record with key {', '.join(repr(k) for k in sorted(missing))}")
-    return 0 if shown or not scan.records else 1
+    return 0
 
 
 def _records(args: argparse.Namespace) -> int:
+    from modelir.records import files as records
+    from modelir.v1 import record_pb2
+
+    if args.action == "show":
+        return _show(str(input_file(args.file, "records show")), args.key)
     if args.action == "convert":
         source = input_file(args.file, "records convert")
         count = records.convert(source, output_file(args.target, "records convert"), args.to)
@@ -48,8 +61,6 @@ def _records(args: argparse.Namespace) -> int:
     header = scan.header
     if header is not None:
         records.check_readable(header, args.file)
-    if args.action == "show":
-        return _show(scan, args.key)
     status = Counter(_status(r) for r in scan.records)
     latest: dict[str, int] = {}
     duplicates = []

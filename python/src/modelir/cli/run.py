@@ -7,7 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from modelir.cli._common import add_where, input_file, open_model, output_file, warn
+from modelir.cli._common import add_where, input_file, open_model, output_file, positive_int, warn
 
 _SUFFIX_FORMATS = {
     ".jsonl": "jsonl",
@@ -90,10 +90,15 @@ def add(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--model", required=True, help="the model's name (in the configuration, or on --target)")
     run.add_argument("--input", required=True, help="JSON Lines of IR requests (or {key, request} objects)")
     run.add_argument("--output", required=True, help="the record file (JSON Lines unless it ends in .binpb)")
-    run.add_argument("--concurrency", type=int, default=8, help="calls in flight at once (per worker with --ray)")
+    run.add_argument(
+        "--concurrency",
+        type=positive_int,
+        default=8,
+        help="calls in flight at once, at least 1 (per worker with --ray; default: %(default)s)",
+    )
     run.add_argument("--resume", action="store_true", help="continue an existing output file")
     run.add_argument("--no-retry-failed", action="store_true", help="on resume, leave failed keys failed")
     run.add_argument("--format", choices=["jsonl", "binary"], help="the format of a new output file")
     run.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS", help="call on Ray (alone: a local cluster)")
-    run.add_argument("--ray-workers", type=int, help="Ray actors (default: one per CPU of the cluster)")
+    run.add_argument("--ray-workers", type=positive_int, help="Ray actors (default: one per CPU of the cluster)")
     run.set_defaults(afunc=_run, on_interrupt=interrupted)

@@ -3,25 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
-import multiprocessing
 import os
-import queue
 import signal
-import socket
 import sys
 from collections.abc import Callable
-from multiprocessing.connection import wait
 
 from modelir.cli._common import config
-from modelir.config import ConfigError
-from modelir.telemetry import setup
+
+# The server, asyncio, multiprocessing and telemetry are imported by the command, after the arguments are parsed.
 
 _log = logging.getLogger("modelir.server")
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from modelir.config import ConfigError
+
     if args.workers < 1:
         raise ConfigError(f"--workers takes a number of processes, at least 1, not {args.workers}")
     if args.workers > 1:
@@ -34,8 +31,11 @@ def _serve_here(
 ) -> int:
     """Serve in this process until SIGTERM or SIGINT; `ready` is called with the bound port once serving. The port
     is shared (SO_REUSEPORT) only by `--workers` (`reuse_port`): a busy port is refused otherwise."""
+    import asyncio
+
+    from modelir.config import ConfigError
     from modelir.server import serve
-    from modelir.telemetry import access_log
+    from modelir.telemetry import access_log, setup
 
     loaded = config(args)
     try:
@@ -84,6 +84,10 @@ def _serve_here(
 
 
 def _supervise(args: argparse.Namespace) -> int:
+    import multiprocessing
+    import queue
+    import socket
+
     config(args)  # a configuration error is one line here, not one traceback per worker
     holder = None
     if args.port == 0:  # pick the port once, for every worker; held until they have all bound it
@@ -135,6 +139,8 @@ def _supervise(args: argparse.Namespace) -> int:
 def _watch(workers, stopping: Callable[[], bool], stop: Callable[[int, object], None], grace: float) -> int:
     """Wait for the workers; when one ends before a stop was asked for, stop the rest. The exit status is the
     first failure's, else 0."""
+    from multiprocessing.connection import wait
+
     failed = 0
     running = list(workers)
     while running:
@@ -169,7 +175,9 @@ def add(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--config", help="a YAML file of models (default: the built-in reference model)")
     serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, default=50051, help="the port (default: 50051; 0 picks a free one, logged)")
-    serve.add_argument("--grace", type=float, default=30.0, help="seconds to drain in-flight calls on SIGTERM")
+    serve.add_argument(
+        "--grace", type=float, default=30.0, help="seconds to drain in-flight calls on SIGTERM (default: %(default)s)"
+    )
     serve.add_argument(
         "--workers",
         type=int,

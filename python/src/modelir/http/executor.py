@@ -15,6 +15,7 @@ caller closes the upstream connection.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping
@@ -296,5 +297,16 @@ class Executor:
 
 def _connection_error(exc: Exception) -> errors.ModelError:
     if isinstance(exc, _TIMEOUTS):
-        return errors.ProviderUnavailableError(f"the provider timed out: {exc!r}")
-    return errors.ProviderUnavailableError(f"could not reach the provider: {exc!r}")
+        return errors.ProviderUnavailableError(f"the provider timed out: {_in_words(exc)}")
+    return errors.ProviderUnavailableError(f"could not reach the provider: {_in_words(exc)}")
+
+
+def _in_words(exc: Exception) -> str:
+    """What went wrong with a connection, as a user reads it: an aiohttp repr names internal classes and keys."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        cause = exc.os_error
+        reason = os.strerror(cause.errno) if isinstance(cause.errno, int) and cause.errno > 0 else None
+        return f"cannot connect to {exc.host}:{exc.port}: {reason or cause.strerror or cause}"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "the server closed the connection without answering"
+    return str(exc) or type(exc).__name__

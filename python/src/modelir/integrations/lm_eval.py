@@ -15,7 +15,13 @@ so `python -m modelir.integrations.lm_eval` is lm-eval's own command line with t
   the IR scores one continuation per request); `greedy` says whether every scored token was the most likely one
   at its position (the top-1 alternative the same request returns).
 - `loglikelihood_rolling` scores the whole document; the model's own tokenizer and its beginning-of-sequence token
-  decide what the first token is conditioned on.
+  decide what the first token is conditioned on. A document longer than `max_length` tokens (the model argument,
+  else the manifest's `limits.max_input_tokens`) is scored in rolling windows, as lm-eval's own models do: its
+  token ids are cut by lm-eval's `get_rolling_token_windows` / `make_disjoint_window`, each window scored as token
+  ids after its context (every request at most `max_length` ids), the sums added. The first window is conditioned
+  on the model's BOS token (its EOS where it has none). Needs TOKENIZE and TOKEN_INPUT beside INPUT_SCORING.
+- Scoring through an OpenAI-completions server that echoes prompt logprobs (llama-cpp-python's, say) is selected in
+  the configuration file: `transport: openai_completions` with `echo_scoring: true` claims INPUT_SCORING.
 - `generate_until` runs a completion (or, with `--apply_chat_template`, a conversation) with the task's stop
   sequences and sampling controls; an unknown generation keyword is an error, never ignored.
 - Requests run concurrently, at most `concurrency` at a time, through a modelir `Limiter`, with a progress bar.
@@ -34,15 +40,17 @@ from typing import Any, TypeVar
 # lm-eval and tqdm ship no type information.
 from lm_eval.api.model import LM  # type: ignore[import-untyped]
 from lm_eval.api.registry import register_model  # type: ignore[import-untyped]
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # type: ignore[import-untyped]
 from tqdm import tqdm  # type: ignore[import-untyped]
 
 from modelir import errors
 from modelir.integrations._models import OpenedModel, open_model
 from modelir.interface import ModelInterface, build_request, message
 from modelir.limiter import Limiter
-from modelir.v1 import content_pb2, errors_pb2, logprobs_pb2, request_pb2, response_pb2
+from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, logprobs_pb2, request_pb2, response_pb2
 
 log = logging.getLogger(__name__)
+_C = capabilities_pb2.Capability
 T = TypeVar("T")
 # `apply_chat_template` returns the conversation as JSON after this marker; `generate_until` turns it back into
 # messages, so the model's provider (not a local template) renders the chat.
@@ -65,6 +73,7 @@ class ModelirLM(LM):  # type: ignore[misc]  # lm-eval ships no types: its `LM` i
         concurrency: int = 8,
         max_gen_toks: int = 256,
         seed: int | None = None,
+        max_length: int | None = None,
         # lm-eval passes these to every model type; batching here is the limiter's concurrency.
         batch_size: int | str | None = None,
         max_batch_size: int | None = None,
@@ -88,6 +97,15 @@ class ModelirLM(LM):  # type: ignore[misc]  # lm-eval ships no types: its `LM` i
         self.model = self._opened.model
         self._manifest = self._loop.run_until_complete(self.model.acapabilities())
         self._warned_unscored = False
+        # The most token ids one scoring request may hold: lm-eval's `max_length`.
+        self._max_length = int(max_length) if max_length else (self._manifest.limits.max_input_tokens or None)
+        if self._max_length is not None and self._max_length < 2:
+            raise ValueError(f"max_length must be at least 2 (a context token and a scored one), not {max_length}")
+
+    @property
+    def max_length(self) -> int | None:
+        """The most tokens one request may hold (None: not known, documents go whole)."""
+        return self._max_length
 
     def close(self) -> None:
         if not self._loop.is_closed():
@@ -152,6 +170,11 @@ class ModelirLM(LM):  # type: ignore[misc]  # lm-eval ships no types: its `LM` i
         return scores.logprob_sum, _greedy(scores.tokens)
 
     async def _rolling(self, text: str) -> float:
+        have = set(self._manifest.capabilities)
+        if self._max_length is not None and {_C.CAPABILITY_TOKENIZE, _C.CAPABILITY_TOKEN_INPUT} <= have:
+            tokens = list((await self.model.atokenize(text)).token_ids)
+            if len(tokens) + 1 > self._max_length:  # with the token the first one is conditioned on
+                return await self._rolling_windows(tokens)
         request = build_request(self.model_name, prompt=text, max_output_tokens=1)
         request.input_scoring.SetInParent()
         scores = (await self._scored(request)).input_scores[0]
@@ -166,6 +189,39 @@ class ModelirLM(LM):  # type: ignore[misc]  # lm-eval ships no types: its `LM` i
                 unscored_bytes,
             )
         return scores.logprob_sum
+
+    async def _rolling_windows(self, tokens: list[int]) -> float:
+        """lm-eval's rolling windows over the document's ids: each window's continuation scored after its context,
+        one request of at most `max_length` ids each (context and continuation together)."""
+        assert self._max_length is not None
+        prefix = await self._prefix_token()
+        windows = get_rolling_token_windows(
+            token_list=tokens, prefix_token=prefix, max_seq_len=self._max_length - 1, context_len=1
+        )
+        total = 0.0
+        for context, continuation in map(make_disjoint_window, windows):
+            request = build_request(self.model_name, token_ids=context, max_output_tokens=1)
+            request.input_scoring.continuations.add().token_ids.ids.extend(continuation)
+            scores = (await self._scored(request)).input_scores[0]
+            if scores.scored_token_count != len(continuation):
+                raise errors.ModelError(
+                    f"{self.model_name}: a rolling window scored {scores.scored_token_count} of "
+                    f"{len(continuation)} tokens"
+                )
+            total += scores.logprob_sum
+        return total
+
+    async def _prefix_token(self) -> int:
+        """What the first window is conditioned on: the model's BOS token, else its (first) EOS token."""
+        info = await self.model.atokenizer_info()
+        if info is not None and info.HasField("bos_token_id"):
+            return info.bos_token_id
+        if info is not None and info.eos_token_ids:
+            return info.eos_token_ids[0]
+        raise errors.ModelError(
+            f"{self.model_name}: a document longer than max_length={self._max_length} is scored in rolling windows, "
+            "whose first is conditioned on the BOS (or EOS) token, and the model does not say which token that is"
+        )
 
     async def _scored(self, request: request_pb2.Request) -> response_pb2.Response:
         response = await self.model.arun(request)

@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from modelir.logprobs import build as lp
-from modelir.reading import stops
 from modelir.v1 import content_pb2, errors_pb2, logprobs_pb2, response_pb2, stream_pb2
 from modelir.writing.names import enum_name
 
-_PREVIEW_CHARS = 72
+if TYPE_CHECKING:  # numpy is imported where arrays are made: reading a text (`modelir generate`) needs none
+    import numpy as np
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +54,8 @@ class LogprobArrays:
     @property
     def top_tokens(self) -> list[list[str]]:
         """The alternatives' token strings, one (unpadded) list a position."""
+        import numpy as np
+
         counts = np.asarray(self.source.top_counts, dtype=np.int64)
         flat = list(self.source.top_tokens)
         starts = np.concatenate([[0], np.cumsum(counts)])
@@ -80,6 +80,8 @@ class LogprobArrays:
 
 def logprob_arrays(logprobs: logprobs_pb2.TokenLogprobs) -> LogprobArrays:
     """Numpy columns of one `TokenLogprobs` (a choice's, or `input_scores.tokens`)."""
+    import numpy as np
+
     values = np.asarray(logprobs.token_logprobs, dtype=np.float32)
     ids = np.asarray(logprobs.token_ids, dtype=np.int32) if len(logprobs.token_ids) else None
     counts = np.asarray(logprobs.top_counts, dtype=np.int64)
@@ -179,6 +181,7 @@ class ChoiceView:
 
     @property
     def tool_calls(self) -> list[content_pb2.ToolCall]:
+        """The tool calls, in order (`arguments(i)` parses the i-th one's JSON)."""
         return [p.tool_call for p in self._parts("tool_call")]
 
     def arguments(self, index: int = 0) -> Any:
@@ -218,12 +221,16 @@ class ChoiceView:
     @property
     def sampled_token_ids(self) -> np.ndarray:
         """Every sampled token id as int64 (a trimmed stop or EOS token included), empty when none reported."""
+        import numpy as np
+
         return np.asarray(self.message.sampled_tokens.token_ids, dtype=np.int64)
 
     @property
     def sampled_part_indexes(self) -> np.ndarray | None:
         """The message part of each sampled token (-1: of no part) as int64; None when the provider did not
         attribute tokens to parts."""
+        import numpy as np
+
         indexes = self.message.sampled_tokens.part_indexes
         return np.asarray(indexes, dtype=np.int64) if len(indexes) else None
 
@@ -234,12 +241,16 @@ class ChoiceView:
         indexes = self.sampled_part_indexes
         if indexes is None:
             raise ValueError("the provider did not say which part each sampled token belongs to")
+        import numpy as np
+
         parts = self.message.message.parts
         wanted = np.array([p.WhichOneof("content") in kinds for p in parts] + [False], dtype=bool)
         return wanted[np.where(indexes >= 0, indexes, len(parts))]
 
     def __repr__(self) -> str:
-        return "\n".join(_choice_lines(self.message))
+        from modelir.reading.summary import choice_lines
+
+        return "\n".join(choice_lines(self.message))
 
 
 class ResponseView:
@@ -254,30 +265,74 @@ class ResponseView:
 
     @property
     def choices(self) -> list[ChoiceView]:
+        """Every choice, read."""
         return [ChoiceView(c) for c in self.message.choices]
 
     @property
     def first(self) -> ChoiceView:
+        """The first choice, read (a response without choices raises, naming its error)."""
         if not self.message.choices:
             error = f" (error: {self.message.errors[0].message})" if self.message.errors else ""
             raise ValueError(f"the response has no choices{error}")
         return ChoiceView(self.message.choices[0])
 
-    text = property(lambda self: self.first.text, doc=ChoiceView.text.__doc__)
-    reasoning = property(lambda self: self.first.reasoning, doc=ChoiceView.reasoning.__doc__)
-    artifacts = property(lambda self: self.first.artifacts, doc=ChoiceView.artifacts.__doc__)
-    tool_calls = property(lambda self: self.first.tool_calls, doc=ChoiceView.tool_calls.__doc__)
-    finish_reason = property(lambda self: self.first.finish_reason, doc=ChoiceView.finish_reason.__doc__)
-    logprobs = property(lambda self: self.first.logprobs, doc=ChoiceView.logprobs.__doc__)
-    refusal = property(lambda self: self.first.refusal, doc=ChoiceView.refusal.__doc__)
-    citations = property(lambda self: self.first.citations, doc=ChoiceView.citations.__doc__)
-    constrained_label = property(lambda self: self.first.constrained_label, doc=ChoiceView.constrained_label.__doc__)
-    sampled_token_ids = property(lambda self: self.first.sampled_token_ids, doc=ChoiceView.sampled_token_ids.__doc__)
+    # The first choice's readings, typed as `ChoiceView`'s (an editor shows what each gives).
+    @property
+    def text(self) -> str:
+        """The first choice's text parts joined, in provider order (reasoning and tool calls excluded)."""
+        return self.first.text
+
+    @property
+    def reasoning(self) -> str:
+        """The first choice's reasoning text (or its summaries), joined."""
+        return self.first.reasoning
+
+    @property
+    def artifacts(self) -> list[content_pb2.OpaqueArtifact]:
+        """Every reasoning artifact of the first choice's message (signatures, encrypted content...), in order."""
+        return self.first.artifacts
+
+    @property
+    def tool_calls(self) -> list[content_pb2.ToolCall]:
+        """The first choice's tool calls, in order (`arguments(i)` parses the i-th one's JSON)."""
+        return self.first.tool_calls
+
+    @property
+    def finish_reason(self) -> str:
+        """The first choice's finish reason: `stop`, `length`, `stop_sequence`, `tool_calls`, ..."""
+        return self.first.finish_reason
+
+    @property
+    def logprobs(self) -> LogprobArrays | None:
+        """The first choice's sampled tokens' logprobs as numpy arrays; None when none were asked for or returned."""
+        return self.first.logprobs
+
+    @property
+    def refusal(self) -> str:
+        """The first choice's refusal in the model's own words; empty when it did not refuse."""
+        return self.first.refusal
+
+    @property
+    def citations(self) -> list[content_pb2.Citation]:
+        """Every citation on the first choice's text parts, in part order."""
+        return self.first.citations
+
+    @property
+    def constrained_label(self) -> str:
+        """Under a choice constraint, the label the first choice chose; empty otherwise."""
+        return self.first.constrained_label
+
+    @property
+    def sampled_token_ids(self) -> np.ndarray:
+        """The first choice's sampled token ids as int64 (empty when none were reported)."""
+        return self.first.sampled_token_ids
 
     def token_mask(self, *kinds: str) -> np.ndarray:
+        """`ChoiceView.token_mask` of the first choice."""
         return self.first.token_mask(*kinds)
 
     def arguments(self, index: int = 0) -> Any:
+        """The parsed JSON arguments of the first choice's `index`-th tool call."""
         return self.first.arguments(index)
 
     @property
@@ -287,6 +342,7 @@ class ResponseView:
 
     @property
     def usage(self) -> Usage:
+        """Token counts with the IR's one meaning; a count the provider did not report is None."""
         return Usage.of(self.message.usage)
 
     @property
@@ -315,6 +371,8 @@ class ResponseView:
         return out
 
     def __repr__(self) -> str:
+        from modelir.reading.summary import summary
+
         return summary(self.message)
 
 
@@ -326,71 +384,3 @@ def view(response: response_pb2.Response) -> ResponseView:
 def delta_text(event: stream_pb2.StreamEvent) -> str:
     """The answer text a stream event adds ('' for every other event: reasoning, tool calls, start, end)."""
     return event.delta.text if event.WhichOneof("event") == "delta" else ""
-
-
-def _preview(text: str) -> str:
-    shown = text if len(text) <= _PREVIEW_CHARS else text[: _PREVIEW_CHARS - 1] + "…"
-    return f"{shown!r}" + (f" ({len(text)} chars)" if len(text) > _PREVIEW_CHARS else "")
-
-
-def _logprob_line(logprobs: logprobs_pb2.TokenLogprobs) -> str:
-    counts = logprobs.top_counts
-    k = f", top-{max(counts)}" if counts else ""
-    ids = ", with ids" if logprobs.token_ids else ""
-    total = sum(logprobs.token_logprobs)
-    return f"{len(logprobs.token_logprobs)} tokens{k}{ids}, sum {total:.3f}"
-
-
-def _choice_lines(choice: response_pb2.Choice) -> list[str]:
-    finish = enum_name(response_pb2.FinishReason, choice.finish_reason)
-    lines = [
-        f"  [{choice.index}] finish {finish}"
-        + (f" (stop {stops.stop_of(choice)!r})" if choice.WhichOneof("stop") else "")
-    ]
-    for part in choice.message.parts:
-        kind = part.WhichOneof("content")
-        if kind == "text":
-            lines.append(f"      text {_preview(part.text)}")
-        elif kind == "reasoning":
-            shown = part.reasoning.text or " / ".join(part.reasoning.summary)
-            lines.append(f"      reasoning {_preview(shown)}" if shown else "      reasoning (redacted)")
-        elif kind == "tool_call":
-            call = part.tool_call
-            lines.append(f"      tool_call {call.name}({_preview(call.arguments_json)}) id={call.id}")
-        elif kind == "blob":
-            where = part.blob.uri or f"{len(part.blob.data)} bytes"
-            lines.append(f"      blob {part.blob.mime_type} ({where})")
-        elif kind is not None:
-            lines.append(f"      {kind}")
-        for artifact in part.artifacts:
-            kind_name = enum_name(content_pb2.OpaqueArtifactKind, artifact.kind)
-            issuer = f"{artifact.issuer.transport}/{artifact.issuer.model}"
-            lines.append(f"        artifact {kind_name} ({len(artifact.data)} bytes, from {issuer})")
-    if choice.HasField("logprobs"):
-        lines.append(f"      logprobs {_logprob_line(choice.logprobs)}")
-    return lines
-
-
-def summary(response: response_pb2.Response, *, choices: int = 4) -> str:
-    """A few readable lines about `response` (what `repr(view(response))` shows)."""
-    usage = Usage.of(response.usage)
-    lines = [f"Response {response.id or '(no id)'} from {response.model or '(unknown model)'}: usage {usage}"]
-    for choice in list(response.choices)[:choices]:
-        lines.extend(_choice_lines(choice))
-    if len(response.choices) > choices:
-        lines.append(f"  ... {len(response.choices) - choices} more choices")
-    for s in response.input_scores:
-        lines.append(
-            f"  input_scores {s.scored_token_count} tokens, sum {s.logprob_sum:.3f}, {s.scored_byte_count} bytes"
-            + (f", {lp.bits_per_byte(s.logprob_sum, s.scored_byte_count):.4f} bits/byte" if s.scored_byte_count else "")
-        )
-    for error in response.errors:
-        reason = enum_name(errors_pb2.ErrorReason, error.reason)
-        lines.append(f"  error {reason}: {error.message}")
-    for warning in response.warnings:
-        lines.append(f"  warning {warning.code}: {warning.message}")
-    if response.HasField("raw"):
-        raw = response.raw
-        size = len(raw.body) or sum(len(e.data) for e in raw.stream_events)
-        lines.append(f"  raw {raw.transport} HTTP {raw.http_status}, {size} bytes")
-    return "\n".join(lines)

@@ -25,8 +25,9 @@ import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
+import orjson
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 from google.protobuf.descriptor import Descriptor, FileDescriptor
 from google.protobuf.message import DecodeError, Message
@@ -169,66 +170,95 @@ class Scan:
     problems: list[str] = field(default_factory=list)
 
 
-def _iter_jsonl(data: bytes) -> Iterator[tuple[int, record_pb2.RecordFileEntry | None, bytes]]:
-    """(end offset, entry or None when unparsable, raw line)."""
-    position = 0
-    while position < len(data):
-        end = data.find(b"\n", position)
-        if end == -1:  # no newline: the last write never finished
-            yield len(data), None, data[position:]
-            return
-        line = data[position:end]
-        position = end + 1
-        try:
-            entry = json_format.Parse(line, record_pb2.RecordFileEntry(), ignore_unknown_fields=True)
-        except json_format.ParseError:
-            entry = None
-        yield position, entry, line
+# One step of reading a file: ("header" | "record", the message, its end offset) or ("problem", text, offset).
+_Step = tuple[str, Any, int]
 
 
-def _iter_binary(data: bytes) -> Iterator[tuple[int, record_pb2.RecordFileEntry | None, bytes]]:
+def _jsonl_frames(handle: BinaryIO) -> Iterator[tuple[int, bytes | None]]:
+    """(end offset, the line; None when it has no newline: the last write never finished)."""
     position = 0
-    while position < len(data):
+    for line in handle:  # buffered: one line at a time, never the whole file
+        position += len(line)
+        yield position, line if line.endswith(b"\n") else None
+
+
+def _binary_frames(handle: BinaryIO) -> Iterator[tuple[int, bytes | None]]:
+    """(end offset, the entry's bytes; None when its length prefix or its bytes are cut short)."""
+    position = 0
+    while prefix := handle.read(1):
+        while prefix[-1] & 0x80 and len(prefix) < 10:  # a varint's continuation bit
+            more = handle.read(1)
+            if not more:
+                break
+            prefix += more
         try:
-            length, start = varint.decode(data, position)
+            length, _ = varint.decode(prefix, 0)
         except (IndexError, ValueError):
-            yield len(data), None, data[position:]
+            yield position + len(prefix) + len(handle.read()), None
             return
-        end = start + length
-        if end > len(data):
-            yield len(data), None, data[position:]
+        payload = handle.read(length)
+        position += len(prefix) + len(payload)
+        yield position, payload if len(payload) == length else None
+
+
+def _decode(frame: bytes, fmt: str) -> record_pb2.RecordFileEntry | None:
+    try:
+        if fmt == JSONL:
+            return json_format.ParseDict(orjson.loads(frame), record_pb2.RecordFileEntry(), ignore_unknown_fields=True)
+        return record_pb2.RecordFileEntry.FromString(frame)
+    except (orjson.JSONDecodeError, json_format.ParseError, DecodeError):
+        return None
+
+
+def _walk(handle: BinaryIO, fmt: str, path: str | os.PathLike) -> Iterator[_Step]:
+    """The entries of a file as they are read. The first must be the header; an entry that cannot be read is
+    skipped with a problem, and when it is the last one, it is the torn tail (`("torn", good_bytes, end)`)."""
+    frames = _jsonl_frames(handle) if fmt == JSONL else _binary_frames(handle)
+    good_bytes = 0
+    ahead = next(frames, None)
+    index = 0
+    while ahead is not None:
+        (end, frame), ahead = ahead, next(frames, None)
+        entry = None if frame is None else _decode(frame, fmt)
+        if index == 0 and (entry is None or entry.WhichOneof("entry") != "header"):
+            raise RecordFileError(f"{path}: not a modelir record file (no header entry first)")
+        if entry is None and ahead is None:
+            yield "torn", good_bytes, end
             return
-        try:
-            entry = record_pb2.RecordFileEntry.FromString(data[start:end])
-        except DecodeError:
-            entry = None
-        position = end
-        yield position, entry, data[start:end]
+        if entry is None:
+            yield "problem", f"entry {index} (ending at byte {end}) cannot be parsed; skipped", end
+        elif entry.WhichOneof("entry") == "header":
+            yield (
+                ("header", entry.header, end)
+                if index == 0
+                else ("problem", f"entry {index} is a second header; ignored", end)
+            )
+        else:
+            yield "record", entry.record, end
+        good_bytes = end
+        index += 1
+
+
+def _torn(good_bytes: int, end: int) -> str:
+    return f"torn last entry ({end - good_bytes} bytes) at byte {good_bytes}"
 
 
 def scan(path: str | os.PathLike) -> Scan:
     """Read every complete entry; report a torn tail and any unreadable entry instead of failing."""
-    data = Path(path).read_bytes()
-    fmt = format_of(path)
     result = Scan(header=None)
-    entries = _iter_jsonl(data) if fmt == JSONL else _iter_binary(data)
-    for index, (end, entry, _raw) in enumerate(entries):
-        if entry is None:
-            if end == len(data):
-                result.torn_bytes = len(data) - result.good_bytes
-                result.problems.append(f"torn last entry ({result.torn_bytes} bytes) at byte {result.good_bytes}")
+    with Path(path).open("rb") as handle:
+        for kind, value, end in _walk(handle, format_of(path), path):
+            if kind == "torn":
+                result.torn_bytes = end - value
+                result.problems.append(_torn(value, end))
                 break
-            result.problems.append(f"entry {index} (ending at byte {end}) cannot be parsed; skipped")
-        elif entry.WhichOneof("entry") == "header":
-            if index != 0:
-                result.problems.append(f"entry {index} is a second header; ignored")
+            if kind == "header":
+                result.header = value
+            elif kind == "record":
+                result.records.append(value)
             else:
-                result.header = entry.header
-        else:
-            result.records.append(entry.record)
-        result.good_bytes = end
-    if result.header is None and data:
-        raise RecordFileError(f"{path}: not a modelir record file (no header entry first)")
+                result.problems.append(value)
+            result.good_bytes = end
     return result
 
 
@@ -285,17 +315,24 @@ def provenance_problems(records: list[record_pb2.Record]) -> list[str]:
 
 
 def read_records(path: str | os.PathLike) -> Iterator[record_pb2.Record]:
-    """The records of a file (the header is checked; a torn tail is skipped with a warning)."""
-    result = scan(path)
-    if result.header is not None:
-        check_readable(result.header, path)
-    for problem in result.problems:
-        warnings.warn(f"{path}: {problem}", stacklevel=2)
-    yield from result.records
+    """The records of a file, each as it is read (the first before the rest of the file is): the header is checked
+    first; an unreadable entry is skipped and a torn tail ignored, each with a warning, as `scan` reports them."""
+    with Path(path).open("rb") as handle:
+        for kind, value, end in _walk(handle, format_of(path), path):
+            if kind == "record":
+                yield value
+            elif kind == "header":
+                check_readable(value, path)
+            else:
+                warnings.warn(f"{path}: {_torn(value, end) if kind == 'torn' else value}", stacklevel=2)
 
 
 def read_header(path: str | os.PathLike) -> record_pb2.RecordHeader | None:
-    return scan(path).header
+    """The file's header, read without reading its records (None for an empty file)."""
+    with Path(path).open("rb") as handle:
+        for kind, value, _ in _walk(handle, format_of(path), path):
+            return value if kind == "header" else None
+    return None
 
 
 class RecordWriter:
@@ -389,14 +426,14 @@ def convert(source: str | os.PathLike, target: str | os.PathLike, fmt: str) -> i
     a newer release survives the trip through either format, and the copy keeps the writer's header (its IR version
     and descriptor set), so it never claims a version whose fields it lost. Unreadable entries are skipped and a torn
     tail is left out, as every reader does."""
-    data = Path(source).read_bytes()
     source_format = format_of(source)
-    entries = _iter_jsonl(data) if source_format == JSONL else _iter_binary(data)
     entry_class: type[Message] | None = None
     count = 0
-    with Path(target).open("xb") as handle:
-        for index, (_end, entry, raw) in enumerate(entries):
-            if entry is None:
+    with Path(source).open("rb") as reading, Path(target).open("xb") as handle:
+        frames = _jsonl_frames(reading) if source_format == JSONL else _binary_frames(reading)
+        for index, (_end, raw) in enumerate(frames):
+            entry = None if raw is None else _decode(raw, source_format)
+            if raw is None or entry is None:
                 continue
             if entry_class is None:
                 if index != 0 or entry.WhichOneof("entry") != "header":

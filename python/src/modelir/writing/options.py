@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypedDict
 
 import orjson
 
 from modelir.v1 import logprobs_pb2, request_pb2
-from modelir.writing.arguments import ArgumentError, enum_value
+from modelir.writing.arguments import ArgumentError, enum_value, unknown_keyword
 from modelir.writing.content import chat_message
 from modelir.writing.names import short_names
-from modelir.writing.tools import tool_choice, tools
+from modelir.writing.tools import ToolLike, tool_choice, tools
 
 
 def reasoning(
@@ -75,41 +75,67 @@ def set_sampling(sampling: request_pb2.SamplingParams, name: str, value: Any) ->
         raise ArgumentError(name, expected + " that fits the field", value) from None
 
 
+class ExtraOptions(TypedDict, total=False):
+    """The keywords `build_request` (and so `chat`, `generate`, ...) takes beyond its own sampling ones: `apply`
+    sets them. Each names an IR field; a wrong value raises `ArgumentError` naming the keyword."""
+
+    system: str | None
+    """A system prompt, put first in the conversation (needs `messages`)."""
+    tools: Iterable[ToolLike] | ToolLike | None
+    """Tools the model may call: typed functions, pydantic classes, JSON-schema dicts or `Tool`s."""
+    tool_choice: str | ToolLike | request_pb2.ToolChoice | None
+    """`"auto"`, `"none"`, `"required"`, or a declared tool (its name, function or `Tool`)."""
+    reasoning: str | int | None
+    """An effort by name (`"low"`, `"medium"`, `"high"`, ...) or a reasoning budget in tokens."""
+    reasoning_summary: str | None
+    """Ask for a reasoning summary (`"auto"`, `"concise"`, `"detailed"`)."""
+    include_thoughts: bool
+    """Return the reasoning text where the provider can."""
+    min_p: float | None
+    """Min-p sampling, in [0, 1]."""
+    presence_penalty: float | None
+    """The presence penalty."""
+    frequency_penalty: float | None
+    """The frequency penalty."""
+    repetition_penalty: float | None
+    """The repetition penalty (a positive factor; 1 is none)."""
+    stop_token_ids: Sequence[int] | None
+    """Token ids that end generation."""
+    regex: str | None
+    """Constrain the output to this regular expression."""
+    grammar: tuple[str, str] | None
+    """Constrain the output to a grammar: `(dialect, text)`, e.g. `("gbnf", "root ::= ...")`."""
+    require_token_ids: bool
+    """Refuse a model that cannot return the sampled token ids (RL)."""
+    logprob_basis: str | None
+    """Which distribution logprobs are read from (`"raw"`, `"processed"`, ...)."""
+    foreign_artifact_policy: str | None
+    """What to do with reasoning artifacts another model issued (`"reject"`, `"drop"`, ...)."""
+    include_raw: bool
+    """Keep the provider's raw exchange in `Response.raw`."""
+    logit_bias: Mapping[int, float] | None
+    """An additive bias per token id."""
+    min_output_tokens: int | None
+    """Generate at least this many tokens."""
+    json_object: bool
+    """Constrain the output to some JSON object (no schema)."""
+    provider_tools: Iterable[request_pb2.ProviderTool | Mapping[str, Any]] | None
+    """Tools the provider runs (web search, code execution): `ProviderTool`s or their dicts."""
+    allowed_tools: Sequence[str] | None
+    """Of the declared tools, only these may be called (with `tool_choice` `"auto"` or `"required"`)."""
+    cache_breakpoint: bool | float | datetime.timedelta | None
+    """Cache everything up to the last message part: `True`, or a lifetime (seconds or a timedelta)."""
+
+
 #: The keywords `apply` (and so `build_request`) accepts beyond build_request's own.
-EXTRA_KEYWORDS = (
-    "system",
-    "tools",
-    "tool_choice",
-    "reasoning",
-    "reasoning_summary",
-    "include_thoughts",
-    "min_p",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "stop_token_ids",
-    "regex",
-    "grammar",
-    "require_token_ids",
-    "logprob_basis",
-    "foreign_artifact_policy",
-    "include_raw",
-    "logit_bias",
-    "min_output_tokens",
-    "json_object",
-    "provider_tools",
-    "allowed_tools",
-    "cache_breakpoint",
-)
+EXTRA_KEYWORDS: tuple[str, ...] = tuple(ExtraOptions.__annotations__)
 
 
 def apply(request: request_pb2.Request, **options: Any) -> request_pb2.Request:
     """Set the `EXTRA_KEYWORDS` on `request` (in place; returned for chaining)."""
     unknown = sorted(set(options) - set(EXTRA_KEYWORDS))
     if unknown:
-        raise TypeError(
-            f"unknown request keyword {unknown[0]!r}; besides build_request's own: {', '.join(EXTRA_KEYWORDS)}"
-        )
+        raise unknown_keyword(unknown[0], EXTRA_KEYWORDS, "modelir.writing.apply")
     get = options.get
     if get("system") is not None:
         if not isinstance(options["system"], str):
