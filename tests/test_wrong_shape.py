@@ -125,3 +125,20 @@ async def test_an_ndjson_line_with_invalid_utf8_is_reported():
 async def test_an_empty_list_for_one_prompt_is_malformed():
     with pytest.raises(errors.MalformedResponseError):
         await _run("sglang", b"[]")
+
+
+@pytest.mark.parametrize(
+    ("transport", "body"),
+    [
+        ("google_genai", {"candidates": False, "modelVersion": "g", "usageMetadata": {"promptTokenCount": 1}}),
+        ("google_genai", {"candidates": 0, "promptFeedback": {}}),
+        ("anthropic_messages", {"id": "m", "type": "message", "role": "assistant", "content": "", "model": "c"}),
+        ("openai_chat", {"id": "c", "object": "chat.completion", "model": "m", "choices": False}),
+        ("vllm", {"id": "c", "object": "chat.completion", "model": "m", "choices": 0}),
+    ],
+)
+async def test_an_answers_array_that_is_a_scalar_is_malformed_not_an_empty_success(transport, body):
+    """`false`, `0` or `""` where the wire has an array of choices (candidates, content blocks) is a wrong shape:
+    read as "no choices" it would be an empty success (found by the fuzz suite, `candidates: false`)."""
+    with pytest.raises(errors.MalformedResponseError):
+        await _run(transport, json.dumps(body).encode())

@@ -46,6 +46,18 @@ def parse_json(body: bytes, what: str) -> Any:
         raise errors.MalformedResponseError(f"the provider's {what} is not valid JSON: {exc}") from None
 
 
+def array(container: Any, key: str) -> list[Any]:
+    """The JSON array at `container[key]`: empty when absent or null, and a shape error (`TypeError`, typed as a
+    malformed answer by the caller) for anything else. `container.get(key) or []` would read `false`, `0` or `""`
+    as "no choices" and turn a wrong-shape answer into an empty success."""
+    value = container.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise TypeError(f"{key!r} is a JSON {type(value).__name__}, not an array")
+    return value
+
+
 def provider_options(request: request_pb2.Request, transport: str) -> dict[str, Any]:
     """The request's provider options for `transport` (entries for other transports are for fallbacks)."""
     for entry in request.provider_options:

@@ -231,7 +231,7 @@ class AnthropicMessages(HttpTransport):
         choice.message.role = content_pb2.ROLE_ASSISTANT
         issuer = self.issuer(request)
         call_names: dict[str, str] = {}
-        for block in body.get("content") or ():
+        for block in common.array(body, "content"):
             choice.message.parts.append(blocks.lift_block(block, issuer, call_names))
         choice.message.parts.extend(blocks.message_facts(body.get("container"), body.get("stop_details"), issuer))
         blocks.finish(choice, body.get("stop_reason"), body.get("stop_sequence"))

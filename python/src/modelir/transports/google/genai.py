@@ -217,7 +217,7 @@ class GoogleGenAI(HttpTransport):
         body = common.parse_json(response.body, "response body")
         out = response_pb2.Response(id=body.get("responseId") or "", model=body.get("modelVersion") or "")
         issuer = self.issuer(request)
-        candidates = body.get("candidates") or []
+        candidates = common.array(body, "candidates")
         facts = soft_errors.Facts()
         for position, candidate in enumerate(candidates):
             choice = out.choices.add(index=candidate.get("index", position))

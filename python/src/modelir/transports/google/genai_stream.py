@@ -132,7 +132,7 @@ class GenAIStreamLifter(StreamLifter):
             out.append(
                 stream_pb2.StreamEvent(start=stream_pb2.StreamStart(id=chunk.get("responseId") or "", model=model))
             )
-        for position, candidate in enumerate(chunk.get("candidates") or ()):
+        for position, candidate in enumerate(common.array(chunk, "candidates")):
             index = candidate.get("index", position)
             kinds = self.parts.labels(index)
             signed = self.signed.setdefault(index, set())

@@ -265,7 +265,7 @@ class ChunkStream(StreamLifter):
             provider_timing(usage, self.timing)
         if isinstance(chunk.get("service_tier"), str):
             self.service_tier = chunk["service_tier"]
-        choices = [(raw.get("index", 0), raw) for raw in chunk.get("choices") or ()]
+        choices = [(raw.get("index", 0), raw) for raw in common.array(chunk, "choices")]
         for index, raw in choices:
             if raw.get("finish_reason") is not None or index not in self.finishes:
                 self.finishes[index] = raw if raw.get("finish_reason") is not None else {}

@@ -5,7 +5,8 @@ logprob object is four parallel arrays (`tokens`,
 `token_logprobs`, `top_logprobs` as dicts keyed by token string, which collapse duplicates, and `text_offset` in
 characters from the start of the prompt); the last stream chunk carries empty arrays; there are no token bytes.
 Input scoring by `echo` is a manifest choice: OpenAI rejects echo with logprobs on current models, so this
-manifest does not claim it; the vLLM transport (which shares this code) does.
+manifest does not claim it; the vLLM transport (which shares this code) does, and so does this one with the option
+`echo_scoring: true` (a configuration entry for a server that echoes prompt logprobs, such as llama-cpp-python's).
 """
 
 from __future__ import annotations
@@ -50,6 +51,18 @@ class OpenAICompletions(wire.BodyTransport):
     # How the native fast path reads this wire's logprobs (modelir.logprobs.native.completion_body): dialects that clamp
     # minus infinity or spell tokens as ids say so here, as `logprob_values` and `token_id` do for the Python path.
     native_dialect: ClassVar[dict[str, bool]] = {"unclamp": False, "token_ids": False}
+
+    def __init__(self, *, provider_model: str = "", echo_scoring: bool = False) -> None:
+        super().__init__(provider_model=provider_model)
+        self.echo_scoring = echo_scoring  # the server scores prompts by echo: claim INPUT_SCORING
+
+    def manifest(self) -> capabilities_pb2.CapabilityManifest:
+        manifest = super().manifest()
+        if self.echo_scoring and capabilities_pb2.CAPABILITY_INPUT_SCORING not in manifest.capabilities:
+            claimed = sorted([*manifest.capabilities, capabilities_pb2.CAPABILITY_INPUT_SCORING])
+            del manifest.capabilities[:]
+            manifest.capabilities.extend(claimed)
+        return manifest
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -99,7 +112,7 @@ class OpenAICompletions(wire.BodyTransport):
         out = response_pb2.Response(id=body.get("id") or "", model=body.get("model") or "")
         prompt_count = (body.get("usage") or {}).get("prompt_tokens")
         facts = soft_errors.Facts()
-        for raw in body.get("choices") or ():
+        for raw in common.array(body, "choices"):
             choice = out.choices.add(index=raw.get("index", 0))
             choice.message.role = content_pb2.ROLE_ASSISTANT
             text = raw.get("text") or ""

@@ -38,7 +38,7 @@ class VLLMCompletions(OpenAICompletions):
         # A batch of echoed prompts, generating nothing: the first is lifted as usual (one empty choice), the
         # others only add their input scores, in the continuations' order.
         body = common.parse_json(response.body, "response body")
-        raws = sorted(body.get("choices") or (), key=lambda c: c.get("index", 0))
+        raws = sorted(common.array(body, "choices"), key=lambda c: c.get("index", 0))
         first = _with_continuations(request, spans[:1])
         single = HttpResponse(response.status, response.headers, orjson.dumps({**body, "choices": raws[:1]}))
         out = super().lift(first, single)
@@ -79,7 +79,7 @@ class VLLMCompletions(OpenAICompletions):
         return dialect.finish(raw_reason, stop_reason)
 
     def lift_extras(self, request, body, out) -> None:
-        raws = body.get("choices") or ()
+        raws = common.array(body, "choices")
         if request.HasField("input_scoring") and not out.input_scores and raws and not continuations.of(request):
             # A server that answers with `prompt_logprobs` (and `prompt_token_ids`) instead of echoed logprobs: the
             # same scores as the chat route's.
@@ -92,7 +92,7 @@ class VLLMCompletions(OpenAICompletions):
                 scores.span_start_byte = max(0, scores.span_byte_count - scores.scored_byte_count)
                 out.input_scores.append(scores)
         choices = {c.index: c for c in out.choices}
-        for raw in body.get("choices") or ():
+        for raw in common.array(body, "choices"):
             if raw.get("prompt_token_ids") and not out.prompt_token_ids:
                 out.prompt_token_ids.extend(raw["prompt_token_ids"])
             ids = raw.get("token_ids")
