@@ -275,10 +275,14 @@ def _reshaped(what: str) -> bool:
 
 
 def _has_output(response: Any) -> bool:
-    """Whether a response carries anything a caller could use: a part, logprobs, scores, token ids, or usage."""
+    """Whether a response carries anything a caller could use: a part, logprobs, scores, token ids, usage, or a
+    finish reason (a blocked answer with no content is an answer: its reason is what the caller reads)."""
     return bool(
         any(
-            choice.message.parts or choice.sampled_tokens.token_ids or choice.HasField("logprobs")
+            choice.message.parts
+            or choice.sampled_tokens.token_ids
+            or choice.HasField("logprobs")
+            or choice.finish_reason
             for choice in response.choices
         )
         or response.input_scores

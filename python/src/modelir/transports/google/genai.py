@@ -218,6 +218,10 @@ class GoogleGenAI(HttpTransport):
         out = response_pb2.Response(id=body.get("responseId") or "", model=body.get("modelVersion") or "")
         issuer = self.issuer(request)
         candidates = common.array(body, "candidates")
+        if not candidates and not body.get("promptFeedback"):
+            # Gemini answers a candidate, or says why there is none (`promptFeedback.blockReason`): neither is a
+            # wrong shape, not an empty success.
+            raise errors.MalformedResponseError("the answer has no candidates and no promptFeedback saying why")
         facts = soft_errors.Facts()
         for position, candidate in enumerate(candidates):
             choice = out.choices.add(index=candidate.get("index", position))
