@@ -193,7 +193,7 @@ class Ollama(HttpTransport):
         if response.status == 400 and (lacks := _TEMPLATE_LACKS.search(str(exc))):
             gaps = errors_pb2.UnsupportedCapabilities(missing=[_LACKED[lacks[1]]])
             gaps.reasons.append(f"Ollama: the model's template {lacks[0]} ({exc})")
-            return errors.UnsupportedCapabilityError(gaps)
+            return errors.UnsupportedCapabilityError(gaps, http_status=response.status)
         return exc
 
     # ---- tokenizer facts ---------------------------------------------------------------------------
