@@ -164,7 +164,7 @@ async def test_max_output_tokens_one_generates_one_token(model):
 async def test_an_over_long_prompt_is_an_error_not_a_silent_cut(model):
     """Ollama cuts a prompt longer than num_ctx (256) with a 200 unless `truncate` is false, which modelir sends."""
     long_prompt = "hello world " * 400
-    with pytest.raises(errors.ModelError, match="(?i)context|length|exceed"):
+    with pytest.raises(errors.ModelError, match=r"(?i)context|length|exceed"):
         await model.arun(_greedy(prompt=long_prompt, max_output_tokens=2))
     allowed = _greedy(prompt=long_prompt, max_output_tokens=2)
     allowed.provider_options.add(transport="ollama", options_json=b'{"truncate": true}')
@@ -223,5 +223,5 @@ async def test_what_the_template_lacks_is_a_typed_unsupported_error(model, extra
         request.reasoning_controls.include_thoughts = True
     if extra.get("tools"):
         request.tools.add().function.name = extra["tools"]
-    with pytest.raises(UnsupportedCapabilityError, match="(?i)support"):
+    with pytest.raises(UnsupportedCapabilityError, match=r"(?i)support"):
         await model.arun(request)
