@@ -18,7 +18,7 @@ import httpx
 import jsonschema
 import orjson
 import pytest
-from modelir import Model, UnsupportedCapabilityError, accumulate, build_request, errors
+from modelir import Model, UnsupportedCapabilityError, accumulate, aclassify, build_request, errors
 from modelir.http.executor import Executor
 from modelir.transports import zero_output
 from modelir.transports.ollama import TRUNCATION_WARNING, Ollama
@@ -225,3 +225,21 @@ async def test_what_the_template_lacks_is_a_typed_unsupported_error(model, extra
         request.tools.add().function.name = extra["tools"]
     with pytest.raises(UnsupportedCapabilityError, match=r"(?i)support"):
         await model.arun(request)
+
+
+async def test_classify_walks_ollamas_json_quoted_choice_and_is_repeatable(model):
+    """Ollama answers a choice as the JSON-quoted label (`"yes" `): classify walks the quoted labels (before, it
+    stopped at the quote: "no alternative at position 0"); its seed makes the same input give the same outcome on
+    every call (before, it sampled at temperature 1 unseeded). This random tiny model's unconstrained top-20 rarely
+    holds both labels after the quote, so the outcome may be an honest refusal: the same one each time."""
+
+    async def outcome():
+        try:
+            return await aclassify(model, [("user", "Hello")], ["yes", "no"])
+        except UnsupportedCapabilityError as refused:
+            assert "position 0" not in str(refused)
+            return str(refused)
+
+    first = await outcome()
+    for _ in range(3):
+        assert await outcome() == first
