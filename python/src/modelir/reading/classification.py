@@ -22,6 +22,10 @@ it begins several labels, is their shared prefix and the walk goes on with them.
 labels that was not sampled, a label that ends where another goes on, or a label no listed alternative reaches
 (when the list may be cut short) leave the answer unknown: then scoring is used if the model has it, and otherwise
 `classify` refuses with an `UnsupportedCapabilityError` saying why. It never guesses.
+
+The logprob call carries a fixed seed where the model takes one, so the sampled path, and with it the answer or
+the refusal, is the same on every call. An engine that answers a choice as the JSON-quoted label (Ollama's enum
+schema) is walked along the quoted labels.
 """
 
 from __future__ import annotations
