@@ -184,3 +184,48 @@ async def test_openai_chat_classifies_by_first_token_top_logprobs():
     )
     assert result.coverage == pytest.approx(total)
     assert bodies[0]["logprobs"] is True and bodies[0]["top_logprobs"] == 20
+
+
+def _ollama_entry(token: str, logprob: float, alternatives: list[tuple[str, float]]) -> dict:
+    def one(text: str, value: float) -> dict:
+        return {"token": text, "logprob": value, "bytes": list(text.encode())}
+
+    return {**one(token, logprob), "top_logprobs": [one(t, v) for t, v in alternatives]}
+
+
+async def test_ollamas_json_quoted_choice_is_walked_as_quoted_labels_with_a_fixed_seed():
+    """Ollama's enum schema answers `"negative" ` (quoted, JSON whitespace after): the walk reads the quoted labels;
+    pre-sampling logprobs renormalised at the position where the labels part. The request carries a seed."""
+    from modelir.transports.ollama import Ollama
+
+    bodies: list[dict] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        bodies.append(orjson.loads(request.content))
+        positions = [
+            _ollama_entry('"', -3.0, [("Hello", -0.1)]),
+            _ollama_entry("neg", -0.5, [("neg", -0.5), ("pos", -1.5), ("maybe", -2.0)]),
+            _ollama_entry('ative"', -0.01, [('ative"', -0.01)]),
+            _ollama_entry(" ", -0.1, [(" ", -0.1)]),
+        ]
+        answer = {
+            "model": "tiny",
+            "message": {"role": "assistant", "content": '"negative" '},
+            "done": True,
+            "done_reason": "stop",
+            "logprobs": positions,
+        }
+        return httpx.Response(200, json=answer)
+
+    executor = Executor("http://ollama.test", transport=httpx.MockTransport(handle))
+    model = Model(Ollama(provider_model="tiny"), name="tiny", executor=executor)
+    try:
+        result = await aclassify(model, [("user", "dull film?")], ["positive", "negative"])
+    finally:
+        await executor.aclose()
+    total = math.exp(-0.5) + math.exp(-1.5)
+    assert result.probabilities == pytest.approx(
+        {"negative": math.exp(-0.5) / total, "positive": math.exp(-1.5) / total}
+    )
+    assert result.method == "top_logprobs" and result.label == "negative"
+    assert bodies[0]["options"]["seed"] == 0

@@ -97,7 +97,7 @@ def server(tiny):
 def live_manifest() -> capabilities_pb2.CapabilityManifest:
     """What this server honours on the completions wire: OpenAI's surface plus prompt scoring by echo, minus
     FIM (0.3.36 sends token id 0 for every FIM marker: a TODO in its source) and `n` (it returns one choice)."""
-    manifest = OpenAICompletions(provider_model="tiny").manifest()
+    manifest = OpenAICompletions(provider_model="tiny", zero_output_emulated=True).manifest()
     kept = set(manifest.capabilities) - {C.CAPABILITY_FIM, C.CAPABILITY_MULTIPLE_CHOICES}
     del manifest.capabilities[:]
     manifest.capabilities.extend(sorted(kept | {C.CAPABILITY_INPUT_SCORING}))
@@ -107,7 +107,12 @@ def live_manifest() -> capabilities_pb2.CapabilityManifest:
 @pytest.fixture
 async def model(server):
     executor = Executor(server + "/v1")
-    yield Model(OpenAICompletions(provider_model="tiny"), name="tiny", executor=executor, manifest=live_manifest())
+    yield Model(
+        OpenAICompletions(provider_model="tiny", zero_output_emulated=True),
+        name="tiny",
+        executor=executor,
+        manifest=live_manifest(),
+    )
     await executor.aclose()
 
 
@@ -262,7 +267,12 @@ def test_lm_eval_tasks_on_the_live_engine(server, truth, monkeypatch):
     from modelir.integrations.lm_eval import ModelirLM
 
     executor = Executor(server + "/v1")
-    live = Model(OpenAICompletions(provider_model="tiny"), name="tiny", executor=executor, manifest=live_manifest())
+    live = Model(
+        OpenAICompletions(provider_model="tiny", zero_output_emulated=True),
+        name="tiny",
+        executor=executor,
+        manifest=live_manifest(),
+    )
     lm = ModelirLM(model=live, concurrency=2, seed=1)
     try:
         results = run_tasks("", TASKS, monkeypatch, model=lm)

@@ -22,6 +22,10 @@ it begins several labels, is their shared prefix and the walk goes on with them.
 labels that was not sampled, a label that ends where another goes on, or a label no listed alternative reaches
 (when the list may be cut short) leave the answer unknown: then scoring is used if the model has it, and otherwise
 `classify` refuses with an `UnsupportedCapabilityError` saying why. It never guesses.
+
+The logprob call carries a fixed seed where the model takes one, so the sampled path, and with it the answer or
+the refusal, is the same on every call. An engine that answers a choice as the JSON-quoted label (Ollama's enum
+schema) is walked along the quoted labels.
 """
 
 from __future__ import annotations
@@ -32,10 +36,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from modelir import errors
 from modelir.interface import MessageLike, ModelInterface, build_request
 from modelir.sync import run_sync
-from modelir.v1 import capabilities_pb2, errors_pb2, logprobs_pb2, request_pb2
+from modelir.v1 import capabilities_pb2, errors_pb2, logprobs_pb2, request_pb2, response_pb2
 from modelir.writing.names import enum_name
 
 C = capabilities_pb2.Capability
@@ -142,6 +148,9 @@ async def _by_logprobs(
     # The model's own distribution: no temperature, no nucleus cut (greedy decoding would collapse a
     # post-sampling distribution onto one token). The label reported is the most probable one, not the sample.
     options: dict[str, Any] = {"temperature": 1.0} if C.CAPABILITY_TEMPERATURE in have else {}
+    if C.CAPABILITY_SEED in have:
+        # The walk follows the sampled path: a fixed seed makes the same input give the same answer on every call.
+        options["seed"] = 0
     if constrained:
         options["choices"] = labels
     else:  # no constraint: enough tokens for the labels' paths to part, never the whole answer
@@ -173,10 +182,14 @@ async def _by_logprobs(
         if not verdict.accepted:
             why.extend(verdict.unsupported.reasons)
             continue
-        logprobs = (await model.arun(request)).choices[0].logprobs
+        choice = (await model.arun(request)).choices[0]
+        logprobs = choice.logprobs
         exact = constrained and logprobs.basis == logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING
+        # Some engines answer a choice as the label JSON-quoted (Ollama's enum schema): walk the quoted labels.
+        spelled = {_as_answered(choice, label): label for label in labels}
         try:
-            probabilities, coverage = _walk(labels, logprobs, top_k, exact=exact)
+            by_spelling, coverage = _walk(list(spelled), logprobs, top_k, exact=exact)
+            probabilities = {spelled[text]: p for text, p in by_spelling.items()}
         except _Unknown as unknown:
             name = enum_name(logprobs_pb2.LogprobBasis, logprobs.basis)
             why.append(f"{name} top-{top_k} logprobs do not determine the labels: {unknown}")
@@ -184,6 +197,14 @@ async def _by_logprobs(
         method = "choice_logprobs" if exact else "top_logprobs"
         return Classification(max(probabilities, key=probabilities.__getitem__), probabilities, method, coverage)
     return None
+
+
+def _as_answered(choice: response_pb2.Choice, label: str) -> str:
+    """The label as this answer spells labels: JSON-quoted (after the whitespace JSON allows before it) when the
+    chosen label came back quoted."""
+    text = "".join(p.text for p in choice.message.parts if p.WhichOneof("content") == "text")
+    quoted = bool(choice.constrained_label) and text.strip() == orjson.dumps(choice.constrained_label).decode()
+    return text[: len(text) - len(text.lstrip())] + orjson.dumps(label).decode() if quoted else label
 
 
 async def _by_scoring(model: ModelInterface, messages: list[MessageLike] | str, labels: list[str]) -> Classification:

@@ -16,6 +16,7 @@ A JSON object constraint is `format: "json"`.
 from __future__ import annotations
 
 import base64
+import re
 from typing import Any
 
 import orjson
@@ -25,10 +26,11 @@ from modelir.errors import soft as soft_errors
 from modelir.logprobs import build as lp
 from modelir.pipeline import content_kinds
 from modelir.transports import _common as common
+from modelir.transports import zero_output
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
 from modelir.transports.manifests import COMMON, ENGINE_SAMPLING, LOGPROBS, OPENAI_SAMPLING, capability_set
 from modelir.transports.stream_parts import StreamParts
-from modelir.v1 import capabilities_pb2, content_pb2, request_pb2, response_pb2, stream_pb2
+from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, logprobs_pb2, request_pb2, response_pb2, stream_pb2
 
 JSON_HEADERS = (("content-type", "application/json"),)
 DONE_REASONS = {"stop": response_pb2.FINISH_REASON_STOP, "length": response_pb2.FINISH_REASON_LENGTH}
@@ -44,14 +46,22 @@ _ROLES = {
     content_pb2.ROLE_ASSISTANT: "assistant",
     content_pb2.ROLE_TOOL: "tool",
 }
-PROVIDER_OPTION_KEYS = ("keep_alive", "num_ctx", "num_keep", "mirostat", "typical_p")
-_OPTION_KEYS = {"keep_alive"}  # top-level request fields; the rest go inside `options`
+PROVIDER_OPTION_KEYS = ("keep_alive", "num_ctx", "num_keep", "mirostat", "typical_p", "truncate")
+_OPTION_KEYS = {"keep_alive", "truncate"}  # top-level request fields; the rest go inside `options`
+TRUNCATION_WARNING = "input_truncation_allowed"
+# Ollama answers a 400 "... does not support insert|thinking|tools" when the model's template has no slot for it:
+# the manifest claims the wire's capability, the model lacks it, and the caller gets the typed gap.
+_TEMPLATE_LACKS = re.compile(r"does not support (insert|thinking|tools)")
+_LACKED = {
+    "insert": capabilities_pb2.CAPABILITY_FIM,
+    "thinking": capabilities_pb2.CAPABILITY_REASONING,
+    "tools": capabilities_pb2.CAPABILITY_TOOLS,
+}
 
 
 # IR sampling fields, as `ir_name:native_name` where this wire renames them.
 _SAMPLING = (
-    "temperature top_p top_k min_p seed presence_penalty frequency_penalty max_output_tokens:num_predict "
-    "repetition_penalty:repeat_penalty stop"
+    "temperature top_p top_k min_p seed presence_penalty frequency_penalty repetition_penalty:repeat_penalty stop"
 )
 
 
@@ -67,6 +77,7 @@ class Ollama(HttpTransport):
     )
     limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=1)
     provider_option_keys = PROVIDER_OPTION_KEYS
+    logprob_bases = ("PRE_SAMPLING",)  # a softmax of the raw logits, before penalties and sampling
     part_kinds = content_kinds.chat_kinds("Ollama")  # reasoning goes as `thinking` text; artifacts are refused below
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
@@ -87,6 +98,8 @@ class Ollama(HttpTransport):
                 if part.WhichOneof("content") == "blob" and part.blob.WhichOneof("source") == "uri":
                     reasons.append(f"Ollama takes images inline, not by URI (conversation.messages[{i}].parts[{j}]).")
         reasons += common.non_text_tool_results(request, "Ollama")
+        if not isinstance(common.provider_options(request, self.name).get("truncate", False), bool):
+            reasons.append("Ollama's truncate option is true or false.")
         return reasons
 
     # ---- lower -------------------------------------------------------------------------------------
@@ -106,6 +119,10 @@ class Ollama(HttpTransport):
                 body["suffix"] = request.fim.suffix
         options: dict[str, Any] = {}
         common.copy_sampling(request.sampling, options, _SAMPLING)
+        if (limit := zero_output.engine_limit(request)) is not None:
+            options["num_predict"] = limit  # Ollama reads 0 as "no limit"
+        # Ollama cuts an over-long prompt to num_ctx with a 200 unless told not to: never silently.
+        body["truncate"] = False
         kind = request.constraint.WhichOneof("kind")
         if kind == "json_schema":
             body["format"] = orjson.loads(request.constraint.json_schema.schema_json)
@@ -151,10 +168,14 @@ class Ollama(HttpTransport):
         facts = soft_errors.Facts()
         if body.get("logprobs"):
             lp.from_openai_content(body["logprobs"], into=choice.logprobs)
+            choice.logprobs.basis = logprobs_pb2.LOGPROB_BASIS_PRE_SAMPLING
         else:
             facts.lack_logprobs(0)
         _settle(body, choice, out)
+        if zero_output.asks_for_nothing(request):
+            zero_output.drop_output(out, "Ollama")
         soft_errors.settle(request, out, facts)
+        out.warnings.extend(_truncation_warnings(request, out.usage))
         return out
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
@@ -166,6 +187,14 @@ class Ollama(HttpTransport):
             route = "chat" if request.WhichOneof("input") == "conversation" else "generate"
             return f"ollama.{route}" + ("_stream" if kind == "stream" else "")
         return f"ollama.{kind}"
+
+    def error(self, response: HttpResponse) -> errors.ModelError:
+        exc = super().error(response)
+        if response.status == 400 and (lacks := _TEMPLATE_LACKS.search(str(exc))):
+            gaps = errors_pb2.UnsupportedCapabilities(missing=[_LACKED[lacks[1]]])
+            gaps.reasons.append(f"Ollama: the model's template {lacks[0]} ({exc})")
+            return errors.UnsupportedCapabilityError(gaps, http_status=response.status)
+        return exc
 
     # ---- tokenizer facts ---------------------------------------------------------------------------
 
@@ -192,6 +221,20 @@ class Ollama(HttpTransport):
             if (eos_id := _token_id(token)) is not None and eos_id not in out.eos_token_ids:
                 out.eos_token_ids.append(eos_id)
         return out
+
+
+def _truncation_warnings(request: request_pb2.Request, usage: response_pb2.Usage) -> list[errors_pb2.Warning]:
+    """A caller who allows Ollama's truncation (`truncate: true`) is told that the prompt may have been cut: Ollama's
+    answer does not say whether it was (only its log does)."""
+    if common.provider_options(request, Ollama.name).get("truncate") is not True:
+        return []
+    return [
+        errors_pb2.Warning(
+            code=TRUNCATION_WARNING,
+            message=f"Ollama may have cut the prompt to its context (num_ctx) without saying so; it read "
+            f"{usage.input_token_count} prompt tokens",
+        )
+    ]
 
 
 def _token_id(value: Any) -> int | None:
@@ -308,6 +351,7 @@ class _NdjsonStreamLifter(StreamLifter):
         self.texts: list[str] = []
         self.calls: list[dict[str, Any]] = []
         self.saw_logprobs = False
+        self.nothing = zero_output.asks_for_nothing(request)  # what the engine generates is withheld
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
         data = common.parse_json(event.data, "stream line")
@@ -321,20 +365,22 @@ class _NdjsonStreamLifter(StreamLifter):
         message = data.get("message") or {}
         thinking = message.get("thinking") if "message" in data else data.get("thinking")
         text = message.get("content") if "message" in data else data.get("response")
-        if thinking:
+        if thinking and not self.nothing:
             self.thinking = True
             out.append(self.parts.delta(0, "thinking", reasoning=stream_pb2.ReasoningDelta(text=thinking)))
         delta = None
-        if text:
+        if text and not self.nothing:
             self.texts.append(text)
             delta = stream_pb2.PartDelta(part_index=self.parts.index(0, "text"), text=text)
         if data.get("logprobs"):
             self.saw_logprobs = True
             delta = delta or stream_pb2.PartDelta()
             lp.from_openai_content(data["logprobs"], into=delta.logprobs)
-        if delta is not None:
+            delta.logprobs.basis = logprobs_pb2.LOGPROB_BASIS_PRE_SAMPLING
+        if delta is not None and not self.nothing:
             out.append(stream_pb2.StreamEvent(delta=delta))
-        self.calls.extend(message.get("tool_calls") or data.get("tool_calls") or [])
+        if not self.nothing:
+            self.calls.extend(message.get("tool_calls") or data.get("tool_calls") or [])
         if data.get("done"):
             self.final = data
         return out
@@ -383,8 +429,11 @@ class _NdjsonStreamLifter(StreamLifter):
             end.finishes.add(choice_index=0)
             facts.cut_short = "the stream ended before its done line; the output is partial"
         facts.provider_error = self.error
+        if self.nothing and self.final is not None:
+            zero_output.end_of_nothing(end, "Ollama")
         soft_errors.settle(self.request, settled, facts)
         if bool(settled.errors):
             end.errors.extend(settled.errors)
+        end.warnings.extend(_truncation_warnings(self.request, end.usage))
         out.append(stream_pb2.StreamEvent(end=end))
         return out

@@ -7,6 +7,9 @@ characters from the start of the prompt); the last stream chunk carries empty ar
 Input scoring by `echo` is a manifest choice: OpenAI rejects echo with logprobs on current models, so this
 manifest does not claim it; the vLLM transport (which shares this code) does, and so does this one with the option
 `echo_scoring: true` (a configuration entry for a server that echoes prompt logprobs, such as llama-cpp-python's).
+A server that cannot generate zero tokens (llama-cpp-python's reads `max_tokens: 0` as "fill the context") takes
+`zero_output_emulated: true`: `max_output_tokens = 0` is then sent as 1 and the output dropped
+(`transports.zero_output`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from modelir.logprobs import native
 from modelir.pipeline import content_kinds, continuations
 from modelir.reading import stops
 from modelir.transports import _common as common
+from modelir.transports import zero_output
 from modelir.transports.base import HttpResponse, RawEvent, StreamLifter
 from modelir.transports.manifests import COMMON, LOGPROBS, OPENAI_SAMPLING, capability_set
 from modelir.transports.openai import _wire as wire
@@ -52,9 +56,14 @@ class OpenAICompletions(wire.BodyTransport):
     # minus infinity or spell tokens as ids say so here, as `logprob_values` and `token_id` do for the Python path.
     native_dialect: ClassVar[dict[str, bool]] = {"unclamp": False, "token_ids": False}
 
-    def __init__(self, *, provider_model: str = "", echo_scoring: bool = False) -> None:
+    def __init__(
+        self, *, provider_model: str = "", echo_scoring: bool = False, zero_output_emulated: bool = False
+    ) -> None:
         super().__init__(provider_model=provider_model)
         self.echo_scoring = echo_scoring  # the server scores prompts by echo: claim INPUT_SCORING
+        # The server cannot generate zero tokens (llama-cpp-python reads `max_tokens: 0` as "fill the context"):
+        # ask for one and drop it (`transports.zero_output`).
+        self.zero_output_emulated = zero_output_emulated
 
     def manifest(self) -> capabilities_pb2.CapabilityManifest:
         manifest = super().manifest()
@@ -78,7 +87,12 @@ class OpenAICompletions(wire.BodyTransport):
             reasons.append("Input scoring by echo locates the scored span by text offsets, so it needs text input.")
         if request.HasField("input_scoring") and streaming:
             reasons.append("Input scoring by echo is available on unary calls only, not on streams.")
+        if streaming and self._emulates_zero(request):
+            reasons.append("This server cannot generate zero tokens, and a stream cannot take back what it sent.")
         return reasons
+
+    def _emulates_zero(self, request: request_pb2.Request) -> bool:
+        return getattr(self, "zero_output_emulated", False) and zero_output.asks_for_nothing(request)
 
     # ---- lower -------------------------------------------------------------------------------------
 
@@ -89,6 +103,8 @@ class OpenAICompletions(wire.BodyTransport):
             prompt = request.prompt + _continuation(request)
         body: dict[str, Any] = {"model": self.model_for(request), "prompt": prompt}
         common.copy_sampling(request.sampling, body, _SAMPLING)
+        if self._emulates_zero(request):
+            body["max_tokens"] = 1
         if request.HasField("fim"):
             body["suffix"] = request.fim.suffix
         if request.sampling.logit_bias:  # token ids as decimal keys, as the API takes them
@@ -135,6 +151,8 @@ class OpenAICompletions(wire.BodyTransport):
         self.lift_extras(request, body, out)
         if not bool(out.input_scores):
             facts.missing_input_scores = "the provider returned no prompt logprobs"
+        if self._emulates_zero(request):
+            zero_output.drop_output(out, f"this server ({self.name})")
         soft_errors.settle(request, out, facts)
         return out
 
