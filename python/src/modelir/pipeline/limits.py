@@ -27,9 +27,10 @@ MAX_REGEX_CHARS = 100_000
 def limit_problems(request: Message) -> Iterator[tuple[str, str]]:
     """(field, description) of every JSON text in `request` nested deeper than `MAX_JSON_DEPTH`, and of a regex
     constraint longer than `MAX_REGEX_CHARS`."""
-    for field, text in _json_texts(request, ""):
-        if _nests_deeper(text, MAX_JSON_DEPTH):
-            yield field, f"The JSON nests deeper than {MAX_JSON_DEPTH} levels, more than any provider takes."
+    if _may_nest_deeper(request) and _any_deep(request):  # the common case, found without a walk
+        for field, text in _json_texts(request, ""):
+            if _nests_deeper(text, MAX_JSON_DEPTH):
+                yield field, f"The JSON nests deeper than {MAX_JSON_DEPTH} levels, more than any provider takes."
     constraint = getattr(request, "constraint", None)
     if constraint is not None and len(constraint.regex) > MAX_REGEX_CHARS:
         yield "constraint.regex", f"The regular expression is longer than {MAX_REGEX_CHARS:,} characters."
@@ -54,30 +55,58 @@ def _nests_deeper(text: str, limit: int) -> bool:
     return False
 
 
+def _may_nest_deeper(request: Message) -> bool:
+    """Whether `request` has more brackets than `MAX_JSON_DEPTH` in all (no JSON text in it can nest deeper
+    otherwise): its bytes counted in C, cheaper than walking its messages when, as usual, it has few."""
+    wire = request.SerializeToString()
+    return wire.count(b"[") + wire.count(b"{") > MAX_JSON_DEPTH
+
+
+def _any_deep(message: Message) -> bool:
+    """Whether any JSON text in `message` nests too deep (`_json_texts`' walk, over set fields only, no paths)."""
+    kinds = _fields(type(message))
+    if not kinds:
+        return False
+    for field, value in message.ListFields():
+        kind = kinds.get(field.name)
+        if kind == _JSON:
+            if _nests_deeper(value, MAX_JSON_DEPTH):
+                return True
+        elif kind == _REPEATED:
+            if any(_any_deep(item) for item in value):
+                return True
+        elif kind == _MESSAGE and _any_deep(value):
+            return True
+    return False
+
+
 def _json_texts(message: Message, path: str) -> Iterator[tuple[str, str]]:
     """(field path, text) of every non-empty JSON text field (`_is_json`) anywhere in `message`."""
-    for name, kind in _fields(type(message)):
-        where = f"{path}.{name}" if path else name
+    kinds = _fields(type(message))
+    for field, value in message.ListFields():
+        kind = kinds.get(field.name)
+        if kind is None:
+            continue
+        where = f"{path}.{field.name}" if path else field.name
         if kind == _JSON:
-            if text := getattr(message, name):
-                yield where, text
+            yield where, value
         elif kind == _REPEATED:
-            for index, item in enumerate(getattr(message, name)):
+            for index, item in enumerate(value):
                 yield from _json_texts(item, f"{where}[{index}]")
-        elif message.HasField(name):
-            yield from _json_texts(getattr(message, name), where)
+        else:
+            yield from _json_texts(value, where)
 
 
 _JSON, _MESSAGE, _REPEATED = range(3)
-_FIELDS: dict[type, tuple[tuple[str, int], ...]] = {}
+_FIELDS: dict[type, dict[str, int]] = {}
 
 
-def _fields(message_type: type[Message]) -> tuple[tuple[str, int], ...]:
-    """(name, kind) of the fields of `message_type` that are, or can contain, a `*_json` text (maps excluded);
+def _fields(message_type: type[Message]) -> dict[str, int]:
+    """The kind of each field of `message_type` that is, or can contain, a JSON text (maps excluded), by name;
     worked out once per message type."""
     found = _FIELDS.get(message_type)
     if found is None:
-        found = _FIELDS[message_type] = tuple(_kinds(message_type))
+        found = _FIELDS[message_type] = dict(_kinds(message_type))
     return found
 
 
