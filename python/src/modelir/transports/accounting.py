@@ -301,8 +301,10 @@ def _visit(value: Any, plan: Plan, path: list[str], rel: int, choice: int, found
         if plan.tagged:
             path.append(plan.tagged)
         for attribute, key, child in plan.members:
+            if (member := getattr(value, attribute)) is None:
+                continue  # absent: the usual case for a fact, so it costs one attribute read
             path.append(f".{key}" if path else key)
-            _visit(getattr(value, attribute), child, path, rel, choice, found)
+            _visit(member, child, path, rel, choice, found)
             path.pop()
         if plan.tagged:
             path.pop()
