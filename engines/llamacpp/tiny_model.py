@@ -23,9 +23,41 @@ HEAD_DIM = EMBEDDING // HEADS
 ROPE_THETA, RMS_EPS = 10000.0, 1e-5
 # Pre-tokens (as GPT-2's pre-tokenizer splits them) that should each end up as a single token.
 SINGLE_TOKENS = [
-    " the", " and", " of", " to", " a", " in", " is", " it", " yes", " no", "yes", "no", "Yes", "No",
-    " hello", "Hello", " world", " cat", " sat", " on", " mat", " true", " false", "true", "false", "null",
-    '{"', '":', '",', " café", "é", "日本", " positive", " negative", " maybe",
+    " the",
+    " and",
+    " of",
+    " to",
+    " a",
+    " in",
+    " is",
+    " it",
+    " yes",
+    " no",
+    "yes",
+    "no",
+    "Yes",
+    "No",
+    " hello",
+    "Hello",
+    " world",
+    " cat",
+    " sat",
+    " on",
+    " mat",
+    " true",
+    " false",
+    "true",
+    "false",
+    "null",
+    '{"',
+    '":',
+    '",',
+    " café",
+    "é",
+    "日本",
+    " positive",
+    " negative",
+    " maybe",
 ]
 CONTROL = ["<s>", "</s>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
@@ -121,7 +153,7 @@ def weights(tokens: list[str]) -> dict[str, np.ndarray]:
 
 
 def rotary_to_gguf(weight: np.ndarray) -> np.ndarray:
-    """Hugging Face keeps each head's rotary halves apart; llama.cpp wants them interleaved (what its converter does)."""
+    """Hugging Face keeps each head's rotary halves apart, llama.cpp wants them interleaved (as its converter does)."""
     return weight.reshape(HEADS, 2, HEAD_DIM // 2, EMBEDDING).swapaxes(1, 2).reshape(weight.shape)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "engines" / "llamacpp"))
-import tiny_model  # noqa: E402  (the generator is a script beside the engines' builds, not a package)
+import tiny_model  # (the generator is a script beside the engines' builds, not a package)
 
 sys.path.pop(0)
 

@@ -62,6 +62,8 @@ class VLLMChat(OpenAIChat):
             ids = raw.token_ids
             if ids and (choice := choices.get(raw.index)) is not None:
                 tokens.fill(choice, ids, trimmed=dialect.trimmed(request, raw, ids))
+        for choice in out.choices:
+            stops.settle_natural_end(request, choice)
         tokens.label_choices(request, out)
         if request.HasField("input_scoring"):
             continuation = continuations.first_text(request)
