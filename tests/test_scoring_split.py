@@ -82,3 +82,20 @@ def test_the_rule(texts, continuation, start, straddles):
         assert split is None
     else:
         assert (split.start, split.straddles) == (start, straddles)
+
+
+@pytest.mark.parametrize("kind", [{"prompt": "Hi"}, {"messages": [("user", "Hi")]}])
+def test_vllm_scores_without_generating_by_asking_for_one_token_and_dropping_it(kind):
+    request = build_request("tiny", max_output_tokens=0, **kind)
+    transport = VLLM(provider_model="tiny")
+    body = transport._route(request).body(request, stream=False)
+    assert body.get("max_tokens", body.get("max_completion_tokens")) == 1  # 0 is a 400 on vLLM's chat route
+    raw = {"index": 0, "finish_reason": "length", "stop_reason": None, "token_ids": [5]}
+    if "prompt" in kind:
+        raw["text"] = "x"
+    else:
+        raw["message"] = {"role": "assistant", "content": "x"}
+    answer = {"id": "x", "model": "tiny", "object": "chat.completion", "choices": [raw]}
+    out = transport.lift(request, HttpResponse(200, {}, orjson.dumps(answer)))
+    assert out.choices[0].message.parts[0].text == "" and not out.choices[0].sampled_tokens.token_ids
+    assert [w.code for w in out.warnings] == ["generated_token_dropped"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -19,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 from modelir import Model, accumulate, build_request
+from modelir.errors import ProviderRejectedError
 from modelir.http.executor import Executor
 from modelir.transports.vllm import VLLM
 from modelir.v1 import response_pb2, service_pb2
@@ -26,7 +28,12 @@ from modelir.v1 import response_pb2, service_pb2
 from tests.engines import numpy_truth
 
 PYTHON = os.environ.get("MODELIR_VLLM")
-pytestmark = pytest.mark.skipif(not PYTHON, reason="set MODELIR_VLLM (make test-engines builds and sets it)")
+# The first test waits for the server: 40-80 s warm, several minutes cold on a loaded machine.
+STARTUP_SECONDS = 600
+pytestmark = [
+    pytest.mark.skipif(not PYTHON, reason="set MODELIR_VLLM (make test-engines builds and sets it)"),
+    pytest.mark.timeout(STARTUP_SECONDS + 120),
+]
 ROOT = Path(__file__).resolve().parents[2]
 CONTEXT = 512
 # vLLM computes in float32 with its own kernels; the truth is float64.
@@ -70,24 +77,27 @@ def server(tmp_path_factory):
         stdout=log_path.open("w"),
         stderr=subprocess.STDOUT,
         env=env,
+        start_new_session=True,  # its own group: the engine-core child goes with it, whatever ends the tests
     )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600  # cold, under load: torch import and compile
-    while time.monotonic() < deadline and process.poll() is None:
-        try:
-            if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(1)
-    else:
-        process.kill()
-        raise RuntimeError("vLLM did not start: " + log_path.read_text()[-3000:])
-    yield url
-    process.terminate()
     try:
-        process.wait(30)
-    except subprocess.TimeoutExpired:
-        process.kill()
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(1)
+        else:
+            raise RuntimeError("vLLM did not start: " + log_path.read_text()[-3000:])
+        yield url
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 @pytest.fixture
@@ -143,6 +153,9 @@ async def test_tokenize_gives_the_models_ids(model):
     answer = await model.atokenize_request(service_pb2.TokenizeRequest(model="tiny", text=text))
     ids = list(answer.token_ids)
     assert b"".join(numpy_truth.token_bytes(i) for i in ids).endswith(text.encode())
+    # The engine spells tokens as byte-level symbols (`Ġworld`); modelir reads them back as their bytes and text.
+    assert answer.token_bytes == b"".join(numpy_truth.token_bytes(i) for i in ids)
+    assert "".join(answer.tokens).endswith(text) and not any("Ġ" in t for t in answer.tokens)
     assert await model.adetokenize([i for i in ids if i != TOKENS.index("<s>")]) == text
 
 
@@ -190,6 +203,37 @@ async def test_choice_and_regex_constraints_hold(model):
     request = build_request("tiny", prompt="Number:", max_output_tokens=6, temperature=0)
     request.constraint.regex = "[0-9]{3}"
     assert (await model.arun(request)).choices[0].message.parts[0].text.isdigit()
+
+
+async def test_one_token_a_stop_string_and_a_seed(model):
+    one = (await model.arun(build_request("tiny", prompt="Hello", max_output_tokens=1, temperature=0))).choices[0]
+    assert (len(one.sampled_tokens.token_ids), one.finish_reason) == (1, response_pb2.FINISH_REASON_LENGTH)
+    stopped = build_request("tiny", prompt="Hello", max_output_tokens=40, temperature=0, stop=["e"])
+    choice = (await model.arun(stopped)).choices[0]
+    if choice.finish_reason == response_pb2.FINISH_REASON_STOP_SEQUENCE:
+        assert choice.stop_sequence == "e" and "e" not in choice.message.parts[0].text
+    seeded = build_request("tiny", prompt="Hello", max_output_tokens=8, temperature=1, seed=7)
+    first, second = [(await model.arun(seeded)).choices[0].sampled_tokens.token_ids for _ in range(2)]
+    assert list(first) == list(second)
+
+
+@pytest.mark.parametrize("route", ["completions", "chat"])
+async def test_no_output_tokens_scores_without_a_generated_answer(model, route):
+    """vLLM 0.32 refuses `max_tokens: 0` on chat and generates a token anyway on completions: modelir asks for one
+    and drops it, with a warning."""
+    kind = {"prompt": "The cat sat on"} if route == "completions" else {"messages": [("user", "Hello")]}
+    request = build_request("tiny", max_output_tokens=0, **kind)
+    request.input_scoring.continuations.add(text=" the mat")
+    out = await model.arun(request)
+    assert [w.code for w in out.warnings] == ["generated_token_dropped"]
+    assert out.choices[0].message.parts[0].text == "" and not out.choices[0].sampled_tokens.token_ids
+    assert list(out.input_scores[0].tokens.tokens) == [" the", " mat"]
+
+
+async def test_an_over_long_prompt_is_a_typed_rejection(model):
+    # vLLM refuses it (a 400 naming the context length), never truncates it silently.
+    with pytest.raises(ProviderRejectedError, match="maximum context length is 512"):
+        await model.arun(build_request("tiny", prompt="the cat " * 400, max_output_tokens=1))
 
 
 def test_largest_difference_from_the_truth():

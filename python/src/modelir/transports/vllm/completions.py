@@ -27,6 +27,7 @@ class VLLMCompletions(OpenAICompletions):
     def body(self, request: request_pb2.Request, *, stream: bool) -> dict[str, Any]:
         body = super().body(request, stream=stream)
         dialect.lower_extensions(request, body)
+        dialect.lower_no_tokens(request, body)
         spans = continuations.of(request)
         if len(spans) > 1:  # one prompt per continuation, answered in order (choice i is prompt i)
             body["prompt"] = [request.prompt + span.text for span in spans]
@@ -105,6 +106,7 @@ class VLLMCompletions(OpenAICompletions):
                 tokens.fill(choice, ids, trimmed=dialect.trimmed(request, raw, ids))
         for choice in out.choices:
             stops.settle_natural_end(request, choice)
+        dialect.drop_generated(request, out)
         tokens.label_choices(request, out)
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
