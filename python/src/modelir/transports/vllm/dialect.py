@@ -83,21 +83,26 @@ def lower_no_tokens(request: request_pb2.Request, body: dict[str, Any]) -> None:
 
 
 def drop_generated(request: request_pb2.Request, out: response_pb2.Response) -> None:
-    """The one token generated for a request of none: its text, ids and logprobs dropped, and said so."""
+    """The token generated for a request of none: its text, ids and logprobs dropped, and said so (an answer that
+    generated nothing has nothing to drop)."""
     if not asks_for_no_tokens(request):
         return
+    dropped = False
     for choice in out.choices:
         for part in choice.message.parts:
-            if part.WhichOneof("content") == "text":
-                part.text = ""
-        choice.sampled_tokens.Clear()
-        choice.logprobs.Clear()
+            if part.WhichOneof("content") == "text" and part.text:
+                part.text, dropped = "", True
+        if choice.HasField("sampled_tokens") or choice.HasField("logprobs"):
+            dropped = True
+        choice.ClearField("sampled_tokens")
+        choice.ClearField("logprobs")
         choice.finish_reason = response_pb2.FINISH_REASON_LENGTH
         choice.ClearField("stop")
-    out.warnings.add(
-        code="generated_token_dropped",
-        message="vLLM generates at least one token: one was generated for max_output_tokens 0 and dropped",
-    )
+    if dropped or out.usage.output_token_count:
+        out.warnings.add(
+            code="generated_token_dropped",
+            message="vLLM generates at least one token: one was generated for max_output_tokens 0 and dropped",
+        )
 
 
 def trimmed(request: request_pb2.Request, raw: Any, token_ids: list[int]) -> int:
