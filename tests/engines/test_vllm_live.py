@@ -226,7 +226,8 @@ async def test_no_output_tokens_scores_without_a_generated_answer(model, route):
     request.input_scoring.continuations.add(text=" the mat")
     out = await model.arun(request)
     assert [w.code for w in out.warnings] == ["generated_token_dropped"]
-    assert out.choices[0].message.parts[0].text == "" and not out.choices[0].sampled_tokens.token_ids
+    choice = out.choices[0]
+    assert not any(p.text for p in choice.message.parts) and not choice.sampled_tokens.token_ids
     assert list(out.input_scores[0].tokens.tokens) == [" the", " mat"]
 
 
