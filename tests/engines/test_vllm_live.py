@@ -9,11 +9,14 @@ tests at a server already serving the model instead. The largest difference from
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,6 +39,7 @@ pytestmark = [
 ]
 ROOT = Path(__file__).resolve().parents[2]
 CONTEXT = 512
+CACHE = Path.home() / ".cache/modelir/vllm"
 # vLLM computes in float32 with its own kernels; the truth is float64.
 TOLERANCE = 1e-3
 TOKENS, _ = numpy_truth.vocabulary()
@@ -49,14 +53,30 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _model_in_cache() -> Path:
+    """The Hugging Face model at a path that stays the same while its writer does: vLLM keys its torch.compile cache
+    by the model's path, so a fresh temporary directory would compile again on every run (minutes on CPU)."""
+    writers = [ROOT / "engines/llamacpp/tiny_model.py", ROOT / "engines/llamacpp/hf_model.py"]
+    key = hashlib.sha256(b"".join(w.read_bytes() for w in writers)).hexdigest()[:12]
+    model = CACHE / f"tiny-{key}-{CONTEXT}"
+    if not (model / "config.json").exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=CACHE))
+        subprocess.run([PYTHON, str(ROOT / "engines/llamacpp/hf_model.py"), str(staging), str(CONTEXT)], check=True)
+        try:
+            staging.rename(model)
+        except OSError:  # another run put it there first
+            shutil.rmtree(staging)
+    return model
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     if url := os.environ.get("MODELIR_VLLM_URL"):  # a server already serving hf_model.py's model, for iterating
         yield url
         return
     directory = tmp_path_factory.mktemp("vllm")
-    model = directory / "tiny"
-    subprocess.run([PYTHON, str(ROOT / "engines/llamacpp/hf_model.py"), str(model), str(CONTEXT)], check=True)
+    model = _model_in_cache()
     port = _free_port()
     env = {
         **os.environ,
@@ -65,7 +85,7 @@ def server(tmp_path_factory):
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
-        "VLLM_CACHE_ROOT": str(Path.home() / ".cache/modelir/vllm"),  # torch.compile's output, kept between runs
+        "VLLM_CACHE_ROOT": str(CACHE),  # torch.compile's output, kept between runs
     }
     log_path = directory / "server.log"
     process = subprocess.Popen(
