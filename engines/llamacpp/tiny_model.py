@@ -5,6 +5,10 @@ one is generated, deterministically, in well under a second. Its text is gibberi
 real tokenizer (token id == byte value for ids 0-255, GPT-2's byte-to-unicode mapping, merged pieces above them,
 control tokens last), a chat template, and real logits.
 
+`weights()` is the one source of the model: the GGUF written here and the Hugging Face copy `hf_model.py` writes
+(for vLLM) hold the same weights and vocabulary, so every engine serves one model. Two heads of 32: vLLM's CPU
+attention has no kernel for head size 16.
+
     python engines/llamacpp/tiny_model.py OUT.gguf [TRAINING_CONTEXT]
 """
 
@@ -12,16 +16,48 @@ from __future__ import annotations
 
 import sys
 
-import gguf
 import numpy as np
 
-EMBEDDING, HEADS, LAYERS, FEED_FORWARD = 64, 4, 2, 128
+EMBEDDING, HEADS, LAYERS, FEED_FORWARD = 64, 2, 2, 128
 HEAD_DIM = EMBEDDING // HEADS
+ROPE_THETA, RMS_EPS = 10000.0, 1e-5
 # Pre-tokens (as GPT-2's pre-tokenizer splits them) that should each end up as a single token.
 SINGLE_TOKENS = [
-    " the", " and", " of", " to", " a", " in", " is", " it", " yes", " no", "yes", "no", "Yes", "No",
-    " hello", "Hello", " world", " cat", " sat", " on", " mat", " true", " false", "true", "false", "null",
-    '{"', '":', '",', " café", "é", "日本", " positive", " negative", " maybe",
+    " the",
+    " and",
+    " of",
+    " to",
+    " a",
+    " in",
+    " is",
+    " it",
+    " yes",
+    " no",
+    "yes",
+    "no",
+    "Yes",
+    "No",
+    " hello",
+    "Hello",
+    " world",
+    " cat",
+    " sat",
+    " on",
+    " mat",
+    " true",
+    " false",
+    "true",
+    "false",
+    "null",
+    '{"',
+    '":',
+    '",',
+    " café",
+    "é",
+    "日本",
+    " positive",
+    " negative",
+    " maybe",
 ]
 CONTROL = ["<s>", "</s>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
@@ -55,7 +91,7 @@ def merge_once(pieces: list[str], ranks: dict[tuple[str, str], int]) -> list[str
     return [*pieces[:i], pieces[i] + pieces[i + 1], *pieces[i + 2 :]]
 
 
-def build_vocabulary() -> tuple[list[str], list[int], list[str]]:
+def build_vocabulary() -> tuple[list[str], list[bool], list[str]]:
     """Byte tokens, merged pieces (merges chosen so each word in SINGLE_TOKENS becomes one token), controls."""
     merges: list[tuple[str, str]] = []
     ranks: dict[tuple[str, str], int] = {}
@@ -72,12 +108,12 @@ def build_vocabulary() -> tuple[list[str], list[int], list[str]]:
     for left, right in merges:
         if left + right not in tokens:
             tokens.append(left + right)
-    types = [gguf.TokenType.NORMAL] * len(tokens) + [gguf.TokenType.CONTROL] * len(CONTROL)
-    return tokens + CONTROL, types, [f"{a} {b}" for a, b in merges]
+    control = [False] * len(tokens) + [True] * len(CONTROL)
+    return tokens + CONTROL, control, [f"{a} {b}" for a, b in merges]
 
 
-def main(out: str, context: int) -> None:
-    tokens, types, merges = build_vocabulary()
+def weights(tokens: list[str]) -> dict[str, np.ndarray]:
+    """The model's tensors under Hugging Face `LlamaForCausalLM` names, Q and K in its rotary layout."""
     vocab = len(tokens)
     rng = np.random.default_rng(20261130)
 
@@ -98,6 +134,43 @@ def main(out: str, context: int) -> None:
             preference = -0.1  # other bytes: rare, but they exercise the bytes and partial-UTF-8 paths
         head[token_id, 0] = preference
 
+    tensors = {
+        "model.embed_tokens.weight": embeddings,
+        "model.norm.weight": np.ones(EMBEDDING, dtype=np.float32),
+        "lm_head.weight": head,
+    }
+    for layer in range(LAYERS):
+        prefix = f"model.layers.{layer}."
+        tensors[prefix + "input_layernorm.weight"] = np.ones(EMBEDDING, dtype=np.float32)
+        for name in ("q_proj", "k_proj", "v_proj"):
+            tensors[prefix + f"self_attn.{name}.weight"] = normal(HEADS * HEAD_DIM, EMBEDDING, std=0.2)
+        tensors[prefix + "self_attn.o_proj.weight"] = normal(EMBEDDING, HEADS * HEAD_DIM, std=0.05)
+        tensors[prefix + "post_attention_layernorm.weight"] = np.ones(EMBEDDING, dtype=np.float32)
+        tensors[prefix + "mlp.gate_proj.weight"] = normal(FEED_FORWARD, EMBEDDING, std=0.2)
+        tensors[prefix + "mlp.up_proj.weight"] = normal(FEED_FORWARD, EMBEDDING, std=0.2)
+        tensors[prefix + "mlp.down_proj.weight"] = normal(EMBEDDING, FEED_FORWARD, std=0.05)
+    return tensors
+
+
+def rotary_to_gguf(weight: np.ndarray) -> np.ndarray:
+    """Hugging Face keeps each head's rotary halves apart, llama.cpp wants them interleaved (as its converter does)."""
+    return weight.reshape(HEADS, 2, HEAD_DIM // 2, EMBEDDING).swapaxes(1, 2).reshape(weight.shape)
+
+
+GGUF_NAMES = {
+    "input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "post_attention_layernorm": "ffn_norm",
+    "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+}  # fmt: skip
+
+
+def main(out: str, context: int) -> None:
+    import gguf  # only the GGUF side needs it (hf_model.py runs where it is not installed)
+
+    tokens, control, merges = build_vocabulary()
+    tensors = weights(tokens)
+    types = [gguf.TokenType.CONTROL if c else gguf.TokenType.NORMAL for c in control]
+    vocab = len(tokens)
     writer = gguf.GGUFWriter(out, "llama")
     writer.add_name("modelir-tiny-llama")
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
@@ -109,8 +182,8 @@ def main(out: str, context: int) -> None:
     writer.add_head_count(HEADS)
     writer.add_head_count_kv(HEADS)
     writer.add_rope_dimension_count(HEAD_DIM)
-    writer.add_rope_freq_base(10000.0)
-    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_freq_base(ROPE_THETA)
+    writer.add_layer_norm_rms_eps(RMS_EPS)
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("gpt-2")
     writer.add_token_list(tokens)
@@ -121,19 +194,15 @@ def main(out: str, context: int) -> None:
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
     writer.add_chat_template(CHAT_TEMPLATE)
-    writer.add_tensor("token_embd.weight", embeddings)
-    writer.add_tensor("output_norm.weight", np.ones(EMBEDDING, dtype=np.float32))
-    writer.add_tensor("output.weight", head)
+    writer.add_tensor("token_embd.weight", tensors["model.embed_tokens.weight"])
+    writer.add_tensor("output_norm.weight", tensors["model.norm.weight"])
+    writer.add_tensor("output.weight", tensors["lm_head.weight"])
     for layer in range(LAYERS):
-        prefix = f"blk.{layer}."
-        writer.add_tensor(prefix + "attn_norm.weight", np.ones(EMBEDDING, dtype=np.float32))
-        for name in ("attn_q", "attn_k", "attn_v"):
-            writer.add_tensor(prefix + name + ".weight", normal(HEADS * HEAD_DIM, EMBEDDING, std=0.2))
-        writer.add_tensor(prefix + "attn_output.weight", normal(EMBEDDING, HEADS * HEAD_DIM, std=0.05))
-        writer.add_tensor(prefix + "ffn_norm.weight", np.ones(EMBEDDING, dtype=np.float32))
-        writer.add_tensor(prefix + "ffn_gate.weight", normal(FEED_FORWARD, EMBEDDING, std=0.2))
-        writer.add_tensor(prefix + "ffn_up.weight", normal(FEED_FORWARD, EMBEDDING, std=0.2))
-        writer.add_tensor(prefix + "ffn_down.weight", normal(EMBEDDING, FEED_FORWARD, std=0.05))
+        for hf_name, gguf_name in GGUF_NAMES.items():
+            weight = tensors[f"model.layers.{layer}.{hf_name}.weight"]
+            if gguf_name in ("attn_q", "attn_k"):
+                weight = rotary_to_gguf(weight)
+            writer.add_tensor(f"blk.{layer}.{gguf_name}.weight", weight)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

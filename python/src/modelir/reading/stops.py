@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modelir.v1 import response_pb2, stream_pb2
+from modelir.v1 import request_pb2, response_pb2, stream_pb2
 
 Stop = str | int | None
 _Holder = response_pb2.Choice | stream_pb2.ChoiceFinish
@@ -28,3 +28,24 @@ def stop_of(holder: _Holder) -> Stop:
 
 def copy_stop(source: _Holder, target: _Holder) -> None:
     set_stop(target, stop_of(source))
+
+
+def requested(request: request_pb2.Request, stop: Stop) -> bool:
+    """Whether a stop the engine names is one the request asked for: a listed stop string or stop token id."""
+    if isinstance(stop, bool) or stop is None:
+        return False
+    if isinstance(stop, int):
+        return stop in request.sampling.stop_token_ids
+    return stop in request.sampling.stop
+
+
+def settle_natural_end(request: request_pb2.Request, holder: _Holder) -> None:
+    """A natural end told apart from a requested stop: engines name the end token they stopped on whether the request
+    listed it or the model's generation config did (vLLM's `stop_reason` is `<|im_end|>`'s id on a chat model's
+    natural end), so a named stop the request did not ask for is the end of the sequence (`STOP`, no stop)."""
+    if holder.finish_reason != response_pb2.FINISH_REASON_STOP_SEQUENCE:
+        return
+    stop = stop_of(holder)
+    if stop is not None and not requested(request, stop):
+        holder.finish_reason = response_pb2.FINISH_REASON_STOP
+        holder.ClearField("stop")

@@ -145,7 +145,7 @@ class SGLang(HttpTransport):
             choice = out.choices.add(index=index)
             choice.message.role = content_pb2.ROLE_ASSISTANT
             choice.message.parts.add(text=answer.get("text") or "")
-            _finish(choice, meta.get("finish_reason"), request.sampling.stop_token_ids)
+            _finish(choice, meta.get("finish_reason"), request)
             ids = answer.get("output_ids")
             if isinstance(ids, list):
                 tokens.fill(choice, ids, trimmed=_trimmed(request, meta, ids))
@@ -196,7 +196,7 @@ def _trimmed(request: request_pb2.Request, meta: dict[str, Any], ids: list[int])
     return tokens.trailing_stop(ids, reason.get("matched"))
 
 
-def _finish(choice: response_pb2.Choice, reason: Any, stop_token_ids) -> None:
+def _finish(choice: response_pb2.Choice, reason: Any, request: request_pb2.Request) -> None:
     if not isinstance(reason, dict):
         choice.finish_reason = response_pb2.FINISH_REASON_UNSPECIFIED
         return
@@ -208,9 +208,9 @@ def _finish(choice: response_pb2.Choice, reason: Any, stop_token_ids) -> None:
         choice.finish_reason = response_pb2.FINISH_REASON_ERROR
     elif kind == "stop":
         matched = reason.get("matched")
-        # sglang names what matched: a stop string, or a token id; EOS is a token id too, so an id the request
-        # did not list as a stop token is the natural end of the sequence.
-        if isinstance(matched, str) or (isinstance(matched, int) and matched in stop_token_ids):
+        # sglang names what matched: a stop string, or a token id; EOS is a token id too, so what the request did
+        # not list is the natural end of the sequence (the rule every engine transport shares).
+        if stops.requested(request, matched):
             choice.finish_reason = response_pb2.FINISH_REASON_STOP_SEQUENCE
             stops.set_stop(choice, matched)
         else:
@@ -369,7 +369,7 @@ class _GenerateStreamLifter(StreamLifter):
         end = stream_pb2.StreamEnd()
         for index in sorted(self.metas):
             choice = response_pb2.Choice()
-            _finish(choice, self.metas[index].get("finish_reason"), self.request.sampling.stop_token_ids)
+            _finish(choice, self.metas[index].get("finish_reason"), self.request)
             finish = end.finishes.add(
                 choice_index=index,
                 finish_reason=choice.finish_reason,

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from modelir.errors import soft as soft_errors
 from modelir.logprobs import build as lp
+from modelir.logprobs import continuation as prompt_split
 from modelir.logprobs import native
 from modelir.pipeline import content_kinds, continuations
 from modelir.reading import stops
@@ -127,6 +128,9 @@ class OpenAICompletions(wire.BodyTransport):
             body = common.parse_json(response.body, "response body")
         out = response_pb2.Response(id=body.get("id") or "", model=body.get("model") or "")
         prompt_count = (body.get("usage") or {}).get("prompt_tokens")
+        # One choice: everything the usage counts as generated is at the end of its arrays.
+        single = len(body.get("choices") or ()) == 1
+        generated_count = (body.get("usage") or {}).get("completion_tokens") if single else None
         facts = soft_errors.Facts()
         for raw in common.array(body, "choices"):
             choice = out.choices.add(index=raw.get("index", 0))
@@ -134,7 +138,7 @@ class OpenAICompletions(wire.BodyTransport):
             text = raw.get("text") or ""
             logprobs = raw.get("logprobs")
             if request.HasField("input_scoring") and choice.index == 0:
-                text, logprobs = self._split_echo(request, out, text, logprobs, prompt_count)
+                text, logprobs = self._split_echo(request, out, text, logprobs, prompt_count, generated_count)
             elif request.HasField("input_scoring"):  # every choice echoes the same prompt
                 text, logprobs = self._strip_echo(request, text, logprobs, prompt_count)
             choice.message.parts.add(text=text)
@@ -200,31 +204,53 @@ class OpenAICompletions(wire.BodyTransport):
             top_token_ids=[self.token_id(k) for k in keys] if self.spells_token_ids(keys) else None,  # type: ignore[misc]
         )
 
-    def _split_echo(self, request, out, text, logprobs, prompt_count):
+    # An engine whose echo may leave the prompt's text out (vLLM with `return_token_ids`): its text is then all
+    # generated, and the arrays still hold the prompt's tokens.
+    echo_text_may_omit_prompt = False
+
+    def _split_echo(self, request, out, text, logprobs, prompt_count, generated_count=None):
         """With echo, the text and arrays start with the prompt: score the requested span, keep the rest.
 
-        The scored span is located by `text_offset` (characters from the start of the prompt), never by
-        re-tokenizing. A token that straddles the context/continuation boundary belongs to the continuation.
+        The prompt's tokens are the arrays' first (all) less the generated ones (`completion_tokens`); the scored
+        span is measured back from the prompt's end by the distances between offsets (`logprobs.continuation`),
+        never by their absolute values, which engines count differently. A token that straddles the
+        context/continuation boundary belongs to the continuation.
         """
         prompt = request.prompt + _continuation(request)
-        if not text.startswith(prompt):
+        if text.startswith(prompt):
+            generated = text[len(prompt) :]
+        elif self.echo_text_may_omit_prompt:
+            generated = text
+        else:
             out.warnings.add(code="echo_mismatch", message="the echoed text does not start with the prompt")
-        generated = text[len(prompt) :]
+            generated = text[len(prompt) :]
         if not logprobs or not logprobs.get("tokens"):
             return generated, None
-        offsets = logprobs.get("text_offset") or []
         tokens = logprobs["tokens"]
-        # Echoed tokens start inside the prompt; servers that count a BOS they do not echo (llama-cpp-python)
-        # report one prompt token more than the arrays hold.
-        in_prompt = sum(1 for o in offsets if o < len(prompt))
-        n_prompt = min(prompt_count, in_prompt) if prompt_count is not None else in_prompt
-        boundary = len(request.prompt) if _continuation(request) else 0
-        # A token spelled "" (part of a multi-byte character) has no length: its offset alone places it.
-        first = next(
-            (i for i in range(n_prompt) if offsets[i] >= boundary or offsets[i] + len(tokens[i]) > boundary), n_prompt
-        )
-        unscored = 0
-        if not _continuation(request) or first == 0:
+        offsets = logprobs.get("text_offset") or []
+        if generated_count is not None and 0 <= generated_count <= len(tokens):
+            n_prompt = len(tokens) - generated_count
+        else:  # no count of generated tokens: the offsets place the prompt's end (a BOS's text may shift them)
+            in_prompt = sum(1 for o in offsets if o < len(prompt))
+            n_prompt = min(prompt_count, in_prompt) if prompt_count is not None else in_prompt
+        texts = [t if isinstance(t, str) else "" for t in tokens[:n_prompt]]
+        if len(offsets) < n_prompt:
+            offsets = prompt_split.offsets_of(texts)
+        # The prompt's end in the offsets' own count: where the first generated token starts, else the last
+        # prompt token's end.
+        if len(offsets) > n_prompt:
+            end = offsets[n_prompt]
+        else:
+            end = offsets[n_prompt - 1] + len(texts[n_prompt - 1]) if n_prompt else 0
+        split = prompt_split.continuation_start(offsets[:n_prompt], texts, end, _continuation(request))
+        if split is None:
+            out.warnings.add(
+                code="echo_mismatch", message="the echoed prompt tokens do not reach back to the scored continuation"
+            )
+            return generated, {k: v[n_prompt:] for k, v in logprobs.items() if isinstance(v, list)}
+        first, unscored = split.start, 0
+        if not _continuation(request):
+            first = 0
             while first < n_prompt and logprobs["token_logprobs"][first] is None:
                 first += 1
                 unscored += 1
@@ -232,9 +258,11 @@ class OpenAICompletions(wire.BodyTransport):
             {k: v[:n_prompt] for k, v in logprobs.items() if isinstance(v, list)},
             start=first,
         )
-        # The span's text comes from the prompt, not from the token strings (lossy for split characters).
-        span_text = prompt[offsets[first] :] if first < n_prompt else ""
-        if first < n_prompt and offsets[first] < boundary:
+        # The span is the end of the prompt, measured back from its end by the offsets' distances (the tokens'
+        # own text may drop a split character; a BOS's or control token's text may shift every offset).
+        covered = split.chars if _continuation(request) else (end - offsets[first] if first < n_prompt else 0)
+        span_text = prompt[len(prompt) - covered :] if 0 < covered <= len(prompt) else ""
+        if split.straddles:
             out.warnings.add(
                 code="scoring_token_straddles_boundary",
                 message="the first scored token also covers the end of the context",
@@ -248,8 +276,8 @@ class OpenAICompletions(wire.BodyTransport):
         scores.unscored_token_count = unscored
         span = _continuation(request) or prompt
         scores.span_byte_count, scores.span_char_count = len(span.encode()), len(span)
-        scores.first_token_straddles_context = first < n_prompt and offsets[first] < boundary
-        scores.span_start_byte = len(prompt[: offsets[first]].encode()) if first < n_prompt else len(prompt.encode())
+        scores.first_token_straddles_context = split.straddles
+        scores.span_start_byte = len(prompt.encode()) - len(span_text.encode())
         rest = {k: v[n_prompt:] for k, v in logprobs.items() if isinstance(v, list)}
         return generated, rest
 

@@ -26,6 +26,7 @@ class VLLMChat(OpenAIChat):
     def body(self, request: request_pb2.Request, *, stream: bool) -> dict[str, Any]:
         body = super().body(request, stream=stream)
         dialect.lower_extensions(request, body)
+        dialect.lower_no_tokens(request, body)
         if request.HasField("input_scoring"):
             body["prompt_logprobs"] = request.input_scoring.top_logprob_count
             if continuation := continuations.first_text(request):
@@ -62,6 +63,9 @@ class VLLMChat(OpenAIChat):
             ids = raw.token_ids
             if ids and (choice := choices.get(raw.index)) is not None:
                 tokens.fill(choice, ids, trimmed=dialect.trimmed(request, raw, ids))
+        for choice in out.choices:
+            stops.settle_natural_end(request, choice)
+        dialect.drop_generated(request, out)
         tokens.label_choices(request, out)
         if request.HasField("input_scoring"):
             continuation = continuations.first_text(request)

@@ -22,10 +22,12 @@ class VLLMCompletions(OpenAICompletions):
     name = "vllm"
     path = "/v1/completions"
     native_dialect: ClassVar[dict[str, bool]] = {"unclamp": True, "token_ids": True}
+    echo_text_may_omit_prompt = True  # 0.32 leaves the echoed prompt out of `text` under `return_token_ids`
 
     def body(self, request: request_pb2.Request, *, stream: bool) -> dict[str, Any]:
         body = super().body(request, stream=stream)
         dialect.lower_extensions(request, body)
+        dialect.lower_no_tokens(request, body)
         spans = continuations.of(request)
         if len(spans) > 1:  # one prompt per continuation, answered in order (choice i is prompt i)
             body["prompt"] = [request.prompt + span.text for span in spans]
@@ -47,7 +49,11 @@ class VLLMCompletions(OpenAICompletions):
             prompt_ids = raw.get("prompt_token_ids")
             count = len(prompt_ids) if isinstance(prompt_ids, list) else None
             text, logprobs = raw.get("text") or "", raw.get("logprobs")
-            self._split_echo(_with_continuations(request, [span]), out, text, logprobs, count)
+            generated = raw.get("token_ids")
+            self._split_echo(
+                _with_continuations(request, [span]), out, text, logprobs, count,
+                len(generated) if isinstance(generated, list) else None,
+            )  # fmt: skip
         if len(out.input_scores) < len(spans) and not out.errors:
             out.errors.add(
                 reason=errors_pb2.ERROR_REASON_MISSING_LOGPROBS,
@@ -98,6 +104,9 @@ class VLLMCompletions(OpenAICompletions):
             ids = raw.get("token_ids")
             if ids and (choice := choices.get(raw.get("index", 0))) is not None:
                 tokens.fill(choice, ids, trimmed=dialect.trimmed(request, raw, ids))
+        for choice in out.choices:
+            stops.settle_natural_end(request, choice)
+        dialect.drop_generated(request, out)
         tokens.label_choices(request, out)
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:

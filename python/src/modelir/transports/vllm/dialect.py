@@ -68,6 +68,43 @@ def lower_extensions(request: request_pb2.Request, body: dict[str, Any]) -> None
         body["logit_bias"] = {str(k): v for k, v in sorted(request.sampling.logit_bias.items())}
 
 
+def asks_for_no_tokens(request: request_pb2.Request) -> bool:
+    return request.sampling.HasField("max_output_tokens") and request.sampling.max_output_tokens == 0
+
+
+def lower_no_tokens(request: request_pb2.Request, body: dict[str, Any]) -> None:
+    """`max_output_tokens = 0` (score or tokenize without generating): vLLM 0.32 refuses `max_tokens: 0` on chat
+    (a 400) and generates one token anyway on completions, so both ask for one and the lift drops it
+    (`drop_generated`)."""
+    if asks_for_no_tokens(request):
+        for key in ("max_tokens", "max_completion_tokens"):
+            if key in body:
+                body[key] = 1
+
+
+def drop_generated(request: request_pb2.Request, out: response_pb2.Response) -> None:
+    """The token generated for a request of none: its text, ids and logprobs dropped, and said so (an answer that
+    generated nothing has nothing to drop)."""
+    if not asks_for_no_tokens(request):
+        return
+    dropped = False
+    for choice in out.choices:
+        for part in choice.message.parts:
+            if part.WhichOneof("content") == "text" and part.text:
+                part.text, dropped = "", True
+        if choice.HasField("sampled_tokens") or choice.HasField("logprobs"):
+            dropped = True
+        choice.ClearField("sampled_tokens")
+        choice.ClearField("logprobs")
+        choice.finish_reason = response_pb2.FINISH_REASON_LENGTH
+        choice.ClearField("stop")
+    if dropped or out.usage.output_token_count:
+        out.warnings.add(
+            code="generated_token_dropped",
+            message="vLLM generates at least one token: one was generated for max_output_tokens 0 and dropped",
+        )
+
+
 def trimmed(request: request_pb2.Request, raw: Any, token_ids: list[int]) -> int:
     """How many of a choice's trailing ids had their text trimmed: the stop token id or the EOS (`stop_reason`
     null) that ended it, which vLLM's detokenizer skips unless `include_stop_str_in_output`."""

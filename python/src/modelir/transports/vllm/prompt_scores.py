@@ -6,27 +6,28 @@ from __future__ import annotations
 from typing import Any
 
 from modelir.logprobs import build as lp
+from modelir.logprobs import continuation as prompt_split
 from modelir.transports.vllm import dialect
 from modelir.v1 import logprobs_pb2
 
 
 def continuation_start(entries: Any, prompt_ids: Any, continuation: str) -> int | None:
-    """Where a continuation's tokens start in the rendered prompt: walking back from its end over the tokens'
-    decoded text until the continuation is covered (a token that covers more straddles the boundary). 0 without a
-    continuation; None when the rendered prompt does not end with it."""
+    """Where a continuation's tokens start in the rendered prompt, by the shared rule (`logprobs.continuation`) over
+    the tokens' decoded text (this route has no offsets). 0 without a continuation; None when the rendered prompt
+    does not end with it."""
     if not continuation:
         return 0
     if not entries or not prompt_ids or len(entries) != len(prompt_ids):
         return None
-    tail, start = "", len(prompt_ids)
-    while start > 0 and len(tail) < len(continuation):
-        start -= 1
-        entry = entries[start]
-        actual = entry.get(str(prompt_ids[start])) if isinstance(entry, dict) else None
-        if actual is None:
+    texts = []
+    for token_id, entry in zip(prompt_ids, entries, strict=True):
+        actual = entry.get(str(token_id)) if isinstance(entry, dict) else None
+        if entry is not None and actual is None:
             return None
-        tail = (actual.get("decoded_token") or "") + tail
-    return start if tail.endswith(continuation) else None
+        texts.append((actual or {}).get("decoded_token") or "")
+    offsets = prompt_split.offsets_of(texts)
+    split = prompt_split.continuation_start(offsets, texts, offsets[-1] + len(texts[-1]), continuation)
+    return None if split is None else split.start
 
 
 def of_prompt_logprobs(entries: Any, prompt_ids: Any, top_k: int, start: int = 0) -> logprobs_pb2.InputScores | None:

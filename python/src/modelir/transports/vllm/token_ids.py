@@ -3,6 +3,7 @@ EOS id on the choice's finish, for both endpoints."""
 
 from __future__ import annotations
 
+from modelir.reading import stops
 from modelir.transports import _common as common
 from modelir.transports import _engine_output as tokens
 from modelir.transports.base import RawEvent, StreamLifter
@@ -49,6 +50,7 @@ class TokenIdStream(StreamLifter):
             if event.WhichOneof("event") == "end":
                 for finish in event.end.finishes:
                     tokens.finish_unattributed(finish, self.trimmed.get(finish.choice_index, ()))
+                    stops.settle_natural_end(self.request, finish)
         parts = getattr(self.inner, "parts", None)
         tokens.label_finishes(self.request, out, parts.texts() if parts is not None else {})
         return out

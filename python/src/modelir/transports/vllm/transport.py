@@ -22,6 +22,7 @@ from modelir.pipeline import continuations
 from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter
 from modelir.transports.manifests import capability_set
+from modelir.transports.vllm import byte_level
 from modelir.transports.vllm.chat import VLLMChat
 from modelir.transports.vllm.completions import VLLMCompletions
 from modelir.transports.vllm.dialect import MAX_LOGPROBS, PROVIDER_OPTION_KEYS
@@ -152,6 +153,16 @@ class VLLM(HttpTransport):
             while start < min(len(ids), len(context_ids)) and ids[start] == context_ids[start]:
                 start += 1
             straddles = start < len(context_ids)
-        return service_pb2.TokenizeResponse(
-            token_ids=ids[start:], tokens=pieces[start:] if pieces else [], straddles_context=straddles
-        )
+        out = service_pb2.TokenizeResponse(token_ids=ids[start:], straddles_context=straddles)
+        text = None if request.WhichOneof("input") == "conversation" else request.context + request.text
+        raw = byte_level.recover(pieces, text) if pieces else None
+        if raw is None:  # not byte-level symbols (or none sent): the pieces as the tokenizer spells them
+            out.tokens.extend(pieces[start:] if pieces else [])
+            return out
+        at = 0
+        for token in raw[start:]:
+            out.tokens.append(byte_level.token_text(token))
+            out.token_byte_offsets.append(at)
+            at += len(token)
+        out.token_bytes = b"".join(raw[start:])
+        return out
