@@ -1,7 +1,12 @@
 """The streaming cases: `modelir serve` relaying an instant OpenAI-style SSE upstream of one-token chunks, against
 reading that SSE directly; one stream for tokens per second, 16 at once for the server's CPU per token.
 
-Run alone with `python bench/streams.py` (or through `make bench`); `python bench/streams.py upstream` is the
+Also the time to the first token, through the gateway against reading the SSE directly, from the instant upstream
+and from one paced like a real model (a chunk every `PACE_MS`, at `/paced/v1/chat/completions`): the first token
+must leave the gateway as soon as it arrives, whatever follows it.
+
+Run alone with `python bench/streams.py` (or through `make bench`; `python bench/streams.py first-token` runs only
+the first-token rows); `python bench/streams.py upstream` is the
 helper process (it prints `READY <port>`).
 """
 
@@ -18,10 +23,17 @@ import orjson
 
 HERE = Path(__file__).resolve().parent
 CHUNKS = 500
+PACE_MS = 20
+PACED_CHUNKS = 10  # a paced stream is short: its first token is what is measured
 
 
 def _sse_body(chunks: int) -> bytes:
     """A whole chat-completions stream: `chunks` one-token content chunks, a finish chunk, a usage chunk, [DONE]."""
+    return b"".join(_sse_events(chunks))
+
+
+def _sse_events(chunks: int) -> list[bytes]:
+    """The events of `_sse_body`, one `data:` event each."""
 
     def event(choices: list, **extra) -> bytes:
         chunk = {
@@ -39,7 +51,7 @@ def _sse_body(chunks: int) -> bytes:
     body.append(event([{"index": 0, "delta": {}, "finish_reason": "length"}]))
     body.append(event([], usage={"prompt_tokens": 5, "completion_tokens": chunks, "total_tokens": chunks + 5}))
     body.append(b"data: [DONE]\n\n")
-    return b"".join(body)
+    return body
 
 
 def upstream() -> None:
@@ -47,6 +59,7 @@ def upstream() -> None:
     from aiohttp import web
 
     body = _sse_body(CHUNKS)
+    paced = _sse_events(PACED_CHUNKS)
 
     async def handle(request: web.Request) -> web.StreamResponse:
         await request.read()
@@ -56,9 +69,22 @@ def upstream() -> None:
         await response.write_eof()
         return response
 
+    async def handle_paced(request: web.Request) -> web.StreamResponse:
+        """The role chunk at once, then one chunk every PACE_MS, as a model decoding at 50 tokens/s sends them."""
+        await request.read()
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(paced[0])
+        for event in paced[1:]:
+            await asyncio.sleep(PACE_MS / 1000)
+            await response.write(event)
+        await response.write_eof()
+        return response
+
     async def main() -> None:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", handle)
+        app.router.add_post("/paced/v1/chat/completions", handle_paced)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
@@ -133,7 +159,89 @@ async def _served(target: str, streams: int, request, pid: int) -> tuple[float, 
         return seconds, sum(t for t, _ in results), sum(m for _, m in results), _cpu_seconds(pid) - cpu
 
 
-def run(rounds: int = 7, concurrent: int = 16) -> list[tuple[str, str, str]]:
+async def _direct_first_token(url: str, streams: int) -> list[float]:
+    """Seconds from sending to the first content token, for each of `streams` SSE streams read at once directly."""
+    import aiohttp
+
+    body = orjson.dumps({"model": "bench-model", "messages": [{"role": "user", "content": "Hello!"}], "stream": True})
+
+    async def one(session: aiohttp.ClientSession) -> float:
+        start = time.perf_counter()
+        first = 0.0
+        async with session.post(url, data=body, headers={"content-type": "application/json"}) as answer:
+            pending = b""
+            async for data in answer.content.iter_any():
+                pending += data
+                *events, pending = pending.split(b"\n\n")
+                for event in events:
+                    payload = event.removeprefix(b"data: ")
+                    if not first and payload != b"[DONE]":
+                        if any(choice["delta"].get("content") for choice in orjson.loads(payload)["choices"]):
+                            first = time.perf_counter() - start
+        return first
+
+    async with aiohttp.ClientSession() as session:
+        await one(session)
+        return list(await asyncio.gather(*(one(session) for _ in range(streams))))
+
+
+async def _served_first_token(target: str, streams: int, request) -> list[float]:
+    """Seconds from calling StreamGenerate to the first text delta, for each of `streams` calls at once."""
+    import grpc
+    from modelir.v1 import service_pb2, service_pb2_grpc
+
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = service_pb2_grpc.ModelServiceStub(channel)
+        message = service_pb2.StreamGenerateRequest(request=request)
+
+        async def one() -> float:
+            start = time.perf_counter()
+            first = 0.0
+            async for answer in stub.StreamGenerate(message):
+                event = answer.event
+                if not first and event.WhichOneof("event") == "delta" and event.delta.text:
+                    first = time.perf_counter() - start
+            return first
+
+        await one()
+        return list(await asyncio.gather(*(one() for _ in range(streams))))
+
+
+def _first_token_rows(url: str, target: str, rounds: int, concurrent: int) -> list:
+    """Time to first token, gateway vs direct, each side in turn: fast upstream (1 and `concurrent` streams) and
+    paced upstream (1 stream). The figure per round is the median over the streams of that round."""
+    from modelir import build_request
+
+    fast_request = build_request("bench", messages=[("user", "Hello!")], max_output_tokens=CHUNKS)
+    paced_request = build_request("paced", messages=[("user", "Hello!")], max_output_tokens=PACED_CHUNKS)
+    paced_url = url.replace("/v1/", "/paced/v1/", 1)
+    cases = [
+        ("fast upstream, one stream", url, fast_request, 1),
+        (f"fast upstream, {concurrent} streams at once", url, fast_request, concurrent),
+        (f"upstream paced at a token every {PACE_MS} ms, one stream", paced_url, paced_request, 1),
+    ]
+    rows = []
+    for label, direct_url, request, streams in cases:
+        direct, served = [], []
+        for round_index in range(rounds):
+            for side in ("direct", "served")[:: 1 if round_index % 2 else -1]:
+                if side == "direct":
+                    direct.append(statistics.median(asyncio.run(_direct_first_token(direct_url, streams))))
+                else:
+                    served.append(statistics.median(asyncio.run(_served_first_token(target, streams, request))))
+        added = [(s - d) * 1e3 for s, d in zip(served, direct, strict=True)]
+        rows.append(
+            (
+                f"time to first token through the gateway vs directly: {label}",
+                f"{statistics.median(served) * 1e3:.2f} vs {statistics.median(direct) * 1e3:.2f} ms",
+                f"{statistics.median(added):+.2f} ms (target <= +1 ms); {rounds} rounds "
+                f"{min(added):+.2f} to {max(added):+.2f} ms",
+            )
+        )
+    return rows
+
+
+def run(rounds: int = 7, concurrent: int = 16, only_first_token: bool = False) -> list[tuple[str, str, str]]:
     from gateway import _process
     from modelir import build_request
 
@@ -148,13 +256,15 @@ def run(rounds: int = 7, concurrent: int = 16) -> list[tuple[str, str, str]]:
         config.write(
             f"models:\n  bench:\n    transport: openai_chat\n    base_url: http://127.0.0.1:{port}/v1\n"
             "    provider_model: bench-model\n"
+            f"  paced:\n    transport: openai_chat\n    base_url: http://127.0.0.1:{port}/paced/v1\n"
+            "    provider_model: bench-model\n"
         )
         config.flush()
         serve = [python, "-m", "modelir.cli", "serve", "--config", config.name, "--port", "0"]
         with _process(serve, r"on 127\.0\.0\.1:(\d+)") as (gateway_port, pid):
             target = f"127.0.0.1:{gateway_port}"
             ratios, direct_rates, served_rates, messages_per_stream, cpu_per_token = [], [], [], [], []
-            for round_index in range(rounds):
+            for round_index in range(0 if only_first_token else rounds):
                 # One stream: tokens per second, each side in turn, the order alternating by round.
                 measured = {}
                 for side in ("direct", "served")[:: 1 if round_index % 2 else -1]:
@@ -170,6 +280,9 @@ def run(rounds: int = 7, concurrent: int = 16) -> list[tuple[str, str, str]]:
                 # Sixteen streams at once: the server's CPU per token relayed.
                 _, tokens, _, cpu = asyncio.run(_served(target, concurrent, request, pid))
                 cpu_per_token.append(cpu / tokens * 1e6)
+            first_token = _first_token_rows(url, target, rounds, concurrent)
+    if only_first_token:
+        return first_token
     return [
         (
             f"one stream of {CHUNKS} one-token chunks through the gateway vs reading the SSE directly",
@@ -181,8 +294,9 @@ def run(rounds: int = 7, concurrent: int = 16) -> list[tuple[str, str, str]]:
         (
             f"{concurrent} streams of {CHUNKS} chunks at once: gateway CPU per token",
             f"{statistics.median(cpu_per_token):.1f} us (rounds {min(cpu_per_token):.1f}-{max(cpu_per_token):.1f})",
-            "target <= 10 us",
+            "target <= 8 us",
         ),
+        *first_token,
     ]
 
 
@@ -191,5 +305,5 @@ if __name__ == "__main__":
         upstream()
     else:
         sys.path.insert(0, str(HERE))
-        for case, measured, ratio in run():
+        for case, measured, ratio in run(only_first_token=sys.argv[1:] == ["first-token"]):
             print(f"{case}  {measured}  |  {ratio}")

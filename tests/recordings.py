@@ -32,7 +32,7 @@ def wire_dir(protocol: str) -> Path:
 
 
 def parse_sse(text: str) -> list[tuple[str, str]]:
-    """A minimal SSE split for replaying recordings (the product uses httpx-sse on the live wire)."""
+    """A minimal SSE split for replaying recordings (the product uses `http.decoding.SseDecoder` on the live wire)."""
     events = []
     for block in text.replace("\r\n", "\n").split("\n\n"):
         name, data = "", []

@@ -161,6 +161,59 @@ async def test_a_lone_delta_is_passed_on_at_once():
     assert received == ["first", "second"]
 
 
+async def test_the_first_token_leaves_before_a_buffered_burst_is_read_to_its_end():
+    # A fast upstream: the decoder yields a whole burst of events without suspending once.
+    read = []
+
+    async def source():
+        yield E(start=stream_pb2.StreamStart())
+        for piece in "abcdef":
+            read.append(piece)
+            yield _delta(text=piece)
+        read.append("end")
+        yield E(end=stream_pb2.StreamEnd())
+
+    out = []
+    async for event in coalesced(source()):
+        out.append((event.WhichOneof("event"), event.delta.text, len(read)))
+    assert out[0] == ("start", "", 0)  # the consumer was waiting: the start left before anything else was read
+    assert out[1] == ("delta", "a", 1)  # the first token left alone, before the rest was read
+    assert "".join(text for _, text, _ in out) == "abcdef" and out[-1][0] == "end"
+
+
+async def test_the_first_delta_of_every_choice_leaves_alone_while_the_consumer_is_busy():
+    async def source():
+        yield E(start=stream_pb2.StreamStart())
+        for choice in (0, 1):
+            for piece in "abc":
+                yield _delta(choice_index=choice, text=f"{choice}{piece}")
+
+    out = []
+    async for event in coalesced(source()):
+        out.append(event.delta.text)
+        for _ in range(5):  # a busy consumer (a gRPC write): what the source yields meanwhile waits
+            await asyncio.sleep(0)
+    assert out[:2] == ["", "0a"]
+    assert "1a" in out  # the first delta of choice 1 was not merged with the deltas after it
+    assert "".join(out) == "0a0b0c1a1b1c"
+
+
+async def test_a_long_burst_is_read_in_shares_so_other_streams_are_not_kept_waiting():
+    read = []
+
+    async def source(name):
+        yield E(start=stream_pb2.StreamStart())
+        for i in range(200):  # a whole stream already buffered: never suspends
+            read.append((name, i))
+            yield _delta(text="x")
+
+    async def drain(name):
+        return "".join([e.delta.text async for e in coalesced(source(name))])
+
+    assert await asyncio.gather(drain("a"), drain("b")) == ["x" * 200, "x" * 200]
+    assert read.index(("b", 100)) < read.index(("a", 199))  # the two bursts were read in turns, not one after the other
+
+
 async def test_deltas_waiting_behind_a_slow_reader_leave_as_one_event():
     produced = asyncio.Event()
 

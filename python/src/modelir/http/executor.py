@@ -2,8 +2,9 @@
 
 Unary calls drive aiohttp directly: no `httpx.Request` / `httpx.Response` per call, which in the gateway and
 in-process profiles was the largest single cost left between modelir and a hand-written aiohttp client
-(bench/README.md has the side-by-side figures). Streams go through httpx on the same aiohttp session (the
-`httpx-aiohttp` transport) for its SSE decoding by `httpx-sse`. A caller who brings an httpx transport (a test's
+(bench/README.md has the side-by-side figures). Streams still go through httpx on the same aiohttp session (the
+`httpx-aiohttp` transport: its objects once per stream and per read, none per event); `http.decoding` decodes the
+bytes. A caller who brings an httpx transport (a test's
 `httpx.MockTransport`) or an `httpx.AsyncClient` gets every call through httpx instead, with the same errors.
 
 Retries cover 429, 5xx and connection errors, wait with exponential backoff and full jitter, and honour

@@ -4,9 +4,13 @@ A server that forwards an upstream stream one IR event per upstream token pays a
 gRPC's machinery is most of that cost. `coalesced(events)` reads `events` in a task of its own into a queue; the
 consumer takes everything that is waiting when it comes back for more and merges each run of consecutive deltas
 of the same choice and part into one (text, reasoning text, a summary's text and tool-call arguments
-concatenated; logprob columns appended, their byte offsets rebased). A delta that is alone is passed on as soon as
-it arrives: nothing waits for company. Folding the coalesced events gives exactly the response that folding the
-original ones gives (`modelir.streams.fold.StreamAccumulator`), which is what makes the merge lossless:
+concatenated; logprob columns appended, their byte offsets rebased). Nothing waits for company, and the first
+token is never held back by what follows it: the stream's first event, the first delta of each choice and an event
+that the idle consumer waits for after a gap (not one of a burst) are handed over before the reader reads on (a
+source that yields a buffered burst without suspending would otherwise be read to its end first, and its first
+token would leave with its last); and a long burst is read in shares, letting other streams' tasks run between.
+Folding the coalesced events gives exactly the response that folding the original ones gives
+(`modelir.streams.fold.StreamAccumulator`), which is what makes the merge lossless:
 
 - a run shares `choice_index`, `part_index` and its content kind; artifacts are appended in order and the last
   `item_id` that is set wins, as the fold does;
@@ -30,6 +34,10 @@ __all__ = ["coalesced", "merge_waiting"]
 # How many events may wait before the reader stops pulling from upstream (and the upstream feels backpressure).
 DEFAULT_LIMIT = 1024
 _LOGPROBS_ONLY = "logprobs"
+# Events this far apart (seconds) are not one burst: the later one came after an idle gap and leaves at once.
+_IDLE_GAP = 0.001
+# How many events the reader takes from a burst before it lets the other tasks (other streams) run.
+_FAIR_SHARE = 32
 
 
 def _run_key(event: stream_pb2.StreamEvent) -> Hashable | None:
@@ -139,6 +147,7 @@ class _Reader:
         self._events = events
         self._limit = limit
         self.pending: list[stream_pb2.StreamEvent] = []
+        self._choices_seen: set[int] = set()  # the choices whose first delta was handed over
         self.finished = False
         self.failure: BaseException | None = None
         self._loop = asyncio.get_running_loop()
@@ -152,12 +161,27 @@ class _Reader:
         events = self._events
         try:
             async with closing_stream(events):
+                unbroken = 0  # events read since the reader last let other tasks run
+                previous = -_IDLE_GAP  # when the event before arrived: the stream's first event comes after a gap
+                clock = self._loop.time
                 async for event in events:
                     self.pending.append(event)
-                    self._wake()
-                    if len(self.pending) >= self._limit:
+                    now = clock()
+                    after_gap, previous = now - previous >= _IDLE_GAP, now
+                    opens_choice = self._first_of_its_choice(event)  # first: it records the choice as seen
+                    if (self._wake() and after_gap) or opens_choice or len(self.pending) >= self._limit:
+                        # Wait until the consumer has taken it: the consumer was idle and the event is not part of
+                        # a burst (it leaves at once), it opens a choice (it leaves before the rest is read), or too
+                        # much is waiting. Events of a burst that follow wait for company, which is the point.
+                        unbroken = 0
                         self._room = self._loop.create_future()
                         await self._room
+                    else:
+                        unbroken += 1
+                        if unbroken >= _FAIR_SHARE:
+                            # A burst read without suspending would keep every other stream's first token waiting.
+                            unbroken = 0
+                            await asyncio.sleep(0)
         except asyncio.CancelledError as exc:
             if not self._closing:  # the source itself was cancelled, not by `close`: the consumer hears of it
                 self.failure = exc
@@ -168,10 +192,22 @@ class _Reader:
             self.finished = True
             self._wake()
 
-    def _wake(self) -> None:
+    def _wake(self) -> bool:
+        """Wake the consumer if it waits for an event; True if it did."""
         arrived = self._arrived
         if arrived is not None and not arrived.done():
             arrived.set_result(None)
+            return True
+        return False
+
+    def _first_of_its_choice(self, event: stream_pb2.StreamEvent) -> bool:
+        if event.WhichOneof("event") != "delta":
+            return False
+        choice = event.delta.choice_index
+        if choice in self._choices_seen:
+            return False
+        self._choices_seen.add(choice)
+        return True
 
     async def take(self) -> list[stream_pb2.StreamEvent]:
         """Everything waiting (at least one event), or [] at the end; raises the source's failure after its events."""
