@@ -104,3 +104,31 @@ def test_resuming_an_older_minor_file_upgrades_its_header_and_keeps_its_records_
     # The older records are copied as they were written: everything after the old header, up to the torn tail.
     old_header_end = header_end(source)
     assert source.read_bytes()[old_header_end : before.good_bytes] in path.read_bytes()
+
+
+RELEASE_1_0 = VECTORS.parent.parent / "proto" / "baseline" / "modelir-v1.0.0.binpb"
+
+
+@pytest.mark.parametrize("entry", FILES, ids=[entry["path"] for entry in FILES])
+def test_a_reader_built_from_the_1_0_release_reads_every_vector(entry):
+    """A 1.0 reader (its types from IR 1.0.0's image, not this SDK's) reads every later release's files: the
+    records' keys, statuses and texts, with the fields it does not know skipped."""
+    from google.protobuf import json_format
+    from modelir.records.files import _binary_frames, _jsonl_frames
+    from modelir.v1 import record_pb2
+
+    old_header = record_pb2.RecordHeader(ir_version="1.0.0", ir_descriptor_set=RELEASE_1_0.read_bytes())
+    entry_class = message_class(old_header, "modelir.v1.RecordFileEntry")
+    assert "embed_request" not in entry_class.DESCRIPTOR.fields_by_name["record"].message_type.fields_by_name
+    path = VECTORS / entry["path"]
+    with path.open("rb") as handle:
+        frames = [frame for _, frame in (_jsonl_frames if entry["format"] == "jsonl" else _binary_frames)(handle)]
+    assert frames[-1] is None  # the torn tail
+    decoded = [
+        json_format.Parse(frame, entry_class(), ignore_unknown_fields=True)
+        if entry["format"] == "jsonl"
+        else entry_class.FromString(frame)
+        for frame in frames[:-1]
+    ]
+    assert decoded[0].header.ir_version == entry["ir_version"]
+    assert _seen(item.record for item in decoded[1:]) == entry["records"]

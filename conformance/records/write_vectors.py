@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from modelir.records.files import BINARY, JSONL, RecordWriter, encode_entry
-from modelir.v1 import content_pb2, errors_pb2, record_pb2, request_pb2, response_pb2
+from modelir.v1 import content_pb2, embedding_pb2, errors_pb2, record_pb2, request_pb2, response_pb2
 from modelir.version import IR_VERSION, SDK_VERSION
 
 HERE = Path(__file__).resolve().parent
@@ -40,7 +40,7 @@ def _request(prompt: str) -> request_pb2.Request:
 
 
 def records() -> list[record_pb2.Record]:
-    """The records every release's vectors hold (a release adds its new fields in `extended`)."""
+    """The records of this release's vectors: those of every release, then what this release added."""
     ok = record_pb2.Record(
         key="greeting",
         request=_request("Say hello."),
@@ -68,7 +68,25 @@ def records() -> list[record_pb2.Record]:
         status=UNKNOWN_STATUS,
         provenance=_provenance(),
     )
-    return [ok, failed, unkeyed, future]
+    written = [ok, failed, unkeyed, future]
+    if "embed_request" in record_pb2.Record.DESCRIPTOR.fields_by_name:  # IR 1.1 on: what 1.0 readers do not know
+        ok.response.choices[0].native_json = '{"avgLogprobs":-0.25}'
+        written.append(
+            record_pb2.Record(  # neither request nor response: readers say how they show it
+                key="embedded",
+                embed_request=embedding_pb2.EmbedRequest(
+                    model="reference", inputs=[embedding_pb2.EmbedInput(text="Hello")]
+                ),
+                embed_response=embedding_pb2.EmbedResponse(
+                    model="reference",
+                    embeddings=[embedding_pb2.Embedding(index=0, values=[0.6, -0.8])],
+                    usage=response_pb2.Usage(input_token_count=1),
+                ),
+                status=record_pb2.RECORD_STATUS_OK,
+                provenance=_provenance(),
+            )
+        )
+    return written
 
 
 def _text(record: record_pb2.Record) -> str:
