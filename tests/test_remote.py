@@ -260,3 +260,15 @@ async def test_against_an_older_minor_server_a_newer_field_is_refused_before_it_
     assert sent == []  # refused here: nothing reached the server
     assert (await remote.arun(build_request("reference", prompt="hi"))).choices  # what 1.0 knows still runs
     assert len(sent) == 1
+
+
+async def test_embed_on_a_model_without_embeddings_is_refused_naming_the_capability_locally_and_remotely(served):
+    from modelir.v1 import embedding_pb2
+
+    remote, _, _ = served
+    local = Model(ReferenceModel(), name="reference")
+    for model in (local, remote):
+        request = embedding_pb2.EmbedRequest(model="reference", inputs=[embedding_pb2.EmbedInput(text="Hello")])
+        with pytest.raises(UnsupportedCapabilityError) as caught:
+            await model.aembed(request)
+        assert list(caught.value.missing) == [C.CAPABILITY_EMBEDDINGS]

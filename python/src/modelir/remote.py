@@ -34,7 +34,15 @@ from modelir.interface import ModelInterface
 from modelir.pipeline import capabilities, validation
 from modelir.streams.fold import keeping_partial
 from modelir.sync import run_sync as _sync
-from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, service_pb2, service_pb2_grpc, stream_pb2
+from modelir.v1 import (
+    capabilities_pb2,
+    embedding_pb2,
+    request_pb2,
+    response_pb2,
+    service_pb2,
+    service_pb2_grpc,
+    stream_pb2,
+)
 from modelir.version import IR_SEMVER, check_compatible, parse_semver
 from modelir.writing.arguments import ArgumentError, require_request
 
@@ -357,6 +365,12 @@ class RemoteModel(ModelInterface):
         """Whether detokenize(tokenize(text)) gives `text` back (as `Model.around_trip`)."""
         tokens = await self.atokenize(text)
         return await self.adetokenize(list(tokens.token_ids)) == text
+
+    async def aembed(self, request: embedding_pb2.EmbedRequest) -> embedding_pb2.EmbedResponse:
+        """Turn inputs into vectors on the server (`Model.aembed`); a server of IR 1.0 has no `Embed`."""
+        if not request.model:
+            request.model = self.name
+        return await self._unary(lambda: self._stub().Embed(request, metadata=self._metadata))
 
     async def aserver_info(self) -> service_pb2.GetServerInfoResponse:
         """The server's IR version, its own version and the transports it serves."""

@@ -87,7 +87,8 @@ def unknown_values(message: Message, path: str = "") -> Iterator[tuple[str, str]
     `ReasoningEffort` or `Role` added later) or field (an adapter, say) would otherwise be lowered as nothing,
     merged into another, or fail as an untyped error after the call was paid for. The descriptor is walked, so
     every enum field, present and future, is covered."""
-    unknown = sorted({item.field_number for item in UnknownFieldSet(message)})
+    found = UnknownFieldSet(message)
+    unknown = sorted({found[i].field_number for i in range(len(found))})
     if unknown:  # a newer client's field, which proto3 would otherwise drop without a word
         numbers = ", ".join(map(str, unknown))
         yield (
