@@ -411,8 +411,8 @@ class Model(ModelInterface):
         """Turn the request's inputs into vectors (`CAPABILITY_EMBEDDINGS`). A model whose transport does not
         claim it refuses before any call, naming the capability; no transport claims it yet (their embedding
         wires come with the next round of #34)."""
-        if capabilities_pb2.CAPABILITY_EMBEDDINGS not in self._manifest.capabilities:
-            gaps = errors_pb2.UnsupportedCapabilities(model=self.name, missing=[capabilities_pb2.CAPABILITY_EMBEDDINGS])
+        if missing := capabilities.embed_missing(self._manifest):
+            gaps = errors_pb2.UnsupportedCapabilities(model=self.name, missing=missing)
             raise errors.UnsupportedCapabilityError(gaps)
         raise errors.InternalError(f"{self.transport.name} claims embeddings but has no embedding path")
 

@@ -301,3 +301,8 @@ def tokenize_missing(
     if request is not None and request.WhichOneof("input") == "conversation":
         need.append(capabilities_pb2.CAPABILITY_TOKENIZE_CONVERSATION)
     return [c for c in need if c not in manifest.capabilities]
+
+
+def embed_missing(manifest: capabilities_pb2.CapabilityManifest) -> list[capabilities_pb2.Capability.ValueType]:
+    """The capabilities an `Embed` request needs that `manifest` lacks (IR 1.1)."""
+    return [c for c in (capabilities_pb2.CAPABILITY_EMBEDDINGS,) if c not in manifest.capabilities]
