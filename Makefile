@@ -17,6 +17,8 @@ PROTOS := $(sort $(wildcard proto/modelir/v1/*.proto))
 SERVICE_PROTOS := $(shell grep -l '^service ' $(PROTOS))
 GEN_OUT := python/src
 BASELINE := proto/baseline/modelir-v1.binpb
+# IR 1.0.0's image, kept for good: every later spec stays additive to it, and the tests build 1.0 stubs from it.
+RELEASE_1_0 := proto/baseline/modelir-v1.0.0.binpb
 PYTEST_ARGS ?=
 
 .PHONY: help
@@ -110,6 +112,7 @@ format: tools
 .PHONY: breaking baseline spec-version
 breaking: tools
 	$(BUF) breaking --against $(BASELINE)
+	$(BUF) breaking --against $(RELEASE_1_0)
 
 # The release gate: a spec that differs from the baseline (comments aside) must carry a higher ir_version.
 spec-version: tools

@@ -57,6 +57,14 @@ async def test_reference_rejects_every_unsupported_feature_naming_all(reference)
             C.CAPABILITY_IMAGE_INPUT,
         ),
         (lambda r: setattr(r.sampling, "frequency_penalty", 0.1), C.CAPABILITY_PRESENCE_FREQUENCY_PENALTIES),
+        # IR 1.1's request fields: a transport that does not claim them rejects them, never runs without them.
+        (lambda r: setattr(r, "service_tier", "flex"), C.CAPABILITY_SERVICE_TIER),
+        (lambda r: setattr(r, "priority", -1), C.CAPABILITY_PRIORITY),
+        (lambda r: setattr(r, "adapter", "sql-lora"), C.CAPABILITY_ADAPTERS),
+        (
+            lambda r: setattr(r.reasoning_controls, "effort", request_pb2.REASONING_EFFORT_XHIGH),
+            C.CAPABILITY_REASONING_EFFORT_XHIGH,
+        ),
     ],
 )
 async def test_each_rejection_names_its_capability(reference, mutate, capability):

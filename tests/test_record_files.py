@@ -14,6 +14,7 @@ from modelir.records import files as records
 from modelir.records import varint
 from modelir.records.files import BINARY, JSONL, RecordWriter
 from modelir.v1 import record_pb2, response_pb2
+from modelir.version import IR_SEMVER
 
 _FUTURE_FINISH = 42  # a FinishReason value a later release may add
 
@@ -211,7 +212,8 @@ def test_convert_keeps_every_field_a_newer_writer_wrote_both_ways(tmp_path, firs
     descriptor_set = descriptor_pb2.FileDescriptorSet.FromString(records.ir_descriptor_set())
     _add_response_field(next(f for f in descriptor_set.file if f.name == "modelir/v1/response.proto"))
     header = entry_class()
-    header.header.ir_version, header.header.sdk_version = "1.1.0", "newer"
+    newer_version = f"{IR_SEMVER.major}.{IR_SEMVER.minor + 1}.0"
+    header.header.ir_version, header.header.sdk_version = newer_version, "newer"
     header.header.ir_descriptor_set = descriptor_set.SerializeToString()
     written = []
     for key in ("a", "b"):
@@ -232,7 +234,7 @@ def test_convert_keeps_every_field_a_newer_writer_wrote_both_ways(tmp_path, firs
     assert back.read_bytes() == source.read_bytes()
     data = middle.read_bytes()
     scan_header = records.scan(middle).header
-    assert scan_header is not None and scan_header.ir_version == "1.1.0"
+    assert scan_header is not None and scan_header.ir_version == newer_version
     last = _last_entry(data, other)
     entry = records.message_class(scan_header, "modelir.v1.RecordFileEntry")
     decoded = json_format.Parse(last, entry()) if other == JSONL else entry.FromString(last)

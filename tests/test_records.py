@@ -90,18 +90,28 @@ def _file_with_version(tmp_path, version: str):
     return path
 
 
-def test_resume_gate_refuses_another_minor_and_accepts_a_patch(tmp_path):
+def test_resume_gate_refuses_another_major_and_accepts_a_patch_and_a_newer_minor(tmp_path):
     from modelir.version import IR_SEMVER
 
-    other_minor = f"{IR_SEMVER.major}.{IR_SEMVER.minor + 1}.0"
+    other_major = f"{IR_SEMVER.major + 1}.0.0"
     with pytest.raises(RecordFileError) as caught:
-        RecordWriter.resume(_file_with_version(tmp_path, other_minor))
+        RecordWriter.resume(_file_with_version(tmp_path, other_major))
     message = str(caught.value)
-    assert other_minor in message and str(IR_SEMVER) in message and "new output file" in message
-    patch = f"{IR_SEMVER.major}.{IR_SEMVER.minor}.{IR_SEMVER.patch + 7}"
-    writer, scan = RecordWriter.resume(_file_with_version(tmp_path, patch))
-    writer.close()
-    assert [r.key for r in scan.records] == ["a"]
+    assert other_major in message and str(IR_SEMVER) in message and "new output file" in message
+    assert "delete" not in message
+    for version in (
+        f"{IR_SEMVER.major}.{IR_SEMVER.minor}.{IR_SEMVER.patch + 7}",
+        f"{IR_SEMVER.major}.{IR_SEMVER.minor + 1}.0",  # a newer minor's header already describes our records
+    ):
+        path = _file_with_version(tmp_path, version)
+        writer, scan = RecordWriter.resume(path)
+        writer.append(record_pb2.Record(key="b", status=record_pb2.RECORD_STATUS_OK))
+        writer.close()
+        assert [r.key for r in scan.records] == ["a"]
+        assert records.read_header(path).ir_version == version  # the header is left as it was
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", records.NewerMinorVersionWarning)
+            assert [r.key for r in records.read_records(path)] == ["a", "b"]
 
 
 def test_newer_minor_is_readable_with_a_warning_and_another_major_is_refused(tmp_path):
@@ -222,7 +232,7 @@ def test_a_resumed_run_into_another_series_says_what_to_do_and_never_to_delete_t
     from modelir.records import OtherSeriesError
     from modelir.version import IR_SEMVER
 
-    path = _file_with_version(tmp_path, f"{IR_SEMVER.major}.{IR_SEMVER.minor + 1}.0")
+    path = _file_with_version(tmp_path, f"{IR_SEMVER.major + 1}.0.0")
     model = Model(ReferenceModel(), name="reference")
     import asyncio
 

@@ -200,3 +200,75 @@ async def test_remote_offers_detokenize_round_trip_and_server_info(served):
         ("reference", ReferenceModel.version, ["reference"]),
         ("slow", ReferenceModel.version, ["slow"]),  # SlowUpstream reuses the reference manifest
     ]
+
+
+@pytest.mark.parametrize("server_version", ["2.0.0", "0.9.0", "", "one"])
+async def test_remote_refuses_a_server_of_another_ir_major_before_any_call(served, monkeypatch, server_version):
+    import modelir.version
+    from modelir import IncompatibleServerError
+
+    remote, _, _ = served
+    monkeypatch.setattr(modelir.version, "IR_VERSION", server_version)  # what the servicer reports
+    with pytest.raises(IncompatibleServerError, match="major versions differ"):
+        await remote.arun(build_request("reference", prompt="hi"))
+    with pytest.raises(IncompatibleServerError):
+        async for _ in remote.astream(build_request("reference", prompt="hi")):
+            pass
+    assert (await remote.aserver_info()).ir_version == server_version  # asking is still allowed
+
+
+async def test_remote_accepts_a_server_of_another_minor_and_asks_once(served, monkeypatch):
+    import modelir.version
+
+    remote, _, _ = served
+    monkeypatch.setattr(modelir.version, "IR_VERSION", f"{IR_VERSION.split('.')[0]}.99.0")
+    asked = 0
+    ask = remote.aserver_info
+
+    async def counting():
+        nonlocal asked
+        asked += 1
+        return await ask()
+
+    monkeypatch.setattr(remote, "aserver_info", counting)
+    assert (await remote.arun(build_request("reference", prompt="hi"))).choices
+    assert await remote.acapabilities()
+    assert asked == 1
+
+
+async def test_against_an_older_minor_server_a_newer_field_is_refused_before_it_is_sent(served, monkeypatch):
+    import modelir.version
+
+    remote, _, _ = served
+    monkeypatch.setattr(modelir.version, "IR_VERSION", "1.0.0")  # a 1.0 server would drop `adapter` unseen
+    request = build_request("reference", prompt="hi")
+    request.adapter = "sql-lora"
+    stub = remote._stub()
+    sent = []
+
+    def counting(call):
+        return lambda *args, **kwargs: sent.append(args) or call(*args, **kwargs)
+
+    for rpc in ("Generate", "StreamGenerate"):
+        monkeypatch.setattr(stub, rpc, counting(getattr(stub, rpc)))
+    with pytest.raises(UnsupportedCapabilityError) as caught:
+        await remote.arun(request)
+    assert list(caught.value.missing) == [C.CAPABILITY_ADAPTERS]
+    with pytest.raises(UnsupportedCapabilityError):
+        async for _ in remote.astream(request):
+            pass
+    assert sent == []  # refused here: nothing reached the server
+    assert (await remote.arun(build_request("reference", prompt="hi"))).choices  # what 1.0 knows still runs
+    assert len(sent) == 1
+
+
+async def test_embed_on_a_model_without_embeddings_is_refused_naming_the_capability_locally_and_remotely(served):
+    from modelir.v1 import embedding_pb2
+
+    remote, _, _ = served
+    local = Model(ReferenceModel(), name="reference")
+    for model in (local, remote):
+        request = embedding_pb2.EmbedRequest(model="reference", inputs=[embedding_pb2.EmbedInput(text="Hello")])
+        with pytest.raises(UnsupportedCapabilityError) as caught:
+            await model.aembed(request)
+        assert list(caught.value.missing) == [C.CAPABILITY_EMBEDDINGS]

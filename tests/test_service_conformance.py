@@ -23,7 +23,7 @@ import pytest
 from google.protobuf import json_format
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
-from modelir.v1 import errors_pb2, service_pb2, service_pb2_grpc
+from modelir.v1 import embedding_pb2, errors_pb2, service_pb2, service_pb2_grpc
 
 SUITE = Path(__file__).resolve().parent.parent / "conformance" / "service"
 CASES = sorted((SUITE / "cases").glob("*.json"))
@@ -37,6 +37,7 @@ _RPCS = {
     "ListModels": (service_pb2.ListModelsRequest, False),
     "Validate": (service_pb2.ValidateRequest, False),
     "GetServerInfo": (service_pb2.GetServerInfoRequest, False),
+    "Embed": (embedding_pb2.EmbedRequest, False),
 }
 _DETAIL_TYPES = {
     "errorInfo": error_details_pb2.ErrorInfo,

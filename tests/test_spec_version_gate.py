@@ -14,11 +14,13 @@ _spec = importlib.util.spec_from_file_location("version_gate", ROOT / "proto" / 
 assert _spec is not None and _spec.loader is not None
 gate = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(gate)
+# The image of IR 1.0.0, kept beside the moving baseline (`modelir-v1.binpb`, the last release) for good.
+RELEASE_1_0 = ROOT / "proto" / "baseline" / "modelir-v1.0.0.binpb"
 
 
 @pytest.fixture
 def baseline() -> descriptor_pb2.FileDescriptorSet:
-    return gate.load(ROOT / "proto" / "baseline" / "modelir-v1.binpb")
+    return gate.load(RELEASE_1_0)
 
 
 def _copy(image: descriptor_pb2.FileDescriptorSet) -> descriptor_pb2.FileDescriptorSet:
@@ -76,6 +78,6 @@ def test_the_command_says_what_it_found(baseline, tmp_path, capsys):
     current = _copy(baseline)
     _add_field(current)
     (tmp_path / "current.binpb").write_bytes(current.SerializeToString())
-    base_path = ROOT / "proto" / "baseline" / "modelir-v1.binpb"
+    base_path = RELEASE_1_0
     assert gate.main([str(base_path), str(tmp_path / "current.binpb")]) == 1
     assert "raise it in proto/modelir/v1/version.proto" in capsys.readouterr().err

@@ -48,7 +48,7 @@ def _request(role: int = content_pb2.ROLE_USER, effort: int = 0) -> request_pb2.
     ("request_", "field"),
     [
         (_request(role=9), "conversation.messages[0].role"),
-        (_request(effort=6), "reasoning_controls.effort"),
+        (_request(effort=9), "reasoning_controls.effort"),
     ],
     ids=["role", "effort"],
 )
@@ -64,7 +64,7 @@ def test_nested_and_repeated_enums_are_found_by_walking_the_descriptor():
     request.tool_choice.allowed_tools.mode = 7  # type: ignore[assignment]
     request.logprob_options.basis = 5  # type: ignore[assignment]
     request.conversation.messages[0].phase = 9  # type: ignore[assignment]  # an open enum: tolerated
-    fields = sorted(f for f, _ in validation.unknown_enum_values(request))
+    fields = sorted(f for f, _ in validation.unknown_values(request))
     assert fields == ["logprob_options.basis", "tool_choice.allowed_tools.mode"]
 
 
@@ -88,3 +88,19 @@ async def test_validate_and_grpc_refuse_it_as_invalid_argument_with_the_field():
     bad = error_details_pb2.BadRequest()
     assert any(d.Unpack(bad) for d in status.details if d.Is(bad.DESCRIPTOR))
     assert [v.field for v in bad.field_violations] == ["conversation.messages[0].role"]
+
+
+def test_a_newer_clients_unknown_field_is_a_field_violation_not_silently_dropped():
+    request = _request()
+    # What a newer client sends: a field this SDK's Request lacks (number 999), nested and at the top.
+    request.sampling.temperature = 0.5
+    newer = request.SerializeToString() + b"\xba\x3e\x04lora"  # field 999, length-delimited, "lora"
+    sampling_with_extra = request.sampling.SerializeToString() + b"\xb8\x3e\x01"  # field 999, varint 1
+    received = type(request).FromString(newer)
+    received.sampling.MergeFromString(sampling_with_extra)
+    found = dict(validation.unknown_values(received))
+    assert set(found) == {"request", "sampling"}
+    assert "999" in found["request"] and "newer client" in found["request"]
+    with pytest.raises(errors.InvalidRequestError) as caught:
+        Pipeline(OpenAIChat()).prepare(received, streaming=False)
+    assert sorted(v.field for v in caught.value.violations) == ["request", "sampling"]

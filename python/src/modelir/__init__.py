@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from modelir.v1.request_pb2 import Request
     from modelir.v1.response_pb2 import Response
     from modelir.v1.stream_pb2 import StreamEvent
-    from modelir.version import IR_VERSION, SDK_VERSION
+    from modelir.version import IR_VERSION, SDK_VERSION, IncompatibleServerError
     from modelir.writing import ArgumentError, chat_message, image, tool, tool_result
     from modelir.writing.builder import RequestOptions, build_request, message
 
@@ -93,7 +93,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "modelir.v1.request_pb2": ("Request",),
     "modelir.v1.response_pb2": ("Response",),
     "modelir.v1.stream_pb2": ("StreamEvent",),
-    "modelir.version": ("IR_VERSION", "SDK_VERSION"),
+    "modelir.version": ("IR_VERSION", "SDK_VERSION", "IncompatibleServerError"),
     "modelir.writing": ("ArgumentError", "chat_message", "image", "tool", "tool_result"),
     "modelir.writing.builder": ("RequestOptions", "build_request", "message"),
 }

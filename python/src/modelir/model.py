@@ -42,7 +42,15 @@ from modelir.transports.base import (
     shape_error,
     utf8_repaired,
 )
-from modelir.v1 import capabilities_pb2, errors_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
+from modelir.v1 import (
+    capabilities_pb2,
+    embedding_pb2,
+    errors_pb2,
+    request_pb2,
+    response_pb2,
+    service_pb2,
+    stream_pb2,
+)
 from modelir.writing.arguments import require_request
 from modelir.writing.builder import with_model
 
@@ -396,6 +404,17 @@ class Model(ModelInterface):
             return transport.lift_tokenize(request, [s.response for s in sent])
         except SHAPE_ERRORS as exc:
             raise self._redacted(shape_error(transport, exc)) from exc
+
+    # ---- embed (IR 1.1) ----------------------------------------------------------------------------------
+
+    async def aembed(self, request: embedding_pb2.EmbedRequest) -> embedding_pb2.EmbedResponse:
+        """Turn the request's inputs into vectors (`CAPABILITY_EMBEDDINGS`). A model whose transport does not
+        claim it refuses before any call, naming the capability; no transport claims it yet (their embedding
+        wires come with the next round of #34)."""
+        if missing := capabilities.embed_missing(self._manifest):
+            gaps = errors_pb2.UnsupportedCapabilities(model=self.name, missing=missing)
+            raise errors.UnsupportedCapabilityError(gaps)
+        raise errors.InternalError(f"{self.transport.name} claims embeddings but has no embedding path")
 
 
 def _error_from(transport: HttpTransport) -> Callable[[HttpResponse], errors.ModelError]:

@@ -31,10 +31,19 @@ import grpc
 from modelir import errors, sync, telemetry
 from modelir.errors.rich_status import error_from_rpc
 from modelir.interface import ModelInterface
-from modelir.pipeline import validation
+from modelir.pipeline import capabilities, validation
 from modelir.streams.fold import keeping_partial
 from modelir.sync import run_sync as _sync
-from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, service_pb2, service_pb2_grpc, stream_pb2
+from modelir.v1 import (
+    capabilities_pb2,
+    embedding_pb2,
+    request_pb2,
+    response_pb2,
+    service_pb2,
+    service_pb2_grpc,
+    stream_pb2,
+)
+from modelir.version import IR_SEMVER, check_compatible, parse_semver
 from modelir.writing.arguments import ArgumentError, require_request
 
 if TYPE_CHECKING:  # the limiter package loads every transport (its feedback reads their retry hints)
@@ -148,6 +157,8 @@ class RemoteModel(ModelInterface):
             asyncio.AbstractEventLoop, tuple[grpc.aio.Channel, service_pb2_grpc.ModelServiceAsyncStub]
         ] = {}
         self._manifest: capabilities_pb2.CapabilityManifest | None = None
+        self._server_checked = False  # the server's IR major was found compatible (`_check_server`)
+        self._server_is_older = False  # the server speaks an older minor IR: it cannot see newer request fields
 
     def __repr__(self) -> str:
         return f"RemoteModel({self.target!r}, {self.name!r})"  # never the token
@@ -193,8 +204,34 @@ class RemoteModel(ModelInterface):
             candidates.append(request.timeout.ToTimedelta().total_seconds())
         return max(0.0, min(candidates)) if candidates else None
 
+    async def _check_server(self) -> None:
+        """Before the first call: ask the server its IR version and refuse another major (`IncompatibleServerError`),
+        as every client in `clients/` does on connect. Once per model: a fleet's replicas serve one release."""
+        if self._server_checked:
+            return
+        info = await self.aserver_info()
+        check_compatible(info.ir_version)
+        self._server_is_older = parse_semver(info.ir_version).minor < IR_SEMVER.minor
+        self._server_checked = True
+
+    async def _check_needs(self, request: request_pb2.Request, *, streaming: bool) -> None:
+        """Against a server of an older minor IR, check the request's needs here, with this SDK's catalog: the
+        server would drop a newer field unseen (proto3 keeps no unknown fields in its checks), but its manifest
+        lacks the capability that field needs, so the request is refused before it is sent."""
+        await self._check_server()
+        if not self._server_is_older:
+            return
+        gaps = capabilities.unsupported(request, await self.acapabilities(), model=self.name, streaming=streaming)
+        if gaps is not None:
+            raise errors.UnsupportedCapabilityError(gaps)
+
     async def _unary(self, call: Callable[[], Awaitable[_T]]) -> _T:
-        """Make one unary call, sending it again (to another replica) when its replica went away."""
+        """Make one unary call (after the IR check), sending it again (to another replica) when its replica went
+        away."""
+        await self._check_server()
+        return await self._unary_unchecked(call)
+
+    async def _unary_unchecked(self, call: Callable[[], Awaitable[_T]]) -> _T:
         attempt = 0
         while True:
             attempt += 1
@@ -238,6 +275,7 @@ class RemoteModel(ModelInterface):
 
     async def _arun(self, request: request_pb2.Request, deadline: float | None) -> response_pb2.Response:
         request = self._named(request)
+        await self._check_needs(request, streaming=False)
         message = service_pb2.GenerateRequest(request=request)
 
         async def generate() -> service_pb2.GenerateResponse:
@@ -267,6 +305,7 @@ class RemoteModel(ModelInterface):
         """Sent again to another replica only if its replica went away before the first event (once output has
         arrived, a broken stream raises like any other)."""
         request = self._named(request)
+        await self._check_needs(request, streaming=True)
         message = service_pb2.StreamGenerateRequest(request=request)
         if self.limiter is None:
             async for event in self._stream_calls(request, message, deadline):
@@ -279,6 +318,7 @@ class RemoteModel(ModelInterface):
     async def _stream_calls(
         self, request: request_pb2.Request, message: service_pb2.StreamGenerateRequest, deadline: float | None
     ) -> AsyncIterator[stream_pb2.StreamEvent]:
+        await self._check_server()
         attempt = 0
         while True:
             attempt += 1
@@ -326,10 +366,16 @@ class RemoteModel(ModelInterface):
         tokens = await self.atokenize(text)
         return await self.adetokenize(list(tokens.token_ids)) == text
 
+    async def aembed(self, request: embedding_pb2.EmbedRequest) -> embedding_pb2.EmbedResponse:
+        """Turn inputs into vectors on the server (`Model.aembed`); a server of IR 1.0 has no `Embed`."""
+        if not request.model:
+            request.model = self.name
+        return await self._unary(lambda: self._stub().Embed(request, metadata=self._metadata))
+
     async def aserver_info(self) -> service_pb2.GetServerInfoResponse:
         """The server's IR version, its own version and the transports it serves."""
         message = service_pb2.GetServerInfoRequest()
-        return await self._unary(lambda: self._stub().GetServerInfo(message, metadata=self._metadata))
+        return await self._unary_unchecked(lambda: self._stub().GetServerInfo(message, metadata=self._metadata))
 
 
 async def list_models(

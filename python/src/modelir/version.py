@@ -44,3 +44,29 @@ try:
     SDK_VERSION: str = metadata.version("modelir")
 except metadata.PackageNotFoundError:  # running from a source tree that was not installed
     SDK_VERSION = "0+unknown"
+
+
+class IncompatibleServerError(Exception):
+    """The server speaks an IR of another major version than this SDK (or reports none): its messages cannot be
+    trusted to mean what this SDK's do, so `RemoteModel` refuses it, as the TypeScript, Go and Rust clients do."""
+
+    def __init__(self, server_ir_version: str, client_ir_version: str = IR_VERSION) -> None:
+        shown = server_ir_version or "(none reported)"
+        super().__init__(
+            f"the server speaks modelir IR {shown}, but this SDK speaks IR {client_ir_version}: the major versions "
+            "differ, so the SDK refuses it (install a modelir of the server's major version, or talk to a server of "
+            "this one's)"
+        )
+        self.server_ir_version = server_ir_version
+        self.client_ir_version = client_ir_version
+
+
+def check_compatible(server_ir_version: str, client_ir_version: str = IR_VERSION) -> None:
+    """Raise `IncompatibleServerError` unless the server's IR has this SDK's major version (any minor: a newer
+    minor's fields are unknown fields here, an older one's are all known)."""
+    try:
+        compatible = parse_semver(server_ir_version).major == parse_semver(client_ir_version).major
+    except ValueError:
+        compatible = False
+    if not compatible:
+        raise IncompatibleServerError(server_ir_version, client_ir_version)

@@ -29,7 +29,7 @@ _EXIT_SIGPIPE = 141
 _EXIT_SIGINT = 130
 # The spec's IR version (`option (modelir.v1.ir_version)` in version.proto), spelled here so that `--version` answers
 # without loading the generated code; tests/test_cli_startup.py holds it equal to `modelir.version.IR_VERSION`.
-SPEC_IR_VERSION = "1.0.0"
+SPEC_IR_VERSION = "1.1.0"
 
 
 class _Version(argparse.Action):

@@ -19,7 +19,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from modelir import errors
-from modelir.pipeline.capabilities import tokenize_missing
+from modelir.pipeline.capabilities import embed_missing, tokenize_missing
 from modelir.pipeline.prepare import Pipeline
 from modelir.registry import build_transport, registry
 from modelir.streams.fold import accumulate
@@ -90,6 +90,12 @@ def run_case(transport_name: str, path: Path) -> CaseResult:
             missing = sorted(errors.capability_name(c) for c in tokenize_missing(tokenize, transport.manifest()))
             if missing != sorted(fixture["expected_rejection"].get("missing", [])):
                 problems.append(f"tokenize: missing capabilities {missing}, expected {fixture['expected_rejection']}")
+            result.passed = not problems
+            return result
+        if fixture.get("operation") == "embed":  # IR 1.1: only the rejection until a transport claims EMBEDDINGS
+            missing = sorted(errors.capability_name(c) for c in embed_missing(transport.manifest()))
+            if missing != sorted(fixture["expected_rejection"].get("missing", [])):
+                problems.append(f"embed: missing capabilities {missing}, expected {fixture['expected_rejection']}")
             result.passed = not problems
             return result
         request = json_format.Parse(orjson.dumps(fixture["request"]), request_pb2.Request())

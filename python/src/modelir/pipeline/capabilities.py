@@ -108,12 +108,20 @@ def requirements(request: request_pb2.Request, *, streaming: bool = False) -> Re
             need(_OUTPUT_CAPABILITY[modality])
     if request.cached_content:
         need(capabilities_pb2.CAPABILITY_CACHED_CONTENT)
+    if request.service_tier:
+        need(capabilities_pb2.CAPABILITY_SERVICE_TIER)
+    if request.priority:
+        need(capabilities_pb2.CAPABILITY_PRIORITY)
+    if request.adapter:
+        need(capabilities_pb2.CAPABILITY_ADAPTERS)
 
     if request.HasField("reasoning_controls"):
         need(capabilities_pb2.CAPABILITY_REASONING)
         amount = request.reasoning_controls.WhichOneof("amount")
         if amount == "effort":
             need(capabilities_pb2.CAPABILITY_REASONING_EFFORT)
+            if request.reasoning_controls.effort == request_pb2.REASONING_EFFORT_XHIGH:
+                need(capabilities_pb2.CAPABILITY_REASONING_EFFORT_XHIGH)
         elif amount == "budget_tokens":
             need(capabilities_pb2.CAPABILITY_REASONING_BUDGET)
             req.use_limit("max_reasoning_budget_tokens", request.reasoning_controls.budget_tokens)
@@ -293,3 +301,8 @@ def tokenize_missing(
     if request is not None and request.WhichOneof("input") == "conversation":
         need.append(capabilities_pb2.CAPABILITY_TOKENIZE_CONVERSATION)
     return [c for c in need if c not in manifest.capabilities]
+
+
+def embed_missing(manifest: capabilities_pb2.CapabilityManifest) -> list[capabilities_pb2.Capability.ValueType]:
+    """The capabilities an `Embed` request needs that `manifest` lacks (IR 1.1)."""
+    return [c for c in (capabilities_pb2.CAPABILITY_EMBEDDINGS,) if c not in manifest.capabilities]

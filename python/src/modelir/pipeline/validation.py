@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import orjson
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
+from google.protobuf.unknown_fields import UnknownFieldSet
 
 from modelir.errors import InvalidRequestError
 from modelir.pipeline import content_kinds, limits
@@ -80,11 +81,21 @@ OPEN_ENUMS = frozenset(
 )
 
 
-def unknown_enum_values(message: Message, path: str = "") -> Iterator[tuple[str, str]]:
+def unknown_values(message: Message, path: str = "") -> Iterator[tuple[str, str]]:
     """Every value of a closed enum in `message` (and the messages it holds, at any depth) that this SDK does
-    not know, named by its path. A newer client's value (a `ReasoningEffort` or `Role` added later) would
-    otherwise be lowered as nothing, merged into another, or fail as an untyped error after the call was paid
-    for. The descriptor is walked, so every enum field, present and future, is covered."""
+    not know, and (IR 1.1 on) every field it does not know, named by its path. A newer client's value (a
+    `ReasoningEffort` or `Role` added later) or field (an adapter, say) would otherwise be lowered as nothing,
+    merged into another, or fail as an untyped error after the call was paid for. The descriptor is walked, so
+    every enum field, present and future, is covered."""
+    found = UnknownFieldSet(message)
+    unknown = sorted({found[i].field_number for i in range(len(found))})
+    if unknown:  # a newer client's field, which proto3 would otherwise drop without a word
+        numbers = ", ".join(map(str, unknown))
+        yield (
+            path or "request",
+            f"fields {numbers} of {message.DESCRIPTOR.name} are not fields this SDK knows (a newer client's, "
+            "whose meaning it cannot honour).",
+        )
     for field, value in message.ListFields():
         name = f"{path}.{field.name}" if path else field.name
         if field.type == FieldDescriptor.TYPE_ENUM:
@@ -103,16 +114,16 @@ def unknown_enum_values(message: Message, path: str = "") -> Iterator[tuple[str,
             if held.GetOptions().map_entry:
                 if held.fields_by_name["value"].type == FieldDescriptor.TYPE_MESSAGE:
                     for key, item in value.items():
-                        yield from unknown_enum_values(item, f"{name}[{key}]")
+                        yield from unknown_values(item, f"{name}[{key}]")
             elif field.is_repeated:
                 for i, item in enumerate(value):
-                    yield from unknown_enum_values(item, f"{name}[{i}]")
+                    yield from unknown_values(item, f"{name}[{i}]")
             else:
-                yield from unknown_enum_values(value, name)
+                yield from unknown_values(value, name)
 
 
 def _problems(req: request_pb2.Request) -> Iterator[tuple[str, str]]:
-    unknown = list(unknown_enum_values(req))
+    unknown = list(unknown_values(req))
     if unknown:  # the other checks would judge values this SDK cannot read: these alone say what is wrong
         yield from unknown
         return

@@ -19,6 +19,7 @@ and skip it, and a resumed writer truncates it before appending.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import time
 import warnings
@@ -56,11 +57,11 @@ class RecordFileError(Exception):
 
 
 class OtherSeriesError(RecordFileError):
-    """A record file of another IR series (major.minor) than this SDK writes: readable, but not resumable here."""
+    """A record file of another IR major version than this SDK writes: not resumable here (and not readable)."""
 
 
 class NewerMinorVersionWarning(UserWarning):
-    """A record file from a newer minor IR version: readable (unknown fields are kept), but not resumable."""
+    """A record file from a newer minor IR version: readable (fields this SDK does not know are not shown)."""
 
 
 def format_of(path: str | os.PathLike) -> str:
@@ -279,15 +280,56 @@ def check_readable(header: record_pb2.RecordHeader, path: str | os.PathLike) -> 
 
 
 def check_resumable(header: record_pb2.RecordHeader, path: str | os.PathLike) -> None:
-    """Resuming needs the same IR series (major.minor); patch versions are compatible."""
+    """Resuming needs the same IR major version. Any minor is resumable, because minors are additive: an older
+    file is upgraded first (`RecordWriter.resume`), and this SDK's records are valid records of a newer minor, whose
+    header already describes every field they can hold."""
     theirs = parse_semver(header.ir_version)
-    if theirs.series != IR_SEMVER.series:
+    if theirs.major != IR_SEMVER.major:
         raise OtherSeriesError(
-            f"cannot resume into {path}: it holds records of IR {header.ir_version} (series {theirs.series}), "
-            f"and this SDK writes IR {IR_VERSION} (series {IR_SEMVER.series}). Mixing series in one file would make "
-            "it unreadable as one dataset. Write to a new output file, or resume with an SDK of IR series "
-            f"{theirs.series}."
+            f"cannot resume into {path}: it holds records of IR {header.ir_version} (major {theirs.major}), "
+            f"and this SDK writes IR {IR_VERSION} (major {IR_SEMVER.major}). Mixing major versions in one file would "
+            "make it unreadable as one dataset. Write to a new output file, or resume with an SDK of IR "
+            f"{theirs.major}.x."
         )
+
+
+def _upgrade(path: Path, scanned: Scan, header_bytes: int) -> BinaryIO:
+    """Give an older minor's file this SDK's header, so that the header's descriptor set keeps describing every
+    entry once this SDK appends records with fields the older IR lacks. The records are copied byte for byte: an
+    older minor's record is a valid record of this one (minors are additive). The old version stays readable in
+    the header's `run_metadata` (`UPGRADED_FROM_KEY`). The copy replaces the file atomically (temporary file,
+    fsync, rename), so a crash leaves either the old file or the new one, never a mixture. Returns the new file,
+    open for appending and exclusively locked (`flock`) from before it appeared at `path`, so that a batch run's
+    lock, taken on the old file, never leaves the new one unguarded."""
+    assert scanned.header is not None
+    header = record_pb2.RecordHeader()
+    header.CopyFrom(scanned.header)
+    if UPGRADED_FROM_KEY not in header.run_metadata:  # upgraded twice: the first version stays
+        header.run_metadata[UPGRADED_FROM_KEY] = scanned.header.ir_version
+    header.ir_version, header.sdk_version = IR_VERSION, SDK_VERSION
+    header.ir_descriptor_set = ir_descriptor_set()
+    fmt = format_of(path)
+    temporary = path.with_name(f".{path.name}.upgrade")
+    target = temporary.open("w+b")
+    fcntl.flock(target.fileno(), fcntl.LOCK_EX)
+    with path.open("rb") as source:
+        target.write(encode_entry(record_pb2.RecordFileEntry(header=header), fmt))
+        source.seek(header_bytes)
+        remaining = scanned.good_bytes - header_bytes  # the torn tail, if any, is left behind
+        while remaining > 0:
+            chunk = source.read(min(remaining, 1 << 20))
+            if not chunk:
+                break
+            target.write(chunk)
+            remaining -= len(chunk)
+    target.flush()
+    os.fsync(target.fileno())
+    os.replace(temporary, path)
+    return target
+
+
+# The `run_metadata` key an upgraded file's header keeps the IR version it was first written with under.
+UPGRADED_FROM_KEY = "modelir.upgraded_from_ir_version"
 
 
 # What a reader needs to know, years later, of where a record came from: which IR and SDK wrote it, through which
@@ -325,6 +367,15 @@ def read_records(path: str | os.PathLike) -> Iterator[record_pb2.Record]:
                 check_readable(value, path)
             else:
                 warnings.warn(f"{path}: {_torn(value, end) if kind == 'torn' else value}", stacklevel=2)
+
+
+def header_end(path: str | os.PathLike) -> int:
+    """The byte offset where the file's header entry ends (0 for an empty file)."""
+    path = Path(path)
+    with path.open("rb") as handle:
+        for _kind, _value, end in _walk(handle, format_of(path), path):
+            return end
+    return 0
 
 
 def read_header(path: str | os.PathLike) -> record_pb2.RecordHeader | None:
@@ -369,13 +420,18 @@ class RecordWriter:
 
     @classmethod
     def resume(cls, path: str | os.PathLike, *, fsync_interval: float = 1.0) -> tuple[RecordWriter, Scan]:
-        """Open an existing file for appending, after the version gate and after truncating a torn tail."""
+        """Open an existing file for appending, after the version gate (`check_resumable`; a file of an older minor
+        is upgraded to this SDK's header first) and after truncating a torn tail."""
         path = Path(path)
         result = scan(path)
         if result.header is None:
             raise RecordFileError(f"{path} is empty: nothing to resume")
         check_resumable(result.header, path)
-        handle = path.open("r+b")
+        if parse_semver(result.header.ir_version).minor < IR_SEMVER.minor:
+            handle = _upgrade(path, result, header_end(path))
+            result = scan(path)
+        else:
+            handle = path.open("r+b")
         if result.torn_bytes:
             handle.truncate(result.good_bytes)
         handle.seek(result.good_bytes)

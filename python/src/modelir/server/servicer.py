@@ -20,7 +20,15 @@ from modelir.model import Model
 from modelir.records import varint
 from modelir.streams.coalesce import coalesced
 from modelir.streams.fold import closing_stream
-from modelir.v1 import errors_pb2, request_pb2, response_pb2, service_pb2, service_pb2_grpc, stream_pb2
+from modelir.v1 import (
+    embedding_pb2,
+    errors_pb2,
+    request_pb2,
+    response_pb2,
+    service_pb2,
+    service_pb2_grpc,
+    stream_pb2,
+)
 
 # Each RPC's context; the servicer only reads its deadline and hands it to telemetry and `abort_with_status`.
 _Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
@@ -124,6 +132,9 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
             return service_pb2.DetokenizeResponse(text=await model.adetokenize(list(request.token_ids)))
 
         return await self._call("Detokenize", request.model, context, run)
+
+    async def Embed(self, request: embedding_pb2.EmbedRequest, context: _Context) -> embedding_pb2.EmbedResponse:
+        return await self._call("Embed", request.model, context, lambda model: model.aembed(request))
 
     async def GetServerInfo(
         self, request: service_pb2.GetServerInfoRequest, context: _Context

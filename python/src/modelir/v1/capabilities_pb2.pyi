@@ -131,6 +131,16 @@ class _CapabilityEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Capability
     """Replaying provider-run tool calls and their results, and provider parts, to their issuer
     (`Part.server_tool_call`, `Part.server_tool_result`, `Part.provider_part` in the input).
     """
+    CAPABILITY_EMBEDDINGS: _Capability.ValueType  # 51
+    """Embedding inputs as vectors (the `Embed` RPC, `EmbedRequest`). Added in IR 1.1."""
+    CAPABILITY_SERVICE_TIER: _Capability.ValueType  # 52
+    """Choosing the provider's service tier (`Request.service_tier`). Added in IR 1.1."""
+    CAPABILITY_PRIORITY: _Capability.ValueType  # 53
+    """A scheduling priority other than the default (`Request.priority`). Added in IR 1.1."""
+    CAPABILITY_ADAPTERS: _Capability.ValueType  # 54
+    """Running the request with a fine-tuned adapter loaded on the engine (`Request.adapter`). Added in IR 1.1."""
+    CAPABILITY_REASONING_EFFORT_XHIGH: _Capability.ValueType  # 55
+    """The reasoning level above high (`REASONING_EFFORT_XHIGH`). Added in IR 1.1."""
 
 class Capability(_Capability, metaclass=_CapabilityEnumTypeWrapper):
     """A feature of the IR that a transport and model may honour. A request that needs a capability its model's
@@ -246,6 +256,16 @@ CAPABILITY_SERVER_TOOL_REPLAY: Capability.ValueType  # 50
 """Replaying provider-run tool calls and their results, and provider parts, to their issuer
 (`Part.server_tool_call`, `Part.server_tool_result`, `Part.provider_part` in the input).
 """
+CAPABILITY_EMBEDDINGS: Capability.ValueType  # 51
+"""Embedding inputs as vectors (the `Embed` RPC, `EmbedRequest`). Added in IR 1.1."""
+CAPABILITY_SERVICE_TIER: Capability.ValueType  # 52
+"""Choosing the provider's service tier (`Request.service_tier`). Added in IR 1.1."""
+CAPABILITY_PRIORITY: Capability.ValueType  # 53
+"""A scheduling priority other than the default (`Request.priority`). Added in IR 1.1."""
+CAPABILITY_ADAPTERS: Capability.ValueType  # 54
+"""Running the request with a fine-tuned adapter loaded on the engine (`Request.adapter`). Added in IR 1.1."""
+CAPABILITY_REASONING_EFFORT_XHIGH: Capability.ValueType  # 55
+"""The reasoning level above high (`REASONING_EFFORT_XHIGH`). Added in IR 1.1."""
 Global___Capability: _TypeAlias = Capability  # noqa: Y015
 
 @_typing.final

@@ -23,12 +23,13 @@ _sym_db = _symbol_database.Default()
 
 
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from modelir.v1 import embedding_pb2 as modelir_dot_v1_dot_embedding__pb2
 from modelir.v1 import errors_pb2 as modelir_dot_v1_dot_errors__pb2
 from modelir.v1 import request_pb2 as modelir_dot_v1_dot_request__pb2
 from modelir.v1 import response_pb2 as modelir_dot_v1_dot_response__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17modelir/v1/record.proto\x12\nmodelir.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17modelir/v1/errors.proto\x1a\x18modelir/v1/request.proto\x1a\x19modelir/v1/response.proto\"\xe5\x01\n\x06Record\x12\x0b\n\x03key\x18\x01 \x01(\t\x12$\n\x07request\x18\x02 \x01(\x0b\x32\x13.modelir.v1.Request\x12&\n\x08response\x18\x03 \x01(\x0b\x32\x14.modelir.v1.Response\x12(\n\x06status\x18\x04 \x01(\x0e\x32\x18.modelir.v1.RecordStatus\x12*\n\x07\x66\x61ilure\x18\x05 \x01(\x0b\x32\x19.modelir.v1.ResponseError\x12*\n\nprovenance\x18\x06 \x01(\x0b\x32\x16.modelir.v1.Provenance\"\xca\x02\n\nProvenance\x12\x12\n\nir_version\x18\x01 \x01(\t\x12\x13\n\x0bsdk_version\x18\x02 \x01(\t\x12\x11\n\ttransport\x18\x03 \x01(\t\x12\x19\n\x11transport_version\x18\x04 \x01(\t\x12\x18\n\x10\x63onfigured_model\x18\x05 \x01(\t\x12\x16\n\x0eprovider_model\x18\x06 \x01(\t\x12.\n\nstart_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rattempt_count\x18\t \x01(\x05\x12\x10\n\x08trace_id\x18\n \x01(\t\x12\x0f\n\x07span_id\x18\x0b \x01(\t\x12\x1b\n\x13provider_request_id\x18\x0c \x01(\t\"\xf8\x01\n\x0cRecordHeader\x12\x12\n\nir_version\x18\x01 \x01(\t\x12\x13\n\x0bsdk_version\x18\x02 \x01(\t\x12/\n\x0b\x63reate_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12?\n\x0crun_metadata\x18\x04 \x03(\x0b\x32).modelir.v1.RecordHeader.RunMetadataEntry\x12\x19\n\x11ir_descriptor_set\x18\x05 \x01(\x0c\x1a\x32\n\x10RunMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"l\n\x0fRecordFileEntry\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x18.modelir.v1.RecordHeaderH\x00\x12$\n\x06record\x18\x02 \x01(\x0b\x32\x12.modelir.v1.RecordH\x00\x42\x07\n\x05\x65ntry*x\n\x0cRecordStatus\x12\x1d\n\x19RECORD_STATUS_UNSPECIFIED\x10\x00\x12\x14\n\x10RECORD_STATUS_OK\x10\x01\x12\x19\n\x15RECORD_STATUS_PARTIAL\x10\x02\x12\x18\n\x14RECORD_STATUS_FAILED\x10\x03\x42r\n\x0e\x64\x65v.modelir.v1B\x0bRecordProtoP\x01Z#modelir.dev/go/modelir/v1;modelirv1\xa2\x02\x03MXX\xaa\x02\nModelir.V1\xca\x02\nModelir\\V1\xea\x02\x0bModelir::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17modelir/v1/record.proto\x12\nmodelir.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1amodelir/v1/embedding.proto\x1a\x17modelir/v1/errors.proto\x1a\x18modelir/v1/request.proto\x1a\x19modelir/v1/response.proto\"\xc9\x02\n\x06Record\x12\x0b\n\x03key\x18\x01 \x01(\t\x12$\n\x07request\x18\x02 \x01(\x0b\x32\x13.modelir.v1.Request\x12&\n\x08response\x18\x03 \x01(\x0b\x32\x14.modelir.v1.Response\x12(\n\x06status\x18\x04 \x01(\x0e\x32\x18.modelir.v1.RecordStatus\x12*\n\x07\x66\x61ilure\x18\x05 \x01(\x0b\x32\x19.modelir.v1.ResponseError\x12*\n\nprovenance\x18\x06 \x01(\x0b\x32\x16.modelir.v1.Provenance\x12/\n\rembed_request\x18\x07 \x01(\x0b\x32\x18.modelir.v1.EmbedRequest\x12\x31\n\x0e\x65mbed_response\x18\x08 \x01(\x0b\x32\x19.modelir.v1.EmbedResponse\"\xca\x02\n\nProvenance\x12\x12\n\nir_version\x18\x01 \x01(\t\x12\x13\n\x0bsdk_version\x18\x02 \x01(\t\x12\x11\n\ttransport\x18\x03 \x01(\t\x12\x19\n\x11transport_version\x18\x04 \x01(\t\x12\x18\n\x10\x63onfigured_model\x18\x05 \x01(\t\x12\x16\n\x0eprovider_model\x18\x06 \x01(\t\x12.\n\nstart_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rattempt_count\x18\t \x01(\x05\x12\x10\n\x08trace_id\x18\n \x01(\t\x12\x0f\n\x07span_id\x18\x0b \x01(\t\x12\x1b\n\x13provider_request_id\x18\x0c \x01(\t\"\xf8\x01\n\x0cRecordHeader\x12\x12\n\nir_version\x18\x01 \x01(\t\x12\x13\n\x0bsdk_version\x18\x02 \x01(\t\x12/\n\x0b\x63reate_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12?\n\x0crun_metadata\x18\x04 \x03(\x0b\x32).modelir.v1.RecordHeader.RunMetadataEntry\x12\x19\n\x11ir_descriptor_set\x18\x05 \x01(\x0c\x1a\x32\n\x10RunMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"l\n\x0fRecordFileEntry\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x18.modelir.v1.RecordHeaderH\x00\x12$\n\x06record\x18\x02 \x01(\x0b\x32\x12.modelir.v1.RecordH\x00\x42\x07\n\x05\x65ntry*x\n\x0cRecordStatus\x12\x1d\n\x19RECORD_STATUS_UNSPECIFIED\x10\x00\x12\x14\n\x10RECORD_STATUS_OK\x10\x01\x12\x19\n\x15RECORD_STATUS_PARTIAL\x10\x02\x12\x18\n\x14RECORD_STATUS_FAILED\x10\x03\x42r\n\x0e\x64\x65v.modelir.v1B\x0bRecordProtoP\x01Z#modelir.dev/go/modelir/v1;modelirv1\xa2\x02\x03MXX\xaa\x02\nModelir.V1\xca\x02\nModelir\\V1\xea\x02\x0bModelir::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,16 +39,16 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'\n\016dev.modelir.v1B\013RecordProtoP\001Z#modelir.dev/go/modelir/v1;modelirv1\242\002\003MXX\252\002\nModelir.V1\312\002\nModelir\\V1\352\002\013Modelir::V1'
   _globals['_RECORDHEADER_RUNMETADATAENTRY']._loaded_options = None
   _globals['_RECORDHEADER_RUNMETADATAENTRY']._serialized_options = b'8\001'
-  _globals['_RECORDSTATUS']._serialized_start=1076
-  _globals['_RECORDSTATUS']._serialized_end=1196
-  _globals['_RECORD']._serialized_start=151
-  _globals['_RECORD']._serialized_end=380
-  _globals['_PROVENANCE']._serialized_start=383
-  _globals['_PROVENANCE']._serialized_end=713
-  _globals['_RECORDHEADER']._serialized_start=716
-  _globals['_RECORDHEADER']._serialized_end=964
-  _globals['_RECORDHEADER_RUNMETADATAENTRY']._serialized_start=914
-  _globals['_RECORDHEADER_RUNMETADATAENTRY']._serialized_end=964
-  _globals['_RECORDFILEENTRY']._serialized_start=966
-  _globals['_RECORDFILEENTRY']._serialized_end=1074
+  _globals['_RECORDSTATUS']._serialized_start=1204
+  _globals['_RECORDSTATUS']._serialized_end=1324
+  _globals['_RECORD']._serialized_start=179
+  _globals['_RECORD']._serialized_end=508
+  _globals['_PROVENANCE']._serialized_start=511
+  _globals['_PROVENANCE']._serialized_end=841
+  _globals['_RECORDHEADER']._serialized_start=844
+  _globals['_RECORDHEADER']._serialized_end=1092
+  _globals['_RECORDHEADER_RUNMETADATAENTRY']._serialized_start=1042
+  _globals['_RECORDHEADER_RUNMETADATAENTRY']._serialized_end=1092
+  _globals['_RECORDFILEENTRY']._serialized_start=1094
+  _globals['_RECORDFILEENTRY']._serialized_end=1202
 # @@protoc_insertion_point(module_scope)

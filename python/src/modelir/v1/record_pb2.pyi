@@ -9,6 +9,7 @@ from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from modelir.v1 import embedding_pb2 as _embedding_pb2
 from modelir.v1 import errors_pb2 as _errors_pb2
 from modelir.v1 import request_pb2 as _request_pb2
 from modelir.v1 import response_pb2 as _response_pb2
@@ -63,6 +64,8 @@ class Record(_message.Message):
     STATUS_FIELD_NUMBER: _builtins.int
     FAILURE_FIELD_NUMBER: _builtins.int
     PROVENANCE_FIELD_NUMBER: _builtins.int
+    EMBED_REQUEST_FIELD_NUMBER: _builtins.int
+    EMBED_RESPONSE_FIELD_NUMBER: _builtins.int
     key: _builtins.str
     """The request's key, unique within a record file. Opaque: readers compare keys, never derive them. It is the
     key the caller gave with the request, or, when the caller gave none, the request's position in its input as
@@ -86,6 +89,18 @@ class Record(_message.Message):
     def provenance(self) -> Global___Provenance:
         """Where the record came from. Never holds credentials."""
 
+    @_builtins.property
+    def embed_request(self) -> _embedding_pb2.EmbedRequest:
+        """The embedding request, when the record is of an `Embed` call (then `request` and `response` are unset). Added
+        in IR 1.1: a record may hold neither `request` nor `response`, and a reader of IR 1.0 reads such a record as
+        its key, status, failure and provenance, with no request (it keeps this field as an unknown field in binary,
+        and ignores it in JSON).
+        """
+
+    @_builtins.property
+    def embed_response(self) -> _embedding_pb2.EmbedResponse:
+        """The embedding response, when the record is of an `Embed` call that returned one. Added in IR 1.1."""
+
     def __init__(
         self,
         *,
@@ -95,10 +110,12 @@ class Record(_message.Message):
         status: Global___RecordStatus.ValueType = ...,
         failure: _errors_pb2.ResponseError | None = ...,
         provenance: Global___Provenance | None = ...,
+        embed_request: _embedding_pb2.EmbedRequest | None = ...,
+        embed_response: _embedding_pb2.EmbedResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "provenance", b"provenance", "request", b"request", "response", b"response"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["embed_request", b"embed_request", "embed_response", b"embed_response", "failure", b"failure", "provenance", b"provenance", "request", b"request", "response", b"response"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "key", b"key", "provenance", b"provenance", "request", b"request", "response", b"response", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["embed_request", b"embed_request", "embed_response", b"embed_response", "failure", b"failure", "key", b"key", "provenance", b"provenance", "request", b"request", "response", b"response", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -96,9 +96,16 @@ class _ReasoningEffortEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Reaso
     """A moderate amount of reasoning."""
     REASONING_EFFORT_HIGH: _ReasoningEffort.ValueType  # 5
     """A lot of reasoning."""
+    REASONING_EFFORT_XHIGH: _ReasoningEffort.ValueType  # 6
+    """More reasoning than high, where the model offers it (OpenAI `xhigh`). Needs
+    `CAPABILITY_REASONING_EFFORT_XHIGH`; a receiver of IR 1.0 rejects it as an unknown value, never lowers it to
+    another level. Added in IR 1.1.
+    """
 
 class ReasoningEffort(_ReasoningEffort, metaclass=_ReasoningEffortEnumTypeWrapper):
-    """How hard a model should reason, as a level. A closed enum."""
+    """How hard a model should reason, as a level. A closed enum: a receiver rejects a value it does not know (a request
+    it cannot honour is never run at another level).
+    """
 
 REASONING_EFFORT_UNSPECIFIED: ReasoningEffort.ValueType  # 0
 """No level given."""
@@ -112,6 +119,11 @@ REASONING_EFFORT_MEDIUM: ReasoningEffort.ValueType  # 4
 """A moderate amount of reasoning."""
 REASONING_EFFORT_HIGH: ReasoningEffort.ValueType  # 5
 """A lot of reasoning."""
+REASONING_EFFORT_XHIGH: ReasoningEffort.ValueType  # 6
+"""More reasoning than high, where the model offers it (OpenAI `xhigh`). Needs
+`CAPABILITY_REASONING_EFFORT_XHIGH`; a receiver of IR 1.0 rejects it as an unknown value, never lowers it to
+another level. Added in IR 1.1.
+"""
 Global___ReasoningEffort: _TypeAlias = ReasoningEffort  # noqa: Y015
 
 class _ReasoningSummary:
@@ -224,6 +236,9 @@ class Request(_message.Message):
     OUTPUT_MODALITIES_FIELD_NUMBER: _builtins.int
     CACHED_CONTENT_FIELD_NUMBER: _builtins.int
     INCLUDE_LOWERED_REQUEST_FIELD_NUMBER: _builtins.int
+    SERVICE_TIER_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    ADAPTER_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     """The model name as configured on the server or in the SDK (not necessarily the provider's model id)."""
     prompt: _builtins.str
@@ -245,6 +260,22 @@ class Request(_message.Message):
     include_lowered_request: _builtins.bool
     """When true (with `include_raw`), the response's raw exchange also keeps the lowered native request body as
     sent (credentials are never in a body). Off by default.
+    """
+    service_tier: _builtins.str
+    """The provider's service tier to run the request on (OpenAI `service_tier`: `auto`, `default`, `flex`,
+    `priority`; Anthropic `service_tier`: `auto`, `standard_only`). An open vocabulary, sent verbatim; empty means
+    the provider's default. The tier that actually served the request is `Response.service_tier`. Needs
+    `CAPABILITY_SERVICE_TIER`. Added in IR 1.1.
+    """
+    priority: _builtins.int
+    """The scheduling priority of the request among the engine's waiting requests (vLLM and SGLang `priority`: a
+    lower value is handled earlier). Zero is the engine's default. Needs `CAPABILITY_PRIORITY` when not zero.
+    Added in IR 1.1.
+    """
+    adapter: _builtins.str
+    """The name of a fine-tuned adapter (a LoRA adapter) loaded on the engine, to run the request with instead of
+    the bare base model (vLLM: the adapter's name in the `model` field; SGLang: `lora_path`). Empty means the
+    base model. Needs `CAPABILITY_ADAPTERS`. Added in IR 1.1.
     """
     @_builtins.property
     def conversation(self) -> Global___Conversation:
@@ -329,10 +360,13 @@ class Request(_message.Message):
         output_modalities: _abc.Iterable[Global___Modality.ValueType] | None = ...,
         cached_content: _builtins.str = ...,
         include_lowered_request: _builtins.bool = ...,
+        service_tier: _builtins.str = ...,
+        priority: _builtins.int = ...,
+        adapter: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["constraint", b"constraint", "conversation", b"conversation", "fim", b"fim", "input", b"input", "input_scoring", b"input_scoring", "logprob_options", b"logprob_options", "prompt", b"prompt", "reasoning_controls", b"reasoning_controls", "sampling", b"sampling", "timeout", b"timeout", "token_ids", b"token_ids", "tool_choice", b"tool_choice"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cached_content", b"cached_content", "constraint", b"constraint", "conversation", b"conversation", "fim", b"fim", "foreign_artifact_policy", b"foreign_artifact_policy", "include_lowered_request", b"include_lowered_request", "include_raw", b"include_raw", "input", b"input", "input_scoring", b"input_scoring", "logprob_options", b"logprob_options", "model", b"model", "output_modalities", b"output_modalities", "prefill", b"prefill", "prompt", b"prompt", "provider_options", b"provider_options", "reasoning_controls", b"reasoning_controls", "sampling", b"sampling", "timeout", b"timeout", "token_ids", b"token_ids", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter", b"adapter", "cached_content", b"cached_content", "constraint", b"constraint", "conversation", b"conversation", "fim", b"fim", "foreign_artifact_policy", b"foreign_artifact_policy", "include_lowered_request", b"include_lowered_request", "include_raw", b"include_raw", "input", b"input", "input_scoring", b"input_scoring", "logprob_options", b"logprob_options", "model", b"model", "output_modalities", b"output_modalities", "prefill", b"prefill", "priority", b"priority", "prompt", b"prompt", "provider_options", b"provider_options", "reasoning_controls", b"reasoning_controls", "sampling", b"sampling", "service_tier", b"service_tier", "timeout", b"timeout", "token_ids", b"token_ids", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_input: _TypeAlias = _typing.Literal["prompt", "conversation", "token_ids"]  # noqa: Y015
     _WhichOneofArgType_input: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015

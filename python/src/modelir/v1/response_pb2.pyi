@@ -228,6 +228,7 @@ class Choice(_message.Message):
     SAMPLED_TOKENS_FIELD_NUMBER: _builtins.int
     OUTPUT_TOKEN_COUNT_FIELD_NUMBER: _builtins.int
     CONSTRAINED_LABEL_FIELD_NUMBER: _builtins.int
+    NATIVE_JSON_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     """The choice's index, from 0."""
     finish_reason: Global___FinishReason.ValueType
@@ -244,6 +245,12 @@ class Choice(_message.Message):
     """Under a `Constraint.choice`, the label the output is (the text itself stays verbatim in the message, e.g.
     JSON-quoted where the engine enforces the choice with a JSON schema, so that text, token bytes and logprobs
     agree). Empty otherwise, or when the output matches no label (a `CONSTRAINT_VIOLATED` soft error).
+    """
+    native_json: _builtins.str
+    """The provider's facts about this choice that the IR models nowhere else, as one JSON object with the provider's
+    own member names and values, verbatim (Gemini's candidate `safetyRatings`, `finishMessage`,
+    `citationMetadata`, `avgLogprobs`). Empty when there are none. Added in IR 1.1 (an IR 1.0 reader does not
+    know the field: it keeps it as an unknown field in binary and ignores it in JSON).
     """
     @_builtins.property
     def message(self) -> _content_pb2.Message:
@@ -272,10 +279,11 @@ class Choice(_message.Message):
         sampled_tokens: Global___SampledTokens | None = ...,
         output_token_count: _builtins.int | None = ...,
         constrained_label: _builtins.str = ...,
+        native_json: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_output_token_count", b"_output_token_count", "logprobs", b"logprobs", "message", b"message", "output_token_count", b"output_token_count", "sampled_tokens", b"sampled_tokens", "stop", b"stop", "stop_sequence", b"stop_sequence", "stop_token_id", b"stop_token_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_output_token_count", b"_output_token_count", "constrained_label", b"constrained_label", "finish_reason", b"finish_reason", "index", b"index", "logprobs", b"logprobs", "message", b"message", "output_token_count", b"output_token_count", "raw_finish_reason", b"raw_finish_reason", "sampled_tokens", b"sampled_tokens", "stop", b"stop", "stop_sequence", b"stop_sequence", "stop_token_id", b"stop_token_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_output_token_count", b"_output_token_count", "constrained_label", b"constrained_label", "finish_reason", b"finish_reason", "index", b"index", "logprobs", b"logprobs", "message", b"message", "native_json", b"native_json", "output_token_count", b"output_token_count", "raw_finish_reason", b"raw_finish_reason", "sampled_tokens", b"sampled_tokens", "stop", b"stop", "stop_sequence", b"stop_sequence", "stop_token_id", b"stop_token_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__output_token_count: _TypeAlias = _typing.Literal["output_token_count"]  # noqa: Y015
     _WhichOneofArgType__output_token_count: _TypeAlias = _typing.Literal["_output_token_count", b"_output_token_count"]  # noqa: Y015

@@ -23,13 +23,14 @@ _sym_db = _symbol_database.Default()
 
 
 from modelir.v1 import capabilities_pb2 as modelir_dot_v1_dot_capabilities__pb2
+from modelir.v1 import embedding_pb2 as modelir_dot_v1_dot_embedding__pb2
 from modelir.v1 import errors_pb2 as modelir_dot_v1_dot_errors__pb2
 from modelir.v1 import request_pb2 as modelir_dot_v1_dot_request__pb2
 from modelir.v1 import response_pb2 as modelir_dot_v1_dot_response__pb2
 from modelir.v1 import stream_pb2 as modelir_dot_v1_dot_stream__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18modelir/v1/service.proto\x12\nmodelir.v1\x1a\x1dmodelir/v1/capabilities.proto\x1a\x17modelir/v1/errors.proto\x1a\x18modelir/v1/request.proto\x1a\x19modelir/v1/response.proto\x1a\x17modelir/v1/stream.proto\"7\n\x0fGenerateRequest\x12$\n\x07request\x18\x01 \x01(\x0b\x32\x13.modelir.v1.Request\":\n\x10GenerateResponse\x12&\n\x08response\x18\x01 \x01(\x0b\x32\x14.modelir.v1.Response\"=\n\x15StreamGenerateRequest\x12$\n\x07request\x18\x01 \x01(\x0b\x32\x13.modelir.v1.Request\"@\n\x16StreamGenerateResponse\x12&\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x17.modelir.v1.StreamEvent\"\xb7\x01\n\x0fTokenizeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12\x30\n\x0c\x63onversation\x18\x05 \x01(\x0b\x32\x18.modelir.v1.ConversationH\x00\x12\x0f\n\x07\x63ontext\x18\x03 \x01(\t\x12\x1a\n\x12\x61\x64\x64_special_tokens\x18\x04 \x01(\x08\x12\x1d\n\x15\x61\x64\x64_generation_prompt\x18\x06 \x01(\x08\x42\x07\n\x05input\"\x81\x01\n\x10TokenizeResponse\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x0e\n\x06tokens\x18\x02 \x03(\t\x12\x13\n\x0btoken_bytes\x18\x03 \x01(\x0c\x12\x1a\n\x12token_byte_offsets\x18\x04 \x03(\r\x12\x19\n\x11straddles_context\x18\x05 \x01(\x08\"\x13\n\x11ListModelsRequest\";\n\x12ListModelsResponse\x12%\n\x06models\x18\x01 \x03(\x0b\x32\x15.modelir.v1.ModelInfo\"y\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x30\n\x08manifest\x18\x02 \x01(\x0b\x32\x1e.modelir.v1.CapabilityManifest\x12,\n\ttokenizer\x18\x03 \x01(\x0b\x32\x19.modelir.v1.TokenizerInfo\"7\n\x0fValidateRequest\x12$\n\x07request\x18\x01 \x01(\x0b\x32\x13.modelir.v1.Request\"\xbe\x01\n\x10ValidateResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12(\n\x08required\x18\x02 \x03(\x0e\x32\x16.modelir.v1.Capability\x12\x38\n\x0bunsupported\x18\x03 \x01(\x0b\x32#.modelir.v1.UnsupportedCapabilities\x12\x34\n\x10\x66ield_violations\x18\x04 \x03(\x0b\x32\x1a.modelir.v1.FieldViolation\"5\n\x11\x44\x65tokenizeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\"\"\n\x12\x44\x65tokenizeResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\"\x16\n\x14GetServerInfoRequest\"r\n\x15GetServerInfoResponse\x12\x12\n\nir_version\x18\x01 \x01(\t\x12\x16\n\x0eserver_version\x18\x02 \x01(\t\x12-\n\ntransports\x18\x03 \x03(\x0b\x32\x19.modelir.v1.TransportInfo\"C\n\rTransportInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x13\n\x0bmodel_names\x18\x03 \x03(\t2\xae\x04\n\x0cModelService\x12\x45\n\x08Generate\x12\x1b.modelir.v1.GenerateRequest\x1a\x1c.modelir.v1.GenerateResponse\x12Y\n\x0eStreamGenerate\x12!.modelir.v1.StreamGenerateRequest\x1a\".modelir.v1.StreamGenerateResponse0\x01\x12\x45\n\x08Tokenize\x12\x1b.modelir.v1.TokenizeRequest\x1a\x1c.modelir.v1.TokenizeResponse\x12K\n\nListModels\x12\x1d.modelir.v1.ListModelsRequest\x1a\x1e.modelir.v1.ListModelsResponse\x12\x45\n\x08Validate\x12\x1b.modelir.v1.ValidateRequest\x1a\x1c.modelir.v1.ValidateResponse\x12K\n\nDetokenize\x12\x1d.modelir.v1.DetokenizeRequest\x1a\x1e.modelir.v1.DetokenizeResponse\x12T\n\rGetServerInfo\x12 .modelir.v1.GetServerInfoRequest\x1a!.modelir.v1.GetServerInfoResponseBs\n\x0e\x64\x65v.modelir.v1B\x0cServiceProtoP\x01Z#modelir.dev/go/modelir/v1;modelirv1\xa2\x02\x03MXX\xaa\x02\nModelir.V1\xca\x02\nModelir\\V1\xea\x02\x0bModelir::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18modelir/v1/service.proto\x12\nmodelir.v1\x1a\x1dmodelir/v1/capabilities.proto\x1a\x1amodelir/v1/embedding.proto\x1a\x17modelir/v1/errors.proto\x1a\x18modelir/v1/request.proto\x1a\x19modelir/v1/response.proto\x1a\x17modelir/v1/stream.proto\"7\n\x0fGenerateRequest\x12$\n\x07request\x18\x01 \x01(\x0b\x32\x13.modelir.v1.Request\":\n\x10GenerateResponse\x12&\n\x08response\x18\x01 \x01(\x0b\x32\x14.modelir.v1.Response\"=\n\x15StreamGenerateRequest\x12$\n\x07request\x18\x01 \x01(\x0b\x32\x13.modelir.v1.Request\"@\n\x16StreamGenerateResponse\x12&\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x17.modelir.v1.StreamEvent\"\xb7\x01\n\x0fTokenizeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12\x30\n\x0c\x63onversation\x18\x05 \x01(\x0b\x32\x18.modelir.v1.ConversationH\x00\x12\x0f\n\x07\x63ontext\x18\x03 \x01(\t\x12\x1a\n\x12\x61\x64\x64_special_tokens\x18\x04 \x01(\x08\x12\x1d\n\x15\x61\x64\x64_generation_prompt\x18\x06 \x01(\x08\x42\x07\n\x05input\"\x81\x01\n\x10TokenizeResponse\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x0e\n\x06tokens\x18\x02 \x03(\t\x12\x13\n\x0btoken_bytes\x18\x03 \x01(\x0c\x12\x1a\n\x12token_byte_offsets\x18\x04 \x03(\r\x12\x19\n\x11straddles_context\x18\x05 \x01(\x08\"\x13\n\x11ListModelsRequest\";\n\x12ListModelsResponse\x12%\n\x06models\x18\x01 \x03(\x0b\x32\x15.modelir.v1.ModelInfo\"y\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x30\n\x08manifest\x18\x02 \x01(\x0b\x32\x1e.modelir.v1.CapabilityManifest\x12,\n\ttokenizer\x18\x03 \x01(\x0b\x32\x19.modelir.v1.TokenizerInfo\"7\n\x0fValidateRequest\x12$\n\x07request\x18\x01 \x01(\x0b\x32\x13.modelir.v1.Request\"\xbe\x01\n\x10ValidateResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12(\n\x08required\x18\x02 \x03(\x0e\x32\x16.modelir.v1.Capability\x12\x38\n\x0bunsupported\x18\x03 \x01(\x0b\x32#.modelir.v1.UnsupportedCapabilities\x12\x34\n\x10\x66ield_violations\x18\x04 \x03(\x0b\x32\x1a.modelir.v1.FieldViolation\"5\n\x11\x44\x65tokenizeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\"\"\n\x12\x44\x65tokenizeResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\"\x16\n\x14GetServerInfoRequest\"r\n\x15GetServerInfoResponse\x12\x12\n\nir_version\x18\x01 \x01(\t\x12\x16\n\x0eserver_version\x18\x02 \x01(\t\x12-\n\ntransports\x18\x03 \x03(\x0b\x32\x19.modelir.v1.TransportInfo\"C\n\rTransportInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x13\n\x0bmodel_names\x18\x03 \x03(\t2\xec\x04\n\x0cModelService\x12\x45\n\x08Generate\x12\x1b.modelir.v1.GenerateRequest\x1a\x1c.modelir.v1.GenerateResponse\x12Y\n\x0eStreamGenerate\x12!.modelir.v1.StreamGenerateRequest\x1a\".modelir.v1.StreamGenerateResponse0\x01\x12\x45\n\x08Tokenize\x12\x1b.modelir.v1.TokenizeRequest\x1a\x1c.modelir.v1.TokenizeResponse\x12K\n\nListModels\x12\x1d.modelir.v1.ListModelsRequest\x1a\x1e.modelir.v1.ListModelsResponse\x12\x45\n\x08Validate\x12\x1b.modelir.v1.ValidateRequest\x1a\x1c.modelir.v1.ValidateResponse\x12K\n\nDetokenize\x12\x1d.modelir.v1.DetokenizeRequest\x1a\x1e.modelir.v1.DetokenizeResponse\x12T\n\rGetServerInfo\x12 .modelir.v1.GetServerInfoRequest\x1a!.modelir.v1.GetServerInfoResponse\x12<\n\x05\x45mbed\x12\x18.modelir.v1.EmbedRequest\x1a\x19.modelir.v1.EmbedResponseBs\n\x0e\x64\x65v.modelir.v1B\x0cServiceProtoP\x01Z#modelir.dev/go/modelir/v1;modelirv1\xa2\x02\x03MXX\xaa\x02\nModelir.V1\xca\x02\nModelir\\V1\xea\x02\x0bModelir::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,38 +38,38 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'modelir.v1.service_pb2', _g
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\016dev.modelir.v1B\014ServiceProtoP\001Z#modelir.dev/go/modelir/v1;modelirv1\242\002\003MXX\252\002\nModelir.V1\312\002\nModelir\\V1\352\002\013Modelir::V1'
-  _globals['_GENERATEREQUEST']._serialized_start=174
-  _globals['_GENERATEREQUEST']._serialized_end=229
-  _globals['_GENERATERESPONSE']._serialized_start=231
-  _globals['_GENERATERESPONSE']._serialized_end=289
-  _globals['_STREAMGENERATEREQUEST']._serialized_start=291
-  _globals['_STREAMGENERATEREQUEST']._serialized_end=352
-  _globals['_STREAMGENERATERESPONSE']._serialized_start=354
-  _globals['_STREAMGENERATERESPONSE']._serialized_end=418
-  _globals['_TOKENIZEREQUEST']._serialized_start=421
-  _globals['_TOKENIZEREQUEST']._serialized_end=604
-  _globals['_TOKENIZERESPONSE']._serialized_start=607
-  _globals['_TOKENIZERESPONSE']._serialized_end=736
-  _globals['_LISTMODELSREQUEST']._serialized_start=738
-  _globals['_LISTMODELSREQUEST']._serialized_end=757
-  _globals['_LISTMODELSRESPONSE']._serialized_start=759
-  _globals['_LISTMODELSRESPONSE']._serialized_end=818
-  _globals['_MODELINFO']._serialized_start=820
-  _globals['_MODELINFO']._serialized_end=941
-  _globals['_VALIDATEREQUEST']._serialized_start=943
-  _globals['_VALIDATEREQUEST']._serialized_end=998
-  _globals['_VALIDATERESPONSE']._serialized_start=1001
-  _globals['_VALIDATERESPONSE']._serialized_end=1191
-  _globals['_DETOKENIZEREQUEST']._serialized_start=1193
-  _globals['_DETOKENIZEREQUEST']._serialized_end=1246
-  _globals['_DETOKENIZERESPONSE']._serialized_start=1248
-  _globals['_DETOKENIZERESPONSE']._serialized_end=1282
-  _globals['_GETSERVERINFOREQUEST']._serialized_start=1284
-  _globals['_GETSERVERINFOREQUEST']._serialized_end=1306
-  _globals['_GETSERVERINFORESPONSE']._serialized_start=1308
-  _globals['_GETSERVERINFORESPONSE']._serialized_end=1422
-  _globals['_TRANSPORTINFO']._serialized_start=1424
-  _globals['_TRANSPORTINFO']._serialized_end=1491
-  _globals['_MODELSERVICE']._serialized_start=1494
-  _globals['_MODELSERVICE']._serialized_end=2052
+  _globals['_GENERATEREQUEST']._serialized_start=202
+  _globals['_GENERATEREQUEST']._serialized_end=257
+  _globals['_GENERATERESPONSE']._serialized_start=259
+  _globals['_GENERATERESPONSE']._serialized_end=317
+  _globals['_STREAMGENERATEREQUEST']._serialized_start=319
+  _globals['_STREAMGENERATEREQUEST']._serialized_end=380
+  _globals['_STREAMGENERATERESPONSE']._serialized_start=382
+  _globals['_STREAMGENERATERESPONSE']._serialized_end=446
+  _globals['_TOKENIZEREQUEST']._serialized_start=449
+  _globals['_TOKENIZEREQUEST']._serialized_end=632
+  _globals['_TOKENIZERESPONSE']._serialized_start=635
+  _globals['_TOKENIZERESPONSE']._serialized_end=764
+  _globals['_LISTMODELSREQUEST']._serialized_start=766
+  _globals['_LISTMODELSREQUEST']._serialized_end=785
+  _globals['_LISTMODELSRESPONSE']._serialized_start=787
+  _globals['_LISTMODELSRESPONSE']._serialized_end=846
+  _globals['_MODELINFO']._serialized_start=848
+  _globals['_MODELINFO']._serialized_end=969
+  _globals['_VALIDATEREQUEST']._serialized_start=971
+  _globals['_VALIDATEREQUEST']._serialized_end=1026
+  _globals['_VALIDATERESPONSE']._serialized_start=1029
+  _globals['_VALIDATERESPONSE']._serialized_end=1219
+  _globals['_DETOKENIZEREQUEST']._serialized_start=1221
+  _globals['_DETOKENIZEREQUEST']._serialized_end=1274
+  _globals['_DETOKENIZERESPONSE']._serialized_start=1276
+  _globals['_DETOKENIZERESPONSE']._serialized_end=1310
+  _globals['_GETSERVERINFOREQUEST']._serialized_start=1312
+  _globals['_GETSERVERINFOREQUEST']._serialized_end=1334
+  _globals['_GETSERVERINFORESPONSE']._serialized_start=1336
+  _globals['_GETSERVERINFORESPONSE']._serialized_end=1450
+  _globals['_TRANSPORTINFO']._serialized_start=1452
+  _globals['_TRANSPORTINFO']._serialized_end=1519
+  _globals['_MODELSERVICE']._serialized_start=1522
+  _globals['_MODELSERVICE']._serialized_end=2142
 # @@protoc_insertion_point(module_scope)

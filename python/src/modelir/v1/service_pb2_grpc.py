@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from modelir.v1 import embedding_pb2 as modelir_dot_v1_dot_embedding__pb2
 from modelir.v1 import service_pb2 as modelir_dot_v1_dot_service__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -72,6 +73,11 @@ class ModelServiceStub:
                 request_serializer=modelir_dot_v1_dot_service__pb2.GetServerInfoRequest.SerializeToString,
                 response_deserializer=modelir_dot_v1_dot_service__pb2.GetServerInfoResponse.FromString,
                 _registered_method=True)
+        self.Embed = channel.unary_unary(
+                '/modelir.v1.ModelService/Embed',
+                request_serializer=modelir_dot_v1_dot_embedding__pb2.EmbedRequest.SerializeToString,
+                response_deserializer=modelir_dot_v1_dot_embedding__pb2.EmbedResponse.FromString,
+                _registered_method=True)
 
 
 class ModelServiceServicer:
@@ -131,6 +137,14 @@ class ModelServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Embed(self, request, context):
+        """Turns inputs into vectors with an embedding model (`CAPABILITY_EMBEDDINGS`). A server of IR 1.0 answers
+        `UNIMPLEMENTED`. Added in IR 1.1.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ModelServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -168,6 +182,11 @@ def add_ModelServiceServicer_to_server(servicer, server):
                     servicer.GetServerInfo,
                     request_deserializer=modelir_dot_v1_dot_service__pb2.GetServerInfoRequest.FromString,
                     response_serializer=modelir_dot_v1_dot_service__pb2.GetServerInfoResponse.SerializeToString,
+            ),
+            'Embed': grpc.unary_unary_rpc_method_handler(
+                    servicer.Embed,
+                    request_deserializer=modelir_dot_v1_dot_embedding__pb2.EmbedRequest.FromString,
+                    response_serializer=modelir_dot_v1_dot_embedding__pb2.EmbedResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -362,6 +381,33 @@ class ModelService:
             '/modelir.v1.ModelService/GetServerInfo',
             modelir_dot_v1_dot_service__pb2.GetServerInfoRequest.SerializeToString,
             modelir_dot_v1_dot_service__pb2.GetServerInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Embed(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/modelir.v1.ModelService/Embed',
+            modelir_dot_v1_dot_embedding__pb2.EmbedRequest.SerializeToString,
+            modelir_dot_v1_dot_embedding__pb2.EmbedResponse.FromString,
             options,
             channel_credentials,
             insecure,

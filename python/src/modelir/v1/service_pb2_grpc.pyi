@@ -5,6 +5,7 @@ isort:skip_file
 
 from collections import abc as _abc
 from grpc import aio as _aio
+from modelir.v1 import embedding_pb2 as _embedding_pb2
 from modelir.v1 import service_pb2 as _service_pb2
 import abc as _abc_1
 import grpc as _grpc
@@ -53,6 +54,10 @@ class ModelServiceStub:
     calls it first and refuses a server whose IR major version differs from its own. It needs no model and is
     cheap enough to call on every connection.
     """
+    Embed: _grpc.UnaryUnaryMultiCallable[_embedding_pb2.EmbedRequest, _embedding_pb2.EmbedResponse]
+    """Turns inputs into vectors with an embedding model (`CAPABILITY_EMBEDDINGS`). A server of IR 1.0 answers
+    `UNIMPLEMENTED`. Added in IR 1.1.
+    """
 
 @_typing.type_check_only
 class ModelServiceAsyncStub(ModelServiceStub):
@@ -78,6 +83,10 @@ class ModelServiceAsyncStub(ModelServiceStub):
     """Describes the server: the IR version it speaks, its own version and the transports it serves. A client
     calls it first and refuses a server whose IR major version differs from its own. It needs no model and is
     cheap enough to call on every connection.
+    """
+    Embed: _aio.UnaryUnaryMultiCallable[_embedding_pb2.EmbedRequest, _embedding_pb2.EmbedResponse]  # type: ignore[assignment]
+    """Turns inputs into vectors with an embedding model (`CAPABILITY_EMBEDDINGS`). A server of IR 1.0 answers
+    `UNIMPLEMENTED`. Added in IR 1.1.
     """
 
 class ModelServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -143,6 +152,16 @@ class ModelServiceServicer(metaclass=_abc_1.ABCMeta):
         """Describes the server: the IR version it speaks, its own version and the transports it serves. A client
         calls it first and refuses a server whose IR major version differs from its own. It needs no model and is
         cheap enough to call on every connection.
+        """
+
+    @_abc_1.abstractmethod
+    def Embed(
+        self,
+        request: _embedding_pb2.EmbedRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_embedding_pb2.EmbedResponse, _abc.Awaitable[_embedding_pb2.EmbedResponse]]:
+        """Turns inputs into vectors with an embedding model (`CAPABILITY_EMBEDDINGS`). A server of IR 1.0 answers
+        `UNIMPLEMENTED`. Added in IR 1.1.
         """
 
 def add_ModelServiceServicer_to_server(servicer: ModelServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

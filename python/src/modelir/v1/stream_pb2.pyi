@@ -153,6 +153,7 @@ class PartDelta(_message.Message):
     LOGPROBS_FIELD_NUMBER: _builtins.int
     CITATIONS_FIELD_NUMBER: _builtins.int
     TOKEN_IDS_FIELD_NUMBER: _builtins.int
+    PHASE_FIELD_NUMBER: _builtins.int
     choice_index: _builtins.int
     """The choice this delta belongs to."""
     part_index: _builtins.int
@@ -165,6 +166,10 @@ class PartDelta(_message.Message):
     """Refusal text appended to a refusal part."""
     item_id: _builtins.str
     """The provider's item id for the part; set once, on any delta of the part."""
+    phase: _content_pb2.MessagePhase.ValueType
+    """The phase of the choice's message (`Message.phase`, OpenAI Responses `phase`), on any delta once it is known;
+    a later delta's phase replaces an earlier one. Unspecified on deltas that do not say. Added in IR 1.1.
+    """
     @_builtins.property
     def reasoning(self) -> Global___ReasoningDelta:
         """Reasoning text or summary text appended to a reasoning part."""
@@ -215,10 +220,11 @@ class PartDelta(_message.Message):
         logprobs: _logprobs_pb2.TokenLogprobs | None = ...,
         citations: _abc.Iterable[_content_pb2.Citation] | None = ...,
         token_ids: _abc.Iterable[_builtins.int] | None = ...,
+        phase: _content_pb2.MessagePhase.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["blob", b"blob", "content", b"content", "logprobs", b"logprobs", "part", b"part", "reasoning", b"reasoning", "refusal", b"refusal", "text", b"text", "tool_call", b"tool_call"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifacts", b"artifacts", "blob", b"blob", "choice_index", b"choice_index", "citations", b"citations", "content", b"content", "item_id", b"item_id", "logprobs", b"logprobs", "part", b"part", "part_index", b"part_index", "reasoning", b"reasoning", "refusal", b"refusal", "text", b"text", "token_ids", b"token_ids", "tool_call", b"tool_call"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifacts", b"artifacts", "blob", b"blob", "choice_index", b"choice_index", "citations", b"citations", "content", b"content", "item_id", b"item_id", "logprobs", b"logprobs", "part", b"part", "part_index", b"part_index", "phase", b"phase", "reasoning", b"reasoning", "refusal", b"refusal", "text", b"text", "token_ids", b"token_ids", "tool_call", b"tool_call"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_content: _TypeAlias = _typing.Literal["text", "reasoning", "tool_call", "blob", "refusal", "part"]  # noqa: Y015
     _WhichOneofArgType_content: _TypeAlias = _typing.Literal["content", b"content"]  # noqa: Y015
@@ -328,6 +334,7 @@ class ChoiceFinish(_message.Message):
     UNATTRIBUTED_TOKEN_IDS_FIELD_NUMBER: _builtins.int
     OUTPUT_TOKEN_COUNT_FIELD_NUMBER: _builtins.int
     CONSTRAINED_LABEL_FIELD_NUMBER: _builtins.int
+    NATIVE_JSON_FIELD_NUMBER: _builtins.int
     choice_index: _builtins.int
     """The choice's index."""
     finish_reason: _response_pb2.FinishReason.ValueType
@@ -342,6 +349,10 @@ class ChoiceFinish(_message.Message):
     """The choice's own output token count (`Choice.output_token_count`)."""
     constrained_label: _builtins.str
     """The chosen label under a choice constraint (`Choice.constrained_label`)."""
+    native_json: _builtins.str
+    """The provider's facts about the choice that the IR models nowhere else (`Choice.native_json`). Added in IR
+    1.1.
+    """
     @_builtins.property
     def unattributed_token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Sampled tokens that belong to no part, such as a trimmed stop token, appended to `Choice.sampled_tokens`."""
@@ -357,10 +368,11 @@ class ChoiceFinish(_message.Message):
         unattributed_token_ids: _abc.Iterable[_builtins.int] | None = ...,
         output_token_count: _builtins.int | None = ...,
         constrained_label: _builtins.str = ...,
+        native_json: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_output_token_count", b"_output_token_count", "output_token_count", b"output_token_count", "stop", b"stop", "stop_sequence", b"stop_sequence", "stop_token_id", b"stop_token_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_output_token_count", b"_output_token_count", "choice_index", b"choice_index", "constrained_label", b"constrained_label", "finish_reason", b"finish_reason", "output_token_count", b"output_token_count", "raw_finish_reason", b"raw_finish_reason", "stop", b"stop", "stop_sequence", b"stop_sequence", "stop_token_id", b"stop_token_id", "unattributed_token_ids", b"unattributed_token_ids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_output_token_count", b"_output_token_count", "choice_index", b"choice_index", "constrained_label", b"constrained_label", "finish_reason", b"finish_reason", "native_json", b"native_json", "output_token_count", b"output_token_count", "raw_finish_reason", b"raw_finish_reason", "stop", b"stop", "stop_sequence", b"stop_sequence", "stop_token_id", b"stop_token_id", "unattributed_token_ids", b"unattributed_token_ids"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__output_token_count: _TypeAlias = _typing.Literal["output_token_count"]  # noqa: Y015
     _WhichOneofArgType__output_token_count: _TypeAlias = _typing.Literal["_output_token_count", b"_output_token_count"]  # noqa: Y015

@@ -25,12 +25,12 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import descriptor_pb2 as google_dot_protobuf_dot_descriptor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18modelir/v1/version.proto\x12\nmodelir.v1\x1a google/protobuf/descriptor.proto:2\n\nir_version\x12\x1c.google.protobuf.FileOptions\x18\xaf\x89\x03 \x01(\tB|\n\x0e\x64\x65v.modelir.v1B\x0cVersionProtoP\x01Z#modelir.dev/go/modelir/v1;modelirv1\xa2\x02\x03MXX\xaa\x02\nModelir.V1\xca\x02\nModelir\\V1\xea\x02\x0bModelir::V1\xfa\xca\x18\x05\x31.0.0b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18modelir/v1/version.proto\x12\nmodelir.v1\x1a google/protobuf/descriptor.proto:2\n\nir_version\x12\x1c.google.protobuf.FileOptions\x18\xaf\x89\x03 \x01(\tB|\n\x0e\x64\x65v.modelir.v1B\x0cVersionProtoP\x01Z#modelir.dev/go/modelir/v1;modelirv1\xa2\x02\x03MXX\xaa\x02\nModelir.V1\xca\x02\nModelir\\V1\xea\x02\x0bModelir::V1\xfa\xca\x18\x05\x31.1.0b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'modelir.v1.version_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
-  _globals['DESCRIPTOR']._serialized_options = b'\n\016dev.modelir.v1B\014VersionProtoP\001Z#modelir.dev/go/modelir/v1;modelirv1\242\002\003MXX\252\002\nModelir.V1\312\002\nModelir\\V1\352\002\013Modelir::V1\372\312\030\0051.0.0'
+  _globals['DESCRIPTOR']._serialized_options = b'\n\016dev.modelir.v1B\014VersionProtoP\001Z#modelir.dev/go/modelir/v1;modelirv1\242\002\003MXX\252\002\nModelir.V1\312\002\nModelir\\V1\352\002\013Modelir::V1\372\312\030\0051.1.0'
 # @@protoc_insertion_point(module_scope)

@@ -30,6 +30,7 @@ EFFORTS = {
     request_pb2.REASONING_EFFORT_LOW: "low",
     request_pb2.REASONING_EFFORT_MEDIUM: "medium",
     request_pb2.REASONING_EFFORT_HIGH: "high",
+    request_pb2.REASONING_EFFORT_XHIGH: "xhigh",  # IR 1.1; claimed only where the wire accepts it (chat)
 }
 TOOL_CHOICE_MODES = {
     request_pb2.TOOL_CHOICE_MODE_AUTO: "auto",

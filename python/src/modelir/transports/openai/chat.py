@@ -50,7 +50,10 @@ _WIRE_CAPABILITIES = capability_set(
     "REASONING REASONING_EFFORT CONSTRAINT_JSON_SCHEMA MULTIPLE_CHOICES",
 )
 # SERVER_TOOL_REPLAY: its own provider parts (OpenRouter's reasoning details) go back on their message.
-_OPENAI_CAPABILITIES = capability_set("CONSTRAINT_JSON_OBJECT LOGIT_BIAS ALLOWED_TOOLS SERVER_TOOL_REPLAY")
+# REASONING_EFFORT_XHIGH: OpenAI's `xhigh` (IR 1.1); an engine's chat template need not know it.
+_OPENAI_CAPABILITIES = capability_set(
+    "CONSTRAINT_JSON_OBJECT LOGIT_BIAS ALLOWED_TOOLS SERVER_TOOL_REPLAY REASONING_EFFORT_XHIGH"
+)
 _WIRE_KINDS = content_kinds.chat_kinds(
     "OpenAI chat completions", reasoning="OpenAI chat completions cannot replay reasoning"
 )
