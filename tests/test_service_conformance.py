@@ -212,7 +212,8 @@ def channels():
 def test_service_case(channels, path: Path):
     case = json.loads(path.read_text())
     if case["server"] not in channels:
-        pytest.skip(f"no address given for the {case['server']!r} server (MODELIR_CONFORMANCE_{case['server'].upper()})")
+        server = case["server"]
+        pytest.skip(f"no address given for the {server!r} server (MODELIR_CONFORMANCE_{server.upper()})")
     actual = call(channels[case["server"]], case)
     problems = list(differences(case["expect"], actual, ignore=frozenset(case.get("ignore", []))))
     assert not problems, "\n".join(problems)
@@ -245,7 +246,8 @@ def test_the_comparison_rules():
     assert not list(differences({"timing": 1}, {"timing": 2}))
     # Ignore paths start at each answer's root and name every item of a list.
     ignored = frozenset({"serverVersion", "event.delta.text"})
-    assert not list(differences({"response": {"serverVersion": "1"}}, {"response": {"serverVersion": "2"}}, ignore=ignored))
+    versions = {"response": {"serverVersion": "1"}}, {"response": {"serverVersion": "2"}}
+    assert not list(differences(*versions, ignore=ignored))
     stream = [{"event": {"delta": {"text": "a"}}}, {"event": {"delta": {"text": "b"}}}]
     assert not list(differences({"stream": stream}, {"stream": stream[::-1]}, ignore=ignored))
     assert list(differences({"response": {"irVersion": "1"}}, {"response": {"irVersion": "2"}}, ignore=ignored))
@@ -254,20 +256,19 @@ def test_the_comparison_rules():
 
 def test_every_ignore_path_names_a_value_of_the_expected_answer():
     """An ignore that matches nothing is dead (as `serverVersion` was while paths started at `expect`)."""
+
+    def paths(value: Any, where: str) -> Iterator[str]:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                yield answer_path(f"{where}.{key}")
+                yield from paths(item, f"{where}.{key}")
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                yield from paths(item, f"{where}[{i}]")
+
     for path in CASES:
         case = json.loads(path.read_text())
-        present: set[str] = set()
-
-        def walk(value: Any, where: str) -> None:
-            if isinstance(value, dict):
-                for key, item in value.items():
-                    present.add(answer_path(f"{where}.{key}"))
-                    walk(item, f"{where}.{key}")
-            elif isinstance(value, list):
-                for i, item in enumerate(value):
-                    walk(item, f"{where}[{i}]")
-
-        walk(case["expect"], "$")
+        present = set(paths(case["expect"], "$"))
         assert set(case.get("ignore", [])) <= present, f"{path.name}: ignore paths that match nothing"
 
 
