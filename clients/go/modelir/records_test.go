@@ -6,6 +6,7 @@ package modelir_test
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"sort"
@@ -103,5 +104,75 @@ func TestRecordsRefuseAnotherMajorAndANonRecordFile(t *testing.T) {
 	}
 	if _, err := modelir.OpenRecords(other); err == nil {
 		t.Error("a file of IR 2.0.0 was accepted")
+	}
+}
+
+// TestSpecRecordVectors reads the spec's own record vectors (conformance/records, written by the Python SDK of
+// each IR release) when they are in the tree, and compares every file with its manifest entry.
+func TestSpecRecordVectors(t *testing.T) {
+	dir := filepath.Join("..", "..", "..", "conformance", "records")
+	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		t.Skip("no conformance/records in this tree")
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	var manifest struct {
+		Files []struct {
+			Path        string            `json:"path"`
+			Format      string            `json:"format"`
+			IRVersion   string            `json:"ir_version"`
+			RunMetadata map[string]string `json:"run_metadata"`
+			TornBytes   int               `json:"torn_tail_bytes"`
+			Records     []struct {
+				Key    string `json:"key"`
+				Status int32  `json:"status"`
+				Text   string `json:"text"`
+			} `json:"records"`
+		} `json:"files"`
+	}
+	if err := json.Unmarshal(raw, &manifest); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range manifest.Files {
+		t.Run(want.Path, func(t *testing.T) {
+			records, err := modelir.OpenRecords(filepath.Join(dir, want.Path))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer records.Close()
+			if records.Format != want.Format || records.Header.GetIrVersion() != want.IRVersion {
+				t.Errorf("%s IR %s, want %s IR %s", records.Format, records.Header.GetIrVersion(), want.Format, want.IRVersion)
+			}
+			for k, v := range want.RunMetadata {
+				if records.Header.GetRunMetadata()[k] != v {
+					t.Errorf("run_metadata[%s] = %q, want %q", k, records.Header.GetRunMetadata()[k], v)
+				}
+			}
+			i := 0
+			for record, err := range records.All() {
+				if err != nil {
+					t.Fatal(err)
+				}
+				text := ""
+				if choices := record.GetResponse().GetChoices(); len(choices) > 0 {
+					text = modelir.Text(choices[0])
+				}
+				if i < len(want.Records) {
+					w := want.Records[i]
+					if record.GetKey() != w.Key || int32(record.GetStatus()) != w.Status || text != w.Text {
+						t.Errorf("record %d: %q %d %q, want %q %d %q", i, record.GetKey(), record.GetStatus(), text, w.Key, w.Status, w.Text)
+					}
+				}
+				i++
+			}
+			torn := 0
+			if want.TornBytes > 0 {
+				torn = 1
+			}
+			if i != len(want.Records) || len(records.Skipped) != torn {
+				t.Errorf("%d records, skipped %v; want %d records and %d torn", i, records.Skipped, len(want.Records), torn)
+			}
+		})
 	}
 }

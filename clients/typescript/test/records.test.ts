@@ -2,7 +2,7 @@
 // with openRecords and compared with manifest.json.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -46,3 +46,32 @@ test("a file without a header and a file of another major version are refused", 
   writeFileSync(join(dir, "y.jsonl"), '{"header": {"irVersion": "2.0.0"}}\n');
   assert.throws(() => openRecords(join(dir, "y.jsonl")), /another major version/);
 });
+
+// The spec's own record vectors (conformance/records, written by the Python SDK of each IR release), when present.
+const SPEC_VECTORS = resolve(VECTORS, "../../../conformance/records");
+interface SpecFile {
+  path: string;
+  format: string;
+  ir_version: string;
+  run_metadata: { [key: string]: string };
+  torn_tail_bytes: number;
+  records: { key: string; status: number; text: string }[];
+}
+const specFiles: SpecFile[] = existsSync(join(SPEC_VECTORS, "manifest.json"))
+  ? JSON.parse(readFileSync(join(SPEC_VECTORS, "manifest.json"), "utf8")).files
+  : [];
+for (const want of specFiles) {
+  test(`spec record vector ${want.path}`, () => {
+    const file = openRecords(join(SPEC_VECTORS, want.path));
+    assert.equal(file.format, want.format);
+    assert.equal(file.header.irVersion, want.ir_version);
+    for (const [key, value] of Object.entries(want.run_metadata)) assert.equal(file.header.runMetadata[key], value);
+    const seen = [...file.records()].map((r) => ({
+      key: r.key,
+      status: r.status as number,
+      text: r.response?.choices[0] ? new ChoiceView(r.response.choices[0]).text : "",
+    }));
+    assert.deepEqual(seen, want.records);
+    assert.equal(file.skipped.length, want.torn_tail_bytes > 0 ? 1 : 0, JSON.stringify(file.skipped));
+  });
+}
