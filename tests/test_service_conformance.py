@@ -28,6 +28,10 @@ from modelir.v1 import embedding_pb2, errors_pb2, service_pb2, service_pb2_grpc
 SUITE = Path(__file__).resolve().parent.parent / "conformance" / "service"
 CASES = sorted((SUITE / "cases").glob("*.json"))
 _LISTENING = re.compile(r"modelir serving .* on [\d.]+:(\d+)")
+# An ignore path is dotted from the root of one answer (the response, each stream event, the accumulated response,
+# the error), with no list indexes: strip the `expect` key (and a stream event's index), then every other index.
+_ANSWER_ROOT = re.compile(r"^\$\.[^.\[]+(?:\[\d+\])?\.?")
+_INDEX = re.compile(r"\[\d+\]")
 # The request message of each RPC, and whether it streams.
 _RPCS = {
     "Generate": (service_pb2.GenerateRequest, False),
@@ -68,6 +72,15 @@ def start_server(name: str) -> tuple[subprocess.Popen, str]:
         if match:
             return process, f"127.0.0.1:{match.group(1)}"
     raise RuntimeError(f"modelir serve ({name}) exited before listening:\n{''.join(seen)}")
+
+
+def external_addresses(environ: dict[str, str] | os._Environ[str]) -> dict[str, str] | None:
+    """The servers to test instead of starting `modelir serve`: `MODELIR_CONFORMANCE_<NAME>=host:port` for each
+    name of `servers.json` that the implementation under test serves; None when no address is given."""
+    names = json.loads((SUITE / "servers.json").read_text())
+    given = {name: environ.get(f"MODELIR_CONFORMANCE_{name.upper()}", "") for name in names}
+    given = {name: address for name, address in given.items() if address}
+    return given or None
 
 
 def stop_server(process: subprocess.Popen) -> None:
@@ -143,12 +156,17 @@ def _float32(value: float) -> float:
     return struct.unpack("f", struct.pack("f", value))[0] if math.isfinite(value) else value
 
 
+def answer_path(where: str) -> str:
+    """`$.stream[2].event.delta` -> `event.delta`: the form of the paths a case's `ignore` lists."""
+    return _INDEX.sub("", _ANSWER_ROOT.sub("", where, count=1))
+
+
 def differences(expected: Any, actual: Any, path: str = "$", ignore: frozenset[str] = frozenset()) -> Iterator[str]:
     """Where `actual` differs from `expected`, as JSON paths with both values."""
     if isinstance(expected, dict) and isinstance(actual, dict):
         for key in sorted(set(expected) | set(actual)):
             where = f"{path}.{key}"
-            if key == "timing" or where.removeprefix("$.") in ignore:
+            if key == "timing" or answer_path(where) in ignore:
                 continue
             if key not in actual:
                 yield f"{where}: missing (expected {expected[key]!r})"
@@ -180,8 +198,10 @@ def differences(expected: Any, actual: Any, path: str = "$", ignore: frozenset[s
 
 @pytest.fixture(scope="module")
 def channels():
-    started = {name: start_server(name) for name in ("open", "auth")}
-    opened = {name: grpc.insecure_channel(address) for name, (_, address) in started.items()}
+    external = external_addresses(os.environ)
+    started = {} if external else {name: start_server(name) for name in ("open", "auth")}
+    addresses = external or {name: address for name, (_, address) in started.items()}
+    opened = {name: grpc.insecure_channel(address) for name, address in addresses.items()}
     yield opened
     for channel in opened.values():
         channel.close()
@@ -192,6 +212,9 @@ def channels():
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
 def test_service_case(channels, path: Path):
     case = json.loads(path.read_text())
+    if case["server"] not in channels:
+        server = case["server"]
+        pytest.skip(f"no address given for the {server!r} server (MODELIR_CONFORMANCE_{server.upper()})")
     actual = call(channels[case["server"]], case)
     problems = list(differences(case["expect"], actual, ignore=frozenset(case.get("ignore", []))))
     assert not problems, "\n".join(problems)
@@ -222,7 +245,37 @@ def test_the_comparison_rules():
     assert list(differences({"x": [1, 2]}, {"x": [1]}))
     assert list(differences({"x": 1}, {}))
     assert not list(differences({"timing": 1}, {"timing": 2}))
-    assert not list(differences({"a": {"b": 1}}, {"a": {"b": 2}}, ignore=frozenset({"a.b"})))
+    # Ignore paths start at each answer's root and name every item of a list.
+    ignored = frozenset({"serverVersion", "event.delta.text"})
+    versions = {"response": {"serverVersion": "1"}}, {"response": {"serverVersion": "2"}}
+    assert not list(differences(*versions, ignore=ignored))
+    stream = [{"event": {"delta": {"text": "a"}}}, {"event": {"delta": {"text": "b"}}}]
+    assert not list(differences({"stream": stream}, {"stream": stream[::-1]}, ignore=ignored))
+    assert list(differences({"response": {"irVersion": "1"}}, {"response": {"irVersion": "2"}}, ignore=ignored))
+    assert answer_path("$.accumulated.choices[1].message.parts[0].text") == "choices.message.parts.text"
+
+
+def test_every_ignore_path_names_a_value_of_the_expected_answer():
+    """An ignore that matches nothing is dead (as `serverVersion` was while paths started at `expect`)."""
+
+    def paths(value: Any, where: str) -> Iterator[str]:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                yield answer_path(f"{where}.{key}")
+                yield from paths(item, f"{where}.{key}")
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                yield from paths(item, f"{where}[{i}]")
+
+    for path in CASES:
+        case = json.loads(path.read_text())
+        present = set(paths(case["expect"], "$"))
+        assert set(case.get("ignore", [])) <= present, f"{path.name}: ignore paths that match nothing"
+
+
+def test_external_servers_come_from_the_environment():
+    assert external_addresses({}) is None
+    assert external_addresses({"MODELIR_CONFORMANCE_OPEN": "127.0.0.1:50051"}) == {"open": "127.0.0.1:50051"}
 
 
 # ---- recording ---------------------------------------------------------------------------------------------

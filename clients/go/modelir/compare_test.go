@@ -14,6 +14,18 @@ import (
 
 var integer = regexp.MustCompile(`^-?\d+$`)
 
+// An ignore path is dotted from the root of one answer (the response, each stream event, the accumulated response,
+// the error), with no list indexes: answerPath strips the `expect` key (and a stream event's index), then every index.
+var (
+	answerRoot = regexp.MustCompile(`^\$\.[^.\[]+(\[\d+\])?\.?`)
+	listIndex  = regexp.MustCompile(`\[\d+\]`)
+)
+
+// answerPath turns `$.stream[2].event.delta` into `event.delta`, the form of a case's ignore paths.
+func answerPath(where string) string {
+	return listIndex.ReplaceAllString(answerRoot.ReplaceAllString(where, ""), "")
+}
+
 // number is a JSON number, or a string proto-JSON uses for one (int64, NaN, infinities): an exact integer or a float.
 func number(v any) (*big.Int, float64, bool) {
 	var text string
@@ -88,7 +100,7 @@ func differences(expected, actual any, path string, ignore map[string]bool) []st
 		sort.Strings(sorted)
 		for _, k := range sorted {
 			where := path + "." + k
-			if k == "timing" || ignore[where[2:]] {
+			if k == "timing" || ignore[answerPath(where)] {
 				continue
 			}
 			ev, inE := e[k]

@@ -20,6 +20,14 @@ function sameNumber(a: number | bigint, b: number | bigint): boolean {
   return (Number.isNaN(x) && Number.isNaN(y)) || Math.fround(x) === Math.fround(y);
 }
 
+/**
+ * `$.stream[2].event.delta` -> `event.delta`: an ignore path is dotted from the root of one answer (the response,
+ * each stream event, the accumulated response, the error), with no list indexes.
+ */
+export function answerPath(where: string): string {
+  return where.replace(/^\$\.[^.[]+(\[\d+\])?\.?/, "").replace(/\[\d+\]/g, "");
+}
+
 /** Where `actual` differs from `expected`, as JSON paths; `timing` and the `ignore` paths are skipped. */
 export function differences(expected: JsonValue, actual: JsonValue, path = "$", ignore = new Set<string>()): string[] {
   const out: string[] = [];
@@ -27,7 +35,7 @@ export function differences(expected: JsonValue, actual: JsonValue, path = "$", 
   if (isObject(expected) && isObject(actual)) {
     for (const key of [...new Set([...Object.keys(expected), ...Object.keys(actual)])].sort()) {
       const where = `${path}.${key}`;
-      if (key === "timing" || ignore.has(where.slice(2))) continue;
+      if (key === "timing" || ignore.has(answerPath(where))) continue;
       if (!(key in actual)) out.push(`${where}: missing (expected ${JSON.stringify(expected[key])})`);
       else if (!(key in expected)) out.push(`${where}: unexpected ${JSON.stringify(actual[key])}`);
       else out.push(...differences(expected[key]!, actual[key]!, where, ignore));

@@ -14,10 +14,12 @@ mod accessors;
 mod accumulate;
 mod client;
 mod error;
+mod records;
 mod version;
 
 pub use accessors::{ChoiceExt, Completion, Logprobs};
 pub use accumulate::{concat_logprobs, Accumulator, StreamOrderError};
 pub use client::{Client, EventStream};
 pub use error::{Error, ErrorKind, RpcError, ERROR_DOMAIN};
+pub use records::{RecordReader, SkippedEntry, StoredRecord};
 pub use version::{check_compatible, descriptor_pool, ir_version, major, DESCRIPTOR_SET};
