@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import functools
 import gc
-import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 
@@ -21,6 +20,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from modelir import errors, telemetry
+from modelir.calls import tokenizer as tokenizer_calls
 from modelir.errors.soft import damaged_events, received
 from modelir.http.executor import Executor
 from modelir.http.redaction import redact
@@ -59,8 +59,6 @@ from modelir.writing.builder import with_model
 # forever. `default_timeout=None` lifts it (the caller then owns every deadline).
 DEFAULT_TIMEOUT = 600.0
 
-log = logging.getLogger("modelir.model")
-
 
 class Model(ModelInterface):
     """One configured model. `limiter` may be shared with other models (e.g. one per API key).
@@ -97,6 +95,12 @@ class Model(ModelInterface):
     def capabilities(self) -> capabilities_pb2.CapabilityManifest:
         return self._manifest
 
+    @property
+    def error_mapping(self) -> Callable[[HttpResponse], errors.ModelError]:
+        """The transport's error mapping for an answer that is not a success (HTTP transports only)."""
+        assert self._error_from is not None, f"{self.transport.name} is not an HTTP transport"
+        return self._error_from
+
     # ---- checks --------------------------------------------------------------------------------------
 
     def _prepare(self, request: request_pb2.Request, *, streaming: bool) -> pipeline.Prepared:
@@ -106,11 +110,11 @@ class Model(ModelInterface):
         media_policy.check(request, self.media_policy)
         return self._pipeline.prepare(request, streaming=streaming)
 
-    def _redacted(self, exc: errors.ModelError) -> errors.ModelError:
+    def redacted(self, exc: errors.ModelError) -> errors.ModelError:
         """`exc` without the configured credentials (a lift error can quote an answer that reflects one)."""
         return redact(exc, self.executor.secrets) if self.executor is not None else exc
 
-    def _deadline(self, request: request_pb2.Request | None, deadline: float | None) -> float | None:
+    def deadline_for(self, request: request_pb2.Request | None, deadline: float | None) -> float | None:
         """The earliest of the caller's deadline, the request's timeout and the operator's (monotonic): a request
         cannot ask for more time than the model is configured to give."""
         seconds = self.default_timeout
@@ -133,13 +137,13 @@ class Model(ModelInterface):
     async def _arun(self, request: request_pb2.Request, deadline: float | None) -> response_pb2.Response:
         prepared = self._prepare(request, streaming=False)
         if (split := pipeline.split_continuations(prepared.request, self.transport)) is not None:
-            deadline = self._deadline(request, deadline)  # one deadline for all the calls
+            deadline = self.deadline_for(request, deadline)  # one deadline for all the calls
             calls = [self._arun(one, deadline) for one in split]
             return pipeline.merge_continuations(await asyncio.gather(*calls))
         request = prepared.request
         started = time.time()
         start_mono = time.monotonic()
-        deadline = self._deadline(request, deadline)
+        deadline = self.deadline_for(request, deadline)
         try:
             async with timeout_for(deadline):  # the one timeout of the call: limiter, HTTP and lift
                 async with self.limiter.acquire(estimate := estimate_tokens(request), deadline=deadline):
@@ -178,9 +182,9 @@ class Model(ModelInterface):
                 transport.check_answer_shape(answer)
                 response = transport.lift_accounted(request, answer)
             except errors.MalformedResponseError as exc:
-                raise self._redacted(exc) from None
+                raise self.redacted(exc) from None
             except SHAPE_ERRORS as exc:  # the shape check's too: whatever the bytes, the caller sees a typed error
-                raise self._redacted(shape_error(transport, exc)) from exc
+                raise self.redacted(shape_error(transport, exc)) from exc
         received(response, damage, self.executor.secrets)  # before anything else sees it
         if request.include_raw:  # kept here, once, so that any lift can be re-run from a stored response
             response.raw.CopyFrom(
@@ -215,7 +219,7 @@ class Model(ModelInterface):
         request = prepared.request
         started = time.time()
         start_mono = time.monotonic()
-        deadline = self._deadline(request, deadline)
+        deadline = self.deadline_for(request, deadline)
         first_output: float | None = None
         try:
             async with timeout_for(deadline):
@@ -277,7 +281,7 @@ class Model(ModelInterface):
                     try:
                         lifted = lifter.feed(raw)
                     except SHAPE_ERRORS as exc:
-                        raise self._redacted(shape_error(transport, exc)) from exc
+                        raise self.redacted(shape_error(transport, exc)) from exc
                     for event in lifted:
                         if event.WhichOneof("event") == "end":  # a mid-stream error event can quote the key
                             received(event.end, damaged_events(damaged), self.executor.secrets)
@@ -287,7 +291,7 @@ class Model(ModelInterface):
         try:
             closing = lifter.close(interrupted=interrupted)
         except SHAPE_ERRORS as exc:
-            raise self._redacted(shape_error(transport, exc)) from exc
+            raise self.redacted(shape_error(transport, exc)) from exc
         for event in closing:
             if event.WhichOneof("event") == "end":  # a mid-stream error event can quote the key
                 received(event.end, damaged_events(damaged), self.executor.secrets)
@@ -316,69 +320,23 @@ class Model(ModelInterface):
             return service_pb2.ValidateResponse(field_violations=exc.violations)
         return self._pipeline.report(request)
 
-    # ---- tokenize ------------------------------------------------------------------------------------
-
-    def _require_tokenize(self, request: service_pb2.TokenizeRequest | None = None) -> None:
-        if missing := capabilities.tokenize_missing(request, self._manifest):
-            gaps = errors_pb2.UnsupportedCapabilities(model=self.name, missing=missing)
-            raise errors.UnsupportedCapabilityError(gaps)
+    # ---- the tokenizer (calls/tokenizer.py) ---------------------------------------------------------------
 
     async def atokenizer_info(self) -> capabilities_pb2.TokenizerInfo | None:
         """The model's tokenizer facts (`ModelInfo.tokenizer`): what the transport knows, or what the engine reports
-        (asked once, then kept); None when neither says. An engine that cannot answer is logged, not raised:
-        `ListModels` must not fail because one model's engine is down."""
-        if self._tokenizer_info is not None:
-            return self._tokenizer_info
-        transport = self.transport
-        info = transport.tokenizer_info()
-        if info is None and isinstance(transport, HttpTransport) and self.executor is not None:
-            natives = transport.lower_tokenizer_info(transport.provider_model or self.name)
-            if natives:
-                try:
-                    deadline = time.monotonic() + 10.0
-                    sent = [
-                        await self.executor.send(
-                            native, error_from=_error_from(transport), deadline=deadline, observe=self.limiter.observe
-                        )
-                        for native in natives
-                    ]
-                    info = transport.lift_tokenizer_info([s.response for s in sent])
-                except errors.ModelError as exc:
-                    log.warning("%s: the engine's tokenizer facts are unavailable: %s", self.name, exc)
-                    return None
-        self._tokenizer_info = info
-        return info
+        (asked once, then kept); None when neither says."""
+        if self._tokenizer_info is None:
+            self._tokenizer_info = await tokenizer_calls.tokenizer_info(self)
+        return self._tokenizer_info
 
     @telemetry.tokenize_span("detokenize")
     async def adetokenize(self, token_ids: list[int]) -> str:
         """Token ids back to text, with the model's own tokenizer."""
-        self._require_tokenize()
-        transport = self.transport
-        if isinstance(transport, LocalTransport):
-            return await transport.detokenize(list(token_ids))
-        assert isinstance(transport, HttpTransport) and self.executor is not None
-        async with self.limiter.acquire():
-            sent = await self.executor.send(
-                transport.lower_detokenize(list(token_ids)),
-                error_from=_error_from(transport),
-                deadline=self._deadline(None, None),
-                observe=self.limiter.observe,
-            )
-        try:
-            return transport.lift_detokenize(sent.response)
-        except SHAPE_ERRORS as exc:
-            raise self._redacted(shape_error(transport, exc)) from exc
+        return await tokenizer_calls.detokenize(self, list(token_ids))
 
     async def arender_prompt(self, request: request_pb2.Request) -> str | None:
         """The conversation through the model's chat template, when its transport can render it (sdk-15)."""
-        transport = self.transport
-        lower = getattr(transport, "lower_render_prompt", None)
-        if lower is None or self.executor is None or not isinstance(transport, HttpTransport):
-            return None
-        async with self.limiter.acquire():
-            sent = await self.executor.send(lower(request), error_from=transport.error, observe=self.limiter.observe)
-        prompt: str = transport.lift_render_prompt(sent.response)  # type: ignore[attr-defined]
-        return prompt
+        return await tokenizer_calls.render_prompt(self, request)
 
     async def around_trip(self, text: str) -> bool:
         """Whether detokenize(tokenize(text)) gives `text` back: a check of the tokenizer path, per model."""
@@ -387,23 +345,7 @@ class Model(ModelInterface):
 
     @telemetry.tokenize_span("tokenize")
     async def atokenize_request(self, request: service_pb2.TokenizeRequest) -> service_pb2.TokenizeResponse:
-        self._require_tokenize(request)
-        transport = self.transport
-        if isinstance(transport, LocalTransport):
-            return await transport.tokenize(request)
-        assert isinstance(transport, HttpTransport) and self.executor is not None
-        deadline = self._deadline(None, None)
-        async with self.limiter.acquire():
-            sent = [
-                await self.executor.send(
-                    native, error_from=_error_from(transport), deadline=deadline, observe=self.limiter.observe
-                )
-                for native in transport.lower_tokenize(request)
-            ]
-        try:
-            return transport.lift_tokenize(request, [s.response for s in sent])
-        except SHAPE_ERRORS as exc:
-            raise self._redacted(shape_error(transport, exc)) from exc
+        return await tokenizer_calls.tokenize(self, request)
 
     # ---- embed (IR 1.1) ----------------------------------------------------------------------------------
 

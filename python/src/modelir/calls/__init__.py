@@ -1,0 +1,1 @@
+"""The calls a `Model` makes besides generation, one module each: the tokenizer's (`tokenizer`)."""
