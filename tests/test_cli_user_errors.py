@@ -118,7 +118,15 @@ def test_ctrl_c_during_run_says_what_is_safe_and_how_to_resume(tmp_path):
     _inputs(tmp_path / "in.jsonl", 20_000, tokens=64)
     output = tmp_path / "out.jsonl"
     command = [*MODELIR, "run", "--model", "reference", "--input", "in.jsonl", "--output", "out.jsonl"]
-    process = subprocess.Popen([*command, "--concurrency", "2"], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [*command, "--concurrency", "2"],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+        # Ctrl-C as a terminal delivers it: a test run started in the background of a non-interactive shell
+        # inherits SIGINT ignored, and so would the command without this.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 60
     # Some records past the header (which carries the IR's descriptor set, tens of kilobytes on its own).
     while time.monotonic() < deadline and (not output.exists() or output.read_bytes().count(b"\n") < 40):

@@ -417,7 +417,7 @@ async def test_client_context_continues_through_the_server_to_the_provider(otel,
         access_log_module.configure()
     trace_id = root.get_span_context().trace_id
     spans = otel.finished()
-    assert {s.context.trace_id for s in spans} == {trace_id}
+    assert {s.context.trace_id for s in spans} == {trace_id}, [(s.name, s.context.trace_id == trace_id) for s in spans]
     by_id = {s.context.span_id: s for s in spans}
 
     def chain(span) -> list[str]:

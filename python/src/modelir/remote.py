@@ -251,7 +251,9 @@ class RemoteModel(ModelInterface):
         """Fetch (once) this model's manifest from `ListModels`."""
         if self._manifest is None:
             listing = await self._unary(
-                lambda: self._stub().ListModels(service_pb2.ListModelsRequest(), metadata=self._metadata)
+                lambda: self._stub().ListModels(
+                    service_pb2.ListModelsRequest(), metadata=telemetry.outgoing_metadata(self._metadata)
+                )
             )
             for info in listing.models:
                 if info.name == self.name:
@@ -348,17 +350,23 @@ class RemoteModel(ModelInterface):
         if mismatch is not None:  # the verdict a local Model gives, without asking a server about another model
             return service_pb2.ValidateResponse(field_violations=[mismatch])
         message = service_pb2.ValidateRequest(request=self._named(request))
-        return await self._unary(lambda: self._stub().Validate(message, metadata=self._metadata))
+        return await self._unary(
+            lambda: self._stub().Validate(message, metadata=telemetry.outgoing_metadata(self._metadata))
+        )
 
     async def atokenize_request(self, request: service_pb2.TokenizeRequest) -> service_pb2.TokenizeResponse:
         if not request.model:
             request.model = self.name
-        return await self._unary(lambda: self._stub().Tokenize(request, metadata=self._metadata))
+        return await self._unary(
+            lambda: self._stub().Tokenize(request, metadata=telemetry.outgoing_metadata(self._metadata))
+        )
 
     async def adetokenize(self, token_ids: list[int]) -> str:
         """Token ids back to text, with the model's own tokenizer (as `Model.adetokenize`)."""
         message = service_pb2.DetokenizeRequest(model=self.name, token_ids=token_ids)
-        answer = await self._unary(lambda: self._stub().Detokenize(message, metadata=self._metadata))
+        answer = await self._unary(
+            lambda: self._stub().Detokenize(message, metadata=telemetry.outgoing_metadata(self._metadata))
+        )
         return answer.text
 
     async def around_trip(self, text: str) -> bool:
@@ -370,12 +378,16 @@ class RemoteModel(ModelInterface):
         """Turn inputs into vectors on the server (`Model.aembed`); a server of IR 1.0 has no `Embed`."""
         if not request.model:
             request.model = self.name
-        return await self._unary(lambda: self._stub().Embed(request, metadata=self._metadata))
+        return await self._unary(
+            lambda: self._stub().Embed(request, metadata=telemetry.outgoing_metadata(self._metadata))
+        )
 
     async def aserver_info(self) -> service_pb2.GetServerInfoResponse:
         """The server's IR version, its own version and the transports it serves."""
         message = service_pb2.GetServerInfoRequest()
-        return await self._unary_unchecked(lambda: self._stub().GetServerInfo(message, metadata=self._metadata))
+        return await self._unary_unchecked(
+            lambda: self._stub().GetServerInfo(message, metadata=telemetry.outgoing_metadata(self._metadata))
+        )
 
 
 async def list_models(
