@@ -46,7 +46,8 @@ def test_the_one_pass_decoder_finds_what_the_walker_finds():
             one_pass = sorted(accounting.findings(section, payload), key=lambda f: f.path)  # kept in path order
             assert one_pass == sorted(accounting.walked(section, payload), key=lambda f: f.path), answer.source
             compared += 1
-    assert compared > 500
+    # Not vacuous: our own fixtures alone give some 400 payloads (the shared recordings, when present, more).
+    assert compared > (500 if recorded_answers() else 300)
 
 
 def test_every_recorded_answer_is_accounted_for():
