@@ -149,9 +149,8 @@ test: gen-check lint breaking spec-version conformance coverage
 # cache) serves the same tiny model in Hugging Face form for the vllm transport's live suite.
 .PHONY: test-engines
 test-engines: $(PY_STAMP)
-	MODELIR_LLAMA_SERVER=$$(engines/llamacpp/build.sh) MODELIR_LLAMA_CPP_PYTHON=$$(engines/llama_cpp_python/build.sh) \
-	  MODELIR_OLLAMA=$$(engines/ollama/build.sh) MODELIR_VLLM=$$(engines/vllm/build.sh) \
-	  $(VENV)/bin/pytest tests/engines $(PYTEST_ARGS)
+	engines/build_all.sh > $(VENV)/engines.env
+	env $$(cat $(VENV)/engines.env) $(VENV)/bin/pytest tests/engines $(PYTEST_ARGS)
 
 # A longer fuzz run than the bounded one in `make test`: every transport's lifts, stream lifters, error mapping and
 # tokenize lifts fed mutated fixture answers; prints the seed and every untyped escape. FUZZ_ARGS="--seed N".
