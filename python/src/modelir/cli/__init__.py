@@ -16,8 +16,8 @@ import logging
 import os
 import sys
 import warnings
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TextIO
 
 from modelir.cli import calls, conformance, listing, records, run, serve
 from modelir.cli._common import UserError
@@ -58,14 +58,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
     """A warning is for the user: one line, without the source line that raised it."""
     print(f"modelir: warning: {message}", file=sys.stderr)
 
 
 def _dispatch(args: argparse.Namespace) -> int:
     if not hasattr(args, "afunc"):
-        return args.func(args)
+        func: Callable[[argparse.Namespace], int] = args.func
+        return func(args)
     import asyncio
     import contextlib
 
@@ -74,9 +82,10 @@ def _dispatch(args: argparse.Namespace) -> int:
     # A traced `run` or `generate` joins the caller's telemetry, and records get trace ids.
     with setup.installed_from_env() if args.command in ("run", "generate") else contextlib.nullcontext():
         try:
-            return asyncio.run(args.afunc(args))
+            afunc: Callable[[argparse.Namespace], Coroutine[Any, Any, int]] = args.afunc
+            return asyncio.run(afunc(args))
         except KeyboardInterrupt:
-            on_interrupt = getattr(args, "on_interrupt", None)
+            on_interrupt: Callable[[argparse.Namespace], int] | None = getattr(args, "on_interrupt", None)
             if on_interrupt is None:
                 print("modelir: interrupted", file=sys.stderr)
                 return _EXIT_SIGINT

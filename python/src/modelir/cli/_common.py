@@ -7,7 +7,7 @@ import os
 import sys
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 # Imported inside the functions that use them: a command's arguments are parsed before the SDK is loaded.
 if TYPE_CHECKING:
@@ -61,7 +61,13 @@ def add_where(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--tls-server-name", help="with --tls: the name the server's certificate must carry")
 
 
-def tls_of(args: argparse.Namespace) -> dict:
+class TlsKeywords(TypedDict, total=False):
+    """`tls_of`'s answer: `tls` only when the command line gave `--tls` (`True`, or a CA bundle's path)."""
+
+    tls: bool | str
+
+
+def tls_of(args: argparse.Namespace) -> TlsKeywords:
     """The `RemoteModel` / `list_models` TLS keywords the command line asked for."""
     tls = getattr(args, "tls", False)
     if tls is not False and not getattr(args, "target", None):

@@ -191,7 +191,7 @@ def _add_form(sub: argparse.ArgumentParser) -> None:
     form.add_argument("--completion", action="store_true", help="send the prompt as a raw prompt")
 
 
-def add(commands: argparse._SubParsersAction) -> None:
+def add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     validate = commands.add_parser("validate", help="check a request (proto-JSON file) against a model")
     add_where(validate)
     validate.add_argument("--model", required=True, help="the model's name (in the configuration, or on --target)")

@@ -39,7 +39,7 @@ def _conformance(args: argparse.Namespace) -> int:
     return 0 if report["passed"] else 1
 
 
-def add(commands: argparse._SubParsersAction) -> None:
+def add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     conformance = commands.add_parser("conformance", help="replay the golden wire fixtures")
     conformance.add_argument("--transport", help="only this transport")
     conformance.add_argument(

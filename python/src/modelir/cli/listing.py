@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING
 
 from modelir.cli._common import UserError, add_where, capability_names, config, open_model, tls_of
+
+if TYPE_CHECKING:  # imported by the command, after the arguments are parsed
+    from modelir.pipeline.needs import Needs
 
 
 async def _models(args: argparse.Namespace) -> int:
@@ -43,7 +47,7 @@ def _transports(args: argparse.Namespace) -> int:
     return 0
 
 
-def _declared_needs(args: argparse.Namespace):  # -> modelir.pipeline.needs.Needs
+def _declared_needs(args: argparse.Namespace) -> Needs:
     from modelir.pipeline.needs import needs
     from modelir.v1 import capabilities_pb2
     from modelir.writing.names import enum_name
@@ -72,7 +76,7 @@ async def _check(args: argparse.Namespace) -> int:
     return 0
 
 
-def add(commands: argparse._SubParsersAction) -> None:
+def add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     models = commands.add_parser("models", help="list models and their capabilities")
     add_where(models)
     models.add_argument("--json", action="store_true", help="print the manifests as JSON")

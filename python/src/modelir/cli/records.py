@@ -97,7 +97,7 @@ def _records(args: argparse.Namespace) -> int:
     return 0 if not problems else 1
 
 
-def add(commands: argparse._SubParsersAction) -> None:
+def add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     records_parser = commands.add_parser("records", help="inspect, verify, show or convert record files")
     actions = records_parser.add_subparsers(dest="action", required=True)
     for action, text in (("inspect", "header, counts by status, model and version"), ("verify", "check every entry")):

@@ -84,7 +84,7 @@ def interrupted(args: argparse.Namespace) -> int:
     return 130
 
 
-def add(commands: argparse._SubParsersAction) -> None:
+def add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = commands.add_parser("run", help="run a file of requests into a record file (resumable)")
     add_where(run)
     run.add_argument("--model", required=True, help="the model's name (in the configuration, or on --target)")

@@ -7,11 +7,15 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from modelir.cli._common import config
 
 # The server, asyncio, multiprocessing and telemetry are imported by the command, after the arguments are parsed.
+if TYPE_CHECKING:
+    from multiprocessing.process import BaseProcess
+    from multiprocessing.queues import Queue
 
 _log = logging.getLogger("modelir.server")
 
@@ -136,7 +140,9 @@ def _supervise(args: argparse.Namespace) -> int:
             worker.join(1)
 
 
-def _watch(workers, stopping: Callable[[], bool], stop: Callable[[int, object], None], grace: float) -> int:
+def _watch(
+    workers: Sequence[BaseProcess], stopping: Callable[[], bool], stop: Callable[[int, object], None], grace: float
+) -> int:
     """Wait for the workers; when one ends before a stop was asked for, stop the rest. The exit status is the
     first failure's, else 0."""
     from multiprocessing.connection import wait
@@ -161,7 +167,7 @@ def _watch(workers, stopping: Callable[[], bool], stop: Callable[[int, object], 
     return failed
 
 
-def _worker(args: argparse.Namespace, index: int, ready) -> None:
+def _worker(args: argparse.Namespace, index: int, ready: Queue[tuple[int, int]]) -> None:
     """One worker: the CLI's logging, then `modelir serve` in this process on the shared port."""
     from modelir.cli import configure_logging
 
@@ -170,7 +176,7 @@ def _worker(args: argparse.Namespace, index: int, ready) -> None:
     sys.exit(_serve_here(args, ready=lambda port: ready.put((index, port)), reuse_port=True))
 
 
-def add(commands: argparse._SubParsersAction) -> None:
+def add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = commands.add_parser("serve", help="run the gRPC ModelService")
     serve.add_argument("--config", help="a YAML file of models (default: the built-in reference model)")
     serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)")

@@ -64,7 +64,7 @@ class NewerMinorVersionWarning(UserWarning):
     """A record file from a newer minor IR version: readable (fields this SDK does not know are not shown)."""
 
 
-def format_of(path: str | os.PathLike) -> str:
+def format_of(path: str | os.PathLike[str]) -> str:
     """`jsonl` or `binary`, from the file's first byte (or its name when it is empty or missing)."""
     path = Path(path)
     try:
@@ -211,7 +211,7 @@ def _decode(frame: bytes, fmt: str) -> record_pb2.RecordFileEntry | None:
         return None
 
 
-def _walk(handle: BinaryIO, fmt: str, path: str | os.PathLike) -> Iterator[_Step]:
+def _walk(handle: BinaryIO, fmt: str, path: str | os.PathLike[str]) -> Iterator[_Step]:
     """The entries of a file as they are read. The first must be the header; an entry that cannot be read is
     skipped with a problem, and when it is the last one, it is the torn tail (`("torn", good_bytes, end)`)."""
     frames = _jsonl_frames(handle) if fmt == JSONL else _binary_frames(handle)
@@ -244,7 +244,7 @@ def _torn(good_bytes: int, end: int) -> str:
     return f"torn last entry ({end - good_bytes} bytes) at byte {good_bytes}"
 
 
-def scan(path: str | os.PathLike) -> Scan:
+def scan(path: str | os.PathLike[str]) -> Scan:
     """Read every complete entry; report a torn tail and any unreadable entry instead of failing."""
     result = Scan(header=None)
     with Path(path).open("rb") as handle:
@@ -263,7 +263,7 @@ def scan(path: str | os.PathLike) -> Scan:
     return result
 
 
-def check_readable(header: record_pb2.RecordHeader, path: str | os.PathLike) -> None:
+def check_readable(header: record_pb2.RecordHeader, path: str | os.PathLike[str]) -> None:
     """Refuse another major version; warn (but read) a newer minor version."""
     theirs = parse_semver(header.ir_version)
     if theirs.major != IR_SEMVER.major:
@@ -279,7 +279,7 @@ def check_readable(header: record_pb2.RecordHeader, path: str | os.PathLike) -> 
         )
 
 
-def check_resumable(header: record_pb2.RecordHeader, path: str | os.PathLike) -> None:
+def check_resumable(header: record_pb2.RecordHeader, path: str | os.PathLike[str]) -> None:
     """Resuming needs the same IR major version. Any minor is resumable, because minors are additive: an older
     file is upgraded first (`RecordWriter.resume`), and this SDK's records are valid records of a newer minor, whose
     header already describes every field they can hold."""
@@ -356,7 +356,7 @@ def provenance_problems(records: list[record_pb2.Record]) -> list[str]:
     return lines
 
 
-def read_records(path: str | os.PathLike) -> Iterator[record_pb2.Record]:
+def read_records(path: str | os.PathLike[str]) -> Iterator[record_pb2.Record]:
     """The records of a file, each as it is read (the first before the rest of the file is): the header is checked
     first; an unreadable entry is skipped and a torn tail ignored, each with a warning, as `scan` reports them."""
     with Path(path).open("rb") as handle:
@@ -369,7 +369,7 @@ def read_records(path: str | os.PathLike) -> Iterator[record_pb2.Record]:
                 warnings.warn(f"{path}: {_torn(value, end) if kind == 'torn' else value}", stacklevel=2)
 
 
-def header_end(path: str | os.PathLike) -> int:
+def header_end(path: str | os.PathLike[str]) -> int:
     """The byte offset where the file's header entry ends (0 for an empty file)."""
     path = Path(path)
     with path.open("rb") as handle:
@@ -378,7 +378,7 @@ def header_end(path: str | os.PathLike) -> int:
     return 0
 
 
-def read_header(path: str | os.PathLike) -> record_pb2.RecordHeader | None:
+def read_header(path: str | os.PathLike[str]) -> record_pb2.RecordHeader | None:
     """The file's header, read without reading its records (None for an empty file)."""
     with Path(path).open("rb") as handle:
         for kind, value, _ in _walk(handle, format_of(path), path):
@@ -400,7 +400,7 @@ class RecordWriter:
     @classmethod
     def create(
         cls,
-        path: str | os.PathLike,
+        path: str | os.PathLike[str],
         *,
         fmt: str | None = None,
         run_metadata: Mapping[str, str] | None = None,
@@ -419,7 +419,7 @@ class RecordWriter:
         return writer
 
     @classmethod
-    def resume(cls, path: str | os.PathLike, *, fsync_interval: float = 1.0) -> tuple[RecordWriter, Scan]:
+    def resume(cls, path: str | os.PathLike[str], *, fsync_interval: float = 1.0) -> tuple[RecordWriter, Scan]:
         """Open an existing file for appending, after the version gate (`check_resumable`; a file of an older minor
         is upgraded to this SDK's header first) and after truncating a torn tail."""
         path = Path(path)
@@ -463,7 +463,7 @@ class RecordWriter:
     def __enter__(self) -> RecordWriter:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -474,7 +474,7 @@ def _with_key(record: record_pb2.Record, key: str) -> record_pb2.Record:
     return keyed
 
 
-def convert(source: str | os.PathLike, target: str | os.PathLike, fmt: str) -> int:
+def convert(source: str | os.PathLike[str], target: str | os.PathLike[str], fmt: str) -> int:
     """Copy a record file into `fmt`, header included, keeping every field its writer wrote. Returns the number of
     records.
 

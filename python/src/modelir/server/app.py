@@ -9,9 +9,9 @@ import logging
 import signal
 import ssl
 import tempfile
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeAlias, cast
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -138,7 +138,11 @@ class _Undecodable:
         self.error = error
 
 
-def _decoding_checked(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+# The handler of any method, each with its own message types: what the stubs' `add_registered_method_handlers` takes.
+_Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"  # a string: grpc's class is generic in its stubs only
+
+
+def _decoding_checked(handler: _Handler) -> _Handler:
     """`handler`, answering INVALID_ARGUMENT (with a `BadRequest` naming the request) when the request's bytes do
     not decode, instead of letting grpc answer UNKNOWN."""
     decode = handler.request_deserializer
@@ -151,7 +155,7 @@ def _decoding_checked(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         except DecodeError as exc:
             return _Undecodable(exc)
 
-    async def refuse(undecodable: _Undecodable, context: grpc.aio.ServicerContext) -> None:
+    async def refuse(undecodable: _Undecodable, context: grpc.aio.ServicerContext[object, object]) -> None:
         violation = errors_pb2.FieldViolation(
             field="request", description=f"The request's bytes are not a valid message: {undecodable.error}"
         )
@@ -161,7 +165,7 @@ def _decoding_checked(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     if handler.unary_unary is not None:
         unary: Any = handler.unary_unary  # typed for sync servers; this one is grpc.aio
 
-        async def checked_unary(request: object, context: grpc.aio.ServicerContext) -> object:
+        async def checked_unary(request: object, context: grpc.aio.ServicerContext[object, object]) -> object:
             if isinstance(request, _Undecodable):
                 await refuse(request, context)
             return await unary(request, context)
@@ -172,7 +176,9 @@ def _decoding_checked(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     if handler.unary_stream is not None:
         stream: Any = handler.unary_stream
 
-        async def checked_stream(request: object, context: grpc.aio.ServicerContext) -> AsyncIterator[object]:
+        async def checked_stream(
+            request: object, context: grpc.aio.ServicerContext[object, object]
+        ) -> AsyncIterator[object]:
             # An async generator function itself: grpc tells a stream handler by its function, not what it returns.
             if isinstance(request, _Undecodable):
                 await refuse(request, context)
@@ -190,12 +196,12 @@ class _CapturedHandlers:
     """Stands in for a server to take the method handlers the generated registration builds (the generated code
     stays the one source of every method's deserializer and serializer)."""
 
-    handlers: dict[str, grpc.RpcMethodHandler]
+    handlers: dict[str, _Handler]
 
-    def add_generic_rpc_handlers(self, generic_handlers) -> None:
+    def add_generic_rpc_handlers(self, generic_handlers: Iterable[grpc.GenericRpcHandler]) -> None:
         pass
 
-    def add_registered_method_handlers(self, service_name: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+    def add_registered_method_handlers(self, service_name: str, handlers: dict[str, _Handler]) -> None:
         assert service_name == SERVICE_NAME
         self.handlers = handlers
 

@@ -21,12 +21,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from modelir.telemetry._runtime import CAPTURE_CONTENT_ENV, Seen, install
 from modelir.telemetry.access_log import AccessLog
 from modelir.telemetry.calls import model_call, stream_call, tokenize_span
 from modelir.telemetry.server import server_call
 from modelir.telemetry.wire import http_attempt, outgoing_metadata, read_trailers
+
+if TYPE_CHECKING:
+    from modelir.v1 import record_pb2
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
@@ -59,7 +63,7 @@ def capture(seen: Seen | None = None) -> Iterator[Seen]:
         current_capture.reset(token)
 
 
-def fill_provenance(provenance, seen: Seen) -> None:
+def fill_provenance(provenance: record_pb2.Provenance, seen: Seen) -> None:
     """Copy what `capture()` saw into a `modelir.v1.Provenance` (fields left empty when not seen)."""
     provenance.trace_id = seen.trace_id
     provenance.span_id = seen.span_id

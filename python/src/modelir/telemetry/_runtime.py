@@ -7,9 +7,10 @@ proxy providers mean "not configured", and then every hook returns a shared no-o
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import opentelemetry.metrics._internal as _metrics_api
 import opentelemetry.trace as _trace_api
@@ -35,25 +36,41 @@ _DISABLED_TRACER_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvide
 _DISABLED_METER_PROVIDERS = (_ProxyMeterProvider, metrics.NoOpMeterProvider)
 
 
+class Histogram(Protocol):
+    """What modelir asks of a histogram: the API's, or `modelir.telemetry.meter.AggregatingHistogram`."""
+
+    def record(
+        self, amount: float, attributes: Mapping[str, Any] | None = None, context: otel_context.Context | None = None
+    ) -> None: ...
+
+
+class Counter(Protocol):
+    """What modelir asks of a counter: the API's, or `modelir.telemetry.meter.AggregatingCounter`."""
+
+    def add(
+        self, amount: float, attributes: Mapping[str, Any] | None = None, context: otel_context.Context | None = None
+    ) -> None: ...
+
+
 @dataclass(slots=True)
 class Instruments:
     """The histograms and counters modelir records, made from one meter."""
 
-    token_usage: Any
-    duration: Any
-    time_to_first_chunk: Any
-    time_per_output_chunk: Any
-    server_request_duration: Any
-    server_time_to_first_token: Any
-    server_time_per_output_token: Any
-    queue_duration: Any
-    retries: Any
-    soft_errors: Any
-    rejections: Any
+    token_usage: Histogram
+    duration: Histogram
+    time_to_first_chunk: Histogram
+    time_per_output_chunk: Histogram
+    server_request_duration: Histogram
+    server_time_to_first_token: Histogram
+    server_time_per_output_token: Histogram
+    queue_duration: Histogram
+    retries: Counter
+    soft_errors: Counter
+    rejections: Counter
 
     @classmethod
     def create(cls, meter: metrics.Meter) -> Instruments:
-        def histogram(name: str, unit: str, description: str, buckets) -> Any:
+        def histogram(name: str, unit: str, description: str, buckets: Sequence[float]) -> Histogram:
             return meter.create_histogram(
                 name, unit=unit, description=description, explicit_bucket_boundaries_advisory=list(buckets)
             )

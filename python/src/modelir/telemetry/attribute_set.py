@@ -12,7 +12,7 @@ from typing import Any
 FOLD_AT = 256
 
 
-class AttributeSet(dict):
+class AttributeSet(dict[str, Any]):
     """A dict that carries its own hashable key (`frozenset` of its items), which `modelir.telemetry.meter` uses
     instead of making one per measurement; any other instrument (the SDK's) reads it as the plain mapping it is.
     It cannot be changed, since its key would then lie."""

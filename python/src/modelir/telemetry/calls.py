@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
+from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from opentelemetry import context as otel_context
@@ -24,7 +25,7 @@ from modelir.telemetry import _runtime
 from modelir.telemetry import conventions as sc
 from modelir.telemetry.served import ServedCall
 from modelir.telemetry.targets import MetricSets, Target, target_of
-from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, stream_pb2
+from modelir.v1 import capabilities_pb2, errors_pb2, request_pb2, response_pb2, stream_pb2
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -32,7 +33,12 @@ _Method = Callable[Concatenate[Any, _P], Coroutine[Any, Any, _R]]
 
 
 def start_call_span(
-    tracer: Any, target: Target, request: request_pb2.Request | None, operation: str, model_name: str, **options: Any
+    tracer: trace.Tracer,
+    target: Target,
+    request: request_pb2.Request | None,
+    operation: str,
+    model_name: str,
+    **options: Any,
 ) -> trace.Span:
     """The span of one call, started by `tracer` under `parent` (None: the current context). The sampler is given
     the attributes the GenAI conventions call sampling-relevant (operation, provider, request model, server address
@@ -147,7 +153,9 @@ class Call:
         self._enter_step()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._exit_step()
         self._end(exc)
 
@@ -264,7 +272,7 @@ class Call:
             span.end()
 
 
-def _capability_names(unsupported) -> list[str]:
+def _capability_names(unsupported: errors_pb2.UnsupportedCapabilities) -> list[str]:
     """One name per gap: each missing capability, each exceeded limit (`limit:<name>`), and `other` for the
     reasons given only in words (their sentences would make the attribute unbounded)."""
     names = [_CAPABILITY_NAMES.get(c, str(c)) for c in unsupported.missing]
@@ -285,7 +293,9 @@ class _NoCall:
     def __enter__(self) -> _NoCall:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         return None
 
     def finish(self, response: response_pb2.Response) -> response_pb2.Response:
@@ -324,8 +334,8 @@ def tokenize_span(operation: str) -> Callable[[_Method[_P, _R]], _Method[_P, _R]
     `gen_ai.operation.name`: the conventions name no operation for it."""
 
     def decorate(method: _Method[_P, _R]) -> _Method[_P, _R]:
-        @functools.wraps(method)
-        async def traced(self: Any, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        @functools.wraps(method)  # `self` positional-only, as `_Method` says
+        async def traced(self: Any, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
             hooks = _runtime.hooks()
             if hooks is None:
                 return await method(self, *args, **kwargs)

@@ -14,9 +14,10 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 import orjson
+from opentelemetry.util.types import AttributeValue
 
 from modelir import errors
-from modelir.v1 import content_pb2, request_pb2, response_pb2
+from modelir.v1 import content_pb2, errors_pb2, request_pb2, response_pb2
 
 # ---- span and metric attributes --------------------------------------------------------------------------
 
@@ -164,12 +165,12 @@ _SAMPLING_ATTRIBUTES: tuple[tuple[_SamplingField, str], ...] = (
 _SAMPLING_NAMES: dict[str, str] = dict(_SAMPLING_ATTRIBUTES)
 
 
-def request_attributes(request: request_pb2.Request) -> dict[str, object]:
+def request_attributes(request: request_pb2.Request) -> dict[str, AttributeValue]:
     """The sampling parameters the request asked for (only those it set).
 
     Read from `ListFields()` (the fields set, in one call) rather than one `HasField` per parameter: a request sets
     one or two of them, and each `HasField` looks its field up by name."""
-    attributes: dict[str, object] = {}
+    attributes: dict[str, AttributeValue] = {}
     for field, value in request.sampling.ListFields():
         name = field.name
         attribute = _SAMPLING_NAMES.get(name)
@@ -228,7 +229,7 @@ def error_type(exc: BaseException) -> str:
     return type(exc).__qualname__
 
 
-def soft_error_type(error) -> str:
+def soft_error_type(error: errors_pb2.ResponseError) -> str:
     """`error.type` of a response's soft error (`TRUNCATED_STREAM`, `CONSTRAINT_VIOLATED`, ...)."""
     return errors.mapping_for(error.reason).info_reason
 
@@ -239,8 +240,8 @@ def soft_error_type(error) -> str:
 def input_messages_json(request: request_pb2.Request) -> tuple[str, str | None]:
     """`gen_ai.input.messages` and `gen_ai.system_instructions` as the conventions' JSON (system messages go to
     the latter). Captured only when the user opted in."""
-    messages: list[dict] = []
-    system: list[dict] = []
+    messages: list[dict[str, object]] = []
+    system: list[dict[str, object]] = []
     which = request.WhichOneof("input")
     if which == "conversation":
         for message in request.conversation.messages:
@@ -271,7 +272,7 @@ def output_messages_json(choices: Iterable[response_pb2.Choice]) -> str:
     ).decode()
 
 
-def _part(part: content_pb2.Part) -> dict:
+def _part(part: content_pb2.Part) -> dict[str, object]:
     which = part.WhichOneof("content")
     if which == "text":
         return {"type": "text", "content": part.text}

@@ -29,7 +29,7 @@ import threading
 import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
@@ -52,6 +52,10 @@ _logger = logging.getLogger(__name__)
 
 CARDINALITY_LIMIT = 2000  # the SDK's default per instrument
 _OVERFLOW = frozenset({("otel.metric.overflow", True)})
+# An attribute set's key, and an instrument's points by key: a counter's `[sum]`, a histogram's
+# `[count, sum, min, max, bucket counts]` (lists, changed in place under the lock).
+_Key = frozenset[tuple[str, Any]]
+_Points = dict[_Key, list[Any]]
 # The SDK's default boundaries, for an instrument made without advice.
 _DEFAULT_BOUNDARIES = (0.0, 5.0, 10.0, 25.0, 50.0, 75.0, 100.0, 250.0, 500.0, 750.0, 1e3, 2.5e3, 5e3, 7.5e3, 1e4)
 
@@ -71,15 +75,15 @@ class _Instrument:
         self._meter = meter
         self._lock = meter._lock
         self.name, self.unit, self.description = name, unit, description
-        self._points: dict[frozenset[tuple[str, Any]], list[Any]] = {}
+        self._points: _Points = {}
 
-    def _data(self, points, start: int, now: int, temporality: AggregationTemporality) -> Histogram | Sum:
+    def _data(self, points: _Points, start: int, now: int, temporality: AggregationTemporality) -> Histogram | Sum:
         raise NotImplementedError
 
     def _fold_all(self) -> None:
         """Aggregate what is held back (with the lock held): nothing, but for a histogram."""
 
-    def _point_key(self, key: frozenset[tuple[str, Any]]) -> frozenset[tuple[str, Any]]:
+    def _point_key(self, key: _Key) -> _Key:
         """The point an attribute set's measurements go to (with the lock held): its own, or, past the limit, as
         the SDK, one more set for all the rest."""
         if key in self._points or len(self._points) < CARDINALITY_LIMIT:
@@ -87,7 +91,7 @@ class _Instrument:
         return _OVERFLOW
 
 
-def _attributes_key(attributes: Mapping[str, Any] | None) -> frozenset[tuple[str, Any]]:
+def _attributes_key(attributes: Mapping[str, Any] | None) -> _Key:
     if type(attributes) is AttributeSet:
         return attributes.key
     return frozenset(attributes.items()) if attributes else frozenset()
@@ -110,7 +114,7 @@ class AggregatingHistogram(_Instrument):
         self.boundaries = tuple(float(b) for b in boundaries)
         # The values not yet aggregated, by attribute set. A list is never replaced nor dropped: a measurement
         # appended to one it has just looked up is aggregated with the next fold, whichever thread folds.
-        self._pending: dict[frozenset[tuple[str, Any]], list[float]] = {}
+        self._pending: dict[_Key, list[float]] = {}
 
     def record(self, amount: float, attributes: Mapping[str, Any] | None = None, context: object = None) -> None:
         try:
@@ -140,7 +144,7 @@ class AggregatingHistogram(_Instrument):
         with self._lock:
             self._fold(values, attributes.key)
 
-    def _record_with_lock(self, amount: float, key: frozenset[tuple[str, Any]]) -> None:
+    def _record_with_lock(self, amount: float, key: _Key) -> None:
         with self._lock:
             values = self._pending.get(key)
             if values is None:
@@ -157,7 +161,7 @@ class AggregatingHistogram(_Instrument):
             if values:
                 self._fold(values, key)
 
-    def _fold(self, values: list[float], key: frozenset[tuple[str, Any]]) -> None:
+    def _fold(self, values: list[float], key: _Key) -> None:
         """Aggregate the values held for `key` (with the lock held)."""
         count = len(values)
         if not count:  # another thread folded them first
@@ -166,7 +170,7 @@ class AggregatingHistogram(_Instrument):
         del values[:count]  # what was appended meanwhile stays, after them
         self._aggregate(taken, key)
 
-    def _aggregate(self, measured: list[float], key: frozenset[tuple[str, Any]]) -> None:
+    def _aggregate(self, measured: list[float], key: _Key) -> None:
         """Add `measured` (in the order measured) to the point of `key` (with the lock held)."""
         ordered = sorted(measured)
         if ordered[0] < 0:  # the SDK drops negative values for histograms (with a warning)
@@ -191,7 +195,7 @@ class AggregatingHistogram(_Instrument):
             below = upto
         buckets[-1] += len(ordered) - below
 
-    def _data(self, points, start: int, now: int, temporality: AggregationTemporality) -> Histogram:
+    def _data(self, points: _Points, start: int, now: int, temporality: AggregationTemporality) -> Histogram:
         return Histogram(
             data_points=[
                 HistogramDataPoint(
@@ -227,7 +231,7 @@ class AggregatingCounter(_Instrument):
             else:
                 point[0] += amount
 
-    def _data(self, points, start: int, now: int, temporality: AggregationTemporality) -> Sum:
+    def _data(self, points: _Points, start: int, now: int, temporality: AggregationTemporality) -> Sum:
         return Sum(
             data_points=[
                 NumberDataPoint(attributes=dict(sorted(key)), start_time_unix_nano=start, time_unix_nano=now, value=v)
@@ -236,6 +240,9 @@ class AggregatingCounter(_Instrument):
             aggregation_temporality=temporality,
             is_monotonic=True,
         )
+
+
+_InstrumentT = TypeVar("_InstrumentT", bound=_Instrument)
 
 
 class AggregatingMeter:
@@ -292,12 +299,12 @@ class AggregatingMeter:
     def create_counter(self, name: str, unit: str = "", description: str = "") -> AggregatingCounter:
         return self._add(AggregatingCounter(self, name, unit, description))
 
-    def _add(self, instrument):
+    def _add(self, instrument: _InstrumentT) -> _InstrumentT:
         made = self._instruments.get(instrument.name)
         if made is None:
             self._instruments[instrument.name] = instrument
             return instrument
-        if type(made) is not type(instrument):  # the SDK warns and makes a second stream; a bug here, say so
+        if not isinstance(made, type(instrument)):  # the SDK warns and makes a second stream; a bug here, say so
             raise ValueError(f"instrument {instrument.name!r} made again as a {type(instrument).__name__}")
         return made  # made again (telemetry re-resolved): the one that holds the points, as the SDK does
 

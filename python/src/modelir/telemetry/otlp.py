@@ -148,7 +148,7 @@ class _Encoder:
             key_value = key_bytes + _KV_VALUE_DOUBLE + _pack_double(value)
             return _SPAN_ATTRIBUTE + _varint(len(key_value)) + key_value
         if kind is str and len(value) < 4096:
-            data = value.encode()
+            data: bytes = value.encode()  # `kind is str` does not narrow `value` for mypy
             if len(data) < 4096:  # every length below is then under 16 KiB: one look-up in the varint table
                 any_value = _ANY_STRING + _VARINTS[len(data)] + data
                 key_value = key_bytes + _KV_VALUE + _VARINTS[len(any_value)] + any_value

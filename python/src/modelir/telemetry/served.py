@@ -10,6 +10,7 @@ by a `Call` made for it then, so those rarer paths are the general ones.
 from __future__ import annotations
 
 import time
+from types import TracebackType
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -56,7 +57,9 @@ class ServedCall:
         self._response = response
         return response
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self._ctx_token is not None:
             otel_context.detach(self._ctx_token)
         _runtime.current_call.reset(self._token)

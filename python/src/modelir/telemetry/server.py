@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from contextvars import ContextVar, Token
+from types import TracebackType
 from typing import Any
 
 import grpc
@@ -126,7 +127,9 @@ class ServerCall:
         if usage.HasField("output_token_count"):
             self.output_tokens = usage.output_token_count
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     def close(self) -> None:
@@ -227,8 +230,9 @@ def _appended_duration(entry: list[Any], instruments: _runtime.Instruments) -> l
     """The list `instruments.server_request_duration` appends the measurements of `entry`'s set to
     (`meter.AggregatingHistogram.values_of`; None for a histogram of another kind), kept in the entry."""
     values_of = getattr(instruments.server_request_duration, "values_of", None)
-    entry[1:] = [instruments, values_of(entry[0]) if values_of is not None else None]
-    return entry[2]
+    values: list[float] | None = values_of(entry[0]) if values_of is not None else None
+    entry[1:] = [instruments, values]
+    return values
 
 
 def _reset(variable: ContextVar[Any], token: Token[Any]) -> bool:

@@ -33,6 +33,11 @@ import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the SDK is imported where it is used (the `otel` extra)
+    from opentelemetry.sdk.metrics.export import MetricExporter
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 _ENDPOINT_VARIABLES = (
     "OTEL_EXPORTER_OTLP_ENDPOINT",
@@ -98,7 +103,7 @@ def _protocol(environ: Mapping[str, str], signal: str) -> str:
     return protocol
 
 
-def _span_exporter(name: str, environ: Mapping[str, str]):
+def _span_exporter(name: str, environ: Mapping[str, str]) -> SpanExporter:
     if name == "console":
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
@@ -117,7 +122,7 @@ def _span_exporter(name: str, environ: Mapping[str, str]):
     return OTLPSpanExporter()
 
 
-def _metric_exporter(name: str, environ: Mapping[str, str]):
+def _metric_exporter(name: str, environ: Mapping[str, str]) -> MetricExporter:
     if name == "console":
         from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 

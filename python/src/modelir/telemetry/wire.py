@@ -8,6 +8,7 @@ context is written by the global propagator (`opentelemetry.propagate.inject`), 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import propagate, trace
@@ -79,7 +80,9 @@ class Attempt:
                 span.set_status(Status(StatusCode.ERROR))
             span.set_attributes(answer)
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         span = self.span
         if span is None:
             return
@@ -126,7 +129,9 @@ class _NoAttempt:
     def __enter__(self) -> _NoAttempt:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         return None
 
     def answered(self, status: int, headers: Mapping[str, str]) -> None:
@@ -145,7 +150,9 @@ class _ServedAttempt:
     def __enter__(self) -> _ServedAttempt:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         return None
 
     def answered(self, status: int, headers: Mapping[str, str]) -> None:

@@ -18,7 +18,7 @@ from modelir.writing.options import EXTRA_KEYWORDS, ExtraOptions
 
 # What `achat` and `build_request(messages=...)` accept for one message: a `Message`, a `(role, text)` pair, or a
 # `{"role", "content"}` dict whose content is text or a list of OpenAI-style parts (`text`, `image_url`).
-MessageLike = content_pb2.Message | tuple[str, str] | dict
+MessageLike = content_pb2.Message | tuple[str, str] | dict[str, Any]
 # ... and for the whole conversation: those, or one string (a single user message).
 MessagesLike = str | Iterable[MessageLike]
 
@@ -71,7 +71,7 @@ def _as_message(item: MessageLike, field: str) -> content_pb2.Message:
     raise ArgumentError(field, _SHORTHANDS, item, hint=hint)
 
 
-def _from_dict(item: dict, field: str) -> content_pb2.Message:
+def _from_dict(item: dict[str, Any], field: str) -> content_pb2.Message:
     if "role" not in item or "content" not in item:
         raise ArgumentError(field, 'a dict with "role" and "content"', item)
     extra = sorted(k for k, v in item.items() if k not in ("role", "content", "name") and v is not None)

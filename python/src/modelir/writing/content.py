@@ -14,7 +14,7 @@ from typing import Any
 from modelir.v1 import content_pb2
 from modelir.writing.arguments import ArgumentError, enum_value
 
-ContentLike = str | content_pb2.Part | bytes | os.PathLike
+ContentLike = str | content_pb2.Part | bytes | os.PathLike[str]
 
 
 _MAGIC = (
@@ -34,7 +34,9 @@ def _sniff(data: bytes) -> str | None:
     return None
 
 
-def image(source: str | bytes | os.PathLike, *, mime_type: str | None = None, field: str = "image") -> content_pb2.Part:
+def image(
+    source: str | bytes | os.PathLike[str], *, mime_type: str | None = None, field: str = "image"
+) -> content_pb2.Part:
     """An image part from a file path, raw bytes, or an http(s)/gs/data URL (the URL is passed, not fetched)."""
     if isinstance(source, bytes | bytearray):
         mime = mime_type or _sniff(bytes(source))

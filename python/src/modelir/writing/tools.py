@@ -134,7 +134,8 @@ def _type_schema(annotation: Any, field: str) -> dict[str, Any]:
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
         return {"enum": [m.value for m in annotation]}
     if isinstance(annotation, type) and hasattr(annotation, "model_json_schema"):
-        return annotation.model_json_schema()
+        schema: dict[str, Any] = annotation.model_json_schema()  # a pydantic model's (duck-typed: no import)
+        return schema
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is typing.Annotated:
         inner = _type_schema(args[0], field)
@@ -165,7 +166,9 @@ def _type_schema(annotation: Any, field: str) -> dict[str, Any]:
     )
 
 
-def tool_choice(value: Any, declared: Sequence[request_pb2.Tool] = (), *, field: str = "tool_choice"):
+def tool_choice(
+    value: Any, declared: Sequence[request_pb2.Tool] = (), *, field: str = "tool_choice"
+) -> request_pb2.ToolChoice:
     """A `ToolChoice`: `"auto"`, `"none"`, `"required"`, or the name (or function, or `Tool`) of a declared tool."""
     if isinstance(value, request_pb2.ToolChoice):
         return value
