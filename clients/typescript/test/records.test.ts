@@ -31,7 +31,9 @@ for (const [name, want] of Object.entries(manifest)) {
     }));
     assert.deepEqual(seen, want.records);
     assert.equal(file.skipped.length, want.skipped, JSON.stringify(file.skipped));
-    assert.equal(file.warnings.length > 0, want.irVersion !== IR_VERSION);
+    // A reader warns about a file of a newer minor version only (an older one holds nothing it does not know).
+    const minor = (version: string) => Number(version.split(".")[1]);
+    assert.equal(file.warnings.length > 0, minor(want.irVersion) > minor(IR_VERSION));
     // Unknown fields and enum values kept: re-serialized, each record is the writer's bytes.
     (want.recordBytes ?? []).forEach((bytes, i) => {
       assert.equal(Buffer.from(toBinary(RecordSchema, records[i]!)).toString("base64"), bytes, `record ${i}`);

@@ -21,9 +21,11 @@ fn every_record_vector_reads_as_its_manifest_says() {
         let expected = want["records"].as_array().unwrap();
         assert_eq!(records.len(), expected.len(), "{name}: records");
         assert_eq!(reader.skipped.len() as u64, want["skipped"].as_u64().unwrap(), "{name}: {:?}", reader.skipped);
+        // A reader warns about a file of a newer minor version only (an older one holds nothing it does not know).
+        let minor = |v: &str| v.split('.').nth(1).unwrap().parse::<u64>().unwrap();
         assert_eq!(
             reader.warnings.is_empty(),
-            want["irVersion"] == modelir::ir_version(),
+            minor(want["irVersion"].as_str().unwrap()) <= minor(modelir::ir_version()),
             "{name}: {:?}",
             reader.warnings
         );
