@@ -61,13 +61,14 @@ SERVERS = list(json.loads((SUITE / "servers.json").read_text()))
 # ---- servers --------------------------------------------------------------------------------------------
 
 
-def start_server(name: str) -> tuple[subprocess.Popen, str]:
-    """`modelir serve` on a free 127.0.0.1 port, configured as `servers.json` says; returns it and its address."""
-    spec = json.loads((SUITE / "servers.json").read_text())[name]
-    binary = os.environ.get("MODELIR_BIN") or str(Path(sys.executable).with_name("modelir"))
+def start_server(name: str, *, suite: Path = SUITE, binary: str | None = None) -> tuple[subprocess.Popen, str]:
+    """`modelir serve` on a free 127.0.0.1 port, configured as `servers.json` says; returns it and its address.
+    `suite` and `binary` name another release's suite and server (the cross-release tests)."""
+    spec = json.loads((suite / "servers.json").read_text())[name]
+    binary = binary or os.environ.get("MODELIR_BIN") or str(Path(sys.executable).with_name("modelir"))
     process = subprocess.Popen(
         [binary, "serve", "--host", "127.0.0.1", "--port", "0", "--grace", "0", *spec["args"]],
-        cwd=SUITE,
+        cwd=suite,
         env={**os.environ, **spec["env"]},
         stderr=subprocess.PIPE,
         text=True,
