@@ -237,12 +237,15 @@ test-client-go: client-tools
 test-client-rust: client-tools
 	cd clients/rust && cargo fmt --check && $(CLIENTS_ENV) cargo test --locked -p modelir
 
-# The Python runner of the service suite is tests/test_service_conformance.py (also part of `make test`).
+# The Python runner of the service suite is tests/test_service_conformance.py (also part of `make test`); the
+# cross-release tests replay it both ways between IR 1.0 and this release (the first run on a machine installs
+# IR 1.0.0's server, commit 968f88e, into ~/.cache/modelir/cross-release: about a minute, from PyPI).
 test-clients: gen-clients-check
 	$(MAKE) --no-print-directory test-client-typescript
 	$(MAKE) --no-print-directory test-client-go
 	$(MAKE) --no-print-directory test-client-rust
-	MODELIR_BIN=$(abspath $(VENV)/bin/modelir) $(VENV)/bin/pytest -q tests/test_service_conformance.py
+	MODELIR_BIN=$(abspath $(VENV)/bin/modelir) $(VENV)/bin/pytest -q -p no:cacheprovider \
+	  tests/test_service_conformance.py tests/test_cross_release.py tests/test_cross_release_server.py
 
 # The SDK's direct dependencies at the lowest versions `python/pyproject.toml` declares (`name>=X` installed as
 # `name==X`; what they depend on resolves as usual), in a venv of their own, with no extras: `import modelir` and the

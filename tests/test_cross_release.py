@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from google.protobuf import descriptor_pb2
 
-from tests.test_service_conformance import SUITE, differences, start_server, stop_server
+from tests.test_service_conformance import SERVERS, SUITE, differences, start_server, stop_server
 
 ROOT = Path(__file__).resolve().parent.parent
 RELEASE_1_0 = ROOT / "proto" / "baseline" / "modelir-v1.0.0.binpb"
@@ -43,15 +43,14 @@ def stubs_1_0(tmp_path_factory) -> Path:
 
 
 def test_a_1_0_client_gets_what_every_case_expects_from_this_server(stubs_1_0):
-    started = {name: start_server(name) for name in ("open", "auth")}
+    started = {name: start_server(name) for name in SERVERS}
     try:
         ran = subprocess.run(
             [
                 sys.executable,
                 str(ROOT / "tests" / "cross_release" / "old_client.py"),
                 str(SUITE / "cases"),
-                started["open"][1],
-                started["auth"][1],
+                json.dumps({name: address for name, (_, address) in started.items()}),
             ],
             env={**os.environ, "PYTHONPATH": str(stubs_1_0)},
             capture_output=True,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import jsonschema
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from modelir import ForeignArtifactError, Model, ReferenceModel, accumulate, build_request, message
 from modelir.logprobs import build as lp
 from modelir.transports.reference import logprob_table
-from modelir.v1 import content_pb2, request_pb2, response_pb2
+from modelir.v1 import content_pb2, errors_pb2, request_pb2, response_pb2
 
 SCHEMA = {
     "type": "object",
@@ -278,3 +279,28 @@ async def test_sync_twins_work_inside_and_outside_loops():
     model = Model(ReferenceModel())
     assert model.generate("x", max_output_tokens=5).choices[0].message.parts[0].text
     assert len(list(model.stream(build_request("", messages=[message("user", "x")])))) >= 3
+
+
+async def test_a_json_answer_cut_short_by_its_length_limit_is_a_soft_error_with_the_partial_output():
+    request = build_request("reference", prompt="x", max_output_tokens=4)
+    request.constraint.json_schema.schema_json = orjson.dumps(SCHEMA).decode()
+    response = await ReferenceModel().run(request)
+    assert response.choices[0].finish_reason == response_pb2.FINISH_REASON_LENGTH
+    assert _text(response)  # the partial output is kept
+    [error] = response.errors
+    assert (error.reason, error.choice_index) == (errors_pb2.ERROR_REASON_CONSTRAINT_VIOLATED, 0)
+    streamed = accumulate([event async for event in ReferenceModel().stream(request)])
+    assert list(streamed.errors) == [error]
+
+
+async def test_delay_seconds_slows_the_answer_and_every_stream_event():
+    slow = ReferenceModel(delay_seconds=0.05)
+    request = build_request("reference", prompt="x", max_output_tokens=2)
+    started = time.monotonic()
+    await slow.run(request)
+    assert time.monotonic() - started >= 0.05
+    started = time.monotonic()
+    events = [event async for event in slow.stream(request)]
+    assert time.monotonic() - started >= 0.05 * len(events)
+    with pytest.raises(ValueError):
+        ReferenceModel(delay_seconds=-1)

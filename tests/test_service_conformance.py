@@ -1,8 +1,9 @@
 """The Python runner of the service conformance suite: every case in conformance/service/cases against `modelir serve`.
 
 The same cases are replayed by the TypeScript, Go and Rust runners under clients/; the format and the comparison
-rules are in conformance/README.md. `python tests/test_service_conformance.py --record` rewrites every case's
-`expect` from a live server (only when the reference model's output changes on purpose; review the diff).
+rules are in conformance/README.md. `python tests/test_service_conformance.py --record [case ...]` rewrites the
+named cases' `expect` (every case's, when none is named) from a live server (only when the reference model's output
+changes on purpose; review the diff).
 """
 
 from __future__ import annotations
@@ -47,19 +48,27 @@ _DETAIL_TYPES = {
     "errorInfo": error_details_pb2.ErrorInfo,
     "badRequest": error_details_pb2.BadRequest,
     "unsupportedCapabilities": errors_pb2.UnsupportedCapabilities,
+    "retryInfo": error_details_pb2.RetryInfo,
 }
+# The keys a runner may put in an error answer besides `code`: an ignore path may name them even when the recorded
+# answer lacks them (a deadline's status comes from the client's timer, with no details, or from the server's).
+ERROR_KEYS = frozenset({"reason", *_DETAIL_TYPES})
+# A call's deadline when the case sets none.
+DEFAULT_DEADLINE_MS = 30_000
+SERVERS = list(json.loads((SUITE / "servers.json").read_text()))
 
 
 # ---- servers --------------------------------------------------------------------------------------------
 
 
-def start_server(name: str) -> tuple[subprocess.Popen, str]:
-    """`modelir serve` on a free 127.0.0.1 port, configured as `servers.json` says; returns it and its address."""
-    spec = json.loads((SUITE / "servers.json").read_text())[name]
-    binary = os.environ.get("MODELIR_BIN") or str(Path(sys.executable).with_name("modelir"))
+def start_server(name: str, *, suite: Path = SUITE, binary: str | None = None) -> tuple[subprocess.Popen, str]:
+    """`modelir serve` on a free 127.0.0.1 port, configured as `servers.json` says; returns it and its address.
+    `suite` and `binary` name another release's suite and server (the cross-release tests)."""
+    spec = json.loads((suite / "servers.json").read_text())[name]
+    binary = binary or os.environ.get("MODELIR_BIN") or str(Path(sys.executable).with_name("modelir"))
     process = subprocess.Popen(
         [binary, "serve", "--host", "127.0.0.1", "--port", "0", "--grace", "0", *spec["args"]],
-        cwd=SUITE,
+        cwd=suite,
         env={**os.environ, **spec["env"]},
         stderr=subprocess.PIPE,
         text=True,
@@ -119,18 +128,38 @@ def _accumulate(events: list[service_pb2.StreamGenerateResponse]) -> Any:
 
 
 def call(channel: grpc.Channel, case: dict[str, Any]) -> dict[str, Any]:
-    """Run one case; returns what happened in the shape of the case's `expect`."""
+    """Run one case; returns what happened in the shape of the case's `expect`. The case's optional keys (see
+    conformance/README.md): `token`, `deadlineMs` (the call's deadline), `repeat` (make the call that many times,
+    answer with the last) and `cancelAfterEvents` (cancel a stream from this side after that many events)."""
     request_type, streams = _RPCS[case["rpc"]]
     request = json_format.ParseDict(case["request"], request_type())
     method = getattr(service_pb2_grpc.ModelServiceStub(channel), case["rpc"])
     metadata = [("authorization", f"Bearer {case['token']}")] if "token" in case else None
-    try:
-        if streams:
-            events = list(method(request, metadata=metadata, timeout=30))
-            return {"stream": [_as_json(e) for e in events], "accumulated": _accumulate(events)}
-        return {"response": _as_json(method(request, metadata=metadata, timeout=30))}
-    except grpc.RpcError as error:
-        return {"error": _error_json(error)}
+    timeout = case.get("deadlineMs", DEFAULT_DEADLINE_MS) / 1000
+    answer: dict[str, Any] = {}
+    for _ in range(case.get("repeat", 1)):
+        events: list[service_pb2.StreamGenerateResponse] = []
+        try:
+            if not streams:
+                answer = {"response": _as_json(method(request, metadata=metadata, timeout=timeout))}
+                continue
+            stream = method(request, metadata=metadata, timeout=timeout)
+            for event in stream:
+                events.append(event)
+                if len(events) == case.get("cancelAfterEvents"):
+                    stream.cancel()  # the next read raises CANCELLED
+            answer = {"stream": [_as_json(e) for e in events], "accumulated": _accumulate(events)}
+        except grpc.RpcError as error:
+            # A stream that fails after some events answers with them too.
+            answer = {"stream": [_as_json(e) for e in events]} if events else {}
+            answer["error"] = _error_json(error)
+    return answer
+
+
+def still_serving(channel: grpc.Channel) -> bool:
+    """Whether the server answers a plain call: after a cancelled case, the next case must find it healthy."""
+    stub = service_pb2_grpc.ModelServiceStub(channel)
+    return bool(stub.GetServerInfo(service_pb2.GetServerInfoRequest(), timeout=10).ir_version)
 
 
 # ---- the comparison rules (conformance/README.md) --------------------------------------------------------
@@ -199,7 +228,7 @@ def differences(expected: Any, actual: Any, path: str = "$", ignore: frozenset[s
 @pytest.fixture(scope="module")
 def channels():
     external = external_addresses(os.environ)
-    started = {} if external else {name: start_server(name) for name in ("open", "auth")}
+    started = {} if external else {name: start_server(name) for name in SERVERS}
     addresses = external or {name: address for name, (_, address) in started.items()}
     opened = {name: grpc.insecure_channel(address) for name, address in addresses.items()}
     yield opened
@@ -218,6 +247,8 @@ def test_service_case(channels, path: Path):
     actual = call(channels[case["server"]], case)
     problems = list(differences(case["expect"], actual, ignore=frozenset(case.get("ignore", []))))
     assert not problems, "\n".join(problems)
+    if "cancelAfterEvents" in case:
+        assert still_serving(channels[case["server"]])
 
 
 def test_the_suite_covers_every_rpc_and_every_kind_of_rejection():
@@ -225,7 +256,7 @@ def test_the_suite_covers_every_rpc_and_every_kind_of_rejection():
     rpcs = {c["rpc"] for c in cases}
     assert rpcs == set(service_pb2.DESCRIPTOR.services_by_name["ModelService"].methods_by_name)
     errors = [c["expect"]["error"] for c in cases if "error" in c["expect"]]
-    assert {e["reason"] for e in errors} >= {
+    assert {e.get("reason") for e in errors} >= {
         "UNKNOWN_MODEL",
         "INVALID_REQUEST",
         "UNSUPPORTED_CAPABILITY",
@@ -234,6 +265,15 @@ def test_the_suite_covers_every_rpc_and_every_kind_of_rejection():
     assert any(e.get("unsupportedCapabilities", {}).get("limitViolations") for e in errors)
     assert any(e.get("unsupportedCapabilities", {}).get("missing") for e in errors)
     assert any("stream" in c["expect"] for c in cases)
+    # What a new implementation must also get right: soft errors, RetryInfo, deadlines and cancellation.
+    assert any(c["expect"].get("response", {}).get("response", {}).get("errors") for c in cases)
+    assert any("retryInfo" in e for e in errors)
+    assert any(e["code"] == "DEADLINE_EXCEEDED" and "deadlineMs" in c for c, e in _with_errors(cases))
+    assert any(e["code"] == "CANCELLED" and c["expect"].get("stream") for c, e in _with_errors(cases))
+
+
+def _with_errors(cases: list[dict[str, Any]]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    return ((c, c["expect"]["error"]) for c in cases if "error" in c["expect"])
 
 
 def test_the_comparison_rules():
@@ -269,7 +309,7 @@ def test_every_ignore_path_names_a_value_of_the_expected_answer():
 
     for path in CASES:
         case = json.loads(path.read_text())
-        present = set(paths(case["expect"], "$"))
+        present = set(paths(case["expect"], "$")) | (ERROR_KEYS if "error" in case["expect"] else set())
         assert set(case.get("ignore", [])) <= present, f"{path.name}: ignore paths that match nothing"
 
 
@@ -290,10 +330,11 @@ def _without_timing(value: Any) -> Any:
     return value
 
 
-def _record() -> None:
-    started = {name: start_server(name) for name in ("open", "auth")}
+def _record(names: list[str]) -> None:
+    """Rewrite the `expect` of the named cases (file stems), or of every case when none is named."""
+    started = {name: start_server(name) for name in SERVERS}
     try:
-        for path in CASES:
+        for path in [p for p in CASES if not names or p.stem in names]:
             case = json.loads(path.read_text())
             with grpc.insecure_channel(started[case["server"]][1]) as channel:
                 case["expect"] = _without_timing(call(channel, case))
@@ -305,6 +346,6 @@ def _record() -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] != ["--record"]:
+    if sys.argv[1:2] != ["--record"]:
         sys.exit(__doc__)
-    _record()
+    _record(sys.argv[2:])

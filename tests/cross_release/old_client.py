@@ -2,7 +2,10 @@
 from `proto/baseline/modelir-v1.0.0.binpb` by `tests/test_cross_release.py`): it replays the service cases that IR
 1.0 has RPCs for against an address and prints, one JSON line per case, what happened in the shape of `expect`.
 
-    PYTHONPATH=<stubs> python old_client.py <cases dir> <open address> <auth address>
+    PYTHONPATH=<stubs> python old_client.py <cases dir> '{"open": "<address>", "auth": ..., "limited": ...}'
+
+It follows the case format's runner keys as every runner does (conformance/README.md): `token`, `deadlineMs`,
+`repeat` and `cancelAfterEvents`.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ DETAILS = {
     "errorInfo": error_details_pb2.ErrorInfo,
     "badRequest": error_details_pb2.BadRequest,
     "unsupportedCapabilities": errors_pb2.UnsupportedCapabilities,
+    "retryInfo": error_details_pb2.RetryInfo,
 }
 
 
@@ -51,17 +55,24 @@ def main(cases: Path, addresses: dict[str, str]) -> None:
         request = json_format.ParseDict(case["request"], request_class())
         call = getattr(service_pb2_grpc.ModelServiceStub(channels[case["server"]]), case["rpc"])
         metadata = [("authorization", f"Bearer {case['token']}")] if "token" in case else None
-        try:
-            if method.server_streaming:
-                actual = {
-                    "stream": [json_format.MessageToDict(e) for e in call(request, metadata=metadata, timeout=30)]
-                }
-            else:
-                actual = {"response": json_format.MessageToDict(call(request, metadata=metadata, timeout=30))}
-        except grpc.RpcError as error:
-            actual = {"error": _error(error)}
+        timeout = case.get("deadlineMs", 30_000) / 1000
+        for _ in range(case.get("repeat", 1)):
+            events: list = []
+            try:
+                if method.server_streaming:
+                    stream = call(request, metadata=metadata, timeout=timeout)
+                    for event in stream:
+                        events.append(event)
+                        if len(events) == case.get("cancelAfterEvents"):
+                            stream.cancel()
+                    actual = {"stream": [json_format.MessageToDict(e) for e in events]}
+                else:
+                    actual = {"response": json_format.MessageToDict(call(request, metadata=metadata, timeout=timeout))}
+            except grpc.RpcError as error:
+                actual = {"stream": [json_format.MessageToDict(e) for e in events]} if events else {}
+                actual["error"] = _error(error)
         print(json.dumps({"case": path.stem, "actual": actual}))
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), {"open": sys.argv[2], "auth": sys.argv[3]})
+    main(Path(sys.argv[1]), json.loads(sys.argv[2]))

@@ -37,6 +37,7 @@ type choiceBuffer struct {
 	tokenIDs    []int32
 	partIndexes []int32
 	finish      *v1.ChoiceFinish
+	phase       v1.MessagePhase
 }
 
 // StreamOrderError is a stream that breaks the accumulation rules (a delta that skips a part).
@@ -96,6 +97,11 @@ func (a *Accumulator) addEnd(end *v1.StreamEnd) {
 
 func (a *Accumulator) addDelta(delta *v1.PartDelta) error {
 	choice := a.choice(delta.GetChoiceIndex())
+	// "The phase of the choice's message, on any delta once it is known; a later delta's phase replaces an earlier
+	// one. Unspecified on deltas that do not say." (IR 1.1)
+	if delta.GetPhase() != v1.MessagePhase_MESSAGE_PHASE_UNSPECIFIED {
+		choice.phase = delta.GetPhase()
+	}
 	if delta.Logprobs != nil {
 		choice.logprobs = append(choice.logprobs, delta.Logprobs)
 	}
@@ -237,7 +243,7 @@ func (a *Accumulator) Response() *v1.Response {
 		buffer := a.choices[index]
 		// "Every accumulated message has the role `ROLE_ASSISTANT`; choices are sorted by index, and a choice named
 		// only by a `ChoiceFinish` still appears."
-		choice := &v1.Choice{Index: index, Message: &v1.Message{Role: v1.Role_ROLE_ASSISTANT}}
+		choice := &v1.Choice{Index: index, Message: &v1.Message{Role: v1.Role_ROLE_ASSISTANT, Phase: buffer.phase}}
 		for _, pb := range buffer.parts {
 			choice.Message.Parts = append(choice.Message.Parts, pb.built())
 		}
@@ -254,6 +260,7 @@ func (a *Accumulator) Response() *v1.Response {
 				choice.Stop = &v1.Choice_StopTokenId{StopTokenId: stop.StopTokenId}
 			}
 			choice.OutputTokenCount, choice.ConstrainedLabel = f.OutputTokenCount, f.GetConstrainedLabel()
+			choice.NativeJson = f.GetNativeJson() // (IR 1.1)
 			// "a finish's `unattributed_token_ids` are appended last, with -1"
 			for _, id := range f.GetUnattributedTokenIds() {
 				tokenIDs, partIndexes = append(tokenIDs, id), append(partIndexes, noPart)

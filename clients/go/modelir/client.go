@@ -83,7 +83,8 @@ func (c *Client) Generate(ctx context.Context, request *v1.Request) (*v1.Respons
 	return answer.GetResponse(), FromRPC(err)
 }
 
-// Stream runs one request and yields its events; stopping early cancels the call. Accumulate folds the events.
+// Stream runs one request and yields its events; stopping early (or cancelling ctx) cancels the call, and the
+// server stops generating. Accumulate folds the events.
 func (c *Client) Stream(ctx context.Context, request *v1.Request) iter.Seq2[*v1.StreamEvent, error] {
 	return func(yield func(*v1.StreamEvent, error) bool) {
 		ctx, cancel := context.WithCancel(ctx)
@@ -130,6 +131,13 @@ func (c *Client) ListModels(ctx context.Context) ([]*v1.ModelInfo, error) {
 // Validate checks a request against its model's capabilities without running it.
 func (c *Client) Validate(ctx context.Context, request *v1.Request) (*v1.ValidateResponse, error) {
 	answer, err := c.rpc.Validate(ctx, &v1.ValidateRequest{Request: request})
+	return answer, FromRPC(err)
+}
+
+// Embed turns each input into a vector with an embedding model (IR 1.1; needs CAPABILITY_EMBEDDINGS), one
+// embedding per input, in input order.
+func (c *Client) Embed(ctx context.Context, request *v1.EmbedRequest) (*v1.EmbedResponse, error) {
+	answer, err := c.rpc.Embed(ctx, request)
 	return answer, FromRPC(err)
 }
 

@@ -45,6 +45,8 @@ type Error struct {
 	BadRequest *errdetails.BadRequest
 	// Unsupported lists every missing capability and exceeded limit, for UNSUPPORTED_CAPABILITY.
 	Unsupported *v1.UnsupportedCapabilities
+	// RetryInfo says how long to wait before retrying, when the server said (RATE_LIMITED).
+	RetryInfo *errdetails.RetryInfo
 }
 
 func (e *Error) Error() string { return "modelir: " + e.Reason + ": " + e.Message }
@@ -69,6 +71,8 @@ func FromRPC(err error) error {
 			out.BadRequest = d
 		case *v1.UnsupportedCapabilities:
 			out.Unsupported = d
+		case *errdetails.RetryInfo:
+			out.RetryInfo = d
 		}
 	}
 	return out

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -82,7 +84,9 @@ func TestRecordVectors(t *testing.T) {
 			if i != len(want.Records) || len(records.Skipped) != want.Skipped {
 				t.Errorf("%d records and %d skipped (%v), want %d and %d", i, len(records.Skipped), records.Skipped, len(want.Records), want.Skipped)
 			}
-			if (want.IRVersion != modelir.IRVersion) != (len(records.Warnings) > 0) {
+			// A reader warns about a file of a newer minor version only (an older one holds nothing it does not know).
+			minor := func(version string) int { n, _ := strconv.Atoi(strings.Split(version, ".")[1]); return n }
+			if (minor(want.IRVersion) > minor(modelir.IRVersion)) != (len(records.Warnings) > 0) {
 				t.Errorf("warnings %v for IR %s", records.Warnings, want.IRVersion)
 			}
 		})
@@ -157,6 +161,14 @@ func TestSpecRecordVectors(t *testing.T) {
 				text := ""
 				if choices := record.GetResponse().GetChoices(); len(choices) > 0 {
 					text = modelir.Text(choices[0])
+				}
+				// A record of an Embed call (IR 1.1) holds neither request nor response; this release reads its
+				// embedding typed.
+				if record.GetKey() == "embedded" {
+					values := record.GetEmbedResponse().GetEmbeddings()[0].GetValues()
+					if record.GetRequest() != nil || record.GetResponse() != nil || len(values) != 2 || values[0] != 0.6 || values[1] != -0.8 {
+						t.Errorf("the embedding record reads as %v", record)
+					}
 				}
 				if i < len(want.Records) {
 					w := want.Records[i]

@@ -29,13 +29,19 @@ import (
 var suite = func() string { p, _ := filepath.Abs("../../../conformance/service"); return p }()
 
 type serviceCase struct {
-	Description string          `json:"description"`
-	Server      string          `json:"server"`
-	RPC         string          `json:"rpc"`
-	Token       string          `json:"token"`
-	Request     json.RawMessage `json:"request"`
-	Ignore      []string        `json:"ignore"`
-	Expect      json.RawMessage `json:"expect"`
+	Description string `json:"description"`
+	Server      string `json:"server"`
+	RPC         string `json:"rpc"`
+	Token       string `json:"token"`
+	// DeadlineMs is the call's deadline (default 30 s).
+	DeadlineMs int `json:"deadlineMs"`
+	// Repeat makes the call that many times and answers with the last (the first ones spend a budget).
+	Repeat int `json:"repeat"`
+	// CancelAfterEvents cancels a stream from this side after that many events.
+	CancelAfterEvents int             `json:"cancelAfterEvents"`
+	Request           json.RawMessage `json:"request"`
+	Ignore            []string        `json:"ignore"`
+	Expect            json.RawMessage `json:"expect"`
 }
 
 var listening = regexp.MustCompile(`modelir serving .* on [\d.]+:(\d+)`)
@@ -85,9 +91,8 @@ func startServer(t *testing.T, name string) string {
 	return ""
 }
 
-// externalServers are the servers to test instead of starting `modelir serve`: MODELIR_CONFORMANCE_<NAME>=host:port
-// for each name of servers.json the implementation under test serves; nil when no address is given.
-func externalServers(t *testing.T, getenv func(string) string) map[string]string {
+// serverNames are the names of servers.json, sorted.
+func serverNames(t *testing.T) []string {
 	t.Helper()
 	var servers map[string]json.RawMessage
 	raw, err := os.ReadFile(filepath.Join(suite, "servers.json"))
@@ -97,8 +102,20 @@ func externalServers(t *testing.T, getenv func(string) string) map[string]string
 	if err != nil {
 		t.Fatal(err)
 	}
-	given := map[string]string{}
+	names := make([]string, 0, len(servers))
 	for name := range servers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// externalServers are the servers to test instead of starting `modelir serve`: MODELIR_CONFORMANCE_<NAME>=host:port
+// for each name of servers.json the implementation under test serves; nil when no address is given.
+func externalServers(t *testing.T, getenv func(string) string) map[string]string {
+	t.Helper()
+	given := map[string]string{}
+	for _, name := range serverNames(t) {
 		if address := getenv("MODELIR_CONFORMANCE_" + strings.ToUpper(name)); address != "" {
 			given[name] = address
 		}
@@ -151,11 +168,27 @@ func errorJSON(t *testing.T, err error) map[string]any {
 	if e.Unsupported != nil {
 		out["unsupportedCapabilities"] = toJSON(t, e.Unsupported)
 	}
+	if e.RetryInfo != nil {
+		out["retryInfo"] = toJSON(t, e.RetryInfo)
+	}
 	return out
 }
 
+// call makes the case's call Repeat times (default once) and returns the last answer.
 func call(t *testing.T, client *modelir.Client, c serviceCase) map[string]any {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	var answer map[string]any
+	for i := 0; i < max(c.Repeat, 1); i++ {
+		answer = callOnce(t, client, c)
+	}
+	return answer
+}
+
+func callOnce(t *testing.T, client *modelir.Client, c serviceCase) map[string]any {
+	deadline := 30 * time.Second
+	if c.DeadlineMs > 0 {
+		deadline = time.Duration(c.DeadlineMs) * time.Millisecond
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
 	var answer proto.Message
 	var err error
@@ -172,12 +205,18 @@ func call(t *testing.T, client *modelir.Client, c serviceCase) map[string]any {
 		var events []any
 		var acc modelir.Accumulator
 		for event, streamErr := range client.Stream(ctx, req.GetRequest()) {
-			if streamErr != nil {
+			if streamErr != nil { // a stream that fails after some events answers with them too
+				if len(events) > 0 {
+					return map[string]any{"stream": events, "error": errorJSON(t, streamErr)}
+				}
 				return map[string]any{"error": errorJSON(t, streamErr)}
 			}
 			events = append(events, toJSON(t, &v1.StreamGenerateResponse{Event: event}))
 			if err := acc.Add(event); err != nil {
 				t.Fatal(err)
+			}
+			if len(events) == c.CancelAfterEvents {
+				cancel() // the next read fails CANCELLED
 			}
 		}
 		return map[string]any{"stream": events, "accumulated": toJSON(t, acc.Response())}
@@ -201,6 +240,10 @@ func call(t *testing.T, client *modelir.Client, c serviceCase) map[string]any {
 		answer, err = client.Validate(ctx, req.GetRequest())
 	case "GetServerInfo":
 		answer, err = client.ServerInfo(ctx)
+	case "Embed":
+		var req v1.EmbedRequest
+		parse(t, c.Request, &req)
+		answer, err = client.Embed(ctx, &req)
 	default:
 		t.Fatalf("unknown rpc %s", c.RPC)
 	}
@@ -213,7 +256,10 @@ func call(t *testing.T, client *modelir.Client, c serviceCase) map[string]any {
 func TestServiceConformance(t *testing.T) {
 	addresses := externalServers(t, os.Getenv)
 	if addresses == nil {
-		addresses = map[string]string{"open": startServer(t, "open"), "auth": startServer(t, "auth")}
+		addresses = map[string]string{}
+		for _, name := range serverNames(t) {
+			addresses[name] = startServer(t, name)
+		}
 	}
 	files, _ := filepath.Glob(filepath.Join(suite, "cases", "*.json"))
 	sort.Strings(files)
@@ -249,6 +295,11 @@ func TestServiceConformance(t *testing.T) {
 			actual := decode(t, mustJSON(t, call(t, client, c)))
 			if problems := differences(decode(t, c.Expect), actual, "$", ignore); len(problems) > 0 {
 				t.Error(strings.Join(problems, "\n"))
+			}
+			if c.CancelAfterEvents > 0 { // after a cancelled call the server must answer the next one as usual
+				if _, err := client.ServerInfo(context.Background()); err != nil {
+					t.Errorf("the server does not answer after the cancelled call: %v", err)
+				}
 			}
 		})
 	}

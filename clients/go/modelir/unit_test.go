@@ -24,6 +24,22 @@ func TestIRVersionComesFromTheDescriptor(t *testing.T) {
 	}
 }
 
+func TestThisClientAcceptsAnyMinorOfItsMajor(t *testing.T) {
+	if modelir.IRVersion != "1.1.0" {
+		t.Fatalf("IRVersion %q, want 1.1.0", modelir.IRVersion)
+	}
+	for _, server := range []string{"1.0.0", "1.1.0", "1.4.2"} {
+		if err := modelir.CheckCompatible(server, modelir.IRVersion); err != nil {
+			t.Errorf("server %q: %v", server, err)
+		}
+	}
+	for _, server := range []string{"2.0.0", "0.9.0"} {
+		if modelir.CheckCompatible(server, modelir.IRVersion) == nil {
+			t.Errorf("server %q accepted", server)
+		}
+	}
+}
+
 func TestAnotherMajorIsRefused(t *testing.T) {
 	if err := modelir.CheckCompatible("1.9.0", "1.0.0"); err != nil {
 		t.Fatal(err)

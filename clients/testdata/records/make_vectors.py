@@ -2,9 +2,11 @@
 `.venv/bin/python clients/testdata/records/make_vectors.py`; review the diff). Each client's tests read every file
 the manifest lists and compare what their record reader yields with it.
 
-- `v1_0.{jsonl,binpb}`: records written by this SDK's `RecordWriter` (IR 1.0).
+- `v1_0.{jsonl,binpb}`: records written by the SDK's `RecordWriter` of IR 1.0 (kept as that release wrote them:
+  a later run of this script leaves them alone).
 - `torn.{jsonl,binpb}`: the same with a torn last entry (a last line without its newline; a cut-off entry).
-- `newer.{jsonl,binpb}`: a simulated newer writer (IR 1.1.0): its header's descriptor set gives `Record` a field
+- `newer.{jsonl,binpb}`: a simulated newer writer (one minor version past this release, e.g. IR 1.2.0 while this
+  release is IR 1.1.0): its header's descriptor set gives `Record` a field
   this release does not have (`string note = 100`) and one record has a status this release does not know (99).
   A reader keeps both: re-serialized, each record equals the writer's bytes (`recordBytes`, base64).
 """
@@ -16,10 +18,14 @@ import json
 from pathlib import Path
 
 from google.protobuf import descriptor_pb2, json_format
+from modelir import IR_VERSION
 from modelir.records import files
 from modelir.v1 import record_pb2
 
 HERE = Path(__file__).resolve().parent
+# The simulated newer writer's version: one minor version past this release, so that every reader warns about it.
+_MAJOR, _MINOR, _ = (int(n) for n in IR_VERSION.split("."))
+NEWER = f"{_MAJOR}.{_MINOR + 1}.0"
 RECORDS = [
     {
         "key": "a",
@@ -42,9 +48,9 @@ def _write(path: Path, records: list[dict], torn: bool) -> None:
 
 
 def _newer(path: Path) -> list[str]:
-    """A file as a 1.1 writer with one more `Record` field would write it; returns each record's bytes."""
+    """A file as a newer writer with one more `Record` field would write it; returns each record's bytes."""
     header = record_pb2.RecordHeader(
-        ir_version="1.1.0", sdk_version="vector", ir_descriptor_set=files.ir_descriptor_set()
+        ir_version=NEWER, sdk_version="vector", ir_descriptor_set=files.ir_descriptor_set()
     )
     header.create_time.FromSeconds(1_800_000_000)
     fds = descriptor_pb2.FileDescriptorSet.FromString(header.ir_descriptor_set)
@@ -59,7 +65,7 @@ def _newer(path: Path) -> list[str]:
     )
     header.ir_descriptor_set = fds.SerializeToString()
     entry_class = files.message_class(header, "modelir.v1.RecordFileEntry")
-    newer = [dict(RECORDS[0], note="a field of IR 1.1"), dict(RECORDS[1], status=99)]
+    newer = [dict(RECORDS[0], note=f"a field of IR {NEWER}"), dict(RECORDS[1], status=99)]
     first = entry_class()
     first.header.ParseFromString(header.SerializeToString())
     entries = [first] + [json_format.ParseDict({"record": r}, entry_class()) for r in newer]
@@ -80,14 +86,15 @@ def _expected(records: list[dict]) -> list[dict]:
 def main() -> None:
     manifest: dict[str, dict] = {}
     for suffix in ("jsonl", "binpb"):
-        _write(HERE / f"v1_0.{suffix}", RECORDS, torn=False)
+        for name, torn in (("v1_0", False), ("torn", True)):
+            if not (HERE / f"{name}.{suffix}").exists():  # IR 1.0's files stay as IR 1.0 wrote them
+                _write(HERE / f"{name}.{suffix}", RECORDS, torn=torn)
         manifest[f"v1_0.{suffix}"] = {"irVersion": "1.0.0", "records": _expected(RECORDS), "skipped": 0}
-        _write(HERE / f"torn.{suffix}", RECORDS, torn=True)
         manifest[f"torn.{suffix}"] = {"irVersion": "1.0.0", "records": _expected(RECORDS[:2]), "skipped": 1}
         record_bytes = _newer(HERE / f"newer.{suffix}")
         newer = [dict(RECORDS[0]), dict(RECORDS[1], status=99)]
         manifest[f"newer.{suffix}"] = {
-            "irVersion": "1.1.0",
+            "irVersion": NEWER,
             "records": _expected(newer),
             "skipped": 0,
             "recordBytes": record_bytes,

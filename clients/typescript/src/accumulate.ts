@@ -2,6 +2,7 @@
 // comment of `StreamEvent` (stream.proto), which are normative; each rule's line is quoted where it is applied.
 import { clone, create } from "@bufbuild/protobuf";
 import {
+  MessagePhase,
   MessageSchema,
   PartSchema,
   ReasoningSchema,
@@ -19,6 +20,7 @@ interface ChoiceBuffer {
   tokenIds: number[];
   partIndexes: number[];
   finish?: ChoiceFinish;
+  phase?: MessagePhase;
 }
 
 /** The part index of a token of no part (a finish's unattributed tokens, a delta's with `part_index` -1). */
@@ -108,6 +110,9 @@ export class StreamAccumulator {
 
   private addDelta(delta: PartDelta): void {
     const choice = this.choice(delta.choiceIndex);
+    // "The phase of the choice's message, on any delta once it is known; a later delta's phase replaces an
+    // earlier one. Unspecified on deltas that do not say." (IR 1.1)
+    if (delta.phase !== MessagePhase.UNSPECIFIED) choice.phase = delta.phase;
     if (delta.logprobs) choice.logprobs.push(delta.logprobs);
     const content = delta.content;
     // "A delta with no content, artifacts, citations or item id only carries logprobs or token ids and starts no
@@ -208,6 +213,7 @@ export class StreamAccumulator {
         message: create(MessageSchema, {
           role: Role.ASSISTANT,
           parts: buffer.parts.map((p) => clone(PartSchema, p)),
+          phase: buffer.phase,
         }),
         finishReason: finish?.finishReason,
         rawFinishReason: finish?.rawFinishReason,
@@ -219,6 +225,7 @@ export class StreamAccumulator {
           : undefined,
         outputTokenCount: finish?.outputTokenCount,
         constrainedLabel: finish?.constrainedLabel,
+        nativeJson: finish?.nativeJson, // (IR 1.1)
       });
     });
     return out;

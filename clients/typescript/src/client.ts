@@ -2,6 +2,7 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { EmbedRequestSchema, type EmbedResponse } from "./gen/modelir/v1/embedding_pb";
 import type { RequestSchema } from "./gen/modelir/v1/request_pb";
 import type { Response } from "./gen/modelir/v1/response_pb";
 import {
@@ -18,11 +19,12 @@ import { checkCompatible } from "./version";
 
 export type RequestInit = MessageInitShape<typeof RequestSchema>;
 export type TokenizeInit = MessageInitShape<typeof TokenizeRequestSchema>;
+export type EmbedInit = MessageInitShape<typeof EmbedRequestSchema>;
 
 export interface ClientOptions {
   /** A bearer token, sent as `authorization: Bearer <token>` on every call. */
   token?: string;
-  /** A deadline for each unary call, in milliseconds. */
+  /** A deadline for each call (unary or stream), in milliseconds; a call past it fails `DEADLINE_EXCEEDED`. */
   timeoutMs?: number;
 }
 
@@ -76,10 +78,13 @@ export class ModelirClient {
     return answer.response;
   }
 
-  /** Runs one request and yields its stream events; `accumulate` folds them into the unary response. */
+  /**
+   * Runs one request and yields its stream events; `accumulate` folds them into the unary response. Aborting
+   * `signal` (or leaving the loop early) cancels the call: the server stops generating.
+   */
   async *stream(request: RequestInit, signal?: AbortSignal): AsyncGenerator<StreamEvent> {
     try {
-      for await (const message of this.rpc.streamGenerate({ request }, { signal })) {
+      for await (const message of this.rpc.streamGenerate({ request }, { signal, timeoutMs: this.timeoutMs })) {
         if (message.event) yield message.event;
       }
     } catch (error) {
@@ -111,6 +116,11 @@ export class ModelirClient {
   /** The server's IR version, its own version and its transports. */
   serverInfo(): Promise<GetServerInfoResponse> {
     return typed(this.rpc.getServerInfo({}, { timeoutMs: this.timeoutMs }));
+  }
+
+  /** Embeds each input with an embedding model (IR 1.1; needs `CAPABILITY_EMBEDDINGS`), one vector per input. */
+  embed(request: EmbedInit): Promise<EmbedResponse> {
+    return typed(this.rpc.embed(create(EmbedRequestSchema, request), { timeoutMs: this.timeoutMs }));
   }
 
   /** Closes the HTTP/2 connection. */

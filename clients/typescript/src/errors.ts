@@ -1,6 +1,13 @@
 // Typed errors, decoded from the rich gRPC status (`grpc-status-details-bin`) the server sends.
 import { Code, ConnectError } from "@connectrpc/connect";
-import { BadRequestSchema, ErrorInfoSchema, type BadRequest, type ErrorInfo } from "./gen/google/rpc/error_details_pb";
+import {
+  BadRequestSchema,
+  ErrorInfoSchema,
+  RetryInfoSchema,
+  type BadRequest,
+  type ErrorInfo,
+  type RetryInfo,
+} from "./gen/google/rpc/error_details_pb";
 import { UnsupportedCapabilitiesSchema, type UnsupportedCapabilities } from "./gen/modelir/v1/errors_pb";
 
 /** The `ErrorInfo.domain` of every error modelir raises. */
@@ -24,6 +31,8 @@ export class ModelirError extends Error {
   readonly badRequest?: BadRequest;
   /** Every missing capability and exceeded limit, for `UNSUPPORTED_CAPABILITY`. */
   readonly unsupported?: UnsupportedCapabilities;
+  /** How long to wait before retrying, when the server said (a rate limit: `RATE_LIMITED`). */
+  readonly retryInfo?: RetryInfo;
 
   constructor(cause: ConnectError) {
     super(cause.rawMessage, { cause });
@@ -32,6 +41,7 @@ export class ModelirError extends Error {
     this.errorInfo = cause.findDetails(ErrorInfoSchema).find((info) => info.domain === ERROR_DOMAIN);
     this.badRequest = cause.findDetails(BadRequestSchema)[0];
     this.unsupported = cause.findDetails(UnsupportedCapabilitiesSchema)[0];
+    this.retryInfo = cause.findDetails(RetryInfoSchema)[0];
     this.reason = this.errorInfo?.reason ?? GRPC_CODE_NAMES[cause.code] ?? "UNKNOWN";
   }
 

@@ -7,6 +7,7 @@ export * from "./version";
 export * from "./records";
 export * from "./gen/modelir/v1/capabilities_pb";
 export * from "./gen/modelir/v1/content_pb";
+export * from "./gen/modelir/v1/embedding_pb";
 export * from "./gen/modelir/v1/errors_pb";
 export * from "./gen/modelir/v1/logprobs_pb";
 export * from "./gen/modelir/v1/record_pb";

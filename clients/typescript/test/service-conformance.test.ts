@@ -12,6 +12,8 @@ import {
   accumulate,
   DetokenizeRequestSchema,
   DetokenizeResponseSchema,
+  EmbedRequestSchema,
+  EmbedResponseSchema,
   GenerateRequestSchema,
   GenerateResponseSchema,
   GetServerInfoResponseSchema,
@@ -21,13 +23,14 @@ import {
   ModelirError,
   StreamGenerateRequestSchema,
   StreamGenerateResponseSchema,
+  type StreamEvent,
   TokenizeRequestSchema,
   TokenizeResponseSchema,
   UnsupportedCapabilitiesSchema,
   ValidateRequestSchema,
   ValidateResponseSchema,
 } from "../src/index";
-import { BadRequestSchema, ErrorInfoSchema } from "../src/gen/google/rpc/error_details_pb";
+import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "../src/gen/google/rpc/error_details_pb";
 import { answerPath, differences } from "./compare";
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
@@ -39,6 +42,12 @@ interface Case {
   server: string;
   rpc: string;
   token?: string;
+  /** The call's deadline (default 30 s). */
+  deadlineMs?: number;
+  /** Make the call this many times and answer with the last (the first ones spend a budget). */
+  repeat?: number;
+  /** Cancel the stream from this side after this many events. */
+  cancelAfterEvents?: number;
   request: JsonValue;
   ignore?: string[];
   expect: Record<string, JsonValue>;
@@ -72,10 +81,14 @@ function errorJson(error: unknown): JsonValue {
   }
   if (error.badRequest) out.badRequest = toJson(BadRequestSchema, error.badRequest);
   if (error.unsupported) out.unsupportedCapabilities = toJson(UnsupportedCapabilitiesSchema, error.unsupported);
+  if (error.retryInfo) out.retryInfo = toJson(RetryInfoSchema, error.retryInfo);
   return out;
 }
 
-async function call(client: ModelirClient, c: Case): Promise<Record<string, JsonValue>> {
+async function callOnce(client: ModelirClient, c: Case): Promise<Record<string, JsonValue>> {
+  const events: StreamEvent[] = [];
+  const toEvent = (event: StreamEvent) =>
+    toJson(StreamGenerateResponseSchema, create(StreamGenerateResponseSchema, { event }));
   try {
     switch (c.rpc) {
       case "Generate": {
@@ -83,12 +96,13 @@ async function call(client: ModelirClient, c: Case): Promise<Record<string, Json
         return { response: toJson(GenerateResponseSchema, create(GenerateResponseSchema, { response })) };
       }
       case "StreamGenerate": {
-        const events = [];
-        for await (const event of client.stream(fromJson(StreamGenerateRequestSchema, c.request).request!)) {
+        const cancel = new AbortController();
+        for await (const event of client.stream(fromJson(StreamGenerateRequestSchema, c.request).request!, cancel.signal)) {
           events.push(event);
+          if (events.length === c.cancelAfterEvents) cancel.abort(); // the next read fails CANCELLED
         }
         return {
-          stream: events.map((event) => toJson(StreamGenerateResponseSchema, create(StreamGenerateResponseSchema, { event }))),
+          stream: events.map(toEvent),
           accumulated: toJson(GenerateResponseSchema.fields[0]!.message!, await accumulate(events)),
         };
       }
@@ -105,11 +119,21 @@ async function call(client: ModelirClient, c: Case): Promise<Record<string, Json
         return { response: toJson(ValidateResponseSchema, await client.validate(fromJson(ValidateRequestSchema, c.request).request!)) };
       case "GetServerInfo":
         return { response: toJson(GetServerInfoResponseSchema, await client.serverInfo()) };
+      case "Embed":
+        return { response: toJson(EmbedResponseSchema, await client.embed(fromJson(EmbedRequestSchema, c.request))) };
     }
     throw new Error(`unknown rpc ${c.rpc}`);
   } catch (error) {
-    return { error: errorJson(error) };
+    // A stream that fails after some events answers with them too.
+    return events.length > 0 ? { stream: events.map(toEvent), error: errorJson(error) } : { error: errorJson(error) };
   }
+}
+
+/** One case's answer: the call made `repeat` times (default once), the last answer kept. */
+async function call(client: ModelirClient, c: Case): Promise<Record<string, JsonValue>> {
+  let answer: Record<string, JsonValue> = {};
+  for (let i = 0; i < (c.repeat ?? 1); i++) answer = await callOnce(client, c);
+  return answer;
 }
 
 /**
@@ -131,7 +155,7 @@ const servers: Record<string, { process?: ChildProcess; url: string }> = {};
 before(async () => {
   const external = externalServers(process.env);
   if (external) for (const [name, url] of Object.entries(external)) servers[name] = { url };
-  else for (const name of ["open", "auth"]) servers[name] = await startServer(name);
+  else for (const name of Object.keys(JSON.parse(readFileSync(join(SUITE, "servers.json"), "utf8")))) servers[name] = await startServer(name);
 });
 after(() => {
   for (const { process } of Object.values(servers)) process?.kill("SIGTERM");
@@ -142,10 +166,12 @@ for (const file of readdirSync(casesDir).filter((f) => f.endsWith(".json")).sort
   test(`service case ${file}`, async (t) => {
     const c: Case = JSON.parse(readFileSync(join(casesDir, file), "utf8"));
     if (!servers[c.server]) return t.skip(`no address given for the ${c.server} server`);
-    const client = new ModelirClient(servers[c.server]!.url, { token: c.token, timeoutMs: 30_000 });
+    const client = new ModelirClient(servers[c.server]!.url, { token: c.token, timeoutMs: c.deadlineMs ?? 30_000 });
     try {
       const problems = differences(c.expect, await call(client, c), "$", new Set(c.ignore ?? []));
       assert.deepEqual(problems, [], problems.join("\n"));
+      // After a cancelled call the server must answer the next one as usual.
+      if (c.cancelAfterEvents !== undefined) assert.ok((await client.serverInfo()).irVersion);
     } finally {
       client.close();
     }

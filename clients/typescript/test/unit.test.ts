@@ -33,6 +33,12 @@ test("the IR version is read from the generated descriptor", () => {
   assert.match(IR_VERSION, /^\d+\.\d+\.\d+$/);
 });
 
+test("this client (IR 1.1) accepts a server of IR 1.0 or of a later 1.x, and refuses another major", () => {
+  assert.equal(IR_VERSION, "1.1.0");
+  for (const server of ["1.0.0", "1.1.0", "1.4.2"]) checkCompatible(server);
+  for (const server of ["2.0.0", "0.9.0"]) assert.throws(() => checkCompatible(server), IncompatibleServerError);
+});
+
 test("a server of another major version is refused with a clear error, the same major is accepted", () => {
   checkCompatible("1.7.2", "1.0.0");
   assert.throws(() => checkCompatible("2.0.0", "1.0.0"), (e: unknown) => {

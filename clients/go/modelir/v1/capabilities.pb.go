@@ -134,6 +134,16 @@ const (
 	// Replaying provider-run tool calls and their results, and provider parts, to their issuer
 	// (`Part.server_tool_call`, `Part.server_tool_result`, `Part.provider_part` in the input).
 	Capability_CAPABILITY_SERVER_TOOL_REPLAY Capability = 50
+	// Embedding inputs as vectors (the `Embed` RPC, `EmbedRequest`). Added in IR 1.1.
+	Capability_CAPABILITY_EMBEDDINGS Capability = 51
+	// Choosing the provider's service tier (`Request.service_tier`). Added in IR 1.1.
+	Capability_CAPABILITY_SERVICE_TIER Capability = 52
+	// A scheduling priority other than the default (`Request.priority`). Added in IR 1.1.
+	Capability_CAPABILITY_PRIORITY Capability = 53
+	// Running the request with a fine-tuned adapter loaded on the engine (`Request.adapter`). Added in IR 1.1.
+	Capability_CAPABILITY_ADAPTERS Capability = 54
+	// The reasoning level above high (`REASONING_EFFORT_XHIGH`). Added in IR 1.1.
+	Capability_CAPABILITY_REASONING_EFFORT_XHIGH Capability = 55
 )
 
 // Enum value maps for Capability.
@@ -190,6 +200,11 @@ var (
 		48: "CAPABILITY_CONSTRAINT_JSON_OBJECT",
 		49: "CAPABILITY_TOKENIZE_CONVERSATION",
 		50: "CAPABILITY_SERVER_TOOL_REPLAY",
+		51: "CAPABILITY_EMBEDDINGS",
+		52: "CAPABILITY_SERVICE_TIER",
+		53: "CAPABILITY_PRIORITY",
+		54: "CAPABILITY_ADAPTERS",
+		55: "CAPABILITY_REASONING_EFFORT_XHIGH",
 	}
 	Capability_value = map[string]int32{
 		"CAPABILITY_UNSPECIFIED":                  0,
@@ -243,6 +258,11 @@ var (
 		"CAPABILITY_CONSTRAINT_JSON_OBJECT":       48,
 		"CAPABILITY_TOKENIZE_CONVERSATION":        49,
 		"CAPABILITY_SERVER_TOOL_REPLAY":           50,
+		"CAPABILITY_EMBEDDINGS":                   51,
+		"CAPABILITY_SERVICE_TIER":                 52,
+		"CAPABILITY_PRIORITY":                     53,
+		"CAPABILITY_ADAPTERS":                     54,
+		"CAPABILITY_REASONING_EFFORT_XHIGH":       55,
 	}
 )
 
@@ -607,7 +627,7 @@ const file_modelir_v1_capabilities_proto_rawDesc = "" +
 	"\fbos_token_id\x18\x02 \x01(\x05H\x00R\n" +
 	"bosTokenId\x88\x01\x01\x12\"\n" +
 	"\reos_token_ids\x18\x03 \x03(\x05R\veosTokenIdsB\x0f\n" +
-	"\r_bos_token_id*\xa4\f\n" +
+	"\r_bos_token_id*\xb5\r\n" +
 	"\n" +
 	"Capability\x12\x1a\n" +
 	"\x16CAPABILITY_UNSPECIFIED\x10\x00\x12\x19\n" +
@@ -661,7 +681,12 @@ const file_modelir_v1_capabilities_proto_rawDesc = "" +
 	"\x19CAPABILITY_CACHED_CONTENT\x10/\x12%\n" +
 	"!CAPABILITY_CONSTRAINT_JSON_OBJECT\x100\x12$\n" +
 	" CAPABILITY_TOKENIZE_CONVERSATION\x101\x12!\n" +
-	"\x1dCAPABILITY_SERVER_TOOL_REPLAY\x102Bx\n" +
+	"\x1dCAPABILITY_SERVER_TOOL_REPLAY\x102\x12\x19\n" +
+	"\x15CAPABILITY_EMBEDDINGS\x103\x12\x1b\n" +
+	"\x17CAPABILITY_SERVICE_TIER\x104\x12\x17\n" +
+	"\x13CAPABILITY_PRIORITY\x105\x12\x17\n" +
+	"\x13CAPABILITY_ADAPTERS\x106\x12%\n" +
+	"!CAPABILITY_REASONING_EFFORT_XHIGH\x107Bx\n" +
 	"\x0edev.modelir.v1B\x11CapabilitiesProtoP\x01Z#modelir.dev/go/modelir/v1;modelirv1\xa2\x02\x03MXX\xaa\x02\n" +
 	"Modelir.V1\xca\x02\n" +
 	"Modelir\\V1\xea\x02\vModelir::V1b\x06proto3"

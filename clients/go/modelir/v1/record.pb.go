@@ -95,7 +95,14 @@ type Record struct {
 	// Why the call failed, when `status` is failed.
 	Failure *ResponseError `protobuf:"bytes,5,opt,name=failure,proto3" json:"failure,omitempty"`
 	// Where the record came from. Never holds credentials.
-	Provenance    *Provenance `protobuf:"bytes,6,opt,name=provenance,proto3" json:"provenance,omitempty"`
+	Provenance *Provenance `protobuf:"bytes,6,opt,name=provenance,proto3" json:"provenance,omitempty"`
+	// The embedding request, when the record is of an `Embed` call (then `request` and `response` are unset). Added
+	// in IR 1.1: a record may hold neither `request` nor `response`, and a reader of IR 1.0 reads such a record as
+	// its key, status, failure and provenance, with no request (it keeps this field as an unknown field in binary,
+	// and ignores it in JSON).
+	EmbedRequest *EmbedRequest `protobuf:"bytes,7,opt,name=embed_request,json=embedRequest,proto3" json:"embed_request,omitempty"`
+	// The embedding response, when the record is of an `Embed` call that returned one. Added in IR 1.1.
+	EmbedResponse *EmbedResponse `protobuf:"bytes,8,opt,name=embed_response,json=embedResponse,proto3" json:"embed_response,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -168,6 +175,20 @@ func (x *Record) GetFailure() *ResponseError {
 func (x *Record) GetProvenance() *Provenance {
 	if x != nil {
 		return x.Provenance
+	}
+	return nil
+}
+
+func (x *Record) GetEmbedRequest() *EmbedRequest {
+	if x != nil {
+		return x.EmbedRequest
+	}
+	return nil
+}
+
+func (x *Record) GetEmbedResponse() *EmbedResponse {
+	if x != nil {
+		return x.EmbedResponse
 	}
 	return nil
 }
@@ -497,7 +518,7 @@ var File_modelir_v1_record_proto protoreflect.FileDescriptor
 const file_modelir_v1_record_proto_rawDesc = "" +
 	"\n" +
 	"\x17modelir/v1/record.proto\x12\n" +
-	"modelir.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17modelir/v1/errors.proto\x1a\x18modelir/v1/request.proto\x1a\x19modelir/v1/response.proto\"\x9a\x02\n" +
+	"modelir.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1amodelir/v1/embedding.proto\x1a\x17modelir/v1/errors.proto\x1a\x18modelir/v1/request.proto\x1a\x19modelir/v1/response.proto\"\x9b\x03\n" +
 	"\x06Record\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12-\n" +
 	"\arequest\x18\x02 \x01(\v2\x13.modelir.v1.RequestR\arequest\x120\n" +
@@ -506,7 +527,9 @@ const file_modelir_v1_record_proto_rawDesc = "" +
 	"\afailure\x18\x05 \x01(\v2\x19.modelir.v1.ResponseErrorR\afailure\x126\n" +
 	"\n" +
 	"provenance\x18\x06 \x01(\v2\x16.modelir.v1.ProvenanceR\n" +
-	"provenance\"\xe4\x03\n" +
+	"provenance\x12=\n" +
+	"\rembed_request\x18\a \x01(\v2\x18.modelir.v1.EmbedRequestR\fembedRequest\x12@\n" +
+	"\x0eembed_response\x18\b \x01(\v2\x19.modelir.v1.EmbedResponseR\rembedResponse\"\xe4\x03\n" +
 	"\n" +
 	"Provenance\x12\x1d\n" +
 	"\n" +
@@ -574,7 +597,9 @@ var file_modelir_v1_record_proto_goTypes = []any{
 	(*Request)(nil),               // 6: modelir.v1.Request
 	(*Response)(nil),              // 7: modelir.v1.Response
 	(*ResponseError)(nil),         // 8: modelir.v1.ResponseError
-	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
+	(*EmbedRequest)(nil),          // 9: modelir.v1.EmbedRequest
+	(*EmbedResponse)(nil),         // 10: modelir.v1.EmbedResponse
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
 }
 var file_modelir_v1_record_proto_depIdxs = []int32{
 	6,  // 0: modelir.v1.Record.request:type_name -> modelir.v1.Request
@@ -582,17 +607,19 @@ var file_modelir_v1_record_proto_depIdxs = []int32{
 	0,  // 2: modelir.v1.Record.status:type_name -> modelir.v1.RecordStatus
 	8,  // 3: modelir.v1.Record.failure:type_name -> modelir.v1.ResponseError
 	2,  // 4: modelir.v1.Record.provenance:type_name -> modelir.v1.Provenance
-	9,  // 5: modelir.v1.Provenance.start_time:type_name -> google.protobuf.Timestamp
-	9,  // 6: modelir.v1.Provenance.end_time:type_name -> google.protobuf.Timestamp
-	9,  // 7: modelir.v1.RecordHeader.create_time:type_name -> google.protobuf.Timestamp
-	5,  // 8: modelir.v1.RecordHeader.run_metadata:type_name -> modelir.v1.RecordHeader.RunMetadataEntry
-	3,  // 9: modelir.v1.RecordFileEntry.header:type_name -> modelir.v1.RecordHeader
-	1,  // 10: modelir.v1.RecordFileEntry.record:type_name -> modelir.v1.Record
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	9,  // 5: modelir.v1.Record.embed_request:type_name -> modelir.v1.EmbedRequest
+	10, // 6: modelir.v1.Record.embed_response:type_name -> modelir.v1.EmbedResponse
+	11, // 7: modelir.v1.Provenance.start_time:type_name -> google.protobuf.Timestamp
+	11, // 8: modelir.v1.Provenance.end_time:type_name -> google.protobuf.Timestamp
+	11, // 9: modelir.v1.RecordHeader.create_time:type_name -> google.protobuf.Timestamp
+	5,  // 10: modelir.v1.RecordHeader.run_metadata:type_name -> modelir.v1.RecordHeader.RunMetadataEntry
+	3,  // 11: modelir.v1.RecordFileEntry.header:type_name -> modelir.v1.RecordHeader
+	1,  // 12: modelir.v1.RecordFileEntry.record:type_name -> modelir.v1.Record
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_modelir_v1_record_proto_init() }
@@ -600,6 +627,7 @@ func file_modelir_v1_record_proto_init() {
 	if File_modelir_v1_record_proto != nil {
 		return
 	}
+	file_modelir_v1_embedding_proto_init()
 	file_modelir_v1_errors_proto_init()
 	file_modelir_v1_request_proto_init()
 	file_modelir_v1_response_proto_init()

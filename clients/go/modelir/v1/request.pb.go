@@ -136,7 +136,8 @@ func (ToolChoiceMode) EnumDescriptor() ([]byte, []int) {
 	return file_modelir_v1_request_proto_rawDescGZIP(), []int{1}
 }
 
-// How hard a model should reason, as a level. A closed enum.
+// How hard a model should reason, as a level. A closed enum: a receiver rejects a value it does not know (a request
+// it cannot honour is never run at another level).
 type ReasoningEffort int32
 
 const (
@@ -152,6 +153,10 @@ const (
 	ReasoningEffort_REASONING_EFFORT_MEDIUM ReasoningEffort = 4
 	// A lot of reasoning.
 	ReasoningEffort_REASONING_EFFORT_HIGH ReasoningEffort = 5
+	// More reasoning than high, where the model offers it (OpenAI `xhigh`). Needs
+	// `CAPABILITY_REASONING_EFFORT_XHIGH`; a receiver of IR 1.0 rejects it as an unknown value, never lowers it to
+	// another level. Added in IR 1.1.
+	ReasoningEffort_REASONING_EFFORT_XHIGH ReasoningEffort = 6
 )
 
 // Enum value maps for ReasoningEffort.
@@ -163,6 +168,7 @@ var (
 		3: "REASONING_EFFORT_LOW",
 		4: "REASONING_EFFORT_MEDIUM",
 		5: "REASONING_EFFORT_HIGH",
+		6: "REASONING_EFFORT_XHIGH",
 	}
 	ReasoningEffort_value = map[string]int32{
 		"REASONING_EFFORT_UNSPECIFIED": 0,
@@ -171,6 +177,7 @@ var (
 		"REASONING_EFFORT_LOW":         3,
 		"REASONING_EFFORT_MEDIUM":      4,
 		"REASONING_EFFORT_HIGH":        5,
+		"REASONING_EFFORT_XHIGH":       6,
 	}
 )
 
@@ -424,8 +431,21 @@ type Request struct {
 	// When true (with `include_raw`), the response's raw exchange also keeps the lowered native request body as
 	// sent (credentials are never in a body). Off by default.
 	IncludeLoweredRequest bool `protobuf:"varint,20,opt,name=include_lowered_request,json=includeLoweredRequest,proto3" json:"include_lowered_request,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// The provider's service tier to run the request on (OpenAI `service_tier`: `auto`, `default`, `flex`,
+	// `priority`; Anthropic `service_tier`: `auto`, `standard_only`). An open vocabulary, sent verbatim; empty means
+	// the provider's default. The tier that actually served the request is `Response.service_tier`. Needs
+	// `CAPABILITY_SERVICE_TIER`. Added in IR 1.1.
+	ServiceTier string `protobuf:"bytes,21,opt,name=service_tier,json=serviceTier,proto3" json:"service_tier,omitempty"`
+	// The scheduling priority of the request among the engine's waiting requests (vLLM and SGLang `priority`: a
+	// lower value is handled earlier). Zero is the engine's default. Needs `CAPABILITY_PRIORITY` when not zero.
+	// Added in IR 1.1.
+	Priority int32 `protobuf:"varint,22,opt,name=priority,proto3" json:"priority,omitempty"`
+	// The name of a fine-tuned adapter (a LoRA adapter) loaded on the engine, to run the request with instead of
+	// the bare base model (vLLM: the adapter's name in the `model` field; SGLang: `lora_path`). Empty means the
+	// base model. Needs `CAPABILITY_ADAPTERS`. Added in IR 1.1.
+	Adapter       string `protobuf:"bytes,23,opt,name=adapter,proto3" json:"adapter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Request) Reset() {
@@ -609,6 +629,27 @@ func (x *Request) GetIncludeLoweredRequest() bool {
 		return x.IncludeLoweredRequest
 	}
 	return false
+}
+
+func (x *Request) GetServiceTier() string {
+	if x != nil {
+		return x.ServiceTier
+	}
+	return ""
+}
+
+func (x *Request) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *Request) GetAdapter() string {
+	if x != nil {
+		return x.Adapter
+	}
+	return ""
 }
 
 type isRequest_Input interface {
@@ -2004,7 +2045,7 @@ var File_modelir_v1_request_proto protoreflect.FileDescriptor
 const file_modelir_v1_request_proto_rawDesc = "" +
 	"\n" +
 	"\x18modelir/v1/request.proto\x12\n" +
-	"modelir.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x18modelir/v1/content.proto\x1a\x19modelir/v1/logprobs.proto\"\xc5\b\n" +
+	"modelir.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x18modelir/v1/content.proto\x1a\x19modelir/v1/logprobs.proto\"\x9e\t\n" +
 	"\aRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x18\n" +
 	"\x06prompt\x18\x02 \x01(\tH\x00R\x06prompt\x12>\n" +
@@ -2030,7 +2071,10 @@ const file_modelir_v1_request_proto_rawDesc = "" +
 	"includeRaw\x12A\n" +
 	"\x11output_modalities\x18\x12 \x03(\x0e2\x14.modelir.v1.ModalityR\x10outputModalities\x12%\n" +
 	"\x0ecached_content\x18\x13 \x01(\tR\rcachedContent\x126\n" +
-	"\x17include_lowered_request\x18\x14 \x01(\bR\x15includeLoweredRequestB\a\n" +
+	"\x17include_lowered_request\x18\x14 \x01(\bR\x15includeLoweredRequest\x12!\n" +
+	"\fservice_tier\x18\x15 \x01(\tR\vserviceTier\x12\x1a\n" +
+	"\bpriority\x18\x16 \x01(\x05R\bpriority\x12\x18\n" +
+	"\aadapter\x18\x17 \x01(\tR\aadapterB\a\n" +
 	"\x05input\"?\n" +
 	"\fConversation\x12/\n" +
 	"\bmessages\x18\x01 \x03(\v2\x13.modelir.v1.MessageR\bmessages\"\x1c\n" +
@@ -2142,14 +2186,15 @@ const file_modelir_v1_request_proto_rawDesc = "" +
 	"\x1cTOOL_CHOICE_MODE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15TOOL_CHOICE_MODE_AUTO\x10\x01\x12\x19\n" +
 	"\x15TOOL_CHOICE_MODE_NONE\x10\x02\x12\x1d\n" +
-	"\x19TOOL_CHOICE_MODE_REQUIRED\x10\x03*\xbe\x01\n" +
+	"\x19TOOL_CHOICE_MODE_REQUIRED\x10\x03*\xda\x01\n" +
 	"\x0fReasoningEffort\x12 \n" +
 	"\x1cREASONING_EFFORT_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15REASONING_EFFORT_NONE\x10\x01\x12\x1c\n" +
 	"\x18REASONING_EFFORT_MINIMAL\x10\x02\x12\x18\n" +
 	"\x14REASONING_EFFORT_LOW\x10\x03\x12\x1b\n" +
 	"\x17REASONING_EFFORT_MEDIUM\x10\x04\x12\x19\n" +
-	"\x15REASONING_EFFORT_HIGH\x10\x05*\x90\x01\n" +
+	"\x15REASONING_EFFORT_HIGH\x10\x05\x12\x1a\n" +
+	"\x16REASONING_EFFORT_XHIGH\x10\x06*\x90\x01\n" +
 	"\x10ReasoningSummary\x12!\n" +
 	"\x1dREASONING_SUMMARY_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16REASONING_SUMMARY_AUTO\x10\x01\x12\x1d\n" +

@@ -364,8 +364,13 @@ type Choice struct {
 	// JSON-quoted where the engine enforces the choice with a JSON schema, so that text, token bytes and logprobs
 	// agree). Empty otherwise, or when the output matches no label (a `CONSTRAINT_VIOLATED` soft error).
 	ConstrainedLabel string `protobuf:"bytes,10,opt,name=constrained_label,json=constrainedLabel,proto3" json:"constrained_label,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The provider's facts about this choice that the IR models nowhere else, as one JSON object with the provider's
+	// own member names and values, verbatim (Gemini's candidate `safetyRatings`, `finishMessage`,
+	// `citationMetadata`, `avgLogprobs`). Empty when there are none. Added in IR 1.1 (an IR 1.0 reader does not
+	// know the field: it keeps it as an unknown field in binary and ignores it in JSON).
+	NativeJson    string `protobuf:"bytes,11,opt,name=native_json,json=nativeJson,proto3" json:"native_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Choice) Reset() {
@@ -475,6 +480,13 @@ func (x *Choice) GetOutputTokenCount() int64 {
 func (x *Choice) GetConstrainedLabel() string {
 	if x != nil {
 		return x.ConstrainedLabel
+	}
+	return ""
+}
+
+func (x *Choice) GetNativeJson() string {
+	if x != nil {
+		return x.NativeJson
 	}
 	return ""
 }
@@ -993,7 +1005,7 @@ const file_modelir_v1_response_proto_rawDesc = "" +
 	"\fblock_reason\x18\x02 \x01(\tR\vblockReason\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12\x1f\n" +
 	"\vnative_json\x18\x04 \x01(\tR\n" +
-	"nativeJson\"\xfd\x03\n" +
+	"nativeJson\"\x9e\x04\n" +
 	"\x06Choice\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12-\n" +
 	"\amessage\x18\x02 \x01(\v2\x13.modelir.v1.MessageR\amessage\x12=\n" +
@@ -1005,7 +1017,9 @@ const file_modelir_v1_response_proto_rawDesc = "" +
 	"\x0esampled_tokens\x18\b \x01(\v2\x19.modelir.v1.SampledTokensR\rsampledTokens\x121\n" +
 	"\x12output_token_count\x18\t \x01(\x03H\x01R\x10outputTokenCount\x88\x01\x01\x12+\n" +
 	"\x11constrained_label\x18\n" +
-	" \x01(\tR\x10constrainedLabelB\x06\n" +
+	" \x01(\tR\x10constrainedLabel\x12\x1f\n" +
+	"\vnative_json\x18\v \x01(\tR\n" +
+	"nativeJsonB\x06\n" +
 	"\x04stopB\x15\n" +
 	"\x13_output_token_count\"O\n" +
 	"\rSampledTokens\x12\x1b\n" +

@@ -955,7 +955,7 @@ var File_modelir_v1_service_proto protoreflect.FileDescriptor
 const file_modelir_v1_service_proto_rawDesc = "" +
 	"\n" +
 	"\x18modelir/v1/service.proto\x12\n" +
-	"modelir.v1\x1a\x1dmodelir/v1/capabilities.proto\x1a\x17modelir/v1/errors.proto\x1a\x18modelir/v1/request.proto\x1a\x19modelir/v1/response.proto\x1a\x17modelir/v1/stream.proto\"@\n" +
+	"modelir.v1\x1a\x1dmodelir/v1/capabilities.proto\x1a\x1amodelir/v1/embedding.proto\x1a\x17modelir/v1/errors.proto\x1a\x18modelir/v1/request.proto\x1a\x19modelir/v1/response.proto\x1a\x17modelir/v1/stream.proto\"@\n" +
 	"\x0fGenerateRequest\x12-\n" +
 	"\arequest\x18\x01 \x01(\v2\x13.modelir.v1.RequestR\arequest\"D\n" +
 	"\x10GenerateResponse\x120\n" +
@@ -1010,7 +1010,7 @@ const file_modelir_v1_service_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1f\n" +
 	"\vmodel_names\x18\x03 \x03(\tR\n" +
-	"modelNames2\xae\x04\n" +
+	"modelNames2\xec\x04\n" +
 	"\fModelService\x12E\n" +
 	"\bGenerate\x12\x1b.modelir.v1.GenerateRequest\x1a\x1c.modelir.v1.GenerateResponse\x12Y\n" +
 	"\x0eStreamGenerate\x12!.modelir.v1.StreamGenerateRequest\x1a\".modelir.v1.StreamGenerateResponse0\x01\x12E\n" +
@@ -1020,7 +1020,8 @@ const file_modelir_v1_service_proto_rawDesc = "" +
 	"\bValidate\x12\x1b.modelir.v1.ValidateRequest\x1a\x1c.modelir.v1.ValidateResponse\x12K\n" +
 	"\n" +
 	"Detokenize\x12\x1d.modelir.v1.DetokenizeRequest\x1a\x1e.modelir.v1.DetokenizeResponse\x12T\n" +
-	"\rGetServerInfo\x12 .modelir.v1.GetServerInfoRequest\x1a!.modelir.v1.GetServerInfoResponseBs\n" +
+	"\rGetServerInfo\x12 .modelir.v1.GetServerInfoRequest\x1a!.modelir.v1.GetServerInfoResponse\x12<\n" +
+	"\x05Embed\x12\x18.modelir.v1.EmbedRequest\x1a\x19.modelir.v1.EmbedResponseBs\n" +
 	"\x0edev.modelir.v1B\fServiceProtoP\x01Z#modelir.dev/go/modelir/v1;modelirv1\xa2\x02\x03MXX\xaa\x02\n" +
 	"Modelir.V1\xca\x02\n" +
 	"Modelir\\V1\xea\x02\vModelir::V1b\x06proto3"
@@ -1064,6 +1065,8 @@ var file_modelir_v1_service_proto_goTypes = []any{
 	(Capability)(0),                 // 22: modelir.v1.Capability
 	(*UnsupportedCapabilities)(nil), // 23: modelir.v1.UnsupportedCapabilities
 	(*FieldViolation)(nil),          // 24: modelir.v1.FieldViolation
+	(*EmbedRequest)(nil),            // 25: modelir.v1.EmbedRequest
+	(*EmbedResponse)(nil),           // 26: modelir.v1.EmbedResponse
 }
 var file_modelir_v1_service_proto_depIdxs = []int32{
 	16, // 0: modelir.v1.GenerateRequest.request:type_name -> modelir.v1.Request
@@ -1086,15 +1089,17 @@ var file_modelir_v1_service_proto_depIdxs = []int32{
 	9,  // 17: modelir.v1.ModelService.Validate:input_type -> modelir.v1.ValidateRequest
 	11, // 18: modelir.v1.ModelService.Detokenize:input_type -> modelir.v1.DetokenizeRequest
 	13, // 19: modelir.v1.ModelService.GetServerInfo:input_type -> modelir.v1.GetServerInfoRequest
-	1,  // 20: modelir.v1.ModelService.Generate:output_type -> modelir.v1.GenerateResponse
-	3,  // 21: modelir.v1.ModelService.StreamGenerate:output_type -> modelir.v1.StreamGenerateResponse
-	5,  // 22: modelir.v1.ModelService.Tokenize:output_type -> modelir.v1.TokenizeResponse
-	7,  // 23: modelir.v1.ModelService.ListModels:output_type -> modelir.v1.ListModelsResponse
-	10, // 24: modelir.v1.ModelService.Validate:output_type -> modelir.v1.ValidateResponse
-	12, // 25: modelir.v1.ModelService.Detokenize:output_type -> modelir.v1.DetokenizeResponse
-	14, // 26: modelir.v1.ModelService.GetServerInfo:output_type -> modelir.v1.GetServerInfoResponse
-	20, // [20:27] is the sub-list for method output_type
-	13, // [13:20] is the sub-list for method input_type
+	25, // 20: modelir.v1.ModelService.Embed:input_type -> modelir.v1.EmbedRequest
+	1,  // 21: modelir.v1.ModelService.Generate:output_type -> modelir.v1.GenerateResponse
+	3,  // 22: modelir.v1.ModelService.StreamGenerate:output_type -> modelir.v1.StreamGenerateResponse
+	5,  // 23: modelir.v1.ModelService.Tokenize:output_type -> modelir.v1.TokenizeResponse
+	7,  // 24: modelir.v1.ModelService.ListModels:output_type -> modelir.v1.ListModelsResponse
+	10, // 25: modelir.v1.ModelService.Validate:output_type -> modelir.v1.ValidateResponse
+	12, // 26: modelir.v1.ModelService.Detokenize:output_type -> modelir.v1.DetokenizeResponse
+	14, // 27: modelir.v1.ModelService.GetServerInfo:output_type -> modelir.v1.GetServerInfoResponse
+	26, // 28: modelir.v1.ModelService.Embed:output_type -> modelir.v1.EmbedResponse
+	21, // [21:29] is the sub-list for method output_type
+	13, // [13:21] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
 	13, // [13:13] is the sub-list for extension extendee
 	0,  // [0:13] is the sub-list for field type_name
@@ -1106,6 +1111,7 @@ func file_modelir_v1_service_proto_init() {
 		return
 	}
 	file_modelir_v1_capabilities_proto_init()
+	file_modelir_v1_embedding_proto_init()
 	file_modelir_v1_errors_proto_init()
 	file_modelir_v1_request_proto_init()
 	file_modelir_v1_response_proto_init()

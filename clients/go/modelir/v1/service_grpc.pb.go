@@ -26,6 +26,7 @@ const (
 	ModelService_Validate_FullMethodName       = "/modelir.v1.ModelService/Validate"
 	ModelService_Detokenize_FullMethodName     = "/modelir.v1.ModelService/Detokenize"
 	ModelService_GetServerInfo_FullMethodName  = "/modelir.v1.ModelService/GetServerInfo"
+	ModelService_Embed_FullMethodName          = "/modelir.v1.ModelService/Embed"
 )
 
 // ModelServiceClient is the client API for ModelService service.
@@ -52,6 +53,9 @@ type ModelServiceClient interface {
 	// calls it first and refuses a server whose IR major version differs from its own. It needs no model and is
 	// cheap enough to call on every connection.
 	GetServerInfo(ctx context.Context, in *GetServerInfoRequest, opts ...grpc.CallOption) (*GetServerInfoResponse, error)
+	// Turns inputs into vectors with an embedding model (`CAPABILITY_EMBEDDINGS`). A server of IR 1.0 answers
+	// `UNIMPLEMENTED`. Added in IR 1.1.
+	Embed(ctx context.Context, in *EmbedRequest, opts ...grpc.CallOption) (*EmbedResponse, error)
 }
 
 type modelServiceClient struct {
@@ -141,6 +145,16 @@ func (c *modelServiceClient) GetServerInfo(ctx context.Context, in *GetServerInf
 	return out, nil
 }
 
+func (c *modelServiceClient) Embed(ctx context.Context, in *EmbedRequest, opts ...grpc.CallOption) (*EmbedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EmbedResponse)
+	err := c.cc.Invoke(ctx, ModelService_Embed_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ModelServiceServer is the server API for ModelService service.
 // All implementations must embed UnimplementedModelServiceServer
 // for forward compatibility.
@@ -165,6 +179,9 @@ type ModelServiceServer interface {
 	// calls it first and refuses a server whose IR major version differs from its own. It needs no model and is
 	// cheap enough to call on every connection.
 	GetServerInfo(context.Context, *GetServerInfoRequest) (*GetServerInfoResponse, error)
+	// Turns inputs into vectors with an embedding model (`CAPABILITY_EMBEDDINGS`). A server of IR 1.0 answers
+	// `UNIMPLEMENTED`. Added in IR 1.1.
+	Embed(context.Context, *EmbedRequest) (*EmbedResponse, error)
 	mustEmbedUnimplementedModelServiceServer()
 }
 
@@ -195,6 +212,9 @@ func (UnimplementedModelServiceServer) Detokenize(context.Context, *DetokenizeRe
 }
 func (UnimplementedModelServiceServer) GetServerInfo(context.Context, *GetServerInfoRequest) (*GetServerInfoResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetServerInfo not implemented")
+}
+func (UnimplementedModelServiceServer) Embed(context.Context, *EmbedRequest) (*EmbedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Embed not implemented")
 }
 func (UnimplementedModelServiceServer) mustEmbedUnimplementedModelServiceServer() {}
 func (UnimplementedModelServiceServer) testEmbeddedByValue()                      {}
@@ -336,6 +356,24 @@ func _ModelService_GetServerInfo_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ModelService_Embed_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EmbedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ModelServiceServer).Embed(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ModelService_Embed_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ModelServiceServer).Embed(ctx, req.(*EmbedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ModelService_ServiceDesc is the grpc.ServiceDesc for ModelService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -366,6 +404,10 @@ var ModelService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetServerInfo",
 			Handler:    _ModelService_GetServerInfo_Handler,
+		},
+		{
+			MethodName: "Embed",
+			Handler:    _ModelService_Embed_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -271,7 +271,10 @@ type PartDelta struct {
 	// Complete citations, appended to the part's citations.
 	Citations []*Citation `protobuf:"bytes,12,rep,name=citations,proto3" json:"citations,omitempty"`
 	// The sampled token ids of this delta, appended to the choice's `sampled_tokens`.
-	TokenIds      []int32 `protobuf:"varint,13,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
+	TokenIds []int32 `protobuf:"varint,13,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
+	// The phase of the choice's message (`Message.phase`, OpenAI Responses `phase`), on any delta once it is known;
+	// a later delta's phase replaces an earlier one. Unspecified on deltas that do not say. Added in IR 1.1.
+	Phase         MessagePhase `protobuf:"varint,14,opt,name=phase,proto3,enum=modelir.v1.MessagePhase" json:"phase,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -414,6 +417,13 @@ func (x *PartDelta) GetTokenIds() []int32 {
 		return x.TokenIds
 	}
 	return nil
+}
+
+func (x *PartDelta) GetPhase() MessagePhase {
+	if x != nil {
+		return x.Phase
+	}
+	return MessagePhase_MESSAGE_PHASE_UNSPECIFIED
 }
 
 type isPartDelta_Content interface {
@@ -668,8 +678,11 @@ type ChoiceFinish struct {
 	OutputTokenCount *int64 `protobuf:"varint,7,opt,name=output_token_count,json=outputTokenCount,proto3,oneof" json:"output_token_count,omitempty"`
 	// The chosen label under a choice constraint (`Choice.constrained_label`).
 	ConstrainedLabel string `protobuf:"bytes,8,opt,name=constrained_label,json=constrainedLabel,proto3" json:"constrained_label,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The provider's facts about the choice that the IR models nowhere else (`Choice.native_json`). Added in IR
+	// 1.1.
+	NativeJson    string `protobuf:"bytes,9,opt,name=native_json,json=nativeJson,proto3" json:"native_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ChoiceFinish) Reset() {
@@ -765,6 +778,13 @@ func (x *ChoiceFinish) GetOutputTokenCount() int64 {
 func (x *ChoiceFinish) GetConstrainedLabel() string {
 	if x != nil {
 		return x.ConstrainedLabel
+	}
+	return ""
+}
+
+func (x *ChoiceFinish) GetNativeJson() string {
+	if x != nil {
+		return x.NativeJson
 	}
 	return ""
 }
@@ -949,7 +969,7 @@ const file_modelir_v1_stream_proto_rawDesc = "" +
 	"\vStreamStart\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12/\n" +
-	"\bwarnings\x18\x03 \x03(\v2\x13.modelir.v1.WarningR\bwarnings\"\xab\x04\n" +
+	"\bwarnings\x18\x03 \x03(\v2\x13.modelir.v1.WarningR\bwarnings\"\xdb\x04\n" +
 	"\tPartDelta\x12!\n" +
 	"\fchoice_index\x18\x01 \x01(\x05R\vchoiceIndex\x12\x1d\n" +
 	"\n" +
@@ -965,7 +985,8 @@ const file_modelir_v1_stream_proto_rawDesc = "" +
 	"\aitem_id\x18\b \x01(\tR\x06itemId\x125\n" +
 	"\blogprobs\x18\t \x01(\v2\x19.modelir.v1.TokenLogprobsR\blogprobs\x122\n" +
 	"\tcitations\x18\f \x03(\v2\x14.modelir.v1.CitationR\tcitations\x12\x1b\n" +
-	"\ttoken_ids\x18\r \x03(\x05R\btokenIdsB\t\n" +
+	"\ttoken_ids\x18\r \x03(\x05R\btokenIds\x12.\n" +
+	"\x05phase\x18\x0e \x01(\x0e2\x18.modelir.v1.MessagePhaseR\x05phaseB\t\n" +
 	"\acontent\"L\n" +
 	"\bPartDone\x12!\n" +
 	"\fchoice_index\x18\x01 \x01(\x05R\vchoiceIndex\x12\x1d\n" +
@@ -979,7 +1000,7 @@ const file_modelir_v1_stream_proto_rawDesc = "" +
 	"\rToolCallDelta\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
-	"\x0earguments_json\x18\x03 \x01(\tR\rargumentsJson\"\x9e\x03\n" +
+	"\x0earguments_json\x18\x03 \x01(\tR\rargumentsJson\"\xbf\x03\n" +
 	"\fChoiceFinish\x12!\n" +
 	"\fchoice_index\x18\x01 \x01(\x05R\vchoiceIndex\x12=\n" +
 	"\rfinish_reason\x18\x02 \x01(\x0e2\x18.modelir.v1.FinishReasonR\ffinishReason\x12*\n" +
@@ -988,7 +1009,9 @@ const file_modelir_v1_stream_proto_rawDesc = "" +
 	"\rstop_token_id\x18\x05 \x01(\x05H\x00R\vstopTokenId\x124\n" +
 	"\x16unattributed_token_ids\x18\x06 \x03(\x05R\x14unattributedTokenIds\x121\n" +
 	"\x12output_token_count\x18\a \x01(\x03H\x01R\x10outputTokenCount\x88\x01\x01\x12+\n" +
-	"\x11constrained_label\x18\b \x01(\tR\x10constrainedLabelB\x06\n" +
+	"\x11constrained_label\x18\b \x01(\tR\x10constrainedLabel\x12\x1f\n" +
+	"\vnative_json\x18\t \x01(\tR\n" +
+	"nativeJsonB\x06\n" +
 	"\x04stopB\x15\n" +
 	"\x13_output_token_count\"\x99\x04\n" +
 	"\tStreamEnd\x124\n" +
@@ -1037,13 +1060,14 @@ var file_modelir_v1_stream_proto_goTypes = []any{
 	(*OpaqueArtifact)(nil), // 11: modelir.v1.OpaqueArtifact
 	(*TokenLogprobs)(nil),  // 12: modelir.v1.TokenLogprobs
 	(*Citation)(nil),       // 13: modelir.v1.Citation
-	(FinishReason)(0),      // 14: modelir.v1.FinishReason
-	(*Usage)(nil),          // 15: modelir.v1.Usage
-	(*InputScores)(nil),    // 16: modelir.v1.InputScores
-	(*Timing)(nil),         // 17: modelir.v1.Timing
-	(*ResponseError)(nil),  // 18: modelir.v1.ResponseError
-	(*RawExchange)(nil),    // 19: modelir.v1.RawExchange
-	(*PromptFeedback)(nil), // 20: modelir.v1.PromptFeedback
+	(MessagePhase)(0),      // 14: modelir.v1.MessagePhase
+	(FinishReason)(0),      // 15: modelir.v1.FinishReason
+	(*Usage)(nil),          // 16: modelir.v1.Usage
+	(*InputScores)(nil),    // 17: modelir.v1.InputScores
+	(*Timing)(nil),         // 18: modelir.v1.Timing
+	(*ResponseError)(nil),  // 19: modelir.v1.ResponseError
+	(*RawExchange)(nil),    // 20: modelir.v1.RawExchange
+	(*PromptFeedback)(nil), // 21: modelir.v1.PromptFeedback
 }
 var file_modelir_v1_stream_proto_depIdxs = []int32{
 	1,  // 0: modelir.v1.StreamEvent.start:type_name -> modelir.v1.StreamStart
@@ -1058,20 +1082,21 @@ var file_modelir_v1_stream_proto_depIdxs = []int32{
 	11, // 9: modelir.v1.PartDelta.artifacts:type_name -> modelir.v1.OpaqueArtifact
 	12, // 10: modelir.v1.PartDelta.logprobs:type_name -> modelir.v1.TokenLogprobs
 	13, // 11: modelir.v1.PartDelta.citations:type_name -> modelir.v1.Citation
-	14, // 12: modelir.v1.ChoiceFinish.finish_reason:type_name -> modelir.v1.FinishReason
-	6,  // 13: modelir.v1.StreamEnd.finishes:type_name -> modelir.v1.ChoiceFinish
-	15, // 14: modelir.v1.StreamEnd.usage:type_name -> modelir.v1.Usage
-	16, // 15: modelir.v1.StreamEnd.input_scores:type_name -> modelir.v1.InputScores
-	17, // 16: modelir.v1.StreamEnd.timing:type_name -> modelir.v1.Timing
-	18, // 17: modelir.v1.StreamEnd.errors:type_name -> modelir.v1.ResponseError
-	8,  // 18: modelir.v1.StreamEnd.warnings:type_name -> modelir.v1.Warning
-	19, // 19: modelir.v1.StreamEnd.raw:type_name -> modelir.v1.RawExchange
-	20, // 20: modelir.v1.StreamEnd.prompt_feedback:type_name -> modelir.v1.PromptFeedback
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	14, // 12: modelir.v1.PartDelta.phase:type_name -> modelir.v1.MessagePhase
+	15, // 13: modelir.v1.ChoiceFinish.finish_reason:type_name -> modelir.v1.FinishReason
+	6,  // 14: modelir.v1.StreamEnd.finishes:type_name -> modelir.v1.ChoiceFinish
+	16, // 15: modelir.v1.StreamEnd.usage:type_name -> modelir.v1.Usage
+	17, // 16: modelir.v1.StreamEnd.input_scores:type_name -> modelir.v1.InputScores
+	18, // 17: modelir.v1.StreamEnd.timing:type_name -> modelir.v1.Timing
+	19, // 18: modelir.v1.StreamEnd.errors:type_name -> modelir.v1.ResponseError
+	8,  // 19: modelir.v1.StreamEnd.warnings:type_name -> modelir.v1.Warning
+	20, // 20: modelir.v1.StreamEnd.raw:type_name -> modelir.v1.RawExchange
+	21, // 21: modelir.v1.StreamEnd.prompt_feedback:type_name -> modelir.v1.PromptFeedback
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_modelir_v1_stream_proto_init() }

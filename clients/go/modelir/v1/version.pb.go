@@ -47,7 +47,7 @@ const file_modelir_v1_version_proto_rawDesc = "" +
 	"\x18modelir/v1/version.proto\x12\n" +
 	"modelir.v1\x1a google/protobuf/descriptor.proto:=\n" +
 	"\n" +
-	"ir_version\x12\x1c.google.protobuf.FileOptions\x18\xaf\x89\x03 \x01(\tR\tirVersionB|\xfa\xca\x18\x051.0.0\n" +
+	"ir_version\x12\x1c.google.protobuf.FileOptions\x18\xaf\x89\x03 \x01(\tR\tirVersionB|\xfa\xca\x18\x051.1.0\n" +
 	"\x0edev.modelir.v1B\fVersionProtoP\x01Z#modelir.dev/go/modelir/v1;modelirv1\xa2\x02\x03MXX\xaa\x02\n" +
 	"Modelir.V1\xca\x02\n" +
 	"Modelir\\V1\xea\x02\vModelir::V1b\x06proto3"

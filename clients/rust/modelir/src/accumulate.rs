@@ -18,6 +18,7 @@ struct ChoiceBuffer {
     token_ids: Vec<i32>,
     part_indexes: Vec<i32>,
     finish: Option<v1::ChoiceFinish>,
+    phase: i32,
 }
 
 impl ChoiceBuffer {
@@ -103,6 +104,11 @@ impl Accumulator {
 
     fn add_delta(&mut self, delta: v1::PartDelta) -> Result<(), StreamOrderError> {
         let choice = self.choices.entry(delta.choice_index).or_default();
+        // "The phase of the choice's message, on any delta once it is known; a later delta's phase replaces an
+        // earlier one. Unspecified on deltas that do not say." (IR 1.1)
+        if delta.phase != 0 {
+            choice.phase = delta.phase;
+        }
         if let Some(lp) = delta.logprobs {
             choice.logprobs.push(lp);
         }
@@ -218,6 +224,7 @@ impl Accumulator {
                     message: Some(v1::Message {
                         role: v1::Role::Assistant as i32,
                         parts: buffer.parts.clone(),
+                        phase: buffer.phase,
                         ..Default::default()
                     }),
                     finish_reason: finish.finish_reason,
@@ -230,6 +237,7 @@ impl Accumulator {
                     sampled_tokens: (!token_ids.is_empty()).then_some(v1::SampledTokens { token_ids, part_indexes }),
                     output_token_count: finish.output_token_count,
                     constrained_label: finish.constrained_label,
+                    native_json: finish.native_json,
                 }
             })
             .collect();

@@ -1,4 +1,6 @@
 //! The thin client: one method per `ModelService` RPC over tonic, typed errors, the IR version handshake.
+use std::time::Duration;
+
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
@@ -8,14 +10,18 @@ use crate::v1;
 use crate::v1::model_service_client::ModelServiceClient;
 use crate::version::{check_compatible, ir_version};
 
-/// Adds `authorization: Bearer <token>` to every call when a token is set.
+/// Adds `authorization: Bearer <token>` to every call when a token is set, and the call's deadline
+/// (`grpc-timeout`) when one is set.
 #[derive(Clone)]
-pub struct BearerToken(Option<MetadataValue<Ascii>>);
+pub struct BearerToken(Option<MetadataValue<Ascii>>, Option<Duration>);
 
 impl tonic::service::Interceptor for BearerToken {
     fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         if let Some(token) = &self.0 {
             request.metadata_mut().insert("authorization", token.clone());
+        }
+        if let Some(timeout) = self.1 {
+            request.set_timeout(timeout);
         }
         Ok(request)
     }
@@ -25,12 +31,21 @@ impl tonic::service::Interceptor for BearerToken {
 #[derive(Clone)]
 pub struct Client {
     rpc: ModelServiceClient<InterceptedService<Channel, BearerToken>>,
+    channel: Channel,
+    token: Option<MetadataValue<Ascii>>,
 }
 
 /// The events of one `StreamGenerate` call; dropping it cancels the call.
 pub struct EventStream(tonic::Streaming<v1::StreamGenerateResponse>);
 
 impl EventStream {
+    /// Cancels the call (the server stops generating) and returns what the call ended with, `CANCELLED`, as
+    /// the other clients report a call they cancelled.
+    pub fn cancel(self) -> Error {
+        drop(self.0);
+        tonic::Status::cancelled("the client cancelled the call").into()
+    }
+
     /// The next event, `None` at the end of the stream.
     pub async fn next(&mut self) -> Option<Result<v1::StreamEvent, Error>> {
         match self.0.message().await {
@@ -51,7 +66,15 @@ impl Client {
                 .map_err(|_| Error::from(tonic::Status::invalid_argument("the token is not a valid header value")))
         });
         let token = token.transpose()?;
-        Ok(Client { rpc: ModelServiceClient::with_interceptor(channel, BearerToken(token)) })
+        let rpc = ModelServiceClient::with_interceptor(channel.clone(), BearerToken(token.clone(), None));
+        Ok(Client { rpc, channel, token })
+    }
+
+    /// This client with a deadline on every call: the server ends a call that takes longer with
+    /// `DEADLINE_EXCEEDED` (sent as `grpc-timeout`). Clones share the connection.
+    pub fn with_timeout(&self, timeout: Duration) -> Client {
+        let intercept = BearerToken(self.token.clone(), Some(timeout));
+        Client { rpc: ModelServiceClient::with_interceptor(self.channel.clone(), intercept), ..self.clone() }
     }
 
     /// [`Client::dial`] plus the handshake: refuses ([`Error::IncompatibleServer`]) a server whose IR major version
@@ -93,6 +116,11 @@ impl Client {
     /// Checks a request against its model's capabilities without running it.
     pub async fn validate(&self, request: v1::Request) -> Result<v1::ValidateResponse, Error> {
         Ok(self.rpc.clone().validate(v1::ValidateRequest { request: Some(request) }).await?.into_inner())
+    }
+
+    /// Embeds each input with an embedding model (IR 1.1; needs `CAPABILITY_EMBEDDINGS`), one vector per input.
+    pub async fn embed(&self, request: v1::EmbedRequest) -> Result<v1::EmbedResponse, Error> {
+        Ok(self.rpc.clone().embed(request).await?.into_inner())
     }
 
     /// The server's IR version, its own version and its transports.

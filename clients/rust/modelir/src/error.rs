@@ -1,7 +1,7 @@
 //! Typed errors, decoded from the rich gRPC status (`grpc-status-details-bin`) the server sends.
 use prost::Message as _;
 use std::fmt;
-use tonic_types::{BadRequest, ErrorInfo, StatusExt};
+use tonic_types::{BadRequest, ErrorInfo, RetryInfo, StatusExt};
 
 use crate::v1;
 
@@ -36,6 +36,8 @@ pub struct RpcError {
     pub bad_request: Option<BadRequest>,
     /// Every missing capability and exceeded limit, for `UNSUPPORTED_CAPABILITY`.
     pub unsupported: Option<v1::UnsupportedCapabilities>,
+    /// How long to wait before retrying, when the server said (`RATE_LIMITED`).
+    pub retry_info: Option<RetryInfo>,
 }
 
 const CODE_NAMES: [&str; 17] = [
@@ -90,16 +92,35 @@ impl From<tonic::Status> for RpcError {
                 .find(|any| any.type_url.ends_with("/modelir.v1.UnsupportedCapabilities"))
                 .and_then(|any| v1::UnsupportedCapabilities::decode(any.value.as_slice()).ok())
         });
-        let code_name = CODE_NAMES.get(status.code() as usize).copied().unwrap_or("UNKNOWN");
+        // tonic reports its own deadline (`grpc-timeout`, enforced by the channel) as CANCELLED "Timeout expired";
+        // gRPC's status for a call past its deadline is DEADLINE_EXCEEDED, as the other clients report it.
+        let code = match status.code() {
+            tonic::Code::Cancelled if timed_out(&status) => tonic::Code::DeadlineExceeded,
+            code => code,
+        };
+        let code_name = CODE_NAMES.get(code as usize).copied().unwrap_or("UNKNOWN");
         RpcError {
-            code: status.code(),
+            code,
             reason: error_info.as_ref().map_or_else(|| code_name.to_owned(), |info| info.reason.clone()),
             message: status.message().to_owned(),
             error_info,
             bad_request: details.bad_request().cloned(),
             unsupported,
+            retry_info: details.retry_info().cloned(),
         }
     }
+}
+
+/// Whether `status` stands for tonic's own timeout (a `TimeoutExpired` in its source chain).
+fn timed_out(status: &tonic::Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(error) = source {
+        if error.is::<tonic::TimeoutExpired>() {
+            return true;
+        }
+        source = error.source();
+    }
+    false
 }
 
 /// Everything the client can fail with.

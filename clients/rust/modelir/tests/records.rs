@@ -21,9 +21,11 @@ fn every_record_vector_reads_as_its_manifest_says() {
         let expected = want["records"].as_array().unwrap();
         assert_eq!(records.len(), expected.len(), "{name}: records");
         assert_eq!(reader.skipped.len() as u64, want["skipped"].as_u64().unwrap(), "{name}: {:?}", reader.skipped);
+        // A reader warns about a file of a newer minor version only (an older one holds nothing it does not know).
+        let minor = |v: &str| v.split('.').nth(1).unwrap().parse::<u64>().unwrap();
         assert_eq!(
             reader.warnings.is_empty(),
-            want["irVersion"] == modelir::ir_version(),
+            minor(want["irVersion"].as_str().unwrap()) <= minor(modelir::ir_version()),
             "{name}: {:?}",
             reader.warnings
         );
@@ -85,6 +87,12 @@ fn every_spec_record_vector_reads_as_its_manifest_says() {
             .map(|r| {
                 let r = r.unwrap().record;
                 let text = r.response.as_ref().and_then(|a| a.choices.first()).map(|c| c.text()).unwrap_or_default();
+                // A record of an Embed call (IR 1.1) holds neither request nor response; this release reads its
+                // embedding typed.
+                if r.key == "embedded" {
+                    assert!(r.request.is_none() && r.response.is_none(), "{name}");
+                    assert_eq!(r.embed_response.as_ref().unwrap().embeddings[0].values, vec![0.6f32, -0.8], "{name}");
+                }
                 serde_json::json!({"key": r.key, "status": r.status, "text": text})
             })
             .collect();

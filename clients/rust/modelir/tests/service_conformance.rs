@@ -5,6 +5,7 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 use common::{answer_path, differences, from_json, to_json};
 use modelir::{v1, Accumulator, Client, Error};
@@ -117,10 +118,27 @@ fn error_json(error: Error) -> Value {
     if let Some(gaps) = &e.unsupported {
         out.insert("unsupportedCapabilities".into(), to_json(gaps, "modelir.v1.UnsupportedCapabilities"));
     }
+    if let Some(retry) = &e.retry_info {
+        // proto-JSON's Duration: seconds, with nine fractional digits when there are nanoseconds.
+        let delay = retry.retry_delay.map(|d| match d.subsec_nanos() {
+            0 => format!("{}s", d.as_secs()),
+            nanos => format!("{}.{nanos:09}s", d.as_secs()),
+        });
+        out.insert("retryInfo".into(), delay.map_or_else(|| json!({}), |d| json!({ "retryDelay": d })));
+    }
     Value::Object(out)
 }
 
+/// The case's call made `repeat` times (default once); the last answer.
 async fn call(client: &Client, case: &Value) -> Value {
+    let mut answer = Value::Null;
+    for _ in 0..case["repeat"].as_u64().unwrap_or(1) {
+        answer = call_once(client, case).await;
+    }
+    answer
+}
+
+async fn call_once(client: &Client, case: &Value) -> Value {
     let request = &case["request"];
     let answer = match case["rpc"].as_str().unwrap() {
         "Generate" => {
@@ -136,14 +154,22 @@ async fn call(client: &Client, case: &Value) -> Value {
                 Err(e) => return json!({ "error": error_json(e) }),
             };
             let (mut events, mut accumulator) = (Vec::new(), Accumulator::default());
+            // A stream that fails after some events answers with them too.
+            let failed = |events: Vec<Value>, e: Error| match events.is_empty() {
+                true => json!({ "error": error_json(e) }),
+                false => json!({ "stream": events, "error": error_json(e) }),
+            };
             while let Some(event) = stream.next().await {
                 let event = match event {
                     Ok(event) => event,
-                    Err(e) => return json!({ "error": error_json(e) }),
+                    Err(e) => return failed(events, e),
                 };
                 let wrapped = v1::StreamGenerateResponse { event: Some(event.clone()) };
                 events.push(to_json(&wrapped, "modelir.v1.StreamGenerateResponse"));
                 accumulator.add(event).unwrap();
+                if case["cancelAfterEvents"].as_u64() == Some(events.len() as u64) {
+                    return failed(events, stream.cancel());
+                }
             }
             return json!({
                 "stream": events,
@@ -170,6 +196,10 @@ async fn call(client: &Client, case: &Value) -> Value {
             client.validate(req.request.unwrap_or_default()).await.map(|r| to_json(&r, "modelir.v1.ValidateResponse"))
         }
         "GetServerInfo" => client.server_info().await.map(|r| to_json(&r, "modelir.v1.GetServerInfoResponse")),
+        "Embed" => client
+            .embed(from_json(request, "modelir.v1.EmbedRequest"))
+            .await
+            .map(|r| to_json(&r, "modelir.v1.EmbedResponse")),
         other => panic!("unknown rpc {other}"),
     };
     match answer {
@@ -182,8 +212,11 @@ async fn call(client: &Client, case: &Value) -> Value {
 async fn every_service_case_passes() {
     let mut started = Vec::new();
     let addresses = external_servers(|name| std::env::var(name).ok()).unwrap_or_else(|| {
-        started = vec![start_server("open"), start_server("auth")];
-        vec![("open".to_owned(), started[0].1.clone()), ("auth".to_owned(), started[1].1.clone())]
+        let servers: Value =
+            serde_json::from_str(&std::fs::read_to_string(suite().join("servers.json")).unwrap()).unwrap();
+        let names: Vec<String> = servers.as_object().unwrap().keys().cloned().collect();
+        started = names.iter().map(|name| start_server(name)).collect();
+        names.into_iter().zip(started.iter().map(|server| server.1.clone())).collect()
     });
     let address = |name: &str| addresses.iter().find(|(n, _)| n == name).map(|(_, a)| a.clone());
     let mut files: Vec<PathBuf> = std::fs::read_dir(suite().join("cases"))
@@ -200,7 +233,8 @@ async fn every_service_case_passes() {
             skipped += 1; // no address given for this case's server
             continue;
         };
-        let client = Client::dial(&server, case["token"].as_str()).await.unwrap();
+        let deadline = Duration::from_millis(case["deadlineMs"].as_u64().unwrap_or(30_000));
+        let client = Client::dial(&server, case["token"].as_str()).await.unwrap().with_timeout(deadline);
         let ignore: Vec<String> = case["ignore"]
             .as_array()
             .map(|a| a.iter().map(|i| i.as_str().unwrap().to_owned()).collect())
@@ -208,6 +242,10 @@ async fn every_service_case_passes() {
         let problems = differences(&case["expect"], &call(&client, &case).await, "$", &ignore);
         if !problems.is_empty() {
             failures.push(format!("{}:\n  {}", file.display(), problems.join("\n  ")));
+        }
+        // After a cancelled call the server must answer the next one as usual.
+        if case.get("cancelAfterEvents").is_some() && client.server_info().await.is_err() {
+            failures.push(format!("{}: the server does not answer after the cancelled call", file.display()));
         }
     }
     assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), files.len(), failures.join("\n"));

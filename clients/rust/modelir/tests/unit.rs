@@ -16,6 +16,17 @@ fn the_ir_version_is_read_from_the_descriptors() {
 }
 
 #[test]
+fn this_client_accepts_any_minor_of_its_major() {
+    assert_eq!(ir_version(), "1.1.0");
+    for server in ["1.0.0", "1.1.0", "1.4.2"] {
+        check_compatible(server, ir_version()).unwrap();
+    }
+    for server in ["2.0.0", "0.9.0"] {
+        assert!(check_compatible(server, ir_version()).is_err(), "{server}");
+    }
+}
+
+#[test]
 fn another_major_is_refused_with_a_clear_error() {
     check_compatible("1.9.0", "1.0.0").unwrap();
     for server in ["2.0.0", "0.9.0", "", "1.0"] {

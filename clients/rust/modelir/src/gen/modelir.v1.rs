@@ -681,6 +681,22 @@ pub struct Request {
     /// sent (credentials are never in a body). Off by default.
     #[prost(bool, tag = "20")]
     pub include_lowered_request: bool,
+    /// The provider's service tier to run the request on (OpenAI `service_tier`: `auto`, `default`, `flex`,
+    /// `priority`; Anthropic `service_tier`: `auto`, `standard_only`). An open vocabulary, sent verbatim; empty means
+    /// the provider's default. The tier that actually served the request is `Response.service_tier`. Needs
+    /// `CAPABILITY_SERVICE_TIER`. Added in IR 1.1.
+    #[prost(string, tag = "21")]
+    pub service_tier: ::prost::alloc::string::String,
+    /// The scheduling priority of the request among the engine's waiting requests (vLLM and SGLang `priority`: a
+    /// lower value is handled earlier). Zero is the engine's default. Needs `CAPABILITY_PRIORITY` when not zero.
+    /// Added in IR 1.1.
+    #[prost(int32, tag = "22")]
+    pub priority: i32,
+    /// The name of a fine-tuned adapter (a LoRA adapter) loaded on the engine, to run the request with instead of
+    /// the bare base model (vLLM: the adapter's name in the `model` field; SGLang: `lora_path`). Empty means the
+    /// base model. Needs `CAPABILITY_ADAPTERS`. Added in IR 1.1.
+    #[prost(string, tag = "23")]
+    pub adapter: ::prost::alloc::string::String,
     /// What the model reads.
     #[prost(oneof = "request::Input", tags = "2, 3, 4")]
     pub input: ::core::option::Option<request::Input>,
@@ -1077,7 +1093,8 @@ impl ToolChoiceMode {
         }
     }
 }
-/// How hard a model should reason, as a level. A closed enum.
+/// How hard a model should reason, as a level. A closed enum: a receiver rejects a value it does not know (a request
+/// it cannot honour is never run at another level).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
 #[repr(i32)]
 pub enum ReasoningEffort {
@@ -1093,6 +1110,10 @@ pub enum ReasoningEffort {
     Medium = 4,
     /// A lot of reasoning.
     High = 5,
+    /// More reasoning than high, where the model offers it (OpenAI `xhigh`). Needs
+    /// `CAPABILITY_REASONING_EFFORT_XHIGH`; a receiver of IR 1.0 rejects it as an unknown value, never lowers it to
+    /// another level. Added in IR 1.1.
+    Xhigh = 6,
 }
 impl ReasoningEffort {
     /// String value of the enum field names used in the ProtoBuf definition.
@@ -1107,6 +1128,7 @@ impl ReasoningEffort {
             Self::Low => "REASONING_EFFORT_LOW",
             Self::Medium => "REASONING_EFFORT_MEDIUM",
             Self::High => "REASONING_EFFORT_HIGH",
+            Self::Xhigh => "REASONING_EFFORT_XHIGH",
         }
     }
     /// Creates an enum from field names used in the ProtoBuf definition.
@@ -1118,6 +1140,7 @@ impl ReasoningEffort {
             "REASONING_EFFORT_LOW" => Some(Self::Low),
             "REASONING_EFFORT_MEDIUM" => Some(Self::Medium),
             "REASONING_EFFORT_HIGH" => Some(Self::High),
+            "REASONING_EFFORT_XHIGH" => Some(Self::Xhigh),
             _ => None,
         }
     }
@@ -1419,6 +1442,16 @@ pub enum Capability {
     /// Replaying provider-run tool calls and their results, and provider parts, to their issuer
     /// (`Part.server_tool_call`, `Part.server_tool_result`, `Part.provider_part` in the input).
     ServerToolReplay = 50,
+    /// Embedding inputs as vectors (the `Embed` RPC, `EmbedRequest`). Added in IR 1.1.
+    Embeddings = 51,
+    /// Choosing the provider's service tier (`Request.service_tier`). Added in IR 1.1.
+    ServiceTier = 52,
+    /// A scheduling priority other than the default (`Request.priority`). Added in IR 1.1.
+    Priority = 53,
+    /// Running the request with a fine-tuned adapter loaded on the engine (`Request.adapter`). Added in IR 1.1.
+    Adapters = 54,
+    /// The reasoning level above high (`REASONING_EFFORT_XHIGH`). Added in IR 1.1.
+    ReasoningEffortXhigh = 55,
 }
 impl Capability {
     /// String value of the enum field names used in the ProtoBuf definition.
@@ -1478,6 +1511,11 @@ impl Capability {
             Self::ConstraintJsonObject => "CAPABILITY_CONSTRAINT_JSON_OBJECT",
             Self::TokenizeConversation => "CAPABILITY_TOKENIZE_CONVERSATION",
             Self::ServerToolReplay => "CAPABILITY_SERVER_TOOL_REPLAY",
+            Self::Embeddings => "CAPABILITY_EMBEDDINGS",
+            Self::ServiceTier => "CAPABILITY_SERVICE_TIER",
+            Self::Priority => "CAPABILITY_PRIORITY",
+            Self::Adapters => "CAPABILITY_ADAPTERS",
+            Self::ReasoningEffortXhigh => "CAPABILITY_REASONING_EFFORT_XHIGH",
         }
     }
     /// Creates an enum from field names used in the ProtoBuf definition.
@@ -1536,6 +1574,11 @@ impl Capability {
             "CAPABILITY_CONSTRAINT_JSON_OBJECT" => Some(Self::ConstraintJsonObject),
             "CAPABILITY_TOKENIZE_CONVERSATION" => Some(Self::TokenizeConversation),
             "CAPABILITY_SERVER_TOOL_REPLAY" => Some(Self::ServerToolReplay),
+            "CAPABILITY_EMBEDDINGS" => Some(Self::Embeddings),
+            "CAPABILITY_SERVICE_TIER" => Some(Self::ServiceTier),
+            "CAPABILITY_PRIORITY" => Some(Self::Priority),
+            "CAPABILITY_ADAPTERS" => Some(Self::Adapters),
+            "CAPABILITY_REASONING_EFFORT_XHIGH" => Some(Self::ReasoningEffortXhigh),
             _ => None,
         }
     }
@@ -1815,6 +1858,12 @@ pub struct Choice {
     /// agree). Empty otherwise, or when the output matches no label (a `CONSTRAINT_VIOLATED` soft error).
     #[prost(string, tag = "10")]
     pub constrained_label: ::prost::alloc::string::String,
+    /// The provider's facts about this choice that the IR models nowhere else, as one JSON object with the provider's
+    /// own member names and values, verbatim (Gemini's candidate `safetyRatings`, `finishMessage`,
+    /// `citationMetadata`, `avgLogprobs`). Empty when there are none. Added in IR 1.1 (an IR 1.0 reader does not
+    /// know the field: it keeps it as an unknown field in binary and ignores it in JSON).
+    #[prost(string, tag = "11")]
+    pub native_json: ::prost::alloc::string::String,
     /// What ended generation, when the provider says (vLLM `stop_reason`, Anthropic `stop_sequence`, llama.cpp
     /// `stopping_word`). Unset when it does not, or when generation did not end on a stop.
     #[prost(oneof = "choice::Stop", tags = "5, 7")]
@@ -2019,6 +2068,159 @@ impl FinishReason {
         }
     }
 }
+/// The request of `Embed`: inputs to turn into vectors with an embedding model. Every field is either honoured by
+/// the transport that runs it or rejected before any network call. Needs `CAPABILITY_EMBEDDINGS`. Added in IR 1.1.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct EmbedRequest {
+    /// The model name as configured on the server or in the SDK (not necessarily the provider's model id).
+    #[prost(string, tag = "1")]
+    pub model: ::prost::alloc::string::String,
+    /// The inputs, each embedded on its own, in order; the response has one embedding per input, at the same index.
+    #[prost(message, repeated, tag = "2")]
+    pub inputs: ::prost::alloc::vec::Vec<EmbedInput>,
+    /// The number of dimensions each vector should have, for models that can shorten their vectors (OpenAI
+    /// `dimensions`, Gemini `outputDimensionality`, vLLM `dimensions` on Matryoshka models). Unset means the model's
+    /// native size.
+    #[prost(int32, optional, tag = "3")]
+    pub dimension_count: ::core::option::Option<i32>,
+    /// What to do with an input longer than the model's context. Unspecified means the provider's default.
+    #[prost(enumeration = "EmbedTruncation", tag = "4")]
+    pub truncation: i32,
+    /// Whether the vectors are normalised. Unspecified means the provider's default (for most providers, unit
+    /// length already).
+    #[prost(enumeration = "EmbedNormalization", tag = "5")]
+    pub normalization: i32,
+    /// Provider-specific options, one entry per transport, under the same rules as `Request.provider_options`
+    /// (e.g. Gemini's `taskType`).
+    #[prost(message, repeated, tag = "6")]
+    pub provider_options: ::prost::alloc::vec::Vec<ProviderOptions>,
+    /// When true, the response keeps the provider's raw HTTP status, headers and body. Off by default.
+    #[prost(bool, tag = "7")]
+    pub include_raw: bool,
+}
+/// One input to embed.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct EmbedInput {
+    /// What to embed.
+    #[prost(oneof = "embed_input::Content", tags = "1, 2")]
+    pub content: ::core::option::Option<embed_input::Content>,
+}
+/// Nested message and enum types in `EmbedInput`.
+pub mod embed_input {
+    /// What to embed.
+    #[derive(Clone, PartialEq, Eq, Hash, ::prost::Oneof)]
+    pub enum Content {
+        /// Text.
+        #[prost(string, tag = "1")]
+        Text(::prost::alloc::string::String),
+        /// Token ids, sent to the engine as they are (OpenAI and vLLM accept token arrays).
+        #[prost(message, tag = "2")]
+        TokenIds(super::TokenIds),
+    }
+}
+/// The response of `Embed`. Added in IR 1.1.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct EmbedResponse {
+    /// The model id as the provider reported it.
+    #[prost(string, tag = "1")]
+    pub model: ::prost::alloc::string::String,
+    /// One embedding per input, in input order.
+    #[prost(message, repeated, tag = "2")]
+    pub embeddings: ::prost::alloc::vec::Vec<Embedding>,
+    /// The tokens the provider counted; only `input_token_count` applies (embedding generates no output).
+    #[prost(message, optional, tag = "3")]
+    pub usage: ::core::option::Option<Usage>,
+    /// The provider's raw exchange, when `include_raw` was set.
+    #[prost(message, optional, tag = "4")]
+    pub raw: ::core::option::Option<RawExchange>,
+    /// Non-fatal remarks about how the request was served.
+    #[prost(message, repeated, tag = "5")]
+    pub warnings: ::prost::alloc::vec::Vec<Warning>,
+}
+/// The vector of one input.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct Embedding {
+    /// The input's index in `EmbedRequest.inputs`, from 0.
+    #[prost(int32, tag = "1")]
+    pub index: i32,
+    /// The vector's components, packed, in the model's order; its length is the vector's dimension count.
+    #[prost(float, repeated, tag = "2")]
+    pub values: ::prost::alloc::vec::Vec<f32>,
+    /// How many tokens of the input the provider read, when it says per input (after any truncation). Unset
+    /// otherwise.
+    #[prost(int64, optional, tag = "3")]
+    pub input_token_count: ::core::option::Option<i64>,
+    /// True when the provider truncated the input to fit the model's context, when it says.
+    #[prost(bool, tag = "4")]
+    pub truncated: bool,
+}
+/// What a provider does with an input longer than the model's context. A closed enum: a receiver rejects a value it
+/// does not know, since running the request under another rule could embed other text than asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum EmbedTruncation {
+    /// The provider's default.
+    Unspecified = 0,
+    /// Never truncate: an input that is too long fails the request (`INVALID_REQUEST`).
+    None = 1,
+    /// Keep the start of the input and drop what does not fit at its end (Gemini `autoTruncate`, Ollama `truncate`).
+    End = 2,
+}
+impl EmbedTruncation {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Unspecified => "EMBED_TRUNCATION_UNSPECIFIED",
+            Self::None => "EMBED_TRUNCATION_NONE",
+            Self::End => "EMBED_TRUNCATION_END",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "EMBED_TRUNCATION_UNSPECIFIED" => Some(Self::Unspecified),
+            "EMBED_TRUNCATION_NONE" => Some(Self::None),
+            "EMBED_TRUNCATION_END" => Some(Self::End),
+            _ => None,
+        }
+    }
+}
+/// Whether the returned vectors are scaled. A closed enum, for the same reason as `EmbedTruncation`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum EmbedNormalization {
+    /// The provider's default.
+    Unspecified = 0,
+    /// The vectors as the model computes them, unscaled.
+    None = 1,
+    /// Each vector scaled to unit Euclidean (L2) length, so that a dot product is a cosine similarity.
+    L2 = 2,
+}
+impl EmbedNormalization {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Unspecified => "EMBED_NORMALIZATION_UNSPECIFIED",
+            Self::None => "EMBED_NORMALIZATION_NONE",
+            Self::L2 => "EMBED_NORMALIZATION_L2",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "EMBED_NORMALIZATION_UNSPECIFIED" => Some(Self::Unspecified),
+            "EMBED_NORMALIZATION_NONE" => Some(Self::None),
+            "EMBED_NORMALIZATION_L2" => Some(Self::L2),
+            _ => None,
+        }
+    }
+}
 /// One persisted call: the request, its response or failure, and where it came from.
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct Record {
@@ -2042,6 +2244,15 @@ pub struct Record {
     /// Where the record came from. Never holds credentials.
     #[prost(message, optional, tag = "6")]
     pub provenance: ::core::option::Option<Provenance>,
+    /// The embedding request, when the record is of an `Embed` call (then `request` and `response` are unset). Added
+    /// in IR 1.1: a record may hold neither `request` nor `response`, and a reader of IR 1.0 reads such a record as
+    /// its key, status, failure and provenance, with no request (it keeps this field as an unknown field in binary,
+    /// and ignores it in JSON).
+    #[prost(message, optional, tag = "7")]
+    pub embed_request: ::core::option::Option<EmbedRequest>,
+    /// The embedding response, when the record is of an `Embed` call that returned one. Added in IR 1.1.
+    #[prost(message, optional, tag = "8")]
+    pub embed_response: ::core::option::Option<EmbedResponse>,
 }
 /// Where a record came from.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -2264,6 +2475,10 @@ pub struct PartDelta {
     /// The sampled token ids of this delta, appended to the choice's `sampled_tokens`.
     #[prost(int32, repeated, tag = "13")]
     pub token_ids: ::prost::alloc::vec::Vec<i32>,
+    /// The phase of the choice's message (`Message.phase`, OpenAI Responses `phase`), on any delta once it is known;
+    /// a later delta's phase replaces an earlier one. Unspecified on deltas that do not say. Added in IR 1.1.
+    #[prost(enumeration = "MessagePhase", tag = "14")]
+    pub phase: i32,
     /// What to add to the part. Unset when the delta only carries logprobs, token ids, artifacts or citations.
     #[prost(oneof = "part_delta::Content", tags = "3, 4, 5, 6, 10, 11")]
     pub content: ::core::option::Option<part_delta::Content>,
@@ -2351,6 +2566,10 @@ pub struct ChoiceFinish {
     /// The chosen label under a choice constraint (`Choice.constrained_label`).
     #[prost(string, tag = "8")]
     pub constrained_label: ::prost::alloc::string::String,
+    /// The provider's facts about the choice that the IR models nowhere else (`Choice.native_json`). Added in IR
+    /// 1.1.
+    #[prost(string, tag = "9")]
+    pub native_json: ::prost::alloc::string::String,
     /// What ended it (`Choice.stop`).
     #[prost(oneof = "choice_finish::Stop", tags = "4, 5")]
     pub stop: ::core::option::Option<choice_finish::Stop>,
@@ -2857,6 +3076,29 @@ pub mod model_service_client {
             let mut req = request.into_request();
             req.extensions_mut()
                 .insert(GrpcMethod::new("modelir.v1.ModelService", "GetServerInfo"));
+            self.inner.unary(req, path, codec).await
+        }
+        /// Turns inputs into vectors with an embedding model (`CAPABILITY_EMBEDDINGS`). A server of IR 1.0 answers
+        /// `UNIMPLEMENTED`. Added in IR 1.1.
+        pub async fn embed(
+            &mut self,
+            request: impl tonic::IntoRequest<super::EmbedRequest>,
+        ) -> std::result::Result<tonic::Response<super::EmbedResponse>, tonic::Status> {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/modelir.v1.ModelService/Embed",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("modelir.v1.ModelService", "Embed"));
             self.inner.unary(req, path, codec).await
         }
     }

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
+from modelir.errors import soft as soft_errors
 from modelir.logprobs import build as lp
 from modelir.streams.fold import events_from_response
 from modelir.transports.base import LocalTransport
@@ -77,14 +79,25 @@ def _request_token_ids(request: request_pb2.Request) -> list[int]:
 
 class ReferenceModel(LocalTransport):
     """The deterministic reference model. `provider_model` is the model id its responses and artifacts name, as
-    for every transport; `secret` keys the signatures of its reasoning artifacts."""
+    for every transport; `secret` keys the signatures of its reasoning artifacts. `delay_seconds` makes it slow on
+    purpose, for tests of deadlines and cancellation (the service conformance suite's `limited` server): a call
+    waits that long before its answer, and a stream before each of its events (default 0: no wait)."""
 
     name = "reference"
     version = "1.0.0"
     scores_continuations_at_once = True
 
-    def __init__(self, *, provider_model: str = "modelir-reference-1", secret: bytes = b"modelir-reference") -> None:
+    def __init__(
+        self,
+        *,
+        provider_model: str = "modelir-reference-1",
+        secret: bytes = b"modelir-reference",
+        delay_seconds: float = 0.0,
+    ) -> None:
+        if delay_seconds < 0:
+            raise ValueError("delay_seconds must not be negative")
         self.model_id = provider_model
+        self.delay_seconds = delay_seconds
         self._sealer = Sealer(secret, provider_model)
         self._issuer = content_pb2.Issuer(transport=self.name, model=provider_model)
 
@@ -122,14 +135,22 @@ class ReferenceModel(LocalTransport):
         return reasons
 
     def generate(self, request: request_pb2.Request) -> response_pb2.Response:
-        """The response to a checked request, synchronously (what `run` returns)."""
-        return generate(request, self._sealer, self._issuer)
+        """The response to a checked request, synchronously (what `run` returns). Its soft errors follow the one
+        policy every transport follows (`errors.soft`): a constrained choice cut short by its length limit is
+        partial output that breaks the constraint, `CONSTRAINT_VIOLATED` for that choice."""
+        response = generate(request, self._sealer, self._issuer)
+        soft_errors.settle(request, response, soft_errors.Facts())
+        return response
 
     async def run(self, request: request_pb2.Request) -> response_pb2.Response:
-        return generate(request, self._sealer, self._issuer)
+        if self.delay_seconds:
+            await asyncio.sleep(self.delay_seconds)
+        return self.generate(request)
 
     async def stream(self, request: request_pb2.Request) -> AsyncIterator[stream_pb2.StreamEvent]:
-        for event in events_from_response(generate(request, self._sealer, self._issuer)):
+        for event in events_from_response(self.generate(request)):
+            if self.delay_seconds:
+                await asyncio.sleep(self.delay_seconds)
             yield event
 
     def tokenizer_info(self) -> capabilities_pb2.TokenizerInfo:

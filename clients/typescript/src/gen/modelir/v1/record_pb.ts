@@ -6,6 +6,8 @@ import type { GenEnum, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2"
 import { enumDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { EmbedRequest, EmbedResponse } from "./embedding_pb";
+import { file_modelir_v1_embedding } from "./embedding_pb";
 import type { ResponseError } from "./errors_pb";
 import { file_modelir_v1_errors } from "./errors_pb";
 import type { Request } from "./request_pb";
@@ -18,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file modelir/v1/record.proto.
  */
 export const file_modelir_v1_record: GenFile = /*@__PURE__*/
-  fileDesc("Chdtb2RlbGlyL3YxL3JlY29yZC5wcm90bxIKbW9kZWxpci52MSLlAQoGUmVjb3JkEgsKA2tleRgBIAEoCRIkCgdyZXF1ZXN0GAIgASgLMhMubW9kZWxpci52MS5SZXF1ZXN0EiYKCHJlc3BvbnNlGAMgASgLMhQubW9kZWxpci52MS5SZXNwb25zZRIoCgZzdGF0dXMYBCABKA4yGC5tb2RlbGlyLnYxLlJlY29yZFN0YXR1cxIqCgdmYWlsdXJlGAUgASgLMhkubW9kZWxpci52MS5SZXNwb25zZUVycm9yEioKCnByb3ZlbmFuY2UYBiABKAsyFi5tb2RlbGlyLnYxLlByb3ZlbmFuY2UiygIKClByb3ZlbmFuY2USEgoKaXJfdmVyc2lvbhgBIAEoCRITCgtzZGtfdmVyc2lvbhgCIAEoCRIRCgl0cmFuc3BvcnQYAyABKAkSGQoRdHJhbnNwb3J0X3ZlcnNpb24YBCABKAkSGAoQY29uZmlndXJlZF9tb2RlbBgFIAEoCRIWCg5wcm92aWRlcl9tb2RlbBgGIAEoCRIuCgpzdGFydF90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNYXR0ZW1wdF9jb3VudBgJIAEoBRIQCgh0cmFjZV9pZBgKIAEoCRIPCgdzcGFuX2lkGAsgASgJEhsKE3Byb3ZpZGVyX3JlcXVlc3RfaWQYDCABKAki+AEKDFJlY29yZEhlYWRlchISCgppcl92ZXJzaW9uGAEgASgJEhMKC3Nka192ZXJzaW9uGAIgASgJEi8KC2NyZWF0ZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI/CgxydW5fbWV0YWRhdGEYBCADKAsyKS5tb2RlbGlyLnYxLlJlY29yZEhlYWRlci5SdW5NZXRhZGF0YUVudHJ5EhkKEWlyX2Rlc2NyaXB0b3Jfc2V0GAUgASgMGjIKEFJ1bk1ldGFkYXRhRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJsCg9SZWNvcmRGaWxlRW50cnkSKgoGaGVhZGVyGAEgASgLMhgubW9kZWxpci52MS5SZWNvcmRIZWFkZXJIABIkCgZyZWNvcmQYAiABKAsyEi5tb2RlbGlyLnYxLlJlY29yZEgAQgcKBWVudHJ5KngKDFJlY29yZFN0YXR1cxIdChlSRUNPUkRfU1RBVFVTX1VOU1BFQ0lGSUVEEAASFAoQUkVDT1JEX1NUQVRVU19PSxABEhkKFVJFQ09SRF9TVEFUVVNfUEFSVElBTBACEhgKFFJFQ09SRF9TVEFUVVNfRkFJTEVEEANCcgoOZGV2Lm1vZGVsaXIudjFCC1JlY29yZFByb3RvUAFaI21vZGVsaXIuZGV2L2dvL21vZGVsaXIvdjE7bW9kZWxpcnYxogIDTVhYqgIKTW9kZWxpci5WMcoCCk1vZGVsaXJcVjHqAgtNb2RlbGlyOjpWMWIGcHJvdG8z", [file_google_protobuf_timestamp, file_modelir_v1_errors, file_modelir_v1_request, file_modelir_v1_response]);
+  fileDesc("Chdtb2RlbGlyL3YxL3JlY29yZC5wcm90bxIKbW9kZWxpci52MSLJAgoGUmVjb3JkEgsKA2tleRgBIAEoCRIkCgdyZXF1ZXN0GAIgASgLMhMubW9kZWxpci52MS5SZXF1ZXN0EiYKCHJlc3BvbnNlGAMgASgLMhQubW9kZWxpci52MS5SZXNwb25zZRIoCgZzdGF0dXMYBCABKA4yGC5tb2RlbGlyLnYxLlJlY29yZFN0YXR1cxIqCgdmYWlsdXJlGAUgASgLMhkubW9kZWxpci52MS5SZXNwb25zZUVycm9yEioKCnByb3ZlbmFuY2UYBiABKAsyFi5tb2RlbGlyLnYxLlByb3ZlbmFuY2USLwoNZW1iZWRfcmVxdWVzdBgHIAEoCzIYLm1vZGVsaXIudjEuRW1iZWRSZXF1ZXN0EjEKDmVtYmVkX3Jlc3BvbnNlGAggASgLMhkubW9kZWxpci52MS5FbWJlZFJlc3BvbnNlIsoCCgpQcm92ZW5hbmNlEhIKCmlyX3ZlcnNpb24YASABKAkSEwoLc2RrX3ZlcnNpb24YAiABKAkSEQoJdHJhbnNwb3J0GAMgASgJEhkKEXRyYW5zcG9ydF92ZXJzaW9uGAQgASgJEhgKEGNvbmZpZ3VyZWRfbW9kZWwYBSABKAkSFgoOcHJvdmlkZXJfbW9kZWwYBiABKAkSLgoKc3RhcnRfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIZW5kX3RpbWUYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDWF0dGVtcHRfY291bnQYCSABKAUSEAoIdHJhY2VfaWQYCiABKAkSDwoHc3Bhbl9pZBgLIAEoCRIbChNwcm92aWRlcl9yZXF1ZXN0X2lkGAwgASgJIvgBCgxSZWNvcmRIZWFkZXISEgoKaXJfdmVyc2lvbhgBIAEoCRITCgtzZGtfdmVyc2lvbhgCIAEoCRIvCgtjcmVhdGVfdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASPwoMcnVuX21ldGFkYXRhGAQgAygLMikubW9kZWxpci52MS5SZWNvcmRIZWFkZXIuUnVuTWV0YWRhdGFFbnRyeRIZChFpcl9kZXNjcmlwdG9yX3NldBgFIAEoDBoyChBSdW5NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEibAoPUmVjb3JkRmlsZUVudHJ5EioKBmhlYWRlchgBIAEoCzIYLm1vZGVsaXIudjEuUmVjb3JkSGVhZGVySAASJAoGcmVjb3JkGAIgASgLMhIubW9kZWxpci52MS5SZWNvcmRIAEIHCgVlbnRyeSp4CgxSZWNvcmRTdGF0dXMSHQoZUkVDT1JEX1NUQVRVU19VTlNQRUNJRklFRBAAEhQKEFJFQ09SRF9TVEFUVVNfT0sQARIZChVSRUNPUkRfU1RBVFVTX1BBUlRJQUwQAhIYChRSRUNPUkRfU1RBVFVTX0ZBSUxFRBADQnIKDmRldi5tb2RlbGlyLnYxQgtSZWNvcmRQcm90b1ABWiNtb2RlbGlyLmRldi9nby9tb2RlbGlyL3YxO21vZGVsaXJ2MaICA01YWKoCCk1vZGVsaXIuVjHKAgpNb2RlbGlyXFYx6gILTW9kZWxpcjo6VjFiBnByb3RvMw", [file_google_protobuf_timestamp, file_modelir_v1_embedding, file_modelir_v1_errors, file_modelir_v1_request, file_modelir_v1_response]);
 
 /**
  * One persisted call: the request, its response or failure, and where it came from.
@@ -69,6 +71,23 @@ export type Record = Message<"modelir.v1.Record"> & {
    * @generated from field: modelir.v1.Provenance provenance = 6;
    */
   provenance?: Provenance | undefined;
+
+  /**
+   * The embedding request, when the record is of an `Embed` call (then `request` and `response` are unset). Added
+   * in IR 1.1: a record may hold neither `request` nor `response`, and a reader of IR 1.0 reads such a record as
+   * its key, status, failure and provenance, with no request (it keeps this field as an unknown field in binary,
+   * and ignores it in JSON).
+   *
+   * @generated from field: modelir.v1.EmbedRequest embed_request = 7;
+   */
+  embedRequest?: EmbedRequest | undefined;
+
+  /**
+   * The embedding response, when the record is of an `Embed` call that returned one. Added in IR 1.1.
+   *
+   * @generated from field: modelir.v1.EmbedResponse embed_response = 8;
+   */
+  embedResponse?: EmbedResponse | undefined;
 };
 
 /**

@@ -11,7 +11,7 @@ import { file_google_protobuf_descriptor } from "@bufbuild/protobuf/wkt";
  * Describes the file modelir/v1/version.proto.
  */
 export const file_modelir_v1_version: GenFile = /*@__PURE__*/
-  fileDesc("Chhtb2RlbGlyL3YxL3ZlcnNpb24ucHJvdG8SCm1vZGVsaXIudjE6PQoKaXJfdmVyc2lvbhIcLmdvb2dsZS5wcm90b2J1Zi5GaWxlT3B0aW9ucxiviQMgASgJUglpclZlcnNpb25CfAoOZGV2Lm1vZGVsaXIudjFCDFZlcnNpb25Qcm90b1ABWiNtb2RlbGlyLmRldi9nby9tb2RlbGlyL3YxO21vZGVsaXJ2MaICA01YWKoCCk1vZGVsaXIuVjHKAgpNb2RlbGlyXFYx6gILTW9kZWxpcjo6VjH6yhgFMS4wLjBiBnByb3RvMw", [file_google_protobuf_descriptor]);
+  fileDesc("Chhtb2RlbGlyL3YxL3ZlcnNpb24ucHJvdG8SCm1vZGVsaXIudjE6PQoKaXJfdmVyc2lvbhIcLmdvb2dsZS5wcm90b2J1Zi5GaWxlT3B0aW9ucxiviQMgASgJUglpclZlcnNpb25CfAoOZGV2Lm1vZGVsaXIudjFCDFZlcnNpb25Qcm90b1ABWiNtb2RlbGlyLmRldi9nby9tb2RlbGlyL3YxO21vZGVsaXJ2MaICA01YWKoCCk1vZGVsaXIuVjHKAgpNb2RlbGlyXFYx6gILTW9kZWxpcjo6VjH6yhgFMS4xLjBiBnByb3RvMw", [file_google_protobuf_descriptor]);
 
 /**
  * The semantic version of the intermediate representation, set once on this file.
