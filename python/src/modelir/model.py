@@ -28,7 +28,7 @@ from modelir.http.retry import timeout_for
 from modelir.interface import ModelInterface
 from modelir.limiter import BaseLimiter, Limiter
 from modelir.limiter.budget import estimate_tokens, settle_tokens
-from modelir.pipeline import capabilities, media_policy
+from modelir.pipeline import capabilities, embedding, media_policy
 from modelir.pipeline import prepare as pipeline
 from modelir.records import raw_exchange
 from modelir.streams.fold import events_from_response, keeping_partial
@@ -407,14 +407,55 @@ class Model(ModelInterface):
 
     # ---- embed (IR 1.1) ----------------------------------------------------------------------------------
 
-    async def aembed(self, request: embedding_pb2.EmbedRequest) -> embedding_pb2.EmbedResponse:
-        """Turn the request's inputs into vectors (`CAPABILITY_EMBEDDINGS`). A model whose transport does not
-        claim it refuses before any call, naming the capability; no transport claims it yet (their embedding
-        wires come with the next round of #34)."""
-        if missing := capabilities.embed_missing(self._manifest):
-            gaps = errors_pb2.UnsupportedCapabilities(model=self.name, missing=missing)
-            raise errors.UnsupportedCapabilityError(gaps)
-        raise errors.InternalError(f"{self.transport.name} claims embeddings but has no embedding path")
+    async def aembed(
+        self, request: embedding_pb2.EmbedRequest, *, deadline: float | None = None
+    ) -> embedding_pb2.EmbedResponse:
+        """Turn the request's inputs into vectors (`CAPABILITY_EMBEDDINGS`), one call to the transport's embedding
+        endpoint. Everything is checked before any call (`pipeline.embedding`): a model whose transport does not
+        claim embeddings refuses naming the capability, and a field its wire cannot honour is refused by name."""
+        request = embedding.check(request, self.transport, self._manifest, self.name)
+        transport = self.transport
+        deadline = self._deadline(None, deadline)
+        try:
+            async with timeout_for(deadline):
+                if isinstance(transport, LocalTransport):
+                    return await transport.embed(request)
+                assert isinstance(transport, HttpTransport) and self.executor is not None
+                assert self._error_from is not None
+                native = transport.lower_embed(request)
+                async with self.limiter.acquire(deadline=deadline):
+                    sent = await self.executor.send(
+                        native,
+                        error_from=self._error_from,
+                        deadline=deadline,
+                        observe=self.limiter.observe,
+                        deadline_enforced=True,
+                    )
+        except TimeoutError:
+            raise errors.DeadlineExceededError("the request's deadline expired") from None
+        answer = sent.response
+        if damage := utf8_repaired(answer.body)[1]:  # a vector cannot be partly right: refused, not lifted around
+            malformed = errors.MalformedResponseError(f"{transport.name}: {damage}", http_status=answer.status)
+            raise self._redacted(malformed)
+        try:  # (no `check_answer_shape`: its keys are the generation answer's; the lift counts the vectors)
+            response = transport.lift_embed_accounted(request, answer)
+        except errors.MalformedResponseError as exc:
+            raise self._redacted(exc) from None
+        except SHAPE_ERRORS as exc:
+            raise self._redacted(shape_error(transport, exc)) from exc
+        if request.include_raw:
+            response.raw.CopyFrom(
+                raw_exchange.exchange(
+                    request,
+                    native,
+                    secrets=self.executor.secrets,
+                    transport=transport.name,
+                    status=answer.status,
+                    answer_headers=answer.headers,
+                    body=answer.body,
+                )
+            )
+        return response
 
 
 def _error_from(transport: HttpTransport) -> Callable[[HttpResponse], errors.ModelError]:
