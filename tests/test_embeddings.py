@@ -157,3 +157,42 @@ def test_empty_inputs_and_bad_options_are_named_whatever_the_model():
     fields = [f for f, _ in checks.field_problems(request)]
     assert fields == ["inputs[0].text", "inputs[1].token_ids", "provider_options[0].options_json"]
     assert [f for f, _ in checks.field_problems(embedding_pb2.EmbedRequest())] == ["inputs"]
+
+
+# ---- the reference model ---------------------------------------------------------------------------------------
+
+
+async def test_the_reference_model_sums_its_tokens_fixed_vectors():
+    from modelir import ReferenceModel
+    from modelir.transports.reference import embedding as reference
+    from modelir.transports.reference.vocabulary import BOS
+
+    model = Model(ReferenceModel(), name="reference")
+    ids = embedding_pb2.EmbedInput(token_ids=request_pb2.TokenIds(ids=[72, 105]))
+    out = await model.aembed(embedding_pb2.EmbedRequest(inputs=[embedding_pb2.EmbedInput(text="Hi"), ids]))
+    vectors = reference.token_vectors()
+    text, tokens = out.embeddings
+    assert list(text.values) == (vectors[BOS] + vectors[72] + vectors[105]).tolist()  # BOS, then the UTF-8 bytes
+    assert list(tokens.values) == (vectors[72] + vectors[105]).tolist()
+    assert (text.input_token_count, tokens.input_token_count, out.usage.input_token_count) == (3, 2, 5)
+    assert all(v * 16 == int(v * 16) for v in text.values)  # multiples of 1/16: exact in every language
+
+
+async def test_the_reference_model_scales_shortens_and_truncates_as_asked():
+    from modelir import ReferenceModel
+    from modelir.transports.reference.embedding import DIMENSIONS, MAX_INPUT_TOKENS
+
+    model = Model(ReferenceModel(), name="reference")
+    plain = (await model.aembed(_request("abc"))).embeddings[0]
+    scaled = (await model.aembed(_request("abc", normalization=embedding.L2, dimension_count=4))).embeddings[0]
+    assert len(plain.values) == DIMENSIONS and len(scaled.values) == 4
+    assert list(scaled.values) == pytest.approx(embedding.unit_length(list(plain.values)[:4]))
+    long = "x" * MAX_INPUT_TOKENS
+    with pytest.raises(errors.InvalidRequestError) as caught:
+        await model.aembed(_request("ok", long))
+    assert [v.field for v in caught.value.violations] == ["inputs[1]"]
+    cut = (await model.aembed(_request(long, truncation=embedding.END_TRUNCATION))).embeddings[0]
+    assert cut.truncated and cut.input_token_count == MAX_INPUT_TOKENS
+    with pytest.raises(errors.InvalidRequestError) as caught:
+        await model.aembed(_request("a", dimension_count=DIMENSIONS + 1))
+    assert [v.field for v in caught.value.violations] == ["dimension_count"]

@@ -419,7 +419,10 @@ class Model(ModelInterface):
         try:
             async with timeout_for(deadline):
                 if isinstance(transport, LocalTransport):
-                    return await transport.embed(request)
+                    try:
+                        return await transport.embed(request)
+                    except NotImplementedError:  # a manifest that claims more than its transport does
+                        raise errors.InternalError(f"{transport.name} claims embeddings but cannot embed") from None
                 assert isinstance(transport, HttpTransport) and self.executor is not None
                 assert self._error_from is not None
                 native = transport.lower_embed(request)

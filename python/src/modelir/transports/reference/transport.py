@@ -1,4 +1,4 @@
-"""`ReferenceModel`: the reference model as a transport (its manifest, its own limits, run, stream, tokenize)."""
+"""`ReferenceModel`: the reference model as a transport (its manifest, its own limits, run, stream, tokenize, embed)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from modelir.logprobs import build as lp
 from modelir.streams.fold import events_from_response
 from modelir.transports.base import LocalTransport
+from modelir.transports.reference import embedding
 from modelir.transports.reference.generation import generate, may_call_tools
 from modelir.transports.reference.json_emitter import schema_gaps
 from modelir.transports.reference.sealing import Sealer
@@ -20,7 +21,7 @@ from modelir.transports.reference.vocabulary import (
     VOCAB,
     token_ids,
 )
-from modelir.v1 import capabilities_pb2, content_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
+from modelir.v1 import capabilities_pb2, content_pb2, embedding_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
 
 MAX_CHOICES = 16
 _CAPABILITIES = sorted(
@@ -58,6 +59,7 @@ _CAPABILITIES = sorted(
         capabilities_pb2.CAPABILITY_MIN_OUTPUT_TOKENS,
         capabilities_pb2.CAPABILITY_MULTI_TURN_TOKEN_INPUT,
         capabilities_pb2.CAPABILITY_TOKENIZE_CONVERSATION,
+        capabilities_pb2.CAPABILITY_EMBEDDINGS,  # IR 1.1: `reference.embedding`
     ]
 )
 
@@ -131,6 +133,12 @@ class ReferenceModel(LocalTransport):
     async def stream(self, request: request_pb2.Request) -> AsyncIterator[stream_pb2.StreamEvent]:
         for event in events_from_response(generate(request, self._sealer, self._issuer)):
             yield event
+
+    def embed_problems(self, request: embedding_pb2.EmbedRequest) -> list[tuple[str, str]]:
+        return embedding.problems(request)
+
+    async def embed(self, request: embedding_pb2.EmbedRequest) -> embedding_pb2.EmbedResponse:
+        return embedding.embed(request, self.model_id)
 
     def tokenizer_info(self) -> capabilities_pb2.TokenizerInfo:
         """The bytewise vocabulary: 256 byte tokens, then BOS and EOS."""
