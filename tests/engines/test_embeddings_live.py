@@ -18,6 +18,7 @@ from modelir import Model, errors
 from modelir.http.executor import Executor
 from modelir.transports.llamacpp import LlamaCpp
 from modelir.transports.ollama import Ollama
+from modelir.transports.vllm import VLLM
 from modelir.v1 import embedding_pb2, request_pb2
 
 from tests.engines import launch, numpy_truth
@@ -181,3 +182,60 @@ async def test_ollama_truncation_none_refuses_an_over_long_input_and_end_cuts_it
         await ollama_model.aembed(_texts(text, truncation=embedding_pb2.EMBED_TRUNCATION_NONE))
     out = await ollama_model.aembed(_texts(text, truncation=embedding_pb2.EMBED_TRUNCATION_END))
     assert len(out.embeddings[0].values) == 64 and 0 < out.usage.input_token_count <= 256
+
+
+# ---- vLLM -----------------------------------------------------------------------------------------------------------
+
+VLLM_PYTHON = os.environ.get("MODELIR_VLLM")
+VLLM_CONTEXT = 512  # the generation suite's: the same model directory, so torch.compile's cache is shared
+needs_vllm = pytest.mark.skipif(not VLLM_PYTHON, reason="set MODELIR_VLLM (make test-engines sets it)")
+waits_for_vllm = pytest.mark.timeout(launch.VLLM_STARTUP_SECONDS + 120)  # the first test waits for the start
+
+
+@pytest.fixture(scope="module")
+def vllm(tmp_path_factory):
+    """vLLM with a pooling runner: the generative tiny model converted to an embedding model, which pools the last
+    token's normed hidden state (`as_embedding_model`) and scales it to unit length unless `use_activation` is
+    false. One more server start (40-80 s warm)."""
+    if url := os.environ.get("MODELIR_VLLM_EMBED_URL"):  # a pooling server already serving the model, for iterating
+        yield url
+        return
+    assert VLLM_PYTHON is not None
+    folder = tmp_path_factory.mktemp("vllm-embed")
+    with launch.vllm_server(VLLM_PYTHON, folder, VLLM_CONTEXT, "--runner", "pooling", "--convert", "embed") as url:
+        yield url
+
+
+@pytest.fixture
+async def vllm_model(vllm):
+    executor = Executor(vllm)
+    yield Model(VLLM(provider_model="tiny"), name="tiny", executor=executor)
+    await executor.aclose()
+
+
+@needs_vllm
+@waits_for_vllm
+async def test_vllm_pools_the_last_token_unscaled_and_scaled(vllm, vllm_model):
+    inputs = ([1, 353, 72, 101, 108], [1, 72, 101])
+    unscaled = await vllm_model.aembed(_ids(*inputs, normalization=NONE))
+    scaled = await vllm_model.aembed(_ids(*inputs, normalization=L2))
+    for ids, plain, unit in zip(inputs, unscaled.embeddings, scaled.embeddings, strict=True):
+        truth = numpy_truth.hidden_states(ids)[-1]
+        assert np.allclose(plain.values, truth, atol=TOLERANCE)
+        assert np.allclose(unit.values, _unit(truth), atol=TOLERANCE)
+    assert unscaled.usage.input_token_count == sum(map(len, inputs))
+    assert not unscaled.warnings and not scaled.warnings  # every member of vLLM's answer accounted for
+    async with httpx.AsyncClient() as client:
+        answer = await client.post(vllm + "/v1/embeddings", json={"model": "tiny", "input": [list(inputs[0])]})
+    assert list(scaled.embeddings[0].values) == _float32(answer.json()["data"][0]["embedding"])
+
+
+@needs_vllm
+@waits_for_vllm
+async def test_vllm_truncation_end_keeps_the_start_and_none_refuses(vllm_model):
+    long = [1] + [72] * 600  # past the 512-token context
+    with pytest.raises(errors.ProviderRejectedError):
+        await vllm_model.aembed(_ids(long, truncation=embedding_pb2.EMBED_TRUNCATION_NONE))
+    out = await vllm_model.aembed(_ids(long, truncation=embedding_pb2.EMBED_TRUNCATION_END, normalization=NONE))
+    assert out.usage.input_token_count == VLLM_CONTEXT
+    assert np.allclose(out.embeddings[0].values, numpy_truth.hidden_states(long[:VLLM_CONTEXT])[-1], atol=TOLERANCE)
