@@ -41,6 +41,10 @@ def _fixture_answers(path: Path) -> Iterator[Answer]:
     answer = fixture.get("http_response")
     if answer is None or "request" not in fixture:
         return
+    if fixture.get("operation") == "embed":  # IR 1.1: the embedding endpoint's own section
+        kind = "error" if answer.get("status", 200) >= 400 else "embed"
+        yield Answer(source, transport.native_fields(None, kind), (_body(answer),))
+        return
     request = json_format.Parse(json.dumps(fixture["request"]), request_pb2.Request())
     if answer.get("status", 200) >= 400:
         yield Answer(source, transport.native_fields(None, "error"), (_body(answer),))

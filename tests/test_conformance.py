@@ -47,6 +47,9 @@ def test_openai_chat_fixtures_fit_the_openai_sdk(path: Path):
     from openai.types.chat import ChatCompletion, ChatCompletionChunk, completion_create_params
 
     fixture = json.loads(path.read_text())
+    if fixture.get("operation") == "embed":
+        _fits_openai_embeddings(fixture)
+        return
     if "expected_http_request" in fixture:
         body = fixture["expected_http_request"]["body"]
         params = (
@@ -105,6 +108,9 @@ def test_completions_and_vllm_fixtures_fit_the_openai_sdk(path: Path):
     from openai.types.chat import completion_create_params as chat_params
 
     fixture = json.loads(path.read_text())
+    if fixture.get("operation") == "embed":
+        _fits_openai_embeddings(fixture, extensions=VLLM_EMBED_EXTENSIONS)
+        return
     requests = fixture.get("expected_http_requests") or [fixture.get("expected_http_request")]
     for native in filter(None, requests):
         if native["path"].endswith("/tokenize"):
@@ -128,6 +134,50 @@ def test_completions_and_vllm_fixtures_fit_the_openai_sdk(path: Path):
                 ChatCompletionChunk.model_validate(data)
             else:
                 Completion.model_validate(_sdk_nulls(data))
+
+
+# vLLM's embedding extensions beyond OpenAI's `EmbeddingCreateParams` (vllm/embed.py says where each is documented).
+VLLM_EMBED_EXTENSIONS = {
+    "embed_dtype",
+    "endianness",
+    "use_activation",
+    "truncate_prompt_tokens",
+    "truncation_side",
+    "add_special_tokens",
+}
+
+
+def _fits_openai_embeddings(fixture: dict, extensions: frozenset[str] | set[str] = frozenset()) -> None:
+    """An embed fixture's request against the SDK's `EmbeddingCreateParams`, its answer against
+    `CreateEmbeddingResponse` (a base64 vector decoded first, as the SDK does before it builds the type)."""
+    from modelir.transports.embedding import base64_floats
+    from openai.types import CreateEmbeddingResponse, embedding_create_params
+
+    if "expected_http_request" in fixture:
+        body = {k: v for k, v in fixture["expected_http_request"]["body"].items() if k not in extensions}
+        params = embedding_create_params.EmbeddingCreateParams
+        pydantic.TypeAdapter(params).validate_python(body)
+        assert set(body) <= params.__required_keys__ | params.__optional_keys__, set(body) - params.__optional_keys__
+    answer = fixture.get("http_response", {})
+    if answer.get("status", 200) == 200 and "body" in answer:
+        decoded = json.loads(json.dumps(answer["body"]))
+        for item in decoded["data"]:
+            if isinstance(item["embedding"], str):
+                item["embedding"] = list(base64_floats(item["embedding"]))
+        CreateEmbeddingResponse.model_validate(decoded)
+
+
+def _fits_gemini_embeddings(fixture: dict) -> None:
+    from google.genai import types
+
+    if "expected_http_request" in fixture:
+        for entry in fixture["expected_http_request"]["body"]["requests"]:
+            entry = dict(entry)
+            types.Content.model_validate(entry.pop("content"))
+            assert set(entry) <= {"model", "taskType", "title", "outputDimensionality"}, entry
+    answer = fixture.get("http_response", {})
+    if answer.get("status", 200) == 200 and "body" in answer:
+        types.EmbedContentResponse.model_validate(answer["body"])
 
 
 def _sdk_nulls(body: dict) -> dict:
@@ -154,6 +204,9 @@ def test_openai_responses_fixtures_fit_the_openai_sdk(path: Path):
     from openai.types.responses import Response, ResponseStreamEvent, response_create_params
 
     fixture = json.loads(path.read_text())
+    if fixture.get("operation") == "embed":
+        _fits_openai_embeddings(fixture)
+        return
     if "expected_http_request" in fixture:
         body = fixture["expected_http_request"]["body"]
         params = (
@@ -209,6 +262,9 @@ def test_gemini_fixtures_fit_the_google_genai_sdk(path: Path):
     from google.genai import types
 
     fixture = json.loads(path.read_text())
+    if fixture.get("operation") == "embed":
+        _fits_gemini_embeddings(fixture)
+        return
     if "expected_http_request" in fixture:
         body = dict(fixture["expected_http_request"]["body"])
         for content in body.pop("contents"):

@@ -208,7 +208,7 @@ def _readme_snippets() -> list[str]:
 
 async def test_the_readme_sdk_snippets_run_as_written(tmp_path):
     snippets = _readme_snippets()
-    assert len(snippets) == 3
+    assert len(snippets) == 4
     async with FakeOpenAI() as fake:  # the real-provider snippet talks to it through OPENAI_BASE_URL
         env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
         env |= {"OPENAI_BASE_URL": fake.base_url, "OPENAI_API_KEY": "sk-fake"}

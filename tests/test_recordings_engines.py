@@ -190,7 +190,7 @@ def test_llamacpp_tokenize_and_detokenize_recordings():
         ("error__completion_prompt_too_long", errors.ProviderRejectedError),
         ("error__completion_invalid_grammar", errors.ProviderRejectedError),
         ("error__v1_chat_top_logprobs_without_logprobs", errors.ProviderRejectedError),
-        ("error__embedding_not_enabled", errors.ProviderUnavailableError),
+        ("error__embedding_not_enabled", errors.ProviderRejectedError),  # 501: not started with --embeddings
         ("error__not_found", errors.ProviderRejectedError),
     ],
 )

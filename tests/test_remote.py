@@ -262,13 +262,25 @@ async def test_against_an_older_minor_server_a_newer_field_is_refused_before_it_
     assert len(sent) == 1
 
 
-async def test_embed_on_a_model_without_embeddings_is_refused_naming_the_capability_locally_and_remotely(served):
+async def test_embed_runs_remotely_as_locally_and_a_model_without_embeddings_refuses_naming_the_capability():
+    from modelir.pipeline.capabilities import narrow
     from modelir.v1 import embedding_pb2
 
-    remote, _, _ = served
-    local = Model(ReferenceModel(), name="reference")
-    for model in (local, remote):
-        request = embedding_pb2.EmbedRequest(model="reference", inputs=[embedding_pb2.EmbedInput(text="Hello")])
-        with pytest.raises(UnsupportedCapabilityError) as caught:
-            await model.aembed(request)
-        assert list(caught.value.missing) == [C.CAPABILITY_EMBEDDINGS]
+    reference = Model(ReferenceModel(), name="reference")
+    plain = Model(
+        ReferenceModel(), name="plain", manifest=narrow(ReferenceModel().manifest(), [C.CAPABILITY_EMBEDDINGS])
+    )
+    server, port = await build_server({"reference": reference, "plain": plain}, "127.0.0.1:0")
+    await server.start()
+    try:
+        inputs = [embedding_pb2.EmbedInput(text="Hello"), embedding_pb2.EmbedInput(text="world")]
+        request = embedding_pb2.EmbedRequest(inputs=inputs, dimension_count=4)
+        async with RemoteModel(f"127.0.0.1:{port}", "reference") as remote:
+            assert await remote.aembed(request) == await reference.aembed(request)
+        async with RemoteModel(f"127.0.0.1:{port}", "plain") as remote:
+            for model in (plain, remote):
+                with pytest.raises(UnsupportedCapabilityError) as caught:
+                    await model.aembed(request)
+                assert list(caught.value.missing) == [C.CAPABILITY_EMBEDDINGS]
+    finally:
+        await server.stop(None)

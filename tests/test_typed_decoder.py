@@ -21,6 +21,8 @@ def _bodies():
     for path in FIXTURES:
         fixture = json.loads(path.read_text())
         answer = fixture.get("http_response", {})
+        if fixture.get("operation") == "embed":
+            continue  # the embedding endpoint's answer (`openai.embed`), not chat's
         if answer.get("status", 200) == 200 and "body" in answer and fixture.get("mode") != "stream":
             request = json_format.ParseDict(fixture["request"], request_pb2.Request())
             yield path.stem, request, json.dumps(answer["body"]).encode()
@@ -81,7 +83,7 @@ def _responses_bodies():
     for path in sorted((conformance.DEFAULT_FIXTURES / "openai_responses").glob("*.json")):
         fixture = json.loads(path.read_text())
         answer = fixture.get("http_response", {})
-        if answer.get("status", 200) == 200 and "body" in answer:
+        if answer.get("status", 200) == 200 and "body" in answer and fixture.get("operation") != "embed":
             yield (
                 path.stem,
                 json_format.ParseDict(fixture["request"], request_pb2.Request()),

@@ -1,7 +1,8 @@
 """The in-process truth for the tiny model in numpy: the Llama forward pass over `tiny_model.weights()` in float64.
 
 An oracle that shares no code with any engine: Hugging Face's layout (rotary halves apart, `rotate_half`), RMS
-norm, causal attention, SwiGLU. `logprobs(ids)[i]` is the distribution over the token after position i.
+norm, causal attention, SwiGLU. `logprobs(ids)[i]` is the distribution over the token after position i;
+`hidden_states(ids)[i]` is the final normed hidden state there, which embeddings pool.
 """
 
 from __future__ import annotations
@@ -47,6 +48,15 @@ def _rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
 def logprobs(ids: list[int]) -> np.ndarray:
     """(len(ids), vocab) log-probabilities: row i is the next-token distribution after ids[: i + 1]."""
     _, w = vocabulary()
+    logits = hidden_states(ids) @ w["lm_head.weight"].T
+    top = logits.max(-1, keepdims=True)
+    return logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
+
+
+def hidden_states(ids: list[int]) -> np.ndarray:
+    """(len(ids), embedding size): the last layer's output after the final RMS norm at each position, the vectors
+    an engine pools into an embedding (mean, last token, ...)."""
+    _, w = vocabulary()
     heads, dim = tiny_model.HEADS, tiny_model.HEAD_DIM
     n = len(ids)
     x = w["model.embed_tokens.weight"][ids]
@@ -69,6 +79,4 @@ def logprobs(ids: list[int]) -> np.ndarray:
         h = _rms(x, w[p + "post_attention_layernorm.weight"])
         gate = h @ w[p + "mlp.gate_proj.weight"].T
         x = x + (gate / (1 + np.exp(-gate)) * (h @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
-    logits = _rms(x, w["model.norm.weight"]) @ w["lm_head.weight"].T
-    top = logits.max(-1, keepdims=True)
-    return logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
+    return _rms(x, w["model.norm.weight"])

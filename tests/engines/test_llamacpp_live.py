@@ -4,10 +4,6 @@
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import jsonschema
@@ -18,45 +14,18 @@ from modelir.http.executor import Executor
 from modelir.transports.llamacpp import LlamaCpp
 from modelir.v1 import errors_pb2, logprobs_pb2, request_pb2, response_pb2
 
+from tests.engines import launch
+
 SERVER = os.environ.get("MODELIR_LLAMA_SERVER")
 pytestmark = pytest.mark.skipif(not SERVER, reason="set MODELIR_LLAMA_SERVER (make test-engines builds and sets it)")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("llama")
-    model = folder / "tiny.gguf"
-    subprocess.run([sys.executable, str(ROOT / "engines/llamacpp/tiny_model.py"), str(model)], check=True)
-    port = _free_port()
-    log = (folder / "server.log").open("w")
-    process = subprocess.Popen(
-        [SERVER, "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", "256", "-np", "1", "-t", "2"],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    import httpx
-
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    else:
-        process.kill()
-        raise RuntimeError("llama-server did not start: " + (folder / "server.log").read_text()[-2000:])
-    yield url
-    process.terminate()
-    process.wait(10)
+    assert SERVER is not None
+    with launch.llama_server(SERVER, tmp_path_factory.mktemp("llama")) as url:
+        yield url
 
 
 @pytest.fixture

@@ -8,13 +8,7 @@ engines (pre-sampling logprobs without token ids, `num_predict: 0` meaning no li
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
 
-import httpx
 import jsonschema
 import orjson
 import pytest
@@ -24,53 +18,17 @@ from modelir.transports import zero_output
 from modelir.transports.ollama import TRUNCATION_WARNING, Ollama
 from modelir.v1 import logprobs_pb2, request_pb2, response_pb2
 
+from tests.engines import launch
+
 OLLAMA = os.environ.get("MODELIR_OLLAMA")
 pytestmark = pytest.mark.skipif(not OLLAMA, reason="set MODELIR_OLLAMA (make test-engines builds and sets it)")
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     assert OLLAMA is not None
-    folder = tmp_path_factory.mktemp("ollama")
-    gguf = folder / "tiny.gguf"
-    subprocess.run([sys.executable, str(ROOT / "engines/llamacpp/tiny_model.py"), str(gguf)], check=True)
-    modelfile = folder / "Modelfile"
-    modelfile.write_text((ROOT / "engines/ollama/Modelfile.template").read_text().replace("{gguf}", str(gguf)))
-    host = f"127.0.0.1:{_free_port()}"
-    env = {
-        **os.environ,
-        "OLLAMA_HOST": host,
-        "OLLAMA_MODELS": str(folder / "models"),
-        "HOME": str(folder / "home"),
-        "OLLAMA_NOPRUNE": "1",
-    }
-    log = (folder / "server.log").open("w")
-    process = subprocess.Popen([OLLAMA, "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://{host}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/api/version", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    else:
-        process.kill()
-        raise RuntimeError("ollama did not start: " + (folder / "server.log").read_text()[-2000:])
-    created = subprocess.run(
-        [OLLAMA, "create", "tiny", "-f", str(modelfile)], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert created.returncode == 0, created.stderr
-    yield url
-    process.terminate()
-    process.wait(10)
+    with launch.ollama(OLLAMA, tmp_path_factory.mktemp("ollama")) as url:
+        yield url
 
 
 @pytest.fixture

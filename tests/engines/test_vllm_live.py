@@ -9,16 +9,8 @@ tests at a server already serving the model instead. The largest difference from
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
-import shutil
-import signal
-import socket
-import subprocess
-import tempfile
-import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -28,18 +20,15 @@ from modelir.http.executor import Executor
 from modelir.transports.vllm import VLLM
 from modelir.v1 import response_pb2, service_pb2
 
-from tests.engines import numpy_truth
+from tests.engines import launch, numpy_truth
 
 PYTHON = os.environ.get("MODELIR_VLLM")
-# The first test waits for the server: 40-80 s warm, several minutes cold on a loaded machine.
-STARTUP_SECONDS = 600
+STARTUP_SECONDS = launch.VLLM_STARTUP_SECONDS  # the first test waits for the server
 pytestmark = [
     pytest.mark.skipif(not PYTHON, reason="set MODELIR_VLLM (make test-engines builds and sets it)"),
     pytest.mark.timeout(STARTUP_SECONDS + 120),
 ]
-ROOT = Path(__file__).resolve().parents[2]
 CONTEXT = 512
-CACHE = Path.home() / ".cache/modelir/vllm"
 # vLLM computes in float32 with its own kernels; the truth is float64.
 TOLERANCE = 1e-3
 TOKENS, _ = numpy_truth.vocabulary()
@@ -47,77 +36,14 @@ IM_END = TOKENS.index("<|im_end|>")
 LARGEST = [0.0]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _model_in_cache() -> Path:
-    """The Hugging Face model at a path that stays the same while its writer does: vLLM keys its torch.compile cache
-    by the model's path, so a fresh temporary directory would compile again on every run (minutes on CPU)."""
-    writers = [ROOT / "engines/llamacpp/tiny_model.py", ROOT / "engines/llamacpp/hf_model.py"]
-    key = hashlib.sha256(b"".join(w.read_bytes() for w in writers)).hexdigest()[:12]
-    model = CACHE / f"tiny-{key}-{CONTEXT}"
-    if not (model / "config.json").exists():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=CACHE))
-        subprocess.run([PYTHON, str(ROOT / "engines/llamacpp/hf_model.py"), str(staging), str(CONTEXT)], check=True)
-        try:
-            staging.rename(model)
-        except OSError:  # another run put it there first
-            shutil.rmtree(staging)
-    return model
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     if url := os.environ.get("MODELIR_VLLM_URL"):  # a server already serving hf_model.py's model, for iterating
         yield url
         return
-    directory = tmp_path_factory.mktemp("vllm")
-    model = _model_in_cache()
-    port = _free_port()
-    env = {
-        **os.environ,
-        "VLLM_TARGET_DEVICE": "cpu",
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "VLLM_CACHE_ROOT": str(CACHE),  # torch.compile's output, kept between runs
-    }
-    log_path = directory / "server.log"
-    process = subprocess.Popen(
-        [
-            *(PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)),
-            *("--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32"),
-            *("--max-model-len", str(CONTEXT), "--max-num-seqs", "4"),
-        ],
-        stdout=log_path.open("w"),
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,  # its own group: the engine-core child goes with it, whatever ends the tests
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + STARTUP_SECONDS
-        while time.monotonic() < deadline and process.poll() is None:
-            try:
-                if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(1)
-        else:
-            raise RuntimeError("vLLM did not start: " + log_path.read_text()[-3000:])
+    assert PYTHON is not None
+    with launch.vllm_server(PYTHON, tmp_path_factory.mktemp("vllm"), CONTEXT) as url:
         yield url
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
 
 
 @pytest.fixture

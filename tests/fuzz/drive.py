@@ -32,7 +32,7 @@ from modelir.errors import rich_status
 from modelir.http.executor import Executor
 from modelir.http.retry import RetryPolicy
 from modelir.registry import build_transport
-from modelir.v1 import request_pb2, service_pb2
+from modelir.v1 import embedding_pb2, request_pb2, service_pb2
 
 from tests.fuzz import accounted, mutate
 
@@ -48,7 +48,7 @@ class Exchange:
     transport: str
     case: str
     options: dict[str, Any]
-    kind: str  # "unary", "stream" or "tokenize"
+    kind: str  # "unary", "stream", "tokenize" or "embed"
     request: Any
     answers: list[dict[str, Any]]  # unary/tokenize: the HTTP answers in order
     events: list[dict[str, str]] = field(default_factory=list)
@@ -111,6 +111,10 @@ def load_exchanges(transport: str | None = None) -> list[Exchange]:
         if fixture.get("operation") == "tokenize":
             request = json_format.Parse(orjson.dumps(fixture["tokenize_request"]), service_pb2.TokenizeRequest())
             out.append(Exchange(name, path.stem, options, "tokenize", request, fixture["http_responses"]))
+            continue
+        if fixture.get("operation") == "embed":  # IR 1.1: the embedding lift, fed the same mutations
+            request = json_format.Parse(orjson.dumps(fixture["request"]), embedding_pb2.EmbedRequest())
+            out.append(Exchange(name, path.stem, options, "embed", request, [fixture["http_response"]]))
             continue
         request = json_format.Parse(orjson.dumps(fixture["request"]), request_pb2.Request())
         if fixture.get("mode") == "stream":
@@ -308,6 +312,8 @@ async def _one(exchange: Exchange, answers: list[httpx.Response]) -> str:
     try:
         if exchange.kind == "tokenize":
             await model.atokenize_request(exchange.request)
+        elif exchange.kind == "embed":
+            await model.aembed(exchange.request)
         else:
             stream = exchange.kind == "stream"
             run = model.arun_streamed if stream else model.arun

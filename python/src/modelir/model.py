@@ -20,6 +20,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from modelir import errors, telemetry
+from modelir.calls import embedding as embedding_calls
 from modelir.calls import tokenizer as tokenizer_calls
 from modelir.errors.soft import damaged_events, received
 from modelir.http.executor import Executor
@@ -28,7 +29,7 @@ from modelir.http.retry import timeout_for
 from modelir.interface import ModelInterface
 from modelir.limiter import BaseLimiter, Limiter
 from modelir.limiter.budget import estimate_tokens, settle_tokens
-from modelir.pipeline import capabilities, media_policy
+from modelir.pipeline import media_policy
 from modelir.pipeline import prepare as pipeline
 from modelir.records import raw_exchange
 from modelir.streams.fold import events_from_response, keeping_partial
@@ -45,7 +46,6 @@ from modelir.transports.base import (
 from modelir.v1 import (
     capabilities_pb2,
     embedding_pb2,
-    errors_pb2,
     request_pb2,
     response_pb2,
     service_pb2,
@@ -349,14 +349,13 @@ class Model(ModelInterface):
 
     # ---- embed (IR 1.1) ----------------------------------------------------------------------------------
 
-    async def aembed(self, request: embedding_pb2.EmbedRequest) -> embedding_pb2.EmbedResponse:
-        """Turn the request's inputs into vectors (`CAPABILITY_EMBEDDINGS`). A model whose transport does not
-        claim it refuses before any call, naming the capability; no transport claims it yet (their embedding
-        wires come with the next round of #34)."""
-        if missing := capabilities.embed_missing(self._manifest):
-            gaps = errors_pb2.UnsupportedCapabilities(model=self.name, missing=missing)
-            raise errors.UnsupportedCapabilityError(gaps)
-        raise errors.InternalError(f"{self.transport.name} claims embeddings but has no embedding path")
+    async def aembed(
+        self, request: embedding_pb2.EmbedRequest, *, deadline: float | None = None
+    ) -> embedding_pb2.EmbedResponse:
+        """Turn the request's inputs into vectors (`CAPABILITY_EMBEDDINGS`), one call to the transport's embedding
+        endpoint (`calls/embedding.py`). Everything is checked before any call: a model whose transport does not
+        claim embeddings refuses naming the capability, and a field its wire cannot honour is refused by name."""
+        return await embedding_calls.embed(self, request, deadline)
 
 
 def _error_from(transport: HttpTransport) -> Callable[[HttpResponse], errors.ModelError]:

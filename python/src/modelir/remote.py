@@ -374,12 +374,19 @@ class RemoteModel(ModelInterface):
         tokens = await self.atokenize(text)
         return await self.adetokenize(list(tokens.token_ids)) == text
 
-    async def aembed(self, request: embedding_pb2.EmbedRequest) -> embedding_pb2.EmbedResponse:
-        """Turn inputs into vectors on the server (`Model.aembed`); a server of IR 1.0 has no `Embed`."""
+    async def aembed(
+        self, request: embedding_pb2.EmbedRequest, *, deadline: float | None = None
+    ) -> embedding_pb2.EmbedResponse:
+        """Turn inputs into vectors on the server (`Model.aembed`), under `deadline` (monotonic) when given; a server
+        of IR 1.0 has no `Embed`. The caller's request is not changed: a copy names this model when it names none."""
         if not request.model:
-            request.model = self.name
+            named = embedding_pb2.EmbedRequest()
+            named.CopyFrom(request)
+            named.model = self.name
+            request = named
+        timeout = self._timeout(None, deadline)
         return await self._unary(
-            lambda: self._stub().Embed(request, metadata=telemetry.outgoing_metadata(self._metadata))
+            lambda: self._stub().Embed(request, timeout=timeout, metadata=telemetry.outgoing_metadata(self._metadata))
         )
 
     async def aserver_info(self) -> service_pb2.GetServerInfoResponse:

@@ -1,1 +1,2 @@
-"""The calls a `Model` makes besides generation, one module each: the tokenizer's (`tokenizer`)."""
+"""The calls a `Model` makes besides generation, one module each: the tokenizer's (`tokenizer`) and embeddings
+(`embedding`)."""

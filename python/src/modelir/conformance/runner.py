@@ -19,12 +19,13 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from modelir import errors
-from modelir.pipeline.capabilities import embed_missing, tokenize_missing
+from modelir.pipeline import embedding as embed_checks
+from modelir.pipeline.capabilities import tokenize_missing
 from modelir.pipeline.prepare import Pipeline
 from modelir.registry import build_transport, registry
 from modelir.streams.fold import accumulate
 from modelir.transports.base import HttpResponse, HttpTransport, RawEvent, Transport, guarded_error
-from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, service_pb2
+from modelir.v1 import capabilities_pb2, embedding_pb2, request_pb2, response_pb2, service_pb2
 
 DEFAULT_FIXTURES = Path(__file__).resolve().parents[4] / "conformance" / "fixtures"
 
@@ -92,10 +93,8 @@ def run_case(transport_name: str, path: Path) -> CaseResult:
                 problems.append(f"tokenize: missing capabilities {missing}, expected {fixture['expected_rejection']}")
             result.passed = not problems
             return result
-        if fixture.get("operation") == "embed":  # IR 1.1: only the rejection until a transport claims EMBEDDINGS
-            missing = sorted(errors.capability_name(c) for c in embed_missing(transport.manifest()))
-            if missing != sorted(fixture["expected_rejection"].get("missing", [])):
-                problems.append(f"embed: missing capabilities {missing}, expected {fixture['expected_rejection']}")
+        if fixture.get("operation") == "embed":  # IR 1.1
+            _check_embed(fixture, transport, problems)
             result.passed = not problems
             return result
         request = json_format.Parse(orjson.dumps(fixture["request"]), request_pb2.Request())
@@ -114,16 +113,21 @@ def _check_rejection(
 ) -> None:
     try:
         Pipeline(transport).check(request, streaming=streaming)
-    except errors.InvalidRequestError as exc:
+    except errors.ModelError as exc:
+        _compare_rejection(spec, exc, problems)
+    else:
+        problems.append("the request was accepted; the manifest must reject it")
+
+
+def _compare_rejection(spec: dict[str, Any], exc: errors.ModelError, problems: list[str]) -> None:
+    if isinstance(exc, errors.InvalidRequestError):
         fields = sorted(v.field for v in exc.violations)
         if fields != sorted(spec.get("fields", [])):
             problems.append(f"invalid fields {fields}, expected {sorted(spec.get('fields', []))}")
         return
-    except errors.UnsupportedCapabilityError as exc:
-        gaps = exc.unsupported
-    else:
-        problems.append("the request was accepted; the manifest must reject it")
-        return
+    if not isinstance(exc, errors.UnsupportedCapabilityError):
+        raise exc
+    gaps = exc.unsupported
     missing = sorted(errors.capability_name(c) for c in gaps.missing)
     if missing != sorted(spec.get("missing", [])):
         problems.append(f"missing capabilities {missing}, expected {sorted(spec.get('missing', []))}")
@@ -188,6 +192,48 @@ def _check_exchange(
             "lifted response differs:\n"
             + _json_diff(_message_json(_clean_for_compare(expected)), _message_json(_clean_for_compare(actual)))
         )
+
+
+def _check_embed(fixture: dict[str, Any], transport: HttpTransport, problems: list[str]) -> None:
+    """An `Embed` exchange (IR 1.1): the same checks as a unary one, with `EmbedRequest` and `EmbedResponse`."""
+    request = json_format.Parse(orjson.dumps(fixture["request"]), embedding_pb2.EmbedRequest())
+    try:
+        request = embed_checks.check(request, transport, transport.manifest())
+    except (errors.InvalidRequestError, errors.UnsupportedCapabilityError) as exc:
+        if "expected_rejection" in fixture:
+            _compare_rejection(fixture["expected_rejection"], exc, problems)
+        else:
+            problems.append(f"the checks reject a request this fixture expects to run: {exc}")
+        return
+    if "expected_rejection" in fixture:
+        problems.append("the embedding request was accepted; the checks must reject it")
+        return
+    lowered = transport.lower_embed(request)
+    expected_http = fixture["expected_http_request"]
+    if lowered.method != expected_http["method"] or lowered.path != expected_http["path"]:
+        problems.append(
+            f"sent {lowered.method} {lowered.path}, expected {expected_http['method']} {expected_http['path']}"
+        )
+    sent_body = orjson.loads(lowered.body) if lowered.body else None
+    if sent_body != expected_http.get("body"):
+        problems.append("lowered body differs:\n" + _json_diff(expected_http.get("body"), sent_body))
+    answer = fixture["http_response"]
+    response = HttpResponse(
+        answer.get("status", 200), {k.lower(): v for k, v in answer.get("headers", {}).items()}, _body_bytes(answer)
+    )
+    try:
+        if response.status >= 400:
+            raise guarded_error(transport, response)
+        actual = transport.lift_embed_accounted(request, response)
+    except errors.ModelError as exc:
+        _check_error(fixture.get("expected_error"), exc, problems)
+        return
+    if "expected_error" in fixture:
+        problems.append(f"expected the error {fixture['expected_error']}, but the lift succeeded")
+        return
+    expected = json_format.Parse(orjson.dumps(fixture["expected_response"]), embedding_pb2.EmbedResponse())
+    if actual != expected:
+        problems.append("lifted embed response differs:\n" + _json_diff(_message_json(expected), _message_json(actual)))
 
 
 def _check_tokenize(fixture: dict[str, Any], transport: HttpTransport, problems: list[str]) -> None:

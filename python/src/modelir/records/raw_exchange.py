@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 
 from modelir.http.redaction import REDACTED, redact_bytes
 from modelir.transports.base import HttpRequest
-from modelir.v1 import request_pb2, response_pb2
+from modelir.v1 import embedding_pb2, request_pb2, response_pb2
 
 # Headers that can carry credentials or session state: never kept, whatever a provider echoes back.
 _NEVER_KEPT = frozenset(
@@ -27,7 +27,7 @@ def headers(answer: Mapping[str, str] | Iterable[tuple[str, str]]) -> list[respo
 
 
 def exchange(
-    request: request_pb2.Request,
+    request: request_pb2.Request | embedding_pb2.EmbedRequest,
     native: HttpRequest,
     *,
     transport: str,
@@ -50,6 +50,6 @@ def exchange(
             if any(secret in header.value for secret in secrets):
                 header.value = REDACTED
             kept.response_headers.append(header)
-    if request.include_lowered_request:
+    if isinstance(request, request_pb2.Request) and request.include_lowered_request:
         kept.request_body = native.body
     return kept

@@ -8,7 +8,7 @@ import orjson
 
 from modelir import errors
 from modelir.logprobs.build import VLLM_MINUS_INFINITY
-from modelir.v1 import content_pb2, request_pb2
+from modelir.v1 import content_pb2, embedding_pb2, request_pb2
 
 __all__ = ["VLLM_MINUS_INFINITY"]
 
@@ -58,7 +58,7 @@ def array(container: Any, key: str) -> list[Any]:
     return value
 
 
-def provider_options(request: request_pb2.Request, transport: str) -> dict[str, Any]:
+def provider_options(request: request_pb2.Request | embedding_pb2.EmbedRequest, transport: str) -> dict[str, Any]:
     """The request's provider options for `transport` (entries for other transports are for fallbacks)."""
     for entry in request.provider_options:
         if entry.transport == transport:

@@ -381,3 +381,21 @@ def error_suffix(section: Schema | None, body: bytes) -> str:
         return ""
     found = findings(section, body)
     return "".join(f"; {f.path}: {f.raw.decode('utf-8', 'replace')[:2000]}" for f in found)
+
+
+def account_embed(section: Schema | None, body: bytes) -> list[errors_pb2.Warning]:
+    """Account an embedding answer: it has no message to keep a member in, so every member its lift did not read
+    (a declared fact too) is named in one `unread_native_fields` warning with its JSON, in the provider's words."""
+    if section is None:
+        return []
+    found = findings(section, body)
+    if not found:
+        return []
+    kept = "; ".join(f"{f.path} = {f.raw.decode('utf-8', 'replace')[:2000]}" for f in found)
+    return [
+        errors_pb2.Warning(
+            code=UNREAD,
+            message=f"{UNREAD}: {', '.join(dict.fromkeys(f.path for f in found))} (members of the answer that no lift "
+            f"reads, kept here: {kept})",
+        )
+    ]

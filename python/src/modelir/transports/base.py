@@ -23,7 +23,7 @@ import orjson
 from modelir import errors
 from modelir.pipeline import content_kinds
 from modelir.transports import manifests
-from modelir.v1 import capabilities_pb2, content_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
+from modelir.v1 import capabilities_pb2, content_pb2, embedding_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
 
 # An answer's top level (an object, or an array of them) with every value left unparsed, for `check_answer_shape`.
 _TOP_LEVEL = msgspec.json.Decoder(dict[str, msgspec.Raw] | list[msgspec.Raw])
@@ -175,6 +175,15 @@ class Transport(ABC):
             return [("sampling.seed", f"{self.name} takes a seed in [{low}, {high}], not {s.seed}.")]
         return []
 
+    # The provider option keys an `EmbedRequest` may carry for this transport (IR 1.1): its embedding endpoint's
+    # own fields, which differ from its generation endpoint's (`provider_option_keys`).
+    embed_option_keys: ClassVar[tuple[str, ...]] = ()
+
+    def embed_problems(self, request: embedding_pb2.EmbedRequest) -> list[tuple[str, str]]:
+        """The fields of an `EmbedRequest` this wire cannot honour, as (field, why) pairs (an `EmbedSupport`
+        says which, for the transports that claim EMBEDDINGS): refused before any I/O."""
+        return []
+
     def not_carried(self, kind: str | None) -> content_kinds.NotCarriedError:
         """The typed error a lowering raises for a kind it has no lowering for (`extra_unsupported` says first)."""
         return content_kinds.NotCarriedError(self.name, kind)
@@ -305,6 +314,26 @@ class HttpTransport(Transport):
     def lift_tokenizer_info(self, responses: list[HttpResponse]) -> capabilities_pb2.TokenizerInfo:
         raise NotImplementedError(f"{self.name} reports no tokenizer facts")
 
+    # ---- embed (IR 1.1): transports that claim EMBEDDINGS implement these, each through its `embed` module ----
+
+    def lower_embed(self, request: embedding_pb2.EmbedRequest) -> HttpRequest:
+        raise NotImplementedError(f"{self.name} has no embedding endpoint")
+
+    def lift_embed(self, request: embedding_pb2.EmbedRequest, response: HttpResponse) -> embedding_pb2.EmbedResponse:
+        raise NotImplementedError(f"{self.name} has no embedding endpoint")
+
+    def lift_embed_accounted(
+        self, request: embedding_pb2.EmbedRequest, response: HttpResponse
+    ) -> embedding_pb2.EmbedResponse:
+        """`lift_embed`, then every native member it did not read named in a warning with its JSON (an embedding
+        answer has no message to keep it in): `native_fields` section `<wire>.embed`."""
+        from modelir.transports import accounting
+
+        out = self.lift_embed(request, response)
+        section = accounting.schema(self.native_fields(None, "embed"))
+        out.warnings.extend(accounting.account_embed(section, response.body))
+        return out
+
     def error(self, response: HttpResponse) -> errors.ModelError:
         """The typed error for a non-2xx answer. The default reads the de facto standard error body that OpenAI,
         Anthropic, Ollama and the OpenAI-compatible engines send: `{"error": {"message", "type", "param",
@@ -326,6 +355,9 @@ class LocalTransport(Transport):
 
     async def detokenize(self, token_ids: list[int]) -> str:
         raise NotImplementedError(f"{self.name} has no detokenize")
+
+    async def embed(self, request: embedding_pb2.EmbedRequest) -> embedding_pb2.EmbedResponse:
+        raise NotImplementedError(f"{self.name} has no embeddings")
 
 
 def retry_after_seconds(headers: Mapping[str, str], now: float | None = None) -> float | None:

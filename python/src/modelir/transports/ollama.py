@@ -26,11 +26,20 @@ from modelir.errors import soft as soft_errors
 from modelir.logprobs import build as lp
 from modelir.pipeline import content_kinds
 from modelir.transports import _common as common
-from modelir.transports import zero_output
+from modelir.transports import ollama_embed, zero_output
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
 from modelir.transports.manifests import COMMON, ENGINE_SAMPLING, LOGPROBS, OPENAI_SAMPLING, capability_set
 from modelir.transports.stream_parts import StreamParts
-from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, logprobs_pb2, request_pb2, response_pb2, stream_pb2
+from modelir.v1 import (
+    capabilities_pb2,
+    content_pb2,
+    embedding_pb2,
+    errors_pb2,
+    logprobs_pb2,
+    request_pb2,
+    response_pb2,
+    stream_pb2,
+)
 
 JSON_HEADERS = (("content-type", "application/json"),)
 DONE_REASONS = {"stop": response_pb2.FINISH_REASON_STOP, "length": response_pb2.FINISH_REASON_LENGTH}
@@ -73,7 +82,7 @@ class Ollama(HttpTransport):
     capabilities = capability_set(
         COMMON | LOGPROBS | OPENAI_SAMPLING | ENGINE_SAMPLING,
         "COMPLETION CHAT SYSTEM_MESSAGES IMAGE_INPUT TOOLS REASONING REASONING_EFFORT FIM CONSTRAINT_CHOICE "
-        "CONSTRAINT_JSON_SCHEMA CONSTRAINT_JSON_OBJECT",
+        "CONSTRAINT_JSON_SCHEMA CONSTRAINT_JSON_OBJECT EMBEDDINGS",  # EMBEDDINGS: `/api/embed` (`ollama_embed`)
     )
     limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=1)
     provider_option_keys = PROVIDER_OPTION_KEYS
@@ -195,6 +204,19 @@ class Ollama(HttpTransport):
             gaps.reasons.append(f"Ollama: the model's template {lacks[0]} ({exc})")
             return errors.UnsupportedCapabilityError(gaps, http_status=response.status)
         return exc
+
+    # ---- embed (IR 1.1, `ollama_embed`) ------------------------------------------------------------
+
+    embed_option_keys = ollama_embed.OPTION_KEYS
+
+    def embed_problems(self, request: embedding_pb2.EmbedRequest) -> list[tuple[str, str]]:
+        return ollama_embed.SUPPORT.problems(request)
+
+    def lower_embed(self, request: embedding_pb2.EmbedRequest) -> HttpRequest:
+        return ollama_embed.lower(request, self.provider_model or request.model, self.name)
+
+    def lift_embed(self, request: embedding_pb2.EmbedRequest, response: HttpResponse) -> embedding_pb2.EmbedResponse:
+        return ollama_embed.lift(request, response)
 
     # ---- tokenizer facts ---------------------------------------------------------------------------
 

@@ -31,10 +31,10 @@ from modelir.errors import soft as soft_errors
 from modelir.pipeline import content_kinds
 from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter, error_for_status
-from modelir.transports.google import parts
+from modelir.transports.google import embed, parts
 from modelir.transports.google.genai_stream import GenAIStreamLifter
 from modelir.transports.manifests import CHAT_WITH_TOOLS, COMMON, LOGPROBS, OPENAI_SAMPLING, capability_set
-from modelir.v1 import capabilities_pb2, content_pb2, request_pb2, response_pb2
+from modelir.v1 import capabilities_pb2, content_pb2, embedding_pb2, request_pb2, response_pb2
 
 THOUGHT_SIGNATURE = parts.THOUGHT_SIGNATURE
 _MODES = {
@@ -78,7 +78,7 @@ class GoogleGenAI(HttpTransport):
         COMMON | CHAT_WITH_TOOLS | LOGPROBS | OPENAI_SAMPLING,
         "REASONING REASONING_BUDGET SAMPLED_TOKEN_IDS CONSTRAINT_JSON_SCHEMA MULTIPLE_CHOICES TOP_K_SAMPLING",
         "SERVER_TOOL_REPLAY PROVIDER_TOOLS CACHED_CONTENT CONSTRAINT_JSON_OBJECT AUDIO_INPUT VIDEO_INPUT",
-        "DOCUMENT_INPUT IMAGE_OUTPUT",
+        "DOCUMENT_INPUT IMAGE_OUTPUT EMBEDDINGS",  # EMBEDDINGS: `batchEmbedContents` (`google.embed`)
     )
     # `thinkingBudget` is at most 32768 (Gemini 2.5 Pro; Flash takes 24576) and may be 0 on Flash (thinking off), so
     # the manifest, which is the same for every model, sets no minimum; the API refuses a budget its model cannot
@@ -192,6 +192,19 @@ class GoogleGenAI(HttpTransport):
         )
 
     # ---- lift --------------------------------------------------------------------------------------
+
+    # ---- embed (IR 1.1, `google.embed`) ------------------------------------------------------------
+
+    embed_option_keys = embed.OPTION_KEYS
+
+    def embed_problems(self, request: embedding_pb2.EmbedRequest) -> list[tuple[str, str]]:
+        return embed.SUPPORT.problems(request)
+
+    def lower_embed(self, request: embedding_pb2.EmbedRequest) -> HttpRequest:
+        return embed.lower(request, self.provider_model or request.model, self.name)
+
+    def lift_embed(self, request: embedding_pb2.EmbedRequest, response: HttpResponse) -> embedding_pb2.EmbedResponse:
+        return embed.lift(request, response)
 
     def error(self, response: HttpResponse) -> errors.ModelError:
         """`{"error": {"code", "message", "status", "details": [...]}}`; RetryInfo.retryDelay is the retry hint."""

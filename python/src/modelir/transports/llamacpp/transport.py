@@ -19,13 +19,13 @@ from modelir import errors
 from modelir.logprobs import build as lp
 from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter, json_error
-from modelir.transports.llamacpp import completion
+from modelir.transports.llamacpp import completion, embed
 from modelir.transports.llamacpp.chat import LlamaCppChat
 from modelir.transports.llamacpp.completion_stream import CompletionStreamLifter
 from modelir.transports.llamacpp.sampling import JSON_HEADERS
 from modelir.transports.manifests import COMMON, ENGINE_SAMPLING, LOGPROBS, OPENAI_SAMPLING, capability_set
 from modelir.transports.openai.chat import OpenAIChat
-from modelir.v1 import capabilities_pb2, logprobs_pb2, request_pb2, response_pb2, service_pb2
+from modelir.v1 import capabilities_pb2, embedding_pb2, logprobs_pb2, request_pb2, response_pb2, service_pb2
 
 PROVIDER_OPTION_KEYS = (
     "cache_prompt",
@@ -48,7 +48,8 @@ class LlamaCpp(HttpTransport):
     capabilities = capability_set(
         COMMON | LOGPROBS | OPENAI_SAMPLING | ENGINE_SAMPLING,
         "COMPLETION CHAT TOKEN_INPUT SYSTEM_MESSAGES SAMPLED_TOKEN_IDS CONSTRAINT_CHOICE "
-        "CONSTRAINT_JSON_SCHEMA CONSTRAINT_JSON_OBJECT CONSTRAINT_GRAMMAR TOKENIZE LOGIT_BIAS",
+        "CONSTRAINT_JSON_SCHEMA CONSTRAINT_JSON_OBJECT CONSTRAINT_GRAMMAR TOKENIZE LOGIT_BIAS "
+        "EMBEDDINGS",  # a server started without `--embeddings` answers 501, typed PROVIDER_REJECTED
     )
     # llama-server clamps larger n_probs silently; the manifest says where the honest limit is.
     limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=1)
@@ -98,8 +99,21 @@ class LlamaCpp(HttpTransport):
     def error(self, response: HttpResponse) -> errors.ModelError:
         """As the OpenAI-style error body says, except that a token id outside the vocabulary (detokenize, token
         input) is a request error: llama-server answers it with a 500 carrying the C++ range check's message,
-        which retrying cannot fix."""
+        which retrying cannot fix; and so are its 501 for a feature it was not started with (`--embeddings`) and
+        its 500 for an embedding input longer than its batch (seen live), which it never truncates."""
         exc = json_error(response)
+        if response.status == 500 and "too large to process" in exc.message:
+            return errors.ProviderRejectedError(
+                f"the input is longer than the server can embed: {exc.message}",
+                http_status=response.status,
+                provider_code=exc.provider_code,
+            )
+        if response.status == 501:
+            return errors.ProviderRejectedError(
+                f"the server does not offer this: {exc.message}",
+                http_status=response.status,
+                provider_code=exc.provider_code,
+            )
         if response.status == 500 and "_M_range_check" in exc.message:
             return errors.ProviderRejectedError(
                 f"a token id is outside the model's vocabulary: {exc.message}",
@@ -107,6 +121,17 @@ class LlamaCpp(HttpTransport):
                 provider_code=exc.provider_code,
             )
         return exc
+
+    # ---- embed (IR 1.1, `llamacpp.embed`) ----------------------------------------------------------
+
+    def embed_problems(self, request: embedding_pb2.EmbedRequest) -> list[tuple[str, str]]:
+        return embed.SUPPORT.problems(request)
+
+    def lower_embed(self, request: embedding_pb2.EmbedRequest) -> HttpRequest:
+        return embed.lower(request, self.provider_model or request.model)
+
+    def lift_embed(self, request: embedding_pb2.EmbedRequest, response: HttpResponse) -> embedding_pb2.EmbedResponse:
+        return embed.lift(request, response)
 
     # ---- tokenize ----------------------------------------------------------------------------------
 

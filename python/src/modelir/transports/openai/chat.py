@@ -24,6 +24,7 @@ from modelir.transports.openai import _wire as wire
 from modelir.transports.openai import responses_items as items
 from modelir.transports.openai.chat_facts import REASONING_DETAILS, annotations_part, reasoning_details_part
 from modelir.transports.openai.chat_stream import ChatStreamLifter
+from modelir.transports.openai.embed import OpenAIEmbeddings
 from modelir.v1 import capabilities_pb2, content_pb2, logprobs_pb2, request_pb2, response_pb2
 
 _ROLE_NAMES = {
@@ -51,15 +52,16 @@ _WIRE_CAPABILITIES = capability_set(
 )
 # SERVER_TOOL_REPLAY: its own provider parts (OpenRouter's reasoning details) go back on their message.
 # REASONING_EFFORT_XHIGH: OpenAI's `xhigh` (IR 1.1); an engine's chat template need not know it.
+# EMBEDDINGS: OpenAI's `/embeddings` beside it (IR 1.1, `openai.embed`); an engine's embedding wire is its own.
 _OPENAI_CAPABILITIES = capability_set(
-    "CONSTRAINT_JSON_OBJECT LOGIT_BIAS ALLOWED_TOOLS SERVER_TOOL_REPLAY REASONING_EFFORT_XHIGH"
+    "CONSTRAINT_JSON_OBJECT LOGIT_BIAS ALLOWED_TOOLS SERVER_TOOL_REPLAY REASONING_EFFORT_XHIGH EMBEDDINGS"
 )
 _WIRE_KINDS = content_kinds.chat_kinds(
     "OpenAI chat completions", reasoning="OpenAI chat completions cannot replay reasoning"
 )
 
 
-class OpenAIChat(wire.BodyTransport):
+class OpenAIChat(wire.BodyTransport, OpenAIEmbeddings):
     name = "openai_chat"
     answer_keys = ("choices",)  # see HttpTransport.answer_keys
     path = "/chat/completions"

@@ -28,6 +28,7 @@ from modelir.transports import zero_output
 from modelir.transports.base import HttpResponse, RawEvent, StreamLifter
 from modelir.transports.manifests import COMMON, LOGPROBS, OPENAI_SAMPLING, capability_set
 from modelir.transports.openai import _wire as wire
+from modelir.transports.openai.embed import OpenAIEmbeddings
 from modelir.v1 import capabilities_pb2, content_pb2, logprobs_pb2, request_pb2, response_pb2, stream_pb2
 
 PROVIDER_OPTION_KEYS = ("best_of", "logit_bias", "user")
@@ -37,17 +38,17 @@ PROVIDER_OPTION_KEYS = ("best_of", "logit_bias", "user")
 _SAMPLING = "temperature top_p seed presence_penalty frequency_penalty max_output_tokens:max_tokens stop choice_count:n"
 
 
-# What every server speaking this wire honours; OpenAI adds logit biases. A dialect (a subclass) inherits only the
-# first and claims what its own server honours.
+# What every server speaking this wire honours; OpenAI adds logit biases and `/embeddings`. A dialect (a subclass)
+# inherits only the first and claims what its own server honours.
 _WIRE_CAPABILITIES = capability_set(COMMON | LOGPROBS | OPENAI_SAMPLING, "COMPLETION TOKEN_INPUT FIM MULTIPLE_CHOICES")
 
 
-class OpenAICompletions(wire.BodyTransport):
+class OpenAICompletions(wire.BodyTransport, OpenAIEmbeddings):
     name = "openai_completions"
     answer_keys = ("choices",)  # see HttpTransport.answer_keys
     version = "1.0.0"
     path = "/completions"
-    capabilities = _WIRE_CAPABILITIES | capability_set("LOGIT_BIAS")
+    capabilities = _WIRE_CAPABILITIES | capability_set("LOGIT_BIAS EMBEDDINGS")  # EMBEDDINGS: `openai.embed`
     limits = capabilities_pb2.ModelLimits(
         max_top_logprobs=5, max_choices=128, max_stop_sequences=4
     )  # OpenAI caps `logprobs` at 5

@@ -19,6 +19,7 @@ from modelir.transports.manifests import CHAT_WITH_TOOLS, COMMON, LOGPROBS, capa
 from modelir.transports.openai import _wire as wire
 from modelir.transports.openai import responses_items as items
 from modelir.transports.openai import responses_lift
+from modelir.transports.openai.embed import OpenAIEmbeddings
 from modelir.transports.openai.responses_stream import ResponsesStreamLifter
 from modelir.v1 import capabilities_pb2, content_pb2, request_pb2, response_pb2
 
@@ -60,14 +61,14 @@ _SAMPLING = (
 )
 
 
-class OpenAIResponses(wire.BodyTransport):
+class OpenAIResponses(wire.BodyTransport, OpenAIEmbeddings):
     name = "openai_responses"
     answer_keys = ("output",)  # see HttpTransport.answer_keys
     path = "/responses"
     capabilities = capability_set(
         COMMON | CHAT_WITH_TOOLS | LOGPROBS,
         "REASONING REASONING_EFFORT REASONING_SUMMARY CONSTRAINT_JSON_SCHEMA CONSTRAINT_JSON_OBJECT "
-        "PROVIDER_TOOLS ALLOWED_TOOLS SERVER_TOOL_REPLAY",
+        "PROVIDER_TOOLS ALLOWED_TOOLS SERVER_TOOL_REPLAY EMBEDDINGS",  # EMBEDDINGS: `/embeddings` (`openai.embed`)
     )
     limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=1)
     provider_option_keys = PROVIDER_OPTION_KEYS

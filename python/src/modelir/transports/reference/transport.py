@@ -1,4 +1,4 @@
-"""`ReferenceModel`: the reference model as a transport (its manifest, its own limits, run, stream, tokenize)."""
+"""`ReferenceModel`: the reference model as a transport (its manifest, its own limits, run, stream, tokenize, embed)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from modelir.errors import soft as soft_errors
 from modelir.logprobs import build as lp
 from modelir.streams.fold import events_from_response
 from modelir.transports.base import LocalTransport
+from modelir.transports.reference import embedding
 from modelir.transports.reference.generation import generate, may_call_tools
 from modelir.transports.reference.json_emitter import schema_gaps
 from modelir.transports.reference.sealing import Sealer
@@ -22,7 +23,7 @@ from modelir.transports.reference.vocabulary import (
     VOCAB,
     token_ids,
 )
-from modelir.v1 import capabilities_pb2, content_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
+from modelir.v1 import capabilities_pb2, content_pb2, embedding_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
 
 MAX_CHOICES = 16
 _CAPABILITIES = sorted(
@@ -60,6 +61,7 @@ _CAPABILITIES = sorted(
         capabilities_pb2.CAPABILITY_MIN_OUTPUT_TOKENS,
         capabilities_pb2.CAPABILITY_MULTI_TURN_TOKEN_INPUT,
         capabilities_pb2.CAPABILITY_TOKENIZE_CONVERSATION,
+        capabilities_pb2.CAPABILITY_EMBEDDINGS,  # IR 1.1: `reference.embedding`
     ]
 )
 
@@ -152,6 +154,12 @@ class ReferenceModel(LocalTransport):
             if self.delay_seconds:
                 await asyncio.sleep(self.delay_seconds)
             yield event
+
+    def embed_problems(self, request: embedding_pb2.EmbedRequest) -> list[tuple[str, str]]:
+        return embedding.problems(request)
+
+    async def embed(self, request: embedding_pb2.EmbedRequest) -> embedding_pb2.EmbedResponse:
+        return embedding.embed(request, self.model_id)
 
     def tokenizer_info(self) -> capabilities_pb2.TokenizerInfo:
         """The bytewise vocabulary: 256 byte tokens, then BOS and EOS."""

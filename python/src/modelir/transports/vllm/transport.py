@@ -22,11 +22,11 @@ from modelir.pipeline import continuations
 from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter
 from modelir.transports.manifests import capability_set
-from modelir.transports.vllm import byte_level
+from modelir.transports.vllm import byte_level, embed
 from modelir.transports.vllm.chat import VLLMChat
 from modelir.transports.vllm.completions import VLLMCompletions
 from modelir.transports.vllm.dialect import MAX_LOGPROBS, PROVIDER_OPTION_KEYS
-from modelir.v1 import capabilities_pb2, request_pb2, response_pb2, service_pb2
+from modelir.v1 import capabilities_pb2, embedding_pb2, request_pb2, response_pb2, service_pb2
 
 
 class VLLM(HttpTransport):
@@ -50,7 +50,8 @@ class VLLM(HttpTransport):
         | capability_set(
             "INPUT_SCORING SAMPLED_TOKEN_IDS TOP_K_SAMPLING MIN_P REPETITION_PENALTY STOP_TOKEN_IDS TOKENIZE "
             "LOGIT_BIAS MIN_OUTPUT_TOKENS CONSTRAINT_JSON_OBJECT TOKENIZE_CONVERSATION "
-            "CONSTRAINT_CHOICE CONSTRAINT_REGEX CONSTRAINT_GRAMMAR CONSTRAINT_JSON_SCHEMA"
+            "CONSTRAINT_CHOICE CONSTRAINT_REGEX CONSTRAINT_GRAMMAR CONSTRAINT_JSON_SCHEMA "
+            "EMBEDDINGS"  # `/v1/embeddings` (`vllm.embed`), on a server started with a pooling runner
         )
     ) - capability_set("FIM")  # vLLM rejects `suffix`
     limits = capabilities_pb2.ModelLimits(max_top_logprobs=MAX_LOGPROBS, max_choices=128)
@@ -101,6 +102,19 @@ class VLLM(HttpTransport):
             route = "chat" if self._route(request) is self._chat else "completions"
             return f"vllm.{route}" + ("_stream" if kind == "stream" else "")
         return f"vllm.{kind}"
+
+    # ---- embed (IR 1.1, `vllm.embed`) --------------------------------------------------------------
+
+    embed_option_keys = embed.OPTION_KEYS
+
+    def embed_problems(self, request: embedding_pb2.EmbedRequest) -> list[tuple[str, str]]:
+        return embed.SUPPORT.problems(request)
+
+    def lower_embed(self, request: embedding_pb2.EmbedRequest) -> HttpRequest:
+        return embed.lower(request, self.provider_model or request.model, self.name)
+
+    def lift_embed(self, request: embedding_pb2.EmbedRequest, response: HttpResponse) -> embedding_pb2.EmbedResponse:
+        return embed.lift(request, response)
 
     def lower_tokenize(self, request: service_pb2.TokenizeRequest) -> list[HttpRequest]:
         """`/tokenize` of context + text, and of the context alone when there is one (to find the boundary)."""
