@@ -21,8 +21,10 @@ import pytest
 from modelir import Model, UnsupportedCapabilityError, accumulate, aclassify, build_request, errors
 from modelir.http.executor import Executor
 from modelir.transports import zero_output
-from modelir.transports.ollama import TRUNCATION_WARNING, Ollama
+from modelir.transports.ollama import TRUNCATION_WARNING
 from modelir.v1 import logprobs_pb2, request_pb2, response_pb2
+
+from tests.engines import recorder
 
 OLLAMA = os.environ.get("MODELIR_OLLAMA")
 pytestmark = pytest.mark.skipif(not OLLAMA, reason="set MODELIR_OLLAMA (make test-engines builds and sets it)")
@@ -76,7 +78,7 @@ def server(tmp_path_factory):
 @pytest.fixture
 async def model(server):
     executor = Executor(server)
-    yield Model(Ollama(provider_model="tiny"), name="tiny", executor=executor)
+    yield Model(recorder.transport("ollama", provider_model="tiny"), name="tiny", executor=executor)
     await executor.aclose()
 
 

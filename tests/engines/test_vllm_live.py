@@ -25,10 +25,9 @@ import pytest
 from modelir import Model, accumulate, build_request
 from modelir.errors import ProviderRejectedError
 from modelir.http.executor import Executor
-from modelir.transports.vllm import VLLM
 from modelir.v1 import response_pb2, service_pb2
 
-from tests.engines import numpy_truth
+from tests.engines import numpy_truth, recorder
 
 PYTHON = os.environ.get("MODELIR_VLLM")
 # The first test waits for the server: 40-80 s warm, several minutes cold on a loaded machine.
@@ -123,7 +122,7 @@ def server(tmp_path_factory):
 @pytest.fixture
 async def model(server):
     executor = Executor(server)  # the transport's paths start at the server root (/v1/..., /tokenize)
-    yield Model(VLLM(provider_model="tiny"), name="tiny", executor=executor)
+    yield Model(recorder.transport("vllm", provider_model="tiny"), name="tiny", executor=executor)
     await executor.aclose()
 
 
