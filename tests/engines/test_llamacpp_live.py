@@ -469,3 +469,16 @@ async def test_an_end_token_after_an_unfinished_character_is_not_taken_for_the_l
     assert list(streamed_tokens.token_ids) == list(tokens.token_ids[:1]) and list(streamed_tokens.part_indexes) == [0]
     assert _text(unary).startswith(_text(streamed)) and _text(unary).endswith("\ufffd")
     assert _warned(streamed, "stream_text_incomplete") and _warned(streamed, "sampled_tokens_incomplete")
+
+
+async def test_classify_answers_labels_that_share_a_prefix_every_time(model):
+    """ "negative" and "neutral" share their first bytes: when the sample takes "positive", their unsampled branch
+    is classified by a call of its own (before, classify refused here: "the alternative 'n', not sampled, begins
+    several labels"); the seed makes every call answer the same."""
+    labels = ["positive", "negative", "neutral"]
+    first = await aclassify(model, "Review: fine. Sentiment:", labels)
+    assert first.method == "choice_logprobs" and set(first.probabilities) == set(labels)
+    assert all(p > 0 for p in first.probabilities.values()) and sum(first.probabilities.values()) == pytest.approx(1)
+    for _ in range(2):  # the same answer; the values within the engine's float noise (its prompt cache)
+        again = await aclassify(model, "Review: fine. Sentiment:", labels)
+        assert again.label == first.label and again.probabilities == pytest.approx(first.probabilities, abs=1e-5)

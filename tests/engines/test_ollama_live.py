@@ -245,3 +245,30 @@ async def test_classify_walks_ollamas_json_quoted_choice_and_is_repeatable(model
     first = await outcome()
     for _ in range(3):
         assert await outcome() == first
+
+
+async def test_classify_succeeds_on_labels_the_model_can_say(model):
+    """Ollama's logprobs are pre-sampling (the whole vocabulary's top 20, whatever the constraint): classify walks
+    the JSON-quoted answer (`"label"`) and reads each label's mass among them. The labels here are two tokens the
+    model itself ranks high after the opening quote, so its top 20 hold both: classify answers, every time the
+    same (before, it stopped at the quote: "no alternative at position 0")."""
+    probe = _greedy(messages=[("user", "Hello")], choices=["x", "y"], top_logprobs=20)
+    logprobs = (await model.arun(probe)).choices[0].logprobs
+    assert logprobs.tokens[0].strip() == '"'
+    start, count = logprobs.top_counts[0], logprobs.top_counts[1]
+    candidates = [
+        t
+        for t in logprobs.top_tokens[start : start + count]
+        if t.strip() and t.isalpha() and '"' not in t and "\\" not in t
+    ]
+    labels: list[str] = []
+    for token in candidates:  # two labels, neither the start of the other
+        if not any(token.startswith(x) or x.startswith(token) for x in labels):
+            labels.append(token)
+    labels = labels[:2]
+    assert len(labels) == 2, candidates
+    first = await aclassify(model, [("user", "Hello")], labels)
+    assert first.method == "top_logprobs" and set(first.probabilities) == set(labels)
+    assert sum(first.probabilities.values()) == pytest.approx(1.0) and 0 < first.coverage <= 1
+    again = await aclassify(model, [("user", "Hello")], labels)
+    assert again.label == first.label and again.probabilities == pytest.approx(first.probabilities, abs=1e-5)
