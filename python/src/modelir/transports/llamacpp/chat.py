@@ -19,6 +19,7 @@ from modelir.v1 import errors_pb2, logprobs_pb2, request_pb2, response_pb2, stre
 class LlamaCppChat(OpenAIChat):
     name = "llamacpp"
     path = "/v1/chat/completions"
+    emulates_zero_output = False  # the transport decides what 0 means on this route (see its module)
 
     def body(self, request: request_pb2.Request, *, stream: bool) -> dict[str, Any]:
         body = super().body(request, stream=stream)

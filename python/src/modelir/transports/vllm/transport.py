@@ -90,7 +90,11 @@ class VLLM(HttpTransport):
         return self._route(request).lower(request, stream=stream)
 
     def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
-        return self._route(request).lift(request, response)
+        out = self._route(request).lift(request, response)
+        for choice in out.choices:
+            natural = choice.finish_reason == response_pb2.FINISH_REASON_STOP
+            byte_level.flag_lost_text(out.warnings, byte_level.lost_text(choice.logprobs.tokens, natural), choice.index)
+        return out
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
         return self._route(request).stream_lifter(request)
