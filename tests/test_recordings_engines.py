@@ -398,3 +398,51 @@ def test_llamacpp_chat_flags_generated_tokens_without_logprobs():
         assert len(response.choices[0].logprobs.token_logprobs) == 4 and response.usage.output_token_count == 5
         (error,) = response.errors
         assert error.reason == errors_pb2.ERROR_REASON_MISSING_LOGPROBS and "4 of the 5 tokens" in error.message
+
+
+def _relifted(transport, record):
+    raw = record.response.raw
+    if raw.stream_events:
+        lifter = transport.stream_lifter(record.request)
+        events = [e for r in raw.stream_events for e in lifter.feed(RawEvent(r.event, r.data))]
+        return accumulate([*events, *lifter.close()])
+    return transport.lift(record.request, HttpResponse(200, {}, raw.body))
+
+
+def _engine_records(engine: str) -> list:
+    from modelir.records.files import read_records
+
+    (path,) = [p for p in _generate_files() if p.parent.name.startswith(engine + "-")]
+    return [r for r in read_records(path) if r.response.raw.body or r.response.raw.stream_events]
+
+
+def test_ollama_tokens_spelled_as_replacement_characters_are_named():
+    """Ollama renders a token that ends inside a UTF-8 character as U+FFFD, in `token` and `bytes` alike, and gives
+    no id to recover its bytes from: modelir names those positions (before, the replacement's bytes passed for the
+    token's)."""
+    flagged = 0
+    for record in _engine_records("ollama"):
+        response = _relifted(Ollama(provider_model="tiny"), record)
+        tokens = list(response.choices[0].logprobs.tokens) if response.choices else []
+        warned = [w for w in response.warnings if w.code == "token_bytes_replaced"]
+        assert bool(warned) == any("\ufffd" in t for t in tokens), record.key
+        flagged += bool(warned)
+    assert flagged
+
+
+def test_vllm_tokens_without_text_are_named():
+    """vLLM never flushes a token that ends inside a UTF-8 character (`token: ""`, `bytes: []`): modelir names
+    those positions, unary and streamed (before, they passed as tokens with no text)."""
+    from modelir.transports.vllm import VLLM
+
+    flagged = 0
+    for record in _engine_records("vllm"):
+        response = _relifted(VLLM(provider_model="tiny"), record)
+        for choice in response.choices:
+            lost = [i for i, t in enumerate(choice.logprobs.tokens) if t == ""]
+            natural = choice.finish_reason == response_pb2.FINISH_REASON_STOP
+            lost = [i for i in lost if not (natural and i == len(choice.logprobs.tokens) - 1)]
+            warned = [w for w in response.warnings if w.code == "token_text_lost"]
+            assert bool(warned) == bool(lost), record.key
+            flagged += bool(warned)
+    assert flagged

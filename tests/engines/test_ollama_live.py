@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import jsonschema
+import numpy as np
 import orjson
 import pytest
 from modelir import Model, UnsupportedCapabilityError, accumulate, aclassify, build_request, errors
@@ -24,7 +25,7 @@ from modelir.transports import zero_output
 from modelir.transports.ollama import TRUNCATION_WARNING
 from modelir.v1 import logprobs_pb2, request_pb2, response_pb2
 
-from tests.engines import recorder
+from tests.engines import numpy_truth, recorder
 
 OLLAMA = os.environ.get("MODELIR_OLLAMA")
 pytestmark = pytest.mark.skipif(not OLLAMA, reason="set MODELIR_OLLAMA (make test-engines builds and sets it)")
@@ -52,6 +53,8 @@ def server(tmp_path_factory):
         "OLLAMA_MODELS": str(folder / "models"),
         "HOME": str(folder / "home"),
         "OLLAMA_NOPRUNE": "1",
+        # Flash attention off (on CPU it rounds Q to float16: 7e-3 from the truth, against 1.4e-3 without it).
+        "OLLAMA_FLASH_ATTENTION": "false",
     }
     log = (folder / "server.log").open("w")
     process = subprocess.Popen([OLLAMA, "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -272,3 +275,57 @@ async def test_classify_succeeds_on_labels_the_model_can_say(model):
     assert sum(first.probabilities.values()) == pytest.approx(1.0) and 0 < first.coverage <= 1
     again = await aclassify(model, [("user", "Hello")], labels)
     assert again.label == first.label and again.probabilities == pytest.approx(first.probabilities, abs=1e-5)
+
+
+# ---- one truth: the numpy forward pass (`numpy_truth.py`) --------------------------------------------------
+
+TRUTH_TEXTS = ["The cat sat on the mat. Le café", "Hello world, café ü 日本 🙂 it's 123", "naïve façade — Ünïcödé ✓"]
+# Ollama keeps its KV cache in float16 (OLLAMA_KV_CACHE_TYPE offers nothing wider; llama-server's tests set float32):
+# ~1.4e-3 from the float64 truth.
+TRUTH_TOLERANCE = 2e-3
+LARGEST = [0.0]
+
+
+def _close(got: float, want: float) -> None:
+    LARGEST[0] = max(LARGEST[0], abs(got - want))
+    assert got == pytest.approx(want, abs=TRUTH_TOLERANCE)
+
+
+@pytest.mark.parametrize("text", TRUTH_TEXTS)
+async def test_sampled_and_top_logprobs_equal_the_truth_and_the_raw_answer(model, text):
+    """Greedy with repetition_penalty 1 (Ollama's default repeat_penalty is 1.1, which changes what greedy samples):
+    each sampled token's and each alternative's logprob is the truth's, the prompt's token count is the model's own
+    tokenization's, and modelir's columns are the raw answer's exactly. Ollama gives no token ids: the truth's ids
+    are read from each token's bytes, up to the first token Ollama spelled as U+FFFD (one that ends inside a UTF-8
+    character: its bytes are lost, which modelir's warning names)."""
+    request = _greedy(prompt=text, max_output_tokens=8, top_logprobs=3)
+    request.include_raw = True
+    out = await model.arun(request)
+    raw = orjson.loads(out.raw.body)
+    logprobs = out.choices[0].logprobs
+    entries = raw["logprobs"]
+    assert list(logprobs.tokens) == [e["token"] for e in entries]
+    assert list(logprobs.token_logprobs) == [float(np.float32(e["logprob"])) for e in entries]
+    assert logprobs.token_bytes == b"".join(bytes(e["bytes"]) for e in entries)
+    prompt = numpy_truth.tokenize(text)
+    assert raw["prompt_eval_count"] == len(prompt)
+    replaced = [i for i, e in enumerate(entries) if "\ufffd" in e["token"]]
+    assert bool(replaced) == any(w.code == "token_bytes_replaced" for w in out.warnings)
+    known = entries[: replaced[0]] if replaced else entries
+    ids = [numpy_truth.id_of_bytes(bytes(e["bytes"])) for e in known]
+    rows = numpy_truth.logprobs(prompt + ids)
+    for i, entry in enumerate(known):
+        row = rows[len(prompt) + i - 1]
+        _close(entry["logprob"], row[ids[i]])
+        for alternative in entry["top_logprobs"]:
+            alternative_id = numpy_truth.id_of_bytes(bytes(alternative["bytes"]))
+            if alternative_id is not None:  # not a U+FFFD rendering
+                _close(alternative["logprob"], row[alternative_id])
+
+
+def test_largest_difference_from_the_truth():
+    """Runs after the comparisons above: prints the largest difference they saw."""
+    if not LARGEST[0]:
+        pytest.skip("reports on the comparisons of the tests above; run the whole module")
+    print(f"\nOllama live: largest |Ollama - numpy truth| = {LARGEST[0]:.3g}")
+    assert LARGEST[0] < TRUTH_TOLERANCE

@@ -169,6 +169,9 @@ class Ollama(HttpTransport):
         if body.get("logprobs"):
             lp.from_openai_content(body["logprobs"], into=choice.logprobs)
             choice.logprobs.basis = logprobs_pb2.LOGPROB_BASIS_PRE_SAMPLING
+            replaced = lp.replaced_bytes_warning(choice.logprobs.tokens, "Ollama")
+            if replaced is not None and not zero_output.asks_for_nothing(request):  # else the logprobs are dropped
+                out.warnings.append(replaced)
         else:
             facts.lack_logprobs(0)
         _settle(body, choice, out)
@@ -351,6 +354,7 @@ class _NdjsonStreamLifter(StreamLifter):
         self.texts: list[str] = []
         self.calls: list[dict[str, Any]] = []
         self.saw_logprobs = False
+        self.tokens: list[str] = []  # the logprob tokens, for `lp.replaced_bytes_warning`
         self.nothing = zero_output.asks_for_nothing(request)  # what the engine generates is withheld
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
@@ -377,6 +381,7 @@ class _NdjsonStreamLifter(StreamLifter):
             delta = delta or stream_pb2.PartDelta()
             lp.from_openai_content(data["logprobs"], into=delta.logprobs)
             delta.logprobs.basis = logprobs_pb2.LOGPROB_BASIS_PRE_SAMPLING
+            self.tokens.extend(delta.logprobs.tokens)
         if delta is not None and not self.nothing:
             out.append(stream_pb2.StreamEvent(delta=delta))
         if not self.nothing:
@@ -435,5 +440,7 @@ class _NdjsonStreamLifter(StreamLifter):
         if bool(settled.errors):
             end.errors.extend(settled.errors)
         end.warnings.extend(_truncation_warnings(self.request, end.usage))
+        if not self.nothing and (replaced := lp.replaced_bytes_warning(self.tokens, "Ollama")):
+            end.warnings.append(replaced)
         out.append(stream_pb2.StreamEvent(end=end))
         return out
