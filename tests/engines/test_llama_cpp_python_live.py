@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 from modelir import Model, UnsupportedCapabilityError, accumulate, build_request
+from modelir.errors import ProviderRejectedError
 from modelir.http.executor import Executor
 from modelir.transports.openai.completions import OpenAICompletions
 from modelir.v1 import capabilities_pb2, response_pb2
@@ -329,3 +330,9 @@ def test_largest_difference_from_the_in_process_truth():
         f"largest |llama-cpp-python - numpy truth| = {NUMPY_LARGEST[0]:.3g}"
     )
     assert LARGEST_DIFFERENCE[0] < FLOAT32_TOLERANCE and 0 < NUMPY_LARGEST[0] < NUMPY_TOLERANCE
+
+
+async def test_an_over_long_prompt_is_a_typed_rejection(model):
+    # llama-cpp-python refuses a prompt longer than its context (a 400 naming the context length), never cuts it.
+    with pytest.raises(ProviderRejectedError, match="maximum context length is 256"):
+        await model.arun(build_request("tiny", prompt="the cat " * 400, max_output_tokens=1))

@@ -287,3 +287,13 @@ def test_largest_difference_from_the_truth():
         pytest.skip("reports on the comparisons of the tests above; run the whole module")
     print(f"\nvLLM live: largest |vLLM - numpy truth| = {LARGEST[0]:.3g}")
     assert LARGEST[0] < TOLERANCE and math.isfinite(LARGEST[0])
+
+
+async def test_allowed_truncation_is_named(model):
+    """`truncate_prompt_tokens` (a provider option) lets vLLM keep only the prompt's last N tokens, and its answer
+    does not say whether it cut: modelir says the prompt may have been cut, unary and streamed."""
+    request = build_request("tiny", prompt="the cat " * 400, max_output_tokens=1)
+    request.provider_options.add(transport="vllm", options_json=b'{"truncate_prompt_tokens": 16}')
+    for response in (await model.arun(request), accumulate([e async for e in model.astream(request)])):
+        assert response.usage.input_token_count == 16
+        assert [w.code for w in response.warnings] == ["input_truncation_allowed"]

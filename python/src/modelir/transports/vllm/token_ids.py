@@ -58,6 +58,7 @@ class TokenIdStream(StreamLifter):
                     natural = finish.finish_reason == response_pb2.FINISH_REASON_STOP
                     lost = byte_level.lost_text(self.tokens.get(finish.choice_index, ()), natural)
                     byte_level.flag_lost_text(event.end.warnings, lost, finish.choice_index)
+                event.end.warnings.extend(dialect.truncation_warnings(self.request, event.end.usage))
         parts = getattr(self.inner, "parts", None)
         tokens.label_finishes(self.request, out, parts.texts() if parts is not None else {})
         return out

@@ -22,7 +22,7 @@ from modelir.pipeline import continuations
 from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter
 from modelir.transports.manifests import capability_set
-from modelir.transports.vllm import byte_level
+from modelir.transports.vllm import byte_level, dialect
 from modelir.transports.vllm.chat import VLLMChat
 from modelir.transports.vllm.completions import VLLMCompletions
 from modelir.transports.vllm.dialect import MAX_LOGPROBS, PROVIDER_OPTION_KEYS
@@ -94,6 +94,7 @@ class VLLM(HttpTransport):
         for choice in out.choices:
             natural = choice.finish_reason == response_pb2.FINISH_REASON_STOP
             byte_level.flag_lost_text(out.warnings, byte_level.lost_text(choice.logprobs.tokens, natural), choice.index)
+        out.warnings.extend(dialect.truncation_warnings(request, out.usage))
         return out
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
