@@ -446,3 +446,25 @@ def test_vllm_tokens_without_text_are_named():
             assert bool(warned) == bool(lost), record.key
             flagged += bool(warned)
     assert flagged
+
+
+def test_ollama_images_are_refused_or_named_never_ignored_silently():
+    """Ollama answers an image to a model without vision with a 200, ignoring it: configured `vision: false`, the
+    transport does not claim IMAGE_INPUT (refused before any call); unconfigured, the recorded answer carries an
+    `image_input_unverified` warning."""
+    from modelir.pipeline.prepare import Pipeline
+    from modelir.v1 import capabilities_pb2
+
+    with_images = [
+        r
+        for r in _engine_records("ollama")
+        if any(p.WhichOneof("content") == "blob" for m in r.request.conversation.messages for p in m.parts)
+    ]
+    assert with_images
+    for record in with_images:
+        response = _relifted(Ollama(provider_model="tiny"), record)
+        assert "image_input_unverified" in [w.code for w in response.warnings], record.key
+        assert not [w for w in _relifted(Ollama(vision=True), record).warnings if w.code == "image_input_unverified"]
+        with pytest.raises(errors.UnsupportedCapabilityError, match="IMAGE_INPUT"):
+            Pipeline(Ollama(vision=False)).check(record.request)
+    assert capabilities_pb2.CAPABILITY_IMAGE_INPUT in Ollama().manifest().capabilities

@@ -7,6 +7,7 @@ engines (pre-sampling logprobs without token ids, `num_predict: 0` meaning no li
 
 from __future__ import annotations
 
+import base64
 import os
 import socket
 import subprocess
@@ -23,7 +24,7 @@ from modelir import Model, UnsupportedCapabilityError, accumulate, aclassify, bu
 from modelir.http.executor import Executor
 from modelir.transports import zero_output
 from modelir.transports.ollama import TRUNCATION_WARNING
-from modelir.v1 import logprobs_pb2, request_pb2, response_pb2
+from modelir.v1 import content_pb2, logprobs_pb2, request_pb2, response_pb2
 
 from tests.engines import numpy_truth, recorder
 
@@ -329,3 +330,28 @@ def test_largest_difference_from_the_truth():
         pytest.skip("reports on the comparisons of the tests above; run the whole module")
     print(f"\nOllama live: largest |Ollama - numpy truth| = {LARGEST[0]:.3g}")
     assert LARGEST[0] < TRUTH_TOLERANCE
+
+
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
+
+
+async def test_an_image_to_a_model_without_vision_is_never_ignored_silently(server, model):
+    """The tiny model has no vision (its /api/show capabilities say so) and Ollama answers an image with a 200,
+    ignoring it. Unconfigured, modelir sends it and says the image may have been ignored; configured with
+    `vision: false` (what /api/show says), the image is refused before any call."""
+    async with httpx.AsyncClient() as client:
+        shown = (await client.post(server + "/api/show", json={"model": "tiny"})).json()
+    assert "vision" not in shown.get("capabilities", [])
+    request = _greedy(messages=[("user", "What is this?")], max_output_tokens=2)
+    request.conversation.messages[0].parts.add().blob.CopyFrom(content_pb2.Blob(mime_type="image/png", data=PNG))
+    for response in (await model.arun(request), accumulate([e async for e in model.astream(request)])):
+        assert [w.code for w in response.warnings] == ["image_input_unverified"]
+    executor = Executor(server)
+    configured = Model(
+        recorder.transport("ollama", provider_model="tiny", vision=False), name="tiny", executor=executor
+    )
+    with pytest.raises(UnsupportedCapabilityError, match="IMAGE_INPUT"):
+        await configured.arun(request)
+    await executor.aclose()
