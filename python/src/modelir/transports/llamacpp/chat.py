@@ -149,8 +149,8 @@ class _ChatStream(tokens.LabelledStream):
         out = super().close(interrupted=interrupted)
         for item in out:
             if self.with_logprobs and item.WhichOneof("event") == "end":
-                finish = next((f.finish_reason for f in item.end.finishes if f.choice_index == 0), 0)
-                _flag_unscored_tokens(item.end, finish, self.scored, item.end.usage)
+                reason = next((f.finish_reason for f in item.end.finishes if f.choice_index == 0), 0)
+                _flag_unscored_tokens(item.end, reason, self.scored, item.end.usage)
         if self.request.sampling.stop:
             for item in out:
                 if item.WhichOneof("event") != "end":
