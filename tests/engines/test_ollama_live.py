@@ -355,3 +355,20 @@ async def test_an_image_to_a_model_without_vision_is_never_ignored_silently(serv
     with pytest.raises(UnsupportedCapabilityError, match="IMAGE_INPUT"):
         await configured.arun(request)
     await executor.aclose()
+
+
+async def test_greedy_without_a_repetition_penalty_is_told_of_ollamas_default(model):
+    """Ollama applies repeat_penalty 1.1 unless told otherwise, even at temperature 0: the sampled tokens are then
+    not always the model's most likely (its pre-sampling logprobs show a better alternative), and modelir says why;
+    with sampling.repetition_penalty 1 the output is plain greedy and there is no warning."""
+    request = build_request("tiny", prompt=TRUTH_TEXTS[0], max_output_tokens=12, temperature=0.0, top_logprobs=1)
+    penalised = await model.arun(request)
+    assert [w.code for w in penalised.warnings if w.code == "default_repeat_penalty"] == ["default_repeat_penalty"]
+    logprobs = penalised.choices[0].logprobs
+    assert any(
+        best > sampled + 1e-6 for sampled, best in zip(logprobs.token_logprobs, logprobs.top_logprobs, strict=True)
+    )
+    plain = await model.arun(_greedy(prompt=TRUTH_TEXTS[0], max_output_tokens=12, top_logprobs=1))
+    assert not [w for w in plain.warnings if w.code == "default_repeat_penalty"]
+    greedy = plain.choices[0].logprobs
+    assert all(best <= sampled + 1e-6 for sampled, best in zip(greedy.token_logprobs, greedy.top_logprobs, strict=True))

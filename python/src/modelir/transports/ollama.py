@@ -195,6 +195,7 @@ class Ollama(HttpTransport):
         soft_errors.settle(request, out, facts)
         out.warnings.extend(ollama_warnings.truncation(request, out.usage))
         out.warnings.extend(ollama_warnings.images(request, self.vision))
+        out.warnings.extend(ollama_warnings.default_penalty(request))
         return out
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
@@ -443,6 +444,7 @@ class _NdjsonStreamLifter(StreamLifter):
             end.errors.extend(settled.errors)
         end.warnings.extend(ollama_warnings.truncation(self.request, end.usage))
         end.warnings.extend(ollama_warnings.images(self.request, self.transport.vision))
+        end.warnings.extend(ollama_warnings.default_penalty(self.request))
         if not self.nothing and (replaced := lp.replaced_bytes_warning(self.tokens, "Ollama")):
             end.warnings.append(replaced)
         out.append(stream_pb2.StreamEvent(end=end))

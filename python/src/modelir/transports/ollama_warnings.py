@@ -1,5 +1,5 @@
 """What Ollama does without saying, said as warnings: a prompt it may have cut (`truncate: true`), images it may
-have ignored (a model whose vision is not configured)."""
+have ignored (a model whose vision is not configured), its default repeat penalty on a greedy request."""
 
 from __future__ import annotations
 
@@ -40,5 +40,25 @@ def images(request: request_pb2.Request, vision: bool | None) -> list[errors_pb2
             message=f"{images} image(s) sent to an Ollama model whose vision is not configured: Ollama ignores images "
             "without a word when the model has no vision (its /api/show capabilities say); set the transport's "
             "`vision` option so that modelir refuses them or sends them knowingly",
+        )
+    ]
+
+
+PENALTY_WARNING = "default_repeat_penalty"
+
+
+def default_penalty(request: request_pb2.Request) -> list[errors_pb2.Warning]:
+    """Greedy decoding asked for (temperature 0) without a repetition penalty: Ollama applies its default
+    `repeat_penalty` of 1.1 anyway, so the tokens are not the model's most likely ones; the caller is told (and
+    `sampling.repetition_penalty = 1` turns it off)."""
+    sampling = request.sampling
+    greedy = sampling.HasField("temperature") and sampling.temperature == 0
+    if not greedy or sampling.HasField("repetition_penalty"):
+        return []
+    return [
+        errors_pb2.Warning(
+            code=PENALTY_WARNING,
+            message="Ollama applied its default repeat_penalty (1.1) to this greedy request: the output need not be "
+            "the model's most likely tokens; set sampling.repetition_penalty to 1 for plain greedy decoding",
         )
     ]
