@@ -12,7 +12,7 @@ from modelir.transports.base import HttpResponse, RawEvent
 from modelir.transports.llamacpp import LlamaCpp
 from modelir.transports.ollama import Ollama
 from modelir.transports.sglang import SGLang
-from modelir.v1 import content_pb2, logprobs_pb2, request_pb2, service_pb2
+from modelir.v1 import content_pb2, errors_pb2, logprobs_pb2, request_pb2, response_pb2, service_pb2
 
 from tests.recordings import cassette, parse_sse, wire_dir
 
@@ -262,3 +262,209 @@ def test_sglang_recorded_plain_generate():
     assert choice.message.parts[0].text == body["text"]
     assert choice.raw_finish_reason == '{"type":"length","length":128}'
     assert response.usage.output_token_count == 128 and response.id == body["meta_info"]["id"]
+
+
+# ---- our own recordings of the live engines (conformance/recordings, written by tests/engines/recorder.py) ------
+
+OURS = Path(__file__).resolve().parents[1] / "conformance" / "recordings"
+
+
+def _generate_files() -> list[Path]:
+    return sorted(OURS.glob("*/generate.jsonl"))
+
+
+def _tokenize_lines() -> list[tuple[Path, dict]]:
+    return [(p, json.loads(line)) for p in sorted(OURS.glob("*/tokenize.jsonl")) for line in p.read_text().splitlines()]
+
+
+def _transport_of(folder: Path):
+    from modelir.records.files import read_header
+    from modelir.registry import build_transport
+
+    header = read_header(folder / "generate.jsonl")
+    assert header is not None
+    return build_transport(header.run_metadata["transport"], json.loads(header.run_metadata["transport_options"]))
+
+
+def _answer(raw: response_pb2.RawExchange) -> HttpResponse:
+    return HttpResponse(
+        raw.http_status,
+        {h.name: h.value for h in raw.response_headers}
+        | ({"content-type": raw.content_type} if raw.content_type else {}),
+        raw.body,
+    )
+
+
+def _differs(want, got) -> str:
+    from google.protobuf import json_format
+
+    return f"\nrecorded: {json_format.MessageToJson(want)}\nreplayed: {json_format.MessageToJson(got)}"
+
+
+def test_every_live_engine_has_recordings():
+    engines = {p.parent.name.rsplit("-", 1)[0] for p in _generate_files()}
+    assert engines >= {"llama-server", "llama-cpp-python", "ollama", "vllm"}, engines
+
+
+@pytest.mark.parametrize("path", _generate_files(), ids=lambda p: p.parent.name)
+def test_live_recordings_lower_and_lift_to_what_the_live_run_saw(path):
+    """Every generation a live suite had: the request lowers to the body that was sent, and the engine's raw
+    answer lifts (unary or streamed, or as an error) to exactly the response (or failure) modelir gave live."""
+    from modelir.errors.soft import received
+    from modelir.records.files import read_records
+    from modelir.transports.base import guarded_error, utf8_repaired
+    from modelir.v1 import record_pb2
+
+    transport = _transport_of(path.parent)
+    replayed = 0
+    for record in read_records(path):
+        raw, request = record.response.raw, record.request
+        sent = json.loads(raw.request_body)
+        stream = bool(raw.stream_events) or sent.get("stream") is True
+        assert json.loads(transport.lower(request, stream=stream).body) == sent, record.key
+        if record.status == record_pb2.RECORD_STATUS_FAILED:
+            error = guarded_error(transport, _answer(raw)).to_response_error()
+            assert error == record.failure, record.key + _differs(record.failure, error)
+            replayed += 1
+            continue
+        if stream:
+            lifter = transport.stream_lifter_accounted(request)
+            events = [
+                e for raw_event in raw.stream_events for e in lifter.feed(RawEvent(raw_event.event, raw_event.data))
+            ]
+            events.extend(lifter.close())
+            for event in events:
+                if event.WhichOneof("event") == "end":
+                    received(event.end, "", ())
+            got = accumulate(events)
+        else:
+            body, damage = utf8_repaired(raw.body)
+            answer = _answer(raw)
+            transport.check_answer_shape(answer)
+            got = transport.lift_accounted(request, HttpResponse(answer.status, answer.headers, body))
+            received(got, damage, ())
+        got.raw.CopyFrom(raw)
+        assert got == record.response, record.key + _differs(record.response, got)
+        replayed += 1
+    assert replayed
+
+
+@pytest.mark.parametrize(("path", "line"), _tokenize_lines(), ids=lambda v: v["key"] if isinstance(v, dict) else "")
+def test_live_tokenize_recordings_lower_and_lift_to_what_the_live_run_saw(path, line):
+    from google.protobuf import json_format
+    from modelir.transports.base import guarded_error
+
+    transport = _transport_of(path.parent)
+    answers = [json_format.ParseDict(a, response_pb2.RawExchange()) for a in line["answers"]]
+    if line["operation"] == "tokenize":
+        request = json_format.ParseDict(line["request"], service_pb2.TokenizeRequest())
+        natives = transport.lower_tokenize(request)[: len(answers)]
+    else:
+        natives = [transport.lower_detokenize(line["token_ids"])]
+    assert [n.body for n in natives] == [a.request_body for a in answers]
+    try:
+        if any(a.http_status >= 400 for a in answers):
+            raise guarded_error(transport, _answer(next(a for a in answers if a.http_status >= 400)))
+        if line["operation"] == "tokenize":
+            result = json_format.MessageToDict(transport.lift_tokenize(request, [_answer(a) for a in answers]))
+        else:
+            result = transport.lift_detokenize(_answer(answers[0]))
+    except errors.ModelError as exc:
+        assert json_format.MessageToDict(exc.to_response_error()) == line.get("error")
+        return
+    assert "error" not in line and result == line["result"]
+
+
+def _recorded(engine: str, test: str) -> list:
+    from modelir.records.files import read_records
+
+    (path,) = [p for p in _generate_files() if p.parent.name.startswith(engine + "-")]
+    return [r for r in read_records(path) if r.key.rsplit("#", 1)[0] == test]
+
+
+def test_llamacpp_chat_flags_generated_tokens_without_logprobs():
+    """llama-server's chat answer has no logprob entry for a token that ends inside a UTF-8 character, and no ids
+    to align to: 4 entries for 5 generated tokens were passed on silently, unary and streamed."""
+    records = _recorded("llama-server", "test_chat_with_a_system_message")
+    assert len(records) == 2  # unary, streamed
+    for record in records:
+        raw = record.response.raw
+        if raw.stream_events:
+            lifter = LLAMA.stream_lifter(record.request)
+            events = [e for r in raw.stream_events for e in lifter.feed(RawEvent(r.event, r.data))]
+            response = accumulate([*events, *lifter.close()])
+        else:
+            response = LLAMA.lift(record.request, HttpResponse(200, {}, raw.body))
+        assert len(response.choices[0].logprobs.token_logprobs) == 4 and response.usage.output_token_count == 5
+        (error,) = response.errors
+        assert error.reason == errors_pb2.ERROR_REASON_MISSING_LOGPROBS and "4 of the 5 tokens" in error.message
+
+
+def _relifted(transport, record):
+    raw = record.response.raw
+    if raw.stream_events:
+        lifter = transport.stream_lifter(record.request)
+        events = [e for r in raw.stream_events for e in lifter.feed(RawEvent(r.event, r.data))]
+        return accumulate([*events, *lifter.close()])
+    return transport.lift(record.request, HttpResponse(200, {}, raw.body))
+
+
+def _engine_records(engine: str) -> list:
+    from modelir.records.files import read_records
+
+    (path,) = [p for p in _generate_files() if p.parent.name.startswith(engine + "-")]
+    return [r for r in read_records(path) if r.response.raw.body or r.response.raw.stream_events]
+
+
+def test_ollama_tokens_spelled_as_replacement_characters_are_named():
+    """Ollama renders a token that ends inside a UTF-8 character as U+FFFD, in `token` and `bytes` alike, and gives
+    no id to recover its bytes from: modelir names those positions (before, the replacement's bytes passed for the
+    token's)."""
+    flagged = 0
+    for record in _engine_records("ollama"):
+        response = _relifted(Ollama(provider_model="tiny"), record)
+        tokens = list(response.choices[0].logprobs.tokens) if response.choices else []
+        warned = [w for w in response.warnings if w.code == "token_bytes_replaced"]
+        assert bool(warned) == any("\ufffd" in t for t in tokens), record.key
+        flagged += bool(warned)
+    assert flagged
+
+
+def test_vllm_tokens_without_text_are_named():
+    """vLLM never flushes a token that ends inside a UTF-8 character (`token: ""`, `bytes: []`): modelir names
+    those positions, unary and streamed (before, they passed as tokens with no text)."""
+    from modelir.transports.vllm import VLLM
+
+    flagged = 0
+    for record in _engine_records("vllm"):
+        response = _relifted(VLLM(provider_model="tiny"), record)
+        for choice in response.choices:
+            lost = [i for i, t in enumerate(choice.logprobs.tokens) if t == ""]
+            natural = choice.finish_reason == response_pb2.FINISH_REASON_STOP
+            lost = [i for i in lost if not (natural and i == len(choice.logprobs.tokens) - 1)]
+            warned = [w for w in response.warnings if w.code == "token_text_lost"]
+            assert bool(warned) == bool(lost), record.key
+            flagged += bool(warned)
+    assert flagged
+
+
+def test_ollama_images_are_refused_or_named_never_ignored_silently():
+    """Ollama answers an image to a model without vision with a 200, ignoring it: configured `vision: false`, the
+    transport does not claim IMAGE_INPUT (refused before any call); unconfigured, the recorded answer carries an
+    `image_input_unverified` warning."""
+    from modelir.pipeline.prepare import Pipeline
+    from modelir.v1 import capabilities_pb2
+
+    with_images = [
+        r
+        for r in _engine_records("ollama")
+        if any(p.WhichOneof("content") == "blob" for m in r.request.conversation.messages for p in m.parts)
+    ]
+    assert with_images
+    for record in with_images:
+        response = _relifted(Ollama(provider_model="tiny"), record)
+        assert "image_input_unverified" in [w.code for w in response.warnings], record.key
+        assert not [w for w in _relifted(Ollama(vision=True), record).warnings if w.code == "image_input_unverified"]
+        with pytest.raises(errors.UnsupportedCapabilityError, match="IMAGE_INPUT"):
+            Pipeline(Ollama(vision=False)).check(record.request)
+    assert capabilities_pb2.CAPABILITY_IMAGE_INPUT in Ollama().manifest().capabilities

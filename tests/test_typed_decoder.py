@@ -25,6 +25,8 @@ def _bodies():
             continue  # the embedding endpoint's answer (`openai.embed`), not chat's
         if answer.get("status", 200) == 200 and "body" in answer and fixture.get("mode") != "stream":
             request = json_format.ParseDict(fixture["request"], request_pb2.Request())
+            if request.sampling.HasField("max_output_tokens") and not request.sampling.max_output_tokens:
+                continue  # the zero-output rule drops what came back, on purpose (`transports.zero_output`)
             yield path.stem, request, json.dumps(answer["body"]).encode()
     folder = WIRE / "openai_chat"
     if folder.is_dir():

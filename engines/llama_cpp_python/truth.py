@@ -18,7 +18,9 @@ from llama_cpp import Llama
 
 def main() -> None:
     job = json.load(sys.stdin)
-    llm = Llama(model_path=job["model"], n_ctx=job["n_ctx"], logits_all=True, n_threads=2, verbose=False)
+    # `type_k` / `type_v`: the KV cache's ggml type, as the server under test is given it (0: float32).
+    kv = {key: job[key] for key in ("type_k", "type_v") if key in job}
+    llm = Llama(model_path=job["model"], n_ctx=job["n_ctx"], logits_all=True, n_threads=2, verbose=False, **kv)
     out = []
     for text in job["texts"]:
         tokens = llm.tokenize(text.encode(), add_bos=True, special=False)

@@ -53,7 +53,17 @@ def llama_server(binary: str, folder: Path, *extra: str) -> Iterator[str]:
     log = folder / "server.log"
     command = [binary, "-m", str(tiny_gguf(folder)), "--host", "127.0.0.1", "--port", str(port)]
     process = subprocess.Popen(
-        [*command, "-c", "256", "-np", "1", "-t", "2", *extra], stdout=log.open("w"), stderr=subprocess.STDOUT
+        [
+            *command,
+            *("-c", "256", "-np", "1", "-t", "2"),
+            # The KV cache in float32 and no flash attention (llama.cpp's defaults: float16, and flash attention,
+            # which rounds Q to float16 on CPU; together ~1e-3 from the truth): the engine computes what the numpy
+            # truth does, to float32's precision.
+            *("-ctk", "f32", "-ctv", "f32", "-fa", "off"),
+            *extra,
+        ],
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -77,6 +87,8 @@ def ollama(binary: str, folder: Path) -> Iterator[str]:
         "OLLAMA_MODELS": str(folder / "models"),
         "HOME": str(folder / "home"),
         "OLLAMA_NOPRUNE": "1",
+        # Flash attention off (on CPU it rounds Q to float16: 7e-3 from the truth, against 1.4e-3 without it).
+        "OLLAMA_FLASH_ATTENTION": "false",
     }
     log = folder / "server.log"
     process = subprocess.Popen([binary, "serve"], env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)

@@ -12,6 +12,7 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
+import regex
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "engines" / "llamacpp"))
 import tiny_model  # (the generator is a script beside the engines' builds, not a package)
@@ -23,6 +24,44 @@ sys.path.pop(0)
 def vocabulary() -> tuple[list[str], dict[str, np.ndarray]]:
     tokens, _, _ = tiny_model.build_vocabulary()
     return tokens, {k: v.astype(np.float64) for k, v in tiny_model.weights(tokens).items()}
+
+
+# GPT-2's pre-tokenizer split (the GGUF's `gpt2` pre-tokenizer, the Hugging Face form's ByteLevel regex).
+_SPLIT = regex.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
+
+
+@cache
+def _ranks() -> dict[tuple[str, str], int]:
+    _, _, merges = tiny_model.build_vocabulary()
+    return {tuple(m.split(" ")): rank for rank, m in enumerate(merges)}  # type: ignore[misc]
+
+
+def tokenize(text: str, *, bos: bool = True) -> list[int]:
+    """The model's own tokenization of plain text (no control tokens): GPT-2's split, then the byte-level BPE merges
+    in rank order; the BOS first when `bos`. An oracle for prompts an engine tokenizes without saying its ids."""
+    tokens, _ = vocabulary()
+    index = {token: i for i, token in enumerate(tokens)}
+    ids = [index["<s>"]] if bos else []
+    for word in _SPLIT.findall(text):
+        pieces: list[str] | None = [tiny_model.BYTE_CHARS[b] for b in word.encode()]
+        while pieces is not None and len(pieces) > 1:
+            merged = tiny_model.merge_once(pieces, _ranks())
+            if merged is None:
+                break
+            pieces = merged
+        ids.extend(index[piece] for piece in pieces or ())
+    return ids
+
+
+@cache
+def _ids_by_bytes() -> dict[bytes, int]:
+    tokens, _ = vocabulary()
+    return {token_bytes(i): i for i in range(len(tokens))}
+
+
+def id_of_bytes(raw: bytes) -> int | None:
+    """The id whose token has exactly these bytes (every token's bytes differ), or None."""
+    return _ids_by_bytes().get(raw)
 
 
 def token_bytes(token_id: int) -> bytes:

@@ -20,10 +20,12 @@ from pathlib import Path
 import httpx
 import pytest
 from modelir import Model, UnsupportedCapabilityError, accumulate, build_request
+from modelir.errors import ProviderRejectedError
 from modelir.http.executor import Executor
 from modelir.transports.openai.completions import OpenAICompletions
 from modelir.v1 import capabilities_pb2, response_pb2
 
+from tests.engines import numpy_truth, recorder
 from tests.integrations.lm_eval_tasks import TASKS, documents, responses, run_tasks
 
 PYTHON = os.environ.get("MODELIR_LLAMA_CPP_PYTHON")
@@ -74,6 +76,9 @@ def server(tiny):
             *(PYTHON, "-m", "llama_cpp.server", "--model", str(tiny), "--model_alias", "tiny"),
             *("--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(N_CTX), "--n_threads", "2"),
             *("--logits_all", "true", "--verbose", "false"),
+            # The KV cache in float32 (llama.cpp's default is float16: ~1.7e-3 from the numpy truth), as the
+            # in-process truth's (`truth`).
+            *("--type_k", "0", "--type_v", "0"),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -108,7 +113,7 @@ def live_manifest() -> capabilities_pb2.CapabilityManifest:
 async def model(server):
     executor = Executor(server + "/v1")
     yield Model(
-        OpenAICompletions(provider_model="tiny", zero_output_emulated=True),
+        recorder.transport("openai_completions", provider_model="tiny", zero_output_emulated=True),
         name="tiny",
         executor=executor,
         manifest=live_manifest(),
@@ -121,30 +126,49 @@ def truth(tiny):
     """Per text: token ids, token bytes and per-position logprobs with top-5, from `llama_cpp.Llama` in-process."""
     texts = PROMPTS + [c + x for c, x in PAIRS] + [d["text"] for d in documents("documents.jsonl")]
     texts += [d["question"] + " " + choice for d in documents("choice.jsonl") for choice in d["choices"]]
-    job = json.dumps({"model": str(tiny), "n_ctx": N_CTX, "texts": texts, "top_k": 5})
+    job = json.dumps({"model": str(tiny), "n_ctx": N_CTX, "texts": texts, "top_k": 5, "type_k": 0, "type_v": 0})
     done = subprocess.run(
         [PYTHON, str(ROOT / "engines/llama_cpp_python/truth.py")], input=job, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    return dict(zip(texts, json.loads(done.stdout), strict=True))
+    entries = dict(zip(texts, json.loads(done.stdout), strict=True))
+    for entry in entries.values():  # the one truth of every engine beside it: the numpy forward pass
+        ids = entry["tokens"]
+        # The same vocabulary: llama.cpp's bytes for each id are the numpy truth's.
+        assert [numpy_truth.token_bytes(i).hex() for i in ids[1:]] == entry["bytes"][1:]
+        rows = numpy_truth.logprobs(ids)
+        for i, position in enumerate(entry["positions"]):
+            position["numpy"] = float(rows[i][ids[i + 1]])
+    return entries
 
 
-def _continuation_truth(entry: dict, context: str) -> list[float]:
-    """The truth's logprobs of the tokens that end after `context` (a straddling token is the continuation's)."""
+def _continuation_truth(entry: dict, context: str, key: str = "logprob") -> list[float]:
+    """The truth's logprobs of the tokens that end after `context` (a straddling token is the continuation's):
+    llama.cpp's in-process (`logprob`) or the numpy forward pass's (`numpy`)."""
     boundary = len(context.encode())
-    return [entry["positions"][i - 1]["logprob"] for i, (_, end) in enumerate(_spans(entry)) if i and end > boundary]
+    return [entry["positions"][i - 1][key] for i, (_, end) in enumerate(_spans(entry)) if i and end > boundary]
 
 
 LARGEST_DIFFERENCE = [0.0]
 COMPARED = [0]
 
 
-def _compare(scored: list[float], expected: list[float]) -> None:
+NUMPY_LARGEST = [0.0]
+# The numpy truth is float64; llama.cpp computes in float32 with its own kernels.
+NUMPY_TOLERANCE = 1e-3
+
+
+def _compare(scored: list[float], expected: list[float], numpy: list[float] | None = None) -> None:
     assert len(scored) == len(expected)
     for got, want in zip(scored, expected, strict=True):
         COMPARED[0] += 1
         LARGEST_DIFFERENCE[0] = max(LARGEST_DIFFERENCE[0], abs(got - want))
         assert got == pytest.approx(want, abs=FLOAT32_TOLERANCE)
+    if numpy is None:
+        return
+    for got, want in zip(scored, numpy, strict=True):
+        NUMPY_LARGEST[0] = max(NUMPY_LARGEST[0], abs(got - want))
+        assert got == pytest.approx(want, abs=NUMPY_TOLERANCE)
 
 
 def _spans(entry: dict) -> list[tuple[int, int]]:
@@ -176,7 +200,7 @@ async def test_whole_prompt_scores_and_bits_per_byte_equal_the_in_process_truth(
     # The server echoes no BOS and gives the first prompt token no logprob (OpenAI's convention): unscored.
     assert scores.unscored_token_count == 1
     expected = [p["logprob"] for p in entry["positions"][1:]]
-    _compare(list(scores.tokens.token_logprobs), expected)
+    _compare(list(scores.tokens.token_logprobs), expected, [p["numpy"] for p in entry["positions"][1:]])
     first_scored_byte = _spans(entry)[2][0]
     assert scores.span_start_byte == first_scored_byte
     assert scores.scored_byte_count == len(prompt.encode()) - first_scored_byte
@@ -197,7 +221,7 @@ async def test_a_continuation_is_scored_from_the_servers_own_token_offsets(model
     first = next(i for i, (_, end) in enumerate(_spans(entry)) if i and end > boundary)
     expected = _continuation_truth(entry, context)
     scores = (await _score(model, context, continuation)).input_scores[0]
-    _compare(list(scores.tokens.token_logprobs), expected)
+    _compare(list(scores.tokens.token_logprobs), expected, _continuation_truth(entry, context, "numpy"))
     start = _spans(entry)[first][0]
     assert scores.span_start_byte == start
     assert scores.scored_byte_count == len((context + continuation).encode()) - start
@@ -243,8 +267,9 @@ async def test_stream_accumulates_to_the_unary_answer(model):
     unary = await model.arun(request)
     streamed = accumulate([event async for event in model.astream(request)])
     assert streamed.choices[0].message.parts[0].text == unary.choices[0].message.parts[0].text
+    # The engine computes a stream's tokens in other batches than the unary answer's: float32 noise, no more.
     assert list(streamed.choices[0].logprobs.token_logprobs) == pytest.approx(
-        list(unary.choices[0].logprobs.token_logprobs)
+        list(unary.choices[0].logprobs.token_logprobs), abs=FLOAT32_TOLERANCE
     )
     assert streamed.choices[0].finish_reason == unary.choices[0].finish_reason
 
@@ -268,7 +293,7 @@ def test_lm_eval_tasks_on_the_live_engine(server, truth, monkeypatch):
 
     executor = Executor(server + "/v1")
     live = Model(
-        OpenAICompletions(provider_model="tiny", zero_output_emulated=True),
+        recorder.transport("openai_completions", provider_model="tiny", zero_output_emulated=True),
         name="tiny",
         executor=executor,
         manifest=live_manifest(),
@@ -301,6 +326,13 @@ def test_largest_difference_from_the_in_process_truth():
         pytest.skip("reports on the comparisons of the tests above; run the whole module")
     print(
         f"\nllama-cpp-python live scoring: {COMPARED[0]} values compared, "
-        f"largest |modelir - in-process| = {LARGEST_DIFFERENCE[0]:.3g}"
+        f"largest |modelir - in-process| = {LARGEST_DIFFERENCE[0]:.3g}, "
+        f"largest |llama-cpp-python - numpy truth| = {NUMPY_LARGEST[0]:.3g}"
     )
-    assert LARGEST_DIFFERENCE[0] < FLOAT32_TOLERANCE
+    assert LARGEST_DIFFERENCE[0] < FLOAT32_TOLERANCE and 0 < NUMPY_LARGEST[0] < NUMPY_TOLERANCE
+
+
+async def test_an_over_long_prompt_is_a_typed_rejection(model):
+    # llama-cpp-python refuses a prompt longer than its context (a 400 naming the context length), never cuts it.
+    with pytest.raises(ProviderRejectedError, match="maximum context length is 256"):
+        await model.arun(build_request("tiny", prompt="the cat " * 400, max_output_tokens=1))

@@ -7,18 +7,21 @@ engines (pre-sampling logprobs without token ids, `num_predict: 0` meaning no li
 
 from __future__ import annotations
 
+import base64
 import os
 
+import httpx
 import jsonschema
+import numpy as np
 import orjson
 import pytest
 from modelir import Model, UnsupportedCapabilityError, accumulate, aclassify, build_request, errors
 from modelir.http.executor import Executor
 from modelir.transports import zero_output
-from modelir.transports.ollama import TRUNCATION_WARNING, Ollama
-from modelir.v1 import logprobs_pb2, request_pb2, response_pb2
+from modelir.transports.ollama import TRUNCATION_WARNING
+from modelir.v1 import content_pb2, logprobs_pb2, request_pb2, response_pb2
 
-from tests.engines import launch
+from tests.engines import launch, numpy_truth, recorder
 
 OLLAMA = os.environ.get("MODELIR_OLLAMA")
 pytestmark = pytest.mark.skipif(not OLLAMA, reason="set MODELIR_OLLAMA (make test-engines builds and sets it)")
@@ -34,7 +37,7 @@ def server(tmp_path_factory):
 @pytest.fixture
 async def model(server):
     executor = Executor(server)
-    yield Model(Ollama(provider_model="tiny"), name="tiny", executor=executor)
+    yield Model(recorder.transport("ollama", provider_model="tiny"), name="tiny", executor=executor)
     await executor.aclose()
 
 
@@ -201,3 +204,126 @@ async def test_classify_walks_ollamas_json_quoted_choice_and_is_repeatable(model
     first = await outcome()
     for _ in range(3):
         assert await outcome() == first
+
+
+async def test_classify_succeeds_on_labels_the_model_can_say(model):
+    """Ollama's logprobs are pre-sampling (the whole vocabulary's top 20, whatever the constraint): classify walks
+    the JSON-quoted answer (`"label"`) and reads each label's mass among them. The labels here are two tokens the
+    model itself ranks high after the opening quote, so its top 20 hold both: classify answers, every time the
+    same (before, it stopped at the quote: "no alternative at position 0")."""
+    probe = _greedy(messages=[("user", "Hello")], choices=["x", "y"], top_logprobs=20)
+    logprobs = (await model.arun(probe)).choices[0].logprobs
+    assert logprobs.tokens[0].strip() == '"'
+    start, count = logprobs.top_counts[0], logprobs.top_counts[1]
+    candidates = [
+        t
+        for t in logprobs.top_tokens[start : start + count]
+        if t.strip() and t.isalpha() and '"' not in t and "\\" not in t
+    ]
+    labels: list[str] = []
+    for token in candidates:  # two labels, neither the start of the other
+        if not any(token.startswith(x) or x.startswith(token) for x in labels):
+            labels.append(token)
+    labels = labels[:2]
+    assert len(labels) == 2, candidates
+    first = await aclassify(model, [("user", "Hello")], labels)
+    assert first.method == "top_logprobs" and set(first.probabilities) == set(labels)
+    assert sum(first.probabilities.values()) == pytest.approx(1.0) and 0 < first.coverage <= 1
+    again = await aclassify(model, [("user", "Hello")], labels)
+    assert again.label == first.label and again.probabilities == pytest.approx(first.probabilities, abs=1e-5)
+
+
+# ---- one truth: the numpy forward pass (`numpy_truth.py`) --------------------------------------------------
+
+TRUTH_TEXTS = ["The cat sat on the mat. Le café", "Hello world, café ü 日本 🙂 it's 123", "naïve façade — Ünïcödé ✓"]
+# Ollama keeps its KV cache in float16 (OLLAMA_KV_CACHE_TYPE offers nothing wider; llama-server's tests set float32):
+# ~1.4e-3 from the float64 truth.
+TRUTH_TOLERANCE = 2e-3
+LARGEST = [0.0]
+
+
+def _close(got: float, want: float) -> None:
+    LARGEST[0] = max(LARGEST[0], abs(got - want))
+    assert got == pytest.approx(want, abs=TRUTH_TOLERANCE)
+
+
+@pytest.mark.parametrize("text", TRUTH_TEXTS)
+async def test_sampled_and_top_logprobs_equal_the_truth_and_the_raw_answer(model, text):
+    """Greedy with repetition_penalty 1 (Ollama's default repeat_penalty is 1.1, which changes what greedy samples):
+    each sampled token's and each alternative's logprob is the truth's, the prompt's token count is the model's own
+    tokenization's, and modelir's columns are the raw answer's exactly. Ollama gives no token ids: the truth's ids
+    are read from each token's bytes, up to the first token Ollama spelled as U+FFFD (one that ends inside a UTF-8
+    character: its bytes are lost, which modelir's warning names)."""
+    request = _greedy(prompt=text, max_output_tokens=8, top_logprobs=3)
+    request.include_raw = True
+    out = await model.arun(request)
+    raw = orjson.loads(out.raw.body)
+    logprobs = out.choices[0].logprobs
+    entries = raw["logprobs"]
+    assert list(logprobs.tokens) == [e["token"] for e in entries]
+    assert list(logprobs.token_logprobs) == [float(np.float32(e["logprob"])) for e in entries]
+    assert logprobs.token_bytes == b"".join(bytes(e["bytes"]) for e in entries)
+    prompt = numpy_truth.tokenize(text)
+    assert raw["prompt_eval_count"] == len(prompt)
+    replaced = [i for i, e in enumerate(entries) if "\ufffd" in e["token"]]
+    assert bool(replaced) == any(w.code == "token_bytes_replaced" for w in out.warnings)
+    known = entries[: replaced[0]] if replaced else entries
+    ids = [numpy_truth.id_of_bytes(bytes(e["bytes"])) for e in known]
+    rows = numpy_truth.logprobs(prompt + ids)
+    for i, entry in enumerate(known):
+        row = rows[len(prompt) + i - 1]
+        _close(entry["logprob"], row[ids[i]])
+        for alternative in entry["top_logprobs"]:
+            alternative_id = numpy_truth.id_of_bytes(bytes(alternative["bytes"]))
+            if alternative_id is not None:  # not a U+FFFD rendering
+                _close(alternative["logprob"], row[alternative_id])
+
+
+def test_largest_difference_from_the_truth():
+    """Runs after the comparisons above: prints the largest difference they saw."""
+    if not LARGEST[0]:
+        pytest.skip("reports on the comparisons of the tests above; run the whole module")
+    print(f"\nOllama live: largest |Ollama - numpy truth| = {LARGEST[0]:.3g}")
+    assert LARGEST[0] < TRUTH_TOLERANCE
+
+
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
+
+
+async def test_an_image_to_a_model_without_vision_is_never_ignored_silently(server, model):
+    """The tiny model has no vision (its /api/show capabilities say so) and Ollama answers an image with a 200,
+    ignoring it. Unconfigured, modelir sends it and says the image may have been ignored; configured with
+    `vision: false` (what /api/show says), the image is refused before any call."""
+    async with httpx.AsyncClient() as client:
+        shown = (await client.post(server + "/api/show", json={"model": "tiny"})).json()
+    assert "vision" not in shown.get("capabilities", [])
+    request = _greedy(messages=[("user", "What is this?")], max_output_tokens=2)
+    request.conversation.messages[0].parts.add().blob.CopyFrom(content_pb2.Blob(mime_type="image/png", data=PNG))
+    for response in (await model.arun(request), accumulate([e async for e in model.astream(request)])):
+        assert [w.code for w in response.warnings] == ["image_input_unverified"]
+    executor = Executor(server)
+    configured = Model(
+        recorder.transport("ollama", provider_model="tiny", vision=False), name="tiny", executor=executor
+    )
+    with pytest.raises(UnsupportedCapabilityError, match="IMAGE_INPUT"):
+        await configured.arun(request)
+    await executor.aclose()
+
+
+async def test_greedy_without_a_repetition_penalty_is_told_of_ollamas_default(model):
+    """Ollama applies repeat_penalty 1.1 unless told otherwise, even at temperature 0: the sampled tokens are then
+    not always the model's most likely (its pre-sampling logprobs show a better alternative), and modelir says why;
+    with sampling.repetition_penalty 1 the output is plain greedy and there is no warning."""
+    request = build_request("tiny", prompt=TRUTH_TEXTS[0], max_output_tokens=12, temperature=0.0, top_logprobs=1)
+    penalised = await model.arun(request)
+    assert [w.code for w in penalised.warnings if w.code == "default_repeat_penalty"] == ["default_repeat_penalty"]
+    logprobs = penalised.choices[0].logprobs
+    assert any(
+        best > sampled + 1e-6 for sampled, best in zip(logprobs.token_logprobs, logprobs.top_logprobs, strict=True)
+    )
+    plain = await model.arun(_greedy(prompt=TRUTH_TEXTS[0], max_output_tokens=12, top_logprobs=1))
+    assert not [w for w in plain.warnings if w.code == "default_repeat_penalty"]
+    greedy = plain.choices[0].logprobs
+    assert all(best <= sampled + 1e-6 for sampled, best in zip(greedy.token_logprobs, greedy.top_logprobs, strict=True))

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import math
 import os
+import re
 
 import httpx
 import pytest
 from modelir import Model, accumulate, build_request
 from modelir.errors import ProviderRejectedError
 from modelir.http.executor import Executor
-from modelir.transports.vllm import VLLM
 from modelir.v1 import response_pb2, service_pb2
 
-from tests.engines import launch, numpy_truth
+from tests.engines import launch, numpy_truth, recorder
 
 PYTHON = os.environ.get("MODELIR_VLLM")
 STARTUP_SECONDS = launch.VLLM_STARTUP_SECONDS  # the first test waits for the server
@@ -49,7 +49,7 @@ def server(tmp_path_factory):
 @pytest.fixture
 async def model(server):
     executor = Executor(server)  # the transport's paths start at the server root (/v1/..., /tokenize)
-    yield Model(VLLM(provider_model="tiny"), name="tiny", executor=executor)
+    yield Model(recorder.transport("vllm", provider_model="tiny"), name="tiny", executor=executor)
     await executor.aclose()
 
 
@@ -148,7 +148,8 @@ async def test_choice_and_regex_constraints_hold(model):
     assert chosen.choices[0].message.parts[0].text in ("yes", "no")
     request = build_request("tiny", prompt="Number:", max_output_tokens=6, temperature=0)
     request.constraint.regex = "[0-9]{3}"
-    assert (await model.arun(request)).choices[0].message.parts[0].text.isdigit()
+    # `structured_outputs` (vLLM 0.32 ignores the legacy `guided_regex` with a 200, unconstrained): obeyed.
+    assert re.fullmatch("[0-9]{3}", (await model.arun(request)).choices[0].message.parts[0].text)
 
 
 async def test_one_token_a_stop_string_and_a_seed(model):
@@ -183,9 +184,42 @@ async def test_an_over_long_prompt_is_a_typed_rejection(model):
         await model.arun(build_request("tiny", prompt="the cat " * 400, max_output_tokens=1))
 
 
+async def test_a_token_ending_inside_a_utf8_character_is_flagged(server, model):
+    """vLLM never flushes a token that ends inside a UTF-8 character: its logprob entry is `token: ""` (and on chat
+    `bytes: []`), and its text is gone from the answer. modelir names those positions in a warning, unary and
+    streamed, on both routes (the ids stay in sampled_tokens)."""
+    prompt = "Hello world, café ü 日本"
+    for seed in range(1, 100):  # the first seed that samples such a token (asked of the engine directly)
+        body = {"prompt": prompt, "max_tokens": 12, "seed": seed, "logprobs": 1}
+        if "" in _raw(server, "/v1/completions", body)["choices"][0]["logprobs"]["tokens"]:
+            break
+    for kind in ({"prompt": prompt}, {"messages": [("user", prompt)]}):
+        request = build_request("tiny", max_output_tokens=12, seed=seed, top_logprobs=1, **kind)
+        unary = await model.arun(request)
+        streamed = accumulate([event async for event in model.astream(request)])
+        for response in (unary, streamed):
+            tokens = list(response.choices[0].logprobs.tokens)
+            lost = [w for w in response.warnings if w.code == "token_text_lost"]
+            if "" in tokens[:-1]:
+                assert len(lost) == 1 and str(tokens.index("")) in lost[0].message
+            assert len(response.choices[0].sampled_tokens.token_ids) == len(tokens)
+        if "prompt" in kind:
+            assert "" in list(unary.choices[0].logprobs.tokens[:-1])
+
+
 def test_largest_difference_from_the_truth():
     """Runs last in this module: prints the largest difference any comparison above saw."""
     if not LARGEST[0]:
         pytest.skip("reports on the comparisons of the tests above; run the whole module")
     print(f"\nvLLM live: largest |vLLM - numpy truth| = {LARGEST[0]:.3g}")
     assert LARGEST[0] < TOLERANCE and math.isfinite(LARGEST[0])
+
+
+async def test_allowed_truncation_is_named(model):
+    """`truncate_prompt_tokens` (a provider option) lets vLLM keep only the prompt's last N tokens, and its answer
+    does not say whether it cut: modelir says the prompt may have been cut, unary and streamed."""
+    request = build_request("tiny", prompt="the cat " * 400, max_output_tokens=1)
+    request.provider_options.add(transport="vllm", options_json=b'{"truncate_prompt_tokens": 16}')
+    for response in (await model.arun(request), accumulate([e async for e in model.astream(request)])):
+        assert response.usage.input_token_count == 16
+        assert [w.code for w in response.warnings] == ["input_truncation_allowed"]

@@ -13,7 +13,7 @@ from itertools import accumulate, chain
 from operator import iadd, itemgetter
 from typing import Any
 
-from modelir.v1 import logprobs_pb2
+from modelir.v1 import errors_pb2, logprobs_pb2
 
 TokenLogprobs = logprobs_pb2.TokenLogprobs
 
@@ -214,3 +214,20 @@ def chunks(logprobs: TokenLogprobs, size: int) -> list[TokenLogprobs]:
                 chunk.top_token_byte_offsets.extend([o - tb0 for o in logprobs.top_token_byte_offsets[t0:t1]])
         out.append(chunk)
     return out
+
+
+REPLACED_BYTES_WARNING = "token_bytes_replaced"
+
+
+def replaced_bytes_warning(tokens: Sequence[str], engine: str) -> errors_pb2.Warning | None:
+    """A warning naming the sampled positions whose token came as U+FFFD instead of its bytes (Ollama renders a
+    token that ends inside a UTF-8 character so, in `token` and `bytes` alike, and gives no id to recover them from);
+    None when there are none. Those positions' bytes are the replacement's, not the token's."""
+    positions = [i for i, token in enumerate(tokens) if "\ufffd" in token]
+    if not positions:
+        return None
+    return errors_pb2.Warning(
+        code=REPLACED_BYTES_WARNING,
+        message=f"{engine} gave U+FFFD in place of the bytes of the token(s) at logprob position(s) "
+        f"{', '.join(map(str, positions))} (each ends inside a UTF-8 character); their own bytes are not in its answer",
+    )

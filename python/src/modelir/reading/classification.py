@@ -19,9 +19,12 @@ the answer rests on (`coverage`):
 How the logprobs are read (`_walk`): along the sampled tokens, an alternative that begins exactly one label's
 remaining text adds its probability (times that of the shared prefix so far) to that label; the sampled token, when
 it begins several labels, is their shared prefix and the walk goes on with them. An alternative shared by several
-labels that was not sampled, a label that ends where another goes on, or a label no listed alternative reaches
-(when the list may be cut short) leave the answer unknown: then scoring is used if the model has it, and otherwise
-`classify` refuses with an `UnsupportedCapabilityError` saying why. It never guesses.
+labels that was not sampled ("ne" of "negative" and "neutral" when "positive" was sampled) is a branch: its labels
+are classified among themselves by a call of their own, and their probabilities scaled by the branch's, so labels
+with shared prefixes are answered whichever branch the sample took. A label that ends where another goes on, or a
+label no listed alternative reaches (when the list may be cut short) leave the answer unknown: then scoring is used
+if the model has it, and otherwise `classify` refuses with an `UnsupportedCapabilityError` saying why. It never
+guesses.
 
 The logprob call carries a fixed seed where the model takes one, so the sampled path, and with it the answer or
 the refusal, is the same on every call. An engine that answers a choice as the JSON-quoted label (Ollama's enum
@@ -91,9 +94,11 @@ def _positions(logprobs: logprobs_pb2.TokenLogprobs, asked: int) -> list[tuple[s
 
 def _walk(
     labels: list[str], logprobs: logprobs_pb2.TokenLogprobs, top_k: int, *, exact: bool
-) -> tuple[dict[str, float], float]:
-    """The labels' probabilities and the coverage, read along the sampled path (raises `_Unknown`)."""
+) -> tuple[dict[str, float], list[tuple[list[str], float]], float]:
+    """The labels' probabilities read along the sampled path, the branches it did not take that several labels
+    share (their labels and the probability of the branch), and the coverage (raises `_Unknown`)."""
     masses = dict.fromkeys(labels, 0.0)
+    branches: list[tuple[list[str], float]] = []
     remaining, consumed, prefix, coverage = list(labels), "", 1.0, 1.0
     cut_short = False
     for sampled, alternatives, full in _positions(logprobs, top_k):
@@ -117,8 +122,8 @@ def _walk(
                 masses[owners[0]] += prefix * p / step_mass
             elif token == sampled:
                 shared = (token, p, owners)
-            else:
-                raise _Unknown(f"the alternative {token!r}, not sampled, begins several labels ({', '.join(owners)})")
+            else:  # a branch several labels share that the sample did not take: read by a call of its own
+                branches.append((owners, prefix * p / step_mass))
         if shared is None:
             break
         token, p, owners = shared
@@ -126,11 +131,16 @@ def _walk(
         remaining, consumed = owners, consumed + token
     else:
         raise _Unknown("the answer ended before the labels' paths parted")
-    missing = [label for label, mass in masses.items() if mass == 0.0]
+    branched = {label for owners, _ in branches for label in owners}
+    missing = [label for label, mass in masses.items() if mass == 0.0 and label not in branched]
     if missing and (not exact or cut_short):
         raise _Unknown(f"no listed alternative reaches the label(s) {', '.join(map(repr, missing))}")
-    total = sum(masses.values())
-    return {label: mass / total for label, mass in masses.items()}, coverage
+    total = sum(masses.values()) + sum(share for _, share in branches)
+    return (
+        {label: mass / total for label, mass in masses.items()},
+        [(owners, share / total) for owners, share in branches],
+        coverage,
+    )
 
 
 def _request(model: ModelInterface, messages: list[MessageLike] | str, **options: Any) -> request_pb2.Request:
@@ -188,8 +198,18 @@ async def _by_logprobs(
         # Some engines answer a choice as the label JSON-quoted (Ollama's enum schema): walk the quoted labels.
         spelled = {_as_answered(choice, label): label for label in labels}
         try:
-            by_spelling, coverage = _walk(list(spelled), logprobs, top_k, exact=exact)
+            by_spelling, branches, coverage = _walk(list(spelled), logprobs, top_k, exact=exact)
             probabilities = {spelled[text]: p for text, p in by_spelling.items()}
+            for owners, share in branches:
+                if not constrained or len(owners) == len(labels):  # unconstrained, another call samples the same
+                    raise _Unknown(f"the alternative shared by {', '.join(map(repr, owners))} was not sampled")
+                # The labels of a branch the sample did not take, classified among themselves (the constraint,
+                # or the walk, then parts them), times the branch's probability: exact where the first call was.
+                among = await _by_logprobs(model, messages, [spelled[text] for text in owners], top_k, why)
+                if among is None:
+                    raise _Unknown(f"the labels {', '.join(map(repr, owners))} share a branch that was not sampled")
+                for label, p in among.probabilities.items():
+                    probabilities[label] = share * p
         except _Unknown as unknown:
             name = enum_name(logprobs_pb2.LogprobBasis, logprobs.basis)
             why.append(f"{name} top-{top_k} logprobs do not determine the labels: {unknown}")

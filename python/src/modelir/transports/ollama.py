@@ -26,9 +26,10 @@ from modelir.errors import soft as soft_errors
 from modelir.logprobs import build as lp
 from modelir.pipeline import content_kinds
 from modelir.transports import _common as common
-from modelir.transports import ollama_embed, zero_output
+from modelir.transports import ollama_embed, ollama_warnings, zero_output
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
 from modelir.transports.manifests import COMMON, ENGINE_SAMPLING, LOGPROBS, OPENAI_SAMPLING, capability_set
+from modelir.transports.ollama_warnings import TRUNCATION_WARNING as TRUNCATION_WARNING
 from modelir.transports.stream_parts import StreamParts
 from modelir.v1 import (
     capabilities_pb2,
@@ -57,7 +58,6 @@ _ROLES = {
 }
 PROVIDER_OPTION_KEYS = ("keep_alive", "num_ctx", "num_keep", "mirostat", "typical_p", "truncate")
 _OPTION_KEYS = {"keep_alive", "truncate"}  # top-level request fields; the rest go inside `options`
-TRUNCATION_WARNING = "input_truncation_allowed"
 # Ollama answers a 400 "... does not support insert|thinking|tools" when the model's template has no slot for it:
 # the manifest claims the wire's capability, the model lacks it, and the caller gets the typed gap.
 _TEMPLATE_LACKS = re.compile(r"does not support (insert|thinking|tools)")
@@ -88,6 +88,21 @@ class Ollama(HttpTransport):
     provider_option_keys = PROVIDER_OPTION_KEYS
     logprob_bases = ("PRE_SAMPLING",)  # a softmax of the raw logits, before penalties and sampling
     part_kinds = content_kinds.chat_kinds("Ollama")  # reasoning goes as `thinking` text; artifacts are refused below
+
+    def __init__(self, *, provider_model: str = "", vision: bool | None = None) -> None:
+        super().__init__(provider_model=provider_model)
+        # Whether the model reads images (its `/api/show` capabilities list "vision"): Ollama accepts images for any
+        # model and ignores them when it has no vision. False: IMAGE_INPUT is not claimed (refused before any call);
+        # None (not configured): images are sent, with an `image_input_unverified` warning.
+        self.vision = vision
+
+    def manifest(self) -> capabilities_pb2.CapabilityManifest:
+        manifest = super().manifest()
+        if self.vision is False:
+            kept = [c for c in manifest.capabilities if c != capabilities_pb2.CAPABILITY_IMAGE_INPUT]
+            del manifest.capabilities[:]
+            manifest.capabilities.extend(kept)
+        return manifest
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         reasons = []
@@ -178,13 +193,18 @@ class Ollama(HttpTransport):
         if body.get("logprobs"):
             lp.from_openai_content(body["logprobs"], into=choice.logprobs)
             choice.logprobs.basis = logprobs_pb2.LOGPROB_BASIS_PRE_SAMPLING
+            replaced = lp.replaced_bytes_warning(choice.logprobs.tokens, "Ollama")
+            if replaced is not None and not zero_output.asks_for_nothing(request):  # else the logprobs are dropped
+                out.warnings.append(replaced)
         else:
             facts.lack_logprobs(0)
         _settle(body, choice, out)
         if zero_output.asks_for_nothing(request):
             zero_output.drop_output(out, "Ollama")
         soft_errors.settle(request, out, facts)
-        out.warnings.extend(_truncation_warnings(request, out.usage))
+        out.warnings.extend(ollama_warnings.truncation(request, out.usage))
+        out.warnings.extend(ollama_warnings.images(request, self.vision))
+        out.warnings.extend(ollama_warnings.default_penalty(request))
         return out
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
@@ -243,20 +263,6 @@ class Ollama(HttpTransport):
             if (eos_id := _token_id(token)) is not None and eos_id not in out.eos_token_ids:
                 out.eos_token_ids.append(eos_id)
         return out
-
-
-def _truncation_warnings(request: request_pb2.Request, usage: response_pb2.Usage) -> list[errors_pb2.Warning]:
-    """A caller who allows Ollama's truncation (`truncate: true`) is told that the prompt may have been cut: Ollama's
-    answer does not say whether it was (only its log does)."""
-    if common.provider_options(request, Ollama.name).get("truncate") is not True:
-        return []
-    return [
-        errors_pb2.Warning(
-            code=TRUNCATION_WARNING,
-            message=f"Ollama may have cut the prompt to its context (num_ctx) without saying so; it read "
-            f"{usage.input_token_count} prompt tokens",
-        )
-    ]
 
 
 def _token_id(value: Any) -> int | None:
@@ -373,6 +379,7 @@ class _NdjsonStreamLifter(StreamLifter):
         self.texts: list[str] = []
         self.calls: list[dict[str, Any]] = []
         self.saw_logprobs = False
+        self.tokens: list[str] = []  # the logprob tokens, for `lp.replaced_bytes_warning`
         self.nothing = zero_output.asks_for_nothing(request)  # what the engine generates is withheld
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
@@ -399,6 +406,7 @@ class _NdjsonStreamLifter(StreamLifter):
             delta = delta or stream_pb2.PartDelta()
             lp.from_openai_content(data["logprobs"], into=delta.logprobs)
             delta.logprobs.basis = logprobs_pb2.LOGPROB_BASIS_PRE_SAMPLING
+            self.tokens.extend(delta.logprobs.tokens)
         if delta is not None and not self.nothing:
             out.append(stream_pb2.StreamEvent(delta=delta))
         if not self.nothing:
@@ -456,6 +464,10 @@ class _NdjsonStreamLifter(StreamLifter):
         soft_errors.settle(self.request, settled, facts)
         if bool(settled.errors):
             end.errors.extend(settled.errors)
-        end.warnings.extend(_truncation_warnings(self.request, end.usage))
+        end.warnings.extend(ollama_warnings.truncation(self.request, end.usage))
+        end.warnings.extend(ollama_warnings.images(self.request, self.transport.vision))
+        end.warnings.extend(ollama_warnings.default_penalty(self.request))
+        if not self.nothing and (replaced := lp.replaced_bytes_warning(self.tokens, "Ollama")):
+            end.warnings.append(replaced)
         out.append(stream_pb2.StreamEvent(end=end))
         return out

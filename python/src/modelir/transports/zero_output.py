@@ -1,11 +1,12 @@
 """One meaning of `max_output_tokens = 0` ("generate nothing", as the spec says) on engines that read it otherwise.
 
 Engines disagree: Ollama reads `num_predict: 0` as "no limit", llama-cpp-python's server reads `max_tokens: 0` as
-"fill the context", vLLM's chat route refuses it. The rule, for every transport whose engine cannot generate zero
-tokens: ask the engine for one token and drop what it generated from the Response (text, reasoning, tool calls,
-sampled logprobs, the chosen label), keeping `usage` as what the engine really did, with a `zero_output_emulated`
-warning that names the engine. A transport that cannot drop the output (it cannot tell generated text from the
-rest) rejects 0 up front instead (`wire_unsupported`), as llama-server's transport does.
+"fill the context", vLLM's chat route refuses it, and OpenAI's chat API takes at least one output token. The rule,
+for every transport whose engine cannot generate zero tokens: ask the engine for one token and drop what it
+generated from the Response (text, reasoning, tool calls, sampled logprobs, the chosen label), keeping `usage` as
+what the engine really did, with a `zero_output_emulated` warning that names the engine. A transport that cannot
+drop the output (it cannot tell generated text from the rest) rejects 0 up front instead (`wire_unsupported`), as
+llama-server's transport does.
 """
 
 from __future__ import annotations

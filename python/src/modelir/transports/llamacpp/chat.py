@@ -13,12 +13,13 @@ from modelir.transports import _engine_output as tokens
 from modelir.transports.base import HttpResponse, RawEvent, StreamLifter
 from modelir.transports.llamacpp.sampling import lower_sampling
 from modelir.transports.openai.chat import OpenAIChat
-from modelir.v1 import logprobs_pb2, request_pb2, response_pb2, stream_pb2
+from modelir.v1 import errors_pb2, logprobs_pb2, request_pb2, response_pb2, stream_pb2
 
 
 class LlamaCppChat(OpenAIChat):
     name = "llamacpp"
     path = "/v1/chat/completions"
+    emulates_zero_output = False  # the transport decides what 0 means on this route (see its module)
 
     def body(self, request: request_pb2.Request, *, stream: bool) -> dict[str, Any]:
         body = super().body(request, stream=stream)
@@ -35,6 +36,9 @@ class LlamaCppChat(OpenAIChat):
 
     def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
         out = super().lift(request, response)
+        if out.choices and out.choices[0].HasField("logprobs"):
+            choice = out.choices[0]
+            _flag_unscored_tokens(out, choice.finish_reason, len(choice.logprobs.token_logprobs), out.usage)
         if request.sampling.stop and out.choices:
             if unknown := _chat_stop(out.choices[0], _verbose(response.body)):
                 out.warnings.add(code="stop_sequence_unknown", message=unknown)
@@ -89,6 +93,22 @@ def _chat_stop(target: response_pb2.Choice | stream_pb2.ChoiceFinish, verbose: _
     )
 
 
+def _flag_unscored_tokens(
+    out: response_pb2.Response | stream_pb2.StreamEnd, finish: int, scored: int, usage: response_pb2.Usage
+) -> None:
+    """llama-server's chat logprobs have no entry for a token that ends inside a UTF-8 character (the completion
+    route's `tokens` let that lift put NaN in its place; the chat answer has no ids to align to): when the limit
+    ended the answer, every generated token should have one, so fewer entries are flagged, not passed on silently."""
+    generated = usage.output_token_count
+    if finish == response_pb2.FINISH_REASON_LENGTH and usage.HasField("output_token_count") and scored < generated:
+        out.errors.add(
+            reason=errors_pb2.ERROR_REASON_MISSING_LOGPROBS,
+            choice_index=0,
+            message=f"llama-server's chat answer has logprobs for {scored} of the {generated} tokens it generated "
+            "(it sends none for a token that ends inside a UTF-8 character)",
+        )
+
+
 def _chat_logprobs(request: request_pb2.Request, logprobs: logprobs_pb2.TokenLogprobs) -> None:
     """The chat endpoint's logprobs are the native `n_probs` ones (pre-sampling), and without `top_logprobs` it
     still sends its default 20 alternatives (sending 0 turns logprobs off): keep only what was asked for."""
@@ -111,6 +131,8 @@ class _ChatStream(tokens.LabelledStream):
     def __init__(self, inner: StreamLifter, request: request_pb2.Request) -> None:
         super().__init__(inner, request)
         self.verbose: _Verbose | None = None
+        self.scored = 0  # logprob entries seen
+        self.with_logprobs = False
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
         out = self.inner.feed(event)
@@ -119,10 +141,16 @@ class _ChatStream(tokens.LabelledStream):
         for item in out:
             if item.WhichOneof("event") == "delta" and item.delta.HasField("logprobs"):
                 _chat_logprobs(self.request, item.delta.logprobs)
+                self.scored += len(item.delta.logprobs.token_logprobs)
+                self.with_logprobs = True
         return out
 
     def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
         out = super().close(interrupted=interrupted)
+        for item in out:
+            if self.with_logprobs and item.WhichOneof("event") == "end":
+                reason = next((f.finish_reason for f in item.end.finishes if f.choice_index == 0), 0)
+                _flag_unscored_tokens(item.end, reason, self.scored, item.end.usage)
         if self.request.sampling.stop:
             for item in out:
                 if item.WhichOneof("event") != "end":

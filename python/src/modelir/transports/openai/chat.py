@@ -17,6 +17,7 @@ from modelir.errors.soft import Facts
 from modelir.pipeline import content_kinds
 from modelir.reading import stops
 from modelir.transports import _common as common
+from modelir.transports import zero_output
 from modelir.transports.base import HttpResponse, StreamLifter
 from modelir.transports.manifests import CHAT_WITH_TOOLS, COMMON, LOGPROBS, OPENAI_SAMPLING, capability_set
 from modelir.transports.openai import _typed as typed
@@ -92,9 +93,19 @@ class OpenAIChat(wire.BodyTransport, OpenAIEmbeddings):
     def field_problems(self, request: request_pb2.Request) -> list[tuple[str, str]]:
         return super().field_problems(request) + wire.logit_bias_problems(request.sampling, self)
 
+    # `max_output_tokens = 0`: the chat API takes at least one output token (OpenAI answers 0 with a 400), so the
+    # zero-output rule applies (`transports.zero_output`): ask for one and drop it. A dialect whose route does its
+    # own thing with 0 (vLLM's, llama-server's) turns this off.
+    emulates_zero_output: ClassVar[bool] = True
+
+    def _emulates_zero(self, request: request_pb2.Request) -> bool:
+        return self.emulates_zero_output and zero_output.asks_for_nothing(request)
+
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         """What chat completions cannot carry, beyond the catalog and the content kinds."""
         reasons = []
+        if streaming and self._emulates_zero(request):
+            reasons.append("Chat completions cannot generate zero tokens, and a stream cannot take back what it sent.")
         if request.HasField("reasoning_controls"):
             if request.reasoning_controls.include_thoughts and not self.returns_reasoning_text:
                 reasons.append("OpenAI chat completions return no reasoning text (reasoning.include_thoughts).")
@@ -125,6 +136,8 @@ class OpenAIChat(wire.BodyTransport, OpenAIEmbeddings):
         body: dict[str, Any] = {"model": self.model_for(request), "messages": self._messages(request)}
         s = request.sampling
         common.copy_sampling(s, body, _SAMPLING)
+        if self._emulates_zero(request):
+            body["max_completion_tokens"] = 1
         if request.tools:
             body["tools"] = [{"type": "function", "function": wire.function_tool(t)} for t in request.tools]
         choice = wire.tool_choice(request, lambda name: {"type": "function", "function": {"name": name}})
@@ -267,6 +280,8 @@ class OpenAIChat(wire.BodyTransport, OpenAIEmbeddings):
         if usage:
             wire.provider_timing(usage, out.timing)
         self.lift_extras(request, body, out, facts)
+        if self._emulates_zero(request):
+            zero_output.drop_output(out, f"this server ({self.name})")
         soft_errors.settle(request, out, facts)
         return out
 

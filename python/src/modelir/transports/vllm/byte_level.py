@@ -10,6 +10,7 @@ above U+00FF that only a byte-level vocabulary has.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 
 def _byte_to_symbol() -> dict[int, str]:
@@ -52,3 +53,25 @@ def token_text(raw: bytes) -> str:
         return raw.decode()
     except UnicodeDecodeError:
         return ""
+
+
+LOST_TEXT_WARNING = "token_text_lost"
+
+
+def lost_text(tokens: Sequence[str], natural_end: bool) -> list[int]:
+    """The positions of sampled tokens vLLM spelled as "" in its logprobs: it never flushes a token that ends inside
+    a UTF-8 character (`token: ""`, `bytes: []`), so that token's text and bytes are not in the answer (its id is).
+    A final end token (a natural end) has no text of its own and is not counted."""
+    last = len(tokens) - 1 if natural_end else len(tokens)
+    return [i for i, token in enumerate(tokens) if token == "" and i != last]
+
+
+def flag_lost_text(warnings: Any, positions: Sequence[int], choice: int) -> None:
+    """A warning naming the positions `lost_text` found (vLLM's answer cannot give their bytes: the bytes come with
+    the vocabulary, which its server does not expose)."""
+    if positions:
+        warnings.add(
+            code=LOST_TEXT_WARNING,
+            message=f"choice {choice}: vLLM gave no text or bytes for the sampled token(s) at logprob position(s) "
+            f"{', '.join(map(str, positions))} (each ends inside a UTF-8 character); their ids are in sampled_tokens",
+        )

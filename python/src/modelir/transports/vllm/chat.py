@@ -22,6 +22,7 @@ class VLLMChat(OpenAIChat):
     name = "vllm"
     path = "/v1/chat/completions"
     returns_reasoning_text = True  # `include_reasoning`
+    emulates_zero_output = False  # the transport decides what 0 means on this route (see its module)
 
     def body(self, request: request_pb2.Request, *, stream: bool) -> dict[str, Any]:
         body = super().body(request, stream=stream)

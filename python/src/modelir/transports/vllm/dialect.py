@@ -12,7 +12,7 @@ from modelir.reading import stops
 from modelir.transports import _common as common
 from modelir.transports import _engine_output as tokens
 from modelir.transports.openai import _wire as wire
-from modelir.v1 import request_pb2, response_pb2
+from modelir.v1 import errors_pb2, request_pb2, response_pb2
 
 MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
 PROVIDER_OPTION_KEYS = (
@@ -128,3 +128,22 @@ def finish(raw_reason: str | None, stop: Any) -> tuple[response_pb2.FinishReason
     if stop is not None and raw_reason == "stop" and isinstance(stop, str | int):
         return response_pb2.FINISH_REASON_STOP_SEQUENCE, raw_reason, stop
     return wire.finish_reason(raw_reason), raw_reason or "", None
+
+
+TRUNCATION_WARNING = "input_truncation_allowed"  # the code Ollama's `truncate: true` warning has too
+
+
+def truncation_warnings(request: request_pb2.Request, usage: response_pb2.Usage) -> list[errors_pb2.Warning]:
+    """vLLM keeps only the last `truncate_prompt_tokens` prompt tokens when the caller allows it (a provider option),
+    and its answer does not say whether it cut: when the prompt it read is that long, the caller is told it may have
+    been cut."""
+    keep = common.provider_options(request, "vllm").get("truncate_prompt_tokens")
+    if not isinstance(keep, int) or keep < 0 or usage.input_token_count < keep:
+        return []
+    return [
+        errors_pb2.Warning(
+            code=TRUNCATION_WARNING,
+            message=f"vLLM may have cut the prompt to its last {keep} tokens (truncate_prompt_tokens) without saying "
+            f"so; it read {usage.input_token_count} prompt tokens",
+        )
+    ]

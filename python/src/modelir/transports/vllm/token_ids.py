@@ -7,8 +7,8 @@ from modelir.reading import stops
 from modelir.transports import _common as common
 from modelir.transports import _engine_output as tokens
 from modelir.transports.base import RawEvent, StreamLifter
-from modelir.transports.vllm import dialect
-from modelir.v1 import request_pb2, stream_pb2
+from modelir.transports.vllm import byte_level, dialect
+from modelir.v1 import request_pb2, response_pb2, stream_pb2
 
 
 class TokenIdStream(StreamLifter):
@@ -23,9 +23,13 @@ class TokenIdStream(StreamLifter):
         self.inner = inner
         self.request = request
         self.trimmed: dict[int, list[int]] = {}
+        self.tokens: dict[int, list[str]] = {}  # each choice's logprob tokens, for `byte_level.lost_text`
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
         out = self.inner.feed(event)
+        for item in out:
+            if item.WhichOneof("event") == "delta" and item.delta.HasField("logprobs"):
+                self.tokens.setdefault(item.delta.choice_index, []).extend(item.delta.logprobs.tokens)
         if b'"token_ids"' not in event.data:
             return out
         chunk = common.parse_json(event.data, "stream chunk")
@@ -51,6 +55,10 @@ class TokenIdStream(StreamLifter):
                 for finish in event.end.finishes:
                     tokens.finish_unattributed(finish, self.trimmed.get(finish.choice_index, ()))
                     stops.settle_natural_end(self.request, finish)
+                    natural = finish.finish_reason == response_pb2.FINISH_REASON_STOP
+                    lost = byte_level.lost_text(self.tokens.get(finish.choice_index, ()), natural)
+                    byte_level.flag_lost_text(event.end.warnings, lost, finish.choice_index)
+                event.end.warnings.extend(dialect.truncation_warnings(self.request, event.end.usage))
         parts = getattr(self.inner, "parts", None)
         tokens.label_finishes(self.request, out, parts.texts() if parts is not None else {})
         return out

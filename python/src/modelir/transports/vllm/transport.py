@@ -22,7 +22,7 @@ from modelir.pipeline import continuations
 from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter
 from modelir.transports.manifests import capability_set
-from modelir.transports.vllm import byte_level, embed
+from modelir.transports.vllm import byte_level, dialect, embed
 from modelir.transports.vllm.chat import VLLMChat
 from modelir.transports.vllm.completions import VLLMCompletions
 from modelir.transports.vllm.dialect import MAX_LOGPROBS, PROVIDER_OPTION_KEYS
@@ -91,7 +91,12 @@ class VLLM(HttpTransport):
         return self._route(request).lower(request, stream=stream)
 
     def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
-        return self._route(request).lift(request, response)
+        out = self._route(request).lift(request, response)
+        for choice in out.choices:
+            natural = choice.finish_reason == response_pb2.FINISH_REASON_STOP
+            byte_level.flag_lost_text(out.warnings, byte_level.lost_text(choice.logprobs.tokens, natural), choice.index)
+        out.warnings.extend(dialect.truncation_warnings(request, out.usage))
+        return out
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
         return self._route(request).stream_lifter(request)
