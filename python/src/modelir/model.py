@@ -103,8 +103,11 @@ class Model(ModelInterface):
         """The request pipeline, under this model's name and (possibly narrowed) manifest."""
         if not request.model:
             request = with_model(request, self.name)
-        media_policy.check(request, self.media_policy)
-        return self._pipeline.prepare(request, streaming=streaming)
+        return self._pipeline.prepare(request, streaming=streaming, media=self.media_policy)
+
+    def _loop(self) -> asyncio.AbstractEventLoop | None:
+        """The running loop when this model's executor knows it (it made its session there), else None."""
+        return self.executor.loop if self.executor is not None else None
 
     def _redacted(self, exc: errors.ModelError) -> errors.ModelError:
         """`exc` without the configured credentials (a lift error can quote an answer that reflects one)."""
@@ -141,7 +144,7 @@ class Model(ModelInterface):
         start_mono = time.monotonic()
         deadline = self._deadline(request, deadline)
         try:
-            async with timeout_for(deadline):  # the one timeout of the call: limiter, HTTP and lift
+            async with timeout_for(deadline, self._loop()):  # the one timeout of the call: limiter, HTTP and lift
                 async with self.limiter.acquire(estimate := estimate_tokens(request), deadline=deadline):
                     queued = time.monotonic() - start_mono
                     response, attempts = await self._run_transport(prepared, deadline)
@@ -218,7 +221,7 @@ class Model(ModelInterface):
         deadline = self._deadline(request, deadline)
         first_output: float | None = None
         try:
-            async with timeout_for(deadline):
+            async with timeout_for(deadline, self._loop()):
                 async with self.limiter.acquire(estimate := estimate_tokens(request), deadline=deadline):
                     queued = time.monotonic() - start_mono
                     attempts = [1]
@@ -310,11 +313,8 @@ class Model(ModelInterface):
         request = require_request(request, "avalidate")
         if not request.model:
             request = with_model(request, self.name)
-        try:  # `Validate` answers what a call would: a media URI the policy refuses is a field violation too
-            media_policy.check(request, self.media_policy)
-        except errors.InvalidRequestError as exc:
-            return service_pb2.ValidateResponse(field_violations=exc.violations)
-        return self._pipeline.report(request)
+        # `Validate` answers what a call would: a media URI the policy refuses is a field violation too
+        return self._pipeline.report(request, media=self.media_policy)
 
     # ---- tokenize ------------------------------------------------------------------------------------
 
