@@ -236,11 +236,13 @@ def unsupported(
     streaming: bool = False,
     extra_reasons: Iterable[str] = (),
     seen: Survey | None = None,
+    have: frozenset[int] | None = None,
 ) -> errors_pb2.UnsupportedCapabilities | None:
     """Everything `request` needs that `manifest` lacks, or None when the model can run it (`seen`: its `survey`,
-    when the caller has made it already)."""
+    when the caller has made it already; `have`: the manifest's capabilities as a set, when the caller keeps one)."""
     req = requirements(request, streaming=streaming, seen=seen)
-    have = set(manifest.capabilities)
+    if have is None:
+        have = frozenset(manifest.capabilities)
     missing = [c for c in req.sorted_capabilities() if c not in have]
     violations = []
     for name, value in sorted(req.limits.items()):

@@ -37,7 +37,7 @@ class Pipeline:
     """The checks and the lowering for one transport, under a manifest (the transport's own unless narrowed) and
     the model name that rejections carry."""
 
-    __slots__ = ("_lower", "manifest", "model", "transport")
+    __slots__ = ("_capabilities", "_lower", "manifest", "model", "transport")
 
     def __init__(
         self,
@@ -51,6 +51,8 @@ class Pipeline:
         self._lower = transport.lower if isinstance(transport, HttpTransport) else None
         self.manifest = manifest if manifest is not None else transport.manifest()
         self.model = model
+        # The manifest's capabilities as a set, with the manifest they were read from (`manifest` may be replaced).
+        self._capabilities: tuple[capabilities_pb2.CapabilityManifest, frozenset[int]] | None = None
 
     def unsupported(
         self, request: request_pb2.Request, *, streaming: bool = False, seen: Survey | None = None
@@ -61,6 +63,8 @@ class Pipeline:
         """
         if seen is None:
             seen = survey(request)
+        if self._capabilities is None or self._capabilities[0] is not self.manifest:
+            self._capabilities = (self.manifest, frozenset(self.manifest.capabilities))
         return capabilities.unsupported(
             request,
             self.manifest,
@@ -68,6 +72,7 @@ class Pipeline:
             streaming=streaming,
             extra_reasons=self.transport.extra_unsupported(request, streaming=streaming, seen=seen),
             seen=seen,
+            have=self._capabilities[1],
         )
 
     def check(
