@@ -8,6 +8,8 @@ timing), so compare two runs of each side when a change is worth less than that;
 (instructions leave out the kernel's share of a request, about a third of its time here).
 
 Run alone with `python bench/instructions.py`, or through `make bench` (skipped when valgrind is not installed).
+`python bench/instructions.py OTHER/python/src` counts another tree's gateway beside this one's instead (telemetry
+off, each counted twice in turn): a before/after for work on the request path (#37).
 """
 
 from __future__ import annotations
@@ -144,6 +146,44 @@ def run(requests: int = 2 * _BATCH // _SPANS_PER_REQUEST) -> list[tuple[str, str
     ]
 
 
+def run_versions(
+    other_src: str, requests: int = 2 * _BATCH // _SPANS_PER_REQUEST, repeats: int = 2
+) -> list[tuple[str, str, str]]:
+    """The gateway of another modelir tree (its `python/src`, on this virtual environment) against this one's, both
+    with telemetry off, counted in turn `repeats` times: a before/after that the machine's load does not move."""
+    python, request = sys.executable, _setup()
+    quiet = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    quiet["PYTHONHASHSEED"] = "0"
+    trees = {"this tree": quiet, "other tree": {**quiet, "PYTHONPATH": str(Path(other_src).resolve())}}
+    counted: dict[str, list[float]] = {label: [] for label in trees}
+    with (
+        _process([python, str(HERE / "processes.py"), "upstream"], r"READY (\d+)") as (upstream_port, _),
+        tempfile.TemporaryDirectory() as workdir,
+    ):
+        config = Path(workdir) / "bench.yaml"
+        config.write_text(
+            f"models:\n  bench:\n    transport: openai_chat\n    base_url: http://127.0.0.1:{upstream_port}/v1\n"
+            "    provider_model: bench-model\n"
+        )
+        serve = [python, "-m", "modelir.cli", "serve", "--config", str(config), "--port", "0"]
+        for _ in range(repeats):
+            for label, env in trees.items():
+                counted[label].append(_count(serve, env, request, requests, Path(workdir)))
+    this, other = min(counted["this tree"]), min(counted["other tree"])
+    return [
+        (
+            f"gateway instructions per request (callgrind, {requests} sequential requests, telemetry off): {label}",
+            " / ".join(f"{c / 1e6:.3f} M" for c in counts),
+            f"{this / other:.3f}x of {other_src}" if label == "this tree" else "",
+        )
+        for label, counts in counted.items()
+    ]
+
+
 if __name__ == "__main__":
-    for case, measured, ratio in run():
+    if len(sys.argv) > 1:  # python bench/instructions.py OTHER_TREE/python/src: before/after, telemetry off
+        rows = run_versions(sys.argv[1])
+    else:
+        rows = run()
+    for case, measured, ratio in rows:
         print(f"{case}  {measured}  |  {ratio}")

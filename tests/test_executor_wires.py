@@ -3,15 +3,21 @@ httpx (a caller's `httpx.AsyncClient` or an httpx transport), against one real l
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import types
 
 import httpx
 import pytest
 from aiohttp import web
-from modelir import errors
+from modelir import Model, build_request, errors
+from modelir.http import retry
 from modelir.http.executor import Executor
 from modelir.http.retry import RetryPolicy
 from modelir.transports.base import HttpRequest, error_for_status
+from modelir.transports.openai.chat import OpenAIChat
+
+from tests.fake_openai import FakeOpenAI
 
 QUICK = RetryPolicy(backoff_base=0.01, backoff_max=0.02)
 
@@ -99,3 +105,29 @@ async def test_both_wires_give_a_typed_error_for_a_closed_port():
 def test_a_transport_and_a_client_together_are_refused():
     with pytest.raises(ValueError, match="not both"):
         Executor("http://x.invalid", transport=httpx.MockTransport(lambda r: httpx.Response(200)), client=object())  # type: ignore[arg-type]
+
+
+async def test_a_model_reads_the_running_loop_from_its_executor_not_asyncio_per_call(monkeypatch):
+    """On Python 3.11 every `asyncio.get_running_loop()` is a `getpid` system call: once the executor has made its
+    aiohttp session (bound to the running loop), a call's deadline timeout takes the loop from it (#37)."""
+    asked = []
+
+    def get_running_loop():
+        asked.append(1)
+        return asyncio.get_running_loop()
+
+    monkeypatch.setattr(
+        retry, "asyncio", types.SimpleNamespace(get_running_loop=get_running_loop, timeout_at=asyncio.timeout_at)
+    )
+    async with FakeOpenAI() as fake:
+        executor = Executor(fake.base_url)
+        assert executor.loop is None  # no session yet
+        model = Model(OpenAIChat(provider_model="m"), name="m", executor=executor)
+        request = build_request("m", messages=[("user", "Hi")])
+        await model.arun(request)
+        assert executor.loop is asyncio.get_running_loop()
+        asked.clear()
+        response = await model.arun(request)
+        await executor.aclose()
+    assert response.choices[0].message.parts[0].text == "Hello world!"
+    assert asked == []

@@ -109,16 +109,16 @@ def test_a_request_timeout_cannot_outlast_the_operators():
     model = _model(lambda request: httpx.Response(500), default_timeout=5.0)
     request = _chat()
     request.timeout.CopyFrom(duration_pb2.Duration(seconds=3600))
-    deadline = model.deadline_for(request, None)
+    deadline = model._deadline(request, None)
     assert deadline is not None and deadline - time.monotonic() <= 5.0
     request.timeout.CopyFrom(duration_pb2.Duration(seconds=1))
-    assert model.deadline_for(request, None) - time.monotonic() <= 1.0
+    assert model._deadline(request, None) - time.monotonic() <= 1.0
 
 
 def test_every_model_has_a_default_timeout():
     model = _model(lambda request: httpx.Response(500))
     assert model.default_timeout == DEFAULT_TIMEOUT
-    assert model.deadline_for(_chat(), None) - time.monotonic() <= DEFAULT_TIMEOUT
+    assert model._deadline(_chat(), None) - time.monotonic() <= DEFAULT_TIMEOUT
 
 
 async def test_an_endless_stream_without_a_deadline_ends_at_the_default_timeout():

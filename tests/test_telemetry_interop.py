@@ -235,7 +235,9 @@ async def test_modelir_serves_setup_joins_the_providers_already_installed(
         await _through_a_server(model, stream=False)
     finally:
         installed.shutdown()  # type: ignore[union-attr]
-    assert {s.name for s in spans.get_finished_spans()} == {RPC, "chat mini", "POST"}  # every trace, as it samples
+    # Every trace, as it samples: the call's, and the server's span of the IR check RemoteModel makes first.
+    served = {RPC, "chat mini", "POST", "modelir.v1.ModelService/GetServerInfo"}
+    assert {s.name for s in spans.get_finished_spans()} == served
     names = {m.name for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
     assert {"gen_ai.client.operation.duration", "gen_ai.server.request.duration"} <= names
 

@@ -96,7 +96,7 @@ class Model(ModelInterface):
         return self._manifest
 
     @property
-    def error_mapping(self) -> Callable[[HttpResponse], errors.ModelError]:
+    def _error_mapping(self) -> Callable[[HttpResponse], errors.ModelError]:
         """The transport's error mapping for an answer that is not a success (HTTP transports only)."""
         assert self._error_from is not None, f"{self.transport.name} is not an HTTP transport"
         return self._error_from
@@ -107,14 +107,17 @@ class Model(ModelInterface):
         """The request pipeline, under this model's name and (possibly narrowed) manifest."""
         if not request.model:
             request = with_model(request, self.name)
-        media_policy.check(request, self.media_policy)
-        return self._pipeline.prepare(request, streaming=streaming)
+        return self._pipeline.prepare(request, streaming=streaming, media=self.media_policy)
 
-    def redacted(self, exc: errors.ModelError) -> errors.ModelError:
+    def _loop(self) -> asyncio.AbstractEventLoop | None:
+        """The running loop when this model's executor knows it (it made its session there), else None."""
+        return self.executor.loop if self.executor is not None else None
+
+    def _redacted(self, exc: errors.ModelError) -> errors.ModelError:
         """`exc` without the configured credentials (a lift error can quote an answer that reflects one)."""
         return redact(exc, self.executor.secrets) if self.executor is not None else exc
 
-    def deadline_for(self, request: request_pb2.Request | None, deadline: float | None) -> float | None:
+    def _deadline(self, request: request_pb2.Request | None, deadline: float | None) -> float | None:
         """The earliest of the caller's deadline, the request's timeout and the operator's (monotonic): a request
         cannot ask for more time than the model is configured to give."""
         seconds = self.default_timeout
@@ -137,15 +140,15 @@ class Model(ModelInterface):
     async def _arun(self, request: request_pb2.Request, deadline: float | None) -> response_pb2.Response:
         prepared = self._prepare(request, streaming=False)
         if (split := pipeline.split_continuations(prepared.request, self.transport)) is not None:
-            deadline = self.deadline_for(request, deadline)  # one deadline for all the calls
+            deadline = self._deadline(request, deadline)  # one deadline for all the calls
             calls = [self._arun(one, deadline) for one in split]
             return pipeline.merge_continuations(await asyncio.gather(*calls))
         request = prepared.request
         started = time.time()
         start_mono = time.monotonic()
-        deadline = self.deadline_for(request, deadline)
+        deadline = self._deadline(request, deadline)
         try:
-            async with timeout_for(deadline):  # the one timeout of the call: limiter, HTTP and lift
+            async with timeout_for(deadline, self._loop()):  # the one timeout of the call: limiter, HTTP and lift
                 async with self.limiter.acquire(estimate := estimate_tokens(request), deadline=deadline):
                     queued = time.monotonic() - start_mono
                     response, attempts = await self._run_transport(prepared, deadline)
@@ -182,9 +185,9 @@ class Model(ModelInterface):
                 transport.check_answer_shape(answer)
                 response = transport.lift_accounted(request, answer)
             except errors.MalformedResponseError as exc:
-                raise self.redacted(exc) from None
+                raise self._redacted(exc) from None
             except SHAPE_ERRORS as exc:  # the shape check's too: whatever the bytes, the caller sees a typed error
-                raise self.redacted(shape_error(transport, exc)) from exc
+                raise self._redacted(shape_error(transport, exc)) from exc
         received(response, damage, self.executor.secrets)  # before anything else sees it
         if request.include_raw:  # kept here, once, so that any lift can be re-run from a stored response
             response.raw.CopyFrom(
@@ -219,10 +222,10 @@ class Model(ModelInterface):
         request = prepared.request
         started = time.time()
         start_mono = time.monotonic()
-        deadline = self.deadline_for(request, deadline)
+        deadline = self._deadline(request, deadline)
         first_output: float | None = None
         try:
-            async with timeout_for(deadline):
+            async with timeout_for(deadline, self._loop()):
                 async with self.limiter.acquire(estimate := estimate_tokens(request), deadline=deadline):
                     queued = time.monotonic() - start_mono
                     attempts = [1]
@@ -281,7 +284,7 @@ class Model(ModelInterface):
                     try:
                         lifted = lifter.feed(raw)
                     except SHAPE_ERRORS as exc:
-                        raise self.redacted(shape_error(transport, exc)) from exc
+                        raise self._redacted(shape_error(transport, exc)) from exc
                     for event in lifted:
                         if event.WhichOneof("event") == "end":  # a mid-stream error event can quote the key
                             received(event.end, damaged_events(damaged), self.executor.secrets)
@@ -291,7 +294,7 @@ class Model(ModelInterface):
         try:
             closing = lifter.close(interrupted=interrupted)
         except SHAPE_ERRORS as exc:
-            raise self.redacted(shape_error(transport, exc)) from exc
+            raise self._redacted(shape_error(transport, exc)) from exc
         for event in closing:
             if event.WhichOneof("event") == "end":  # a mid-stream error event can quote the key
                 received(event.end, damaged_events(damaged), self.executor.secrets)
@@ -314,11 +317,8 @@ class Model(ModelInterface):
         request = require_request(request, "avalidate")
         if not request.model:
             request = with_model(request, self.name)
-        try:  # `Validate` answers what a call would: a media URI the policy refuses is a field violation too
-            media_policy.check(request, self.media_policy)
-        except errors.InvalidRequestError as exc:
-            return service_pb2.ValidateResponse(field_violations=exc.violations)
-        return self._pipeline.report(request)
+        # `Validate` answers what a call would: a media URI the policy refuses is a field violation too
+        return self._pipeline.report(request, media=self.media_policy)
 
     # ---- the tokenizer (calls/tokenizer.py) ---------------------------------------------------------------
 

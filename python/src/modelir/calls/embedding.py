@@ -22,7 +22,7 @@ async def embed(
     """One `EmbedRequest` through `model`: refused before any call when the model cannot honour it."""
     request = embedding.check(request, model.transport, model.capabilities, model.name)
     transport = model.transport
-    deadline = model.deadline_for(None, deadline)
+    deadline = model._deadline(None, deadline)
     try:
         async with timeout_for(deadline):
             if isinstance(transport, LocalTransport):
@@ -35,7 +35,7 @@ async def embed(
             async with model.limiter.acquire(deadline=deadline):
                 sent = await model.executor.send(
                     native,
-                    error_from=model.error_mapping,
+                    error_from=model._error_mapping,
                     deadline=deadline,
                     observe=model.limiter.observe,
                     deadline_enforced=True,
@@ -45,13 +45,13 @@ async def embed(
     answer = sent.response
     if damage := utf8_repaired(answer.body)[1]:  # a vector cannot be partly right: refused, not lifted around
         malformed = errors.MalformedResponseError(f"{transport.name}: {damage}", http_status=answer.status)
-        raise model.redacted(malformed)
+        raise model._redacted(malformed)
     try:  # (no `check_answer_shape`: its keys are the generation answer's; the lift counts the vectors)
         response = transport.lift_embed_accounted(request, answer)
     except errors.MalformedResponseError as exc:
-        raise model.redacted(exc) from None
+        raise model._redacted(exc) from None
     except SHAPE_ERRORS as exc:
-        raise model.redacted(shape_error(transport, exc)) from exc
+        raise model._redacted(shape_error(transport, exc)) from exc
     if request.include_raw:
         response.raw.CopyFrom(
             raw_exchange.exchange(

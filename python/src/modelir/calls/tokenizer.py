@@ -41,7 +41,7 @@ async def tokenizer_info(model: Model) -> capabilities_pb2.TokenizerInfo | None:
                 deadline = time.monotonic() + 10.0
                 sent = [
                     await model.executor.send(
-                        native, error_from=model.error_mapping, deadline=deadline, observe=model.limiter.observe
+                        native, error_from=model._error_mapping, deadline=deadline, observe=model.limiter.observe
                     )
                     for native in natives
                 ]
@@ -62,14 +62,14 @@ async def detokenize(model: Model, token_ids: list[int]) -> str:
     async with model.limiter.acquire():
         sent = await model.executor.send(
             transport.lower_detokenize(token_ids),
-            error_from=model.error_mapping,
-            deadline=model.deadline_for(None, None),
+            error_from=model._error_mapping,
+            deadline=model._deadline(None, None),
             observe=model.limiter.observe,
         )
     try:
         return transport.lift_detokenize(sent.response)
     except SHAPE_ERRORS as exc:
-        raise model.redacted(shape_error(transport, exc)) from exc
+        raise model._redacted(shape_error(transport, exc)) from exc
 
 
 async def tokenize(model: Model, request: service_pb2.TokenizeRequest) -> service_pb2.TokenizeResponse:
@@ -79,18 +79,18 @@ async def tokenize(model: Model, request: service_pb2.TokenizeRequest) -> servic
     if isinstance(transport, LocalTransport):
         return await transport.tokenize(request)
     assert isinstance(transport, HttpTransport) and model.executor is not None
-    deadline = model.deadline_for(None, None)
+    deadline = model._deadline(None, None)
     async with model.limiter.acquire():
         sent = [
             await model.executor.send(
-                native, error_from=model.error_mapping, deadline=deadline, observe=model.limiter.observe
+                native, error_from=model._error_mapping, deadline=deadline, observe=model.limiter.observe
             )
             for native in transport.lower_tokenize(request)
         ]
     try:
         return transport.lift_tokenize(request, [s.response for s in sent])
     except SHAPE_ERRORS as exc:
-        raise model.redacted(shape_error(transport, exc)) from exc
+        raise model._redacted(shape_error(transport, exc)) from exc
 
 
 async def render_prompt(model: Model, request: request_pb2.Request) -> str | None:

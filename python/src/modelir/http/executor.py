@@ -108,6 +108,7 @@ class _AiohttpWire(_HttpxWire):
 
     def __init__(self, connect_timeout: float, max_connections: int) -> None:
         self._session: aiohttp.ClientSession | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
         self._max_connections, self._connect_timeout = max_connections, connect_timeout
         super().__init__(connect_timeout, AiohttpTransport(client=self.session), None)
 
@@ -115,6 +116,7 @@ class _AiohttpWire(_HttpxWire):
         """The session, created on first use (inside the running loop, as aiohttp wants)."""
         if self._session is None:
             self._session = aiohttp_session(self._max_connections, self._connect_timeout)
+            self.loop = asyncio.get_running_loop()  # the session's, for good: aiohttp binds it to this loop
         return self._session
 
     def target(self, url: httpx.URL) -> Any:
@@ -183,6 +185,13 @@ class Executor:
 
     async def aclose(self) -> None:
         await self._wire.aclose()
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop this executor's aiohttp session lives on (every call of it runs there), once it has made
+        one; None before, and on the httpx wire. Callers that need the running loop per call read it here instead
+        of asking asyncio (`timeout_for`)."""
+        return getattr(self._wire, "loop", None)
 
     def _build(self, request: HttpRequest) -> _Outgoing:
         urls = self._urls.get(request.path)

@@ -26,9 +26,14 @@ class RetryPolicy:
         return random.uniform(0, min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1)))
 
 
-def timeout_for(deadline: float | None) -> Any:
+def timeout_for(deadline: float | None, loop: asyncio.AbstractEventLoop | None = None) -> Any:
     """A timeout for a `time.monotonic()` deadline, on the running loop's clock; no context at all without one
-    (entering `asyncio.timeout_at(None)` still costs a `current_task()` lookup and its bookkeeping)."""
+    (entering `asyncio.timeout_at(None)` still costs a `current_task()` lookup and its bookkeeping).
+
+    `loop` is the running loop when the caller knows it already (`Executor.loop`): on Python 3.11 every
+    `asyncio.get_running_loop()` is a `getpid` system call, and a served call is short enough for that to show."""
     if deadline is None:
         return nullcontext()
-    return asyncio.timeout_at(asyncio.get_running_loop().time() + (deadline - time.monotonic()))
+    if loop is None:
+        loop = asyncio.get_running_loop()
+    return asyncio.timeout_at(loop.time() + (deadline - time.monotonic()))

@@ -16,10 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from modelir.errors import ForeignArtifactError
+from modelir.pipeline.survey import PROVIDER_ISSUED as _PROVIDER_ISSUED
+from modelir.pipeline.survey import Survey, survey
 from modelir.v1 import content_pb2, errors_pb2, request_pb2
-
-# The kinds a provider issues itself: replayed only to the transport that produced them.
-_PROVIDER_ISSUED = ("server_tool_call", "server_tool_result", "provider_part")
 
 
 def _is_foreign(artifact: content_pb2.OpaqueArtifact, transport: str, model: str) -> bool:
@@ -47,26 +46,30 @@ def _artifacts(part: content_pb2.Part) -> Iterator[tuple[str, content_pb2.Opaque
             yield f"citations[{c}].artifacts[{k}]", artifact
 
 
-def _foreign(request: request_pb2.Request, transport: str, model: str) -> list[str]:
+def _foreign(seen: Survey, transport: str, model: str) -> list[str]:
+    """The places of the foreign artifacts and parts, read from the parts the survey noted as issued (those with
+    artifacts or citations, and provider-issued kinds): a conversation without any is not walked again."""
     found = []
-    for i, message in enumerate(request.conversation.messages):
-        for j, part in enumerate(message.parts):
-            if _foreign_part(part, transport):
-                issuer = _part_issuer(part)
-                assert issuer is not None
-                found.append(f"messages[{i}].parts[{j}] (a {part.WhichOneof('content')} of {issuer.transport})")
-            for where, artifact in _artifacts(part):
-                if _is_foreign(artifact, transport, model):
-                    issued = f"{artifact.issuer.transport}/{artifact.issuer.model}"
-                    found.append(f"messages[{i}].parts[{j}].{where} (issued by {issued})")
+    for i, j, part, kind in seen.issued:
+        if _foreign_part(part, transport):
+            issuer = _part_issuer(part)
+            assert issuer is not None
+            found.append(f"messages[{i}].parts[{j}] (a {kind} of {issuer.transport})")
+        for where, artifact in _artifacts(part):
+            if _is_foreign(artifact, transport, model):
+                issued = f"{artifact.issuer.transport}/{artifact.issuer.model}"
+                found.append(f"messages[{i}].parts[{j}].{where} (issued by {issued})")
     return found
 
 
-def foreign_artifact_count(request: request_pb2.Request, *, transport: str, model: str) -> int:
-    """How many artifacts and provider-issued parts in the request's conversation another issuer issued."""
+def foreign_artifact_count(
+    request: request_pb2.Request, *, transport: str, model: str, seen: Survey | None = None
+) -> int:
+    """How many artifacts and provider-issued parts in the request's conversation another issuer issued (`seen`:
+    the request's `survey`, when the caller has made it already)."""
     if request.WhichOneof("input") != "conversation":
         return 0
-    return len(_foreign(request, transport, model))
+    return len(_foreign(survey(request) if seen is None else seen, transport, model))
 
 
 def _call_id(part: content_pb2.Part) -> str:
@@ -79,12 +82,13 @@ def _call_id(part: content_pb2.Part) -> str:
 
 
 def apply_foreign_artifact_policy(
-    request: request_pb2.Request, *, transport: str, model: str
+    request: request_pb2.Request, *, transport: str, model: str, seen: Survey | None = None
 ) -> tuple[request_pb2.Request, list[errors_pb2.Warning]]:
-    """Return the request to lower (possibly with foreign artifacts and parts removed) and the warnings to report."""
+    """Return the request to lower (possibly with foreign artifacts and parts removed: a new request) and the
+    warnings to report (`seen`: the request's `survey`, when the caller has made it already)."""
     if request.WhichOneof("input") != "conversation":
         return request, []
-    foreign = _foreign(request, transport, model)
+    foreign = _foreign(survey(request) if seen is None else seen, transport, model)
     if not foreign:
         return request, []
     if request.foreign_artifact_policy != request_pb2.FOREIGN_ARTIFACT_POLICY_DROP:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from modelir.pipeline import content_kinds
+from modelir.pipeline.survey import Survey, place, survey
 from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, logprobs_pb2, request_pb2, service_pb2
 
 
@@ -43,8 +44,9 @@ class Requirements:
         return sorted(self.capabilities)
 
 
-def requirements(request: request_pb2.Request, *, streaming: bool = False) -> Requirements:
-    """Derive everything `request` needs from a model. Assumes the request passed `validate_request`."""
+def requirements(request: request_pb2.Request, *, streaming: bool = False, seen: Survey | None = None) -> Requirements:
+    """Derive everything `request` needs from a model. Assumes the request passed `validate_request`; `seen` is
+    its `survey`, when the caller has made it already."""
     req = Requirements()
     need = req.capabilities.add
     if streaming:
@@ -55,23 +57,13 @@ def requirements(request: request_pb2.Request, *, streaming: bool = False) -> Re
         need(capabilities_pb2.CAPABILITY_COMPLETION)
     elif input_kind == "conversation":
         need(capabilities_pb2.CAPABILITY_CHAT)
-        _conversation_needs(request.conversation, req)
+        _conversation_needs(survey(request) if seen is None else seen, req)
     elif input_kind == "token_ids":
         need(capabilities_pb2.CAPABILITY_TOKEN_INPUT)
 
     s = request.sampling
-    for name, capability in (
-        ("temperature", capabilities_pb2.CAPABILITY_TEMPERATURE),
-        ("top_p", capabilities_pb2.CAPABILITY_TOP_P),
-        ("top_k", capabilities_pb2.CAPABILITY_TOP_K_SAMPLING),
-        ("min_p", capabilities_pb2.CAPABILITY_MIN_P),
-        ("max_output_tokens", capabilities_pb2.CAPABILITY_MAX_OUTPUT_TOKENS),
-        ("seed", capabilities_pb2.CAPABILITY_SEED),
-        ("presence_penalty", capabilities_pb2.CAPABILITY_PRESENCE_FREQUENCY_PENALTIES),
-        ("frequency_penalty", capabilities_pb2.CAPABILITY_PRESENCE_FREQUENCY_PENALTIES),
-        ("repetition_penalty", capabilities_pb2.CAPABILITY_REPETITION_PENALTY),
-    ):
-        if s.HasField(name):  # type: ignore[arg-type]  # the names of the table above
+    for set_field, _ in s.ListFields():  # the fields set, once, rather than nine `HasField` calls
+        if (capability := _SAMPLING_CAPABILITY.get(set_field.name)) is not None:
             need(capability)
     if s.HasField("max_output_tokens"):
         req.use_limit("max_output_tokens", s.max_output_tokens)
@@ -164,6 +156,18 @@ def _provider_option_needs(entries: Iterable[content_pb2.ProviderOptions], req: 
         )
 
 
+# The sampling fields whose presence needs a capability of its own.
+_SAMPLING_CAPABILITY = {
+    "temperature": capabilities_pb2.CAPABILITY_TEMPERATURE,
+    "top_p": capabilities_pb2.CAPABILITY_TOP_P,
+    "top_k": capabilities_pb2.CAPABILITY_TOP_K_SAMPLING,
+    "min_p": capabilities_pb2.CAPABILITY_MIN_P,
+    "max_output_tokens": capabilities_pb2.CAPABILITY_MAX_OUTPUT_TOKENS,
+    "seed": capabilities_pb2.CAPABILITY_SEED,
+    "presence_penalty": capabilities_pb2.CAPABILITY_PRESENCE_FREQUENCY_PENALTIES,
+    "frequency_penalty": capabilities_pb2.CAPABILITY_PRESENCE_FREQUENCY_PENALTIES,
+    "repetition_penalty": capabilities_pb2.CAPABILITY_REPETITION_PENALTY,
+}
 _OUTPUT_CAPABILITY = {
     request_pb2.MODALITY_IMAGE: capabilities_pb2.CAPABILITY_IMAGE_OUTPUT,
     request_pb2.MODALITY_AUDIO: capabilities_pb2.CAPABILITY_AUDIO_OUTPUT,
@@ -196,29 +200,32 @@ _CONSTRAINT_CAPABILITY = {
 }
 
 
-def _conversation_needs(conversation: request_pb2.Conversation, req: Requirements) -> None:
-    for i, message in enumerate(conversation.messages):
-        if message.role in (content_pb2.ROLE_SYSTEM, content_pb2.ROLE_DEVELOPER):
-            req.capabilities.add(capabilities_pb2.CAPABILITY_SYSTEM_MESSAGES)
-        if message.token_ids:
-            req.capabilities.add(capabilities_pb2.CAPABILITY_MULTI_TURN_TOKEN_INPUT)
-        _provider_option_needs(message.provider_options, req)
-        for where, part in content_kinds.parts_of(message):
-            _provider_option_needs(part.provider_options, req)
-            if part.HasField("cache_breakpoint"):
-                req.capabilities.add(capabilities_pb2.CAPABILITY_PROMPT_CACHE_BREAKPOINTS)
-            name = part.WhichOneof("content")
-            kind = content_kinds.KINDS.get(name) if name is not None else None
-            if kind is None and name is not None:
+def _conversation_needs(seen: Survey, req: Requirements) -> None:
+    add = req.capabilities.add
+    if seen.system:
+        add(capabilities_pb2.CAPABILITY_SYSTEM_MESSAGES)
+    if seen.token_turns:
+        add(capabilities_pb2.CAPABILITY_MULTI_TURN_TOKEN_INPUT)
+    if seen.cache_breakpoints:
+        add(capabilities_pb2.CAPABILITY_PROMPT_CACHE_BREAKPOINTS)
+    if seen.artifacts:
+        add(capabilities_pb2.CAPABILITY_REASONING)
+    for _, _, _, entries in seen.provider_options:
+        _provider_option_needs(entries, req)
+    kinds = content_kinds.KINDS
+    for i, message in enumerate(seen.messages):
+        for j, k, part, name, _ in message.parts:
+            if name is None:
+                continue
+            kind = kinds.get(name)
+            if kind is None:
                 # Fail closed: a kind this SDK does not know cannot be checked, so it cannot be sent.
-                req.reasons.append(f"The content kind {name!r} is not known (conversation.messages[{i}].{where}).")
+                req.reasons.append(f"The content kind {name!r} is not known ({place(i, j, k)}).")
             elif name == "blob":
-                req.capabilities.add(blob_capability(part.blob.mime_type))
-                req.media_types.append((f"conversation.messages[{i}].{where}", part.blob.mime_type))
-            elif kind is not None and kind.capability:
-                req.capabilities.add(kind.capability)
-            if part.artifacts:
-                req.capabilities.add(capabilities_pb2.CAPABILITY_REASONING)
+                add(blob_capability(part.blob.mime_type))
+                req.media_types.append((place(i, j, k), part.blob.mime_type))
+            elif kind.capability:
+                add(kind.capability)
 
 
 def unsupported(
@@ -228,10 +235,14 @@ def unsupported(
     model: str = "",
     streaming: bool = False,
     extra_reasons: Iterable[str] = (),
+    seen: Survey | None = None,
+    have: frozenset[int] | None = None,
 ) -> errors_pb2.UnsupportedCapabilities | None:
-    """Everything `request` needs that `manifest` lacks, or None when the model can run it."""
-    req = requirements(request, streaming=streaming)
-    have = set(manifest.capabilities)
+    """Everything `request` needs that `manifest` lacks, or None when the model can run it (`seen`: its `survey`,
+    when the caller has made it already; `have`: the manifest's capabilities as a set, when the caller keeps one)."""
+    req = requirements(request, streaming=streaming, seen=seen)
+    if have is None:
+        have = frozenset(manifest.capabilities)
     missing = [c for c in req.sorted_capabilities() if c not in have]
     violations = []
     for name, value in sorted(req.limits.items()):

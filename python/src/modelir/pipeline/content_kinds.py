@@ -9,11 +9,12 @@ a transport's lowering raises `NotCarriedError` rather than dropping or mis-lowe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from modelir import errors
+from modelir.pipeline.survey import Survey, place
 from modelir.v1 import capabilities_pb2, content_pb2, errors_pb2, stream_pb2
 
 # A transport's decision for one kind: `CARRIED`, or the sentence that rejects it (the parts' place is appended).
@@ -275,7 +276,11 @@ def spec_kinds() -> list[str]:
 
 def part_problems(part: content_pb2.Part, role: int) -> Problems:
     """Every problem of one part, whatever the model; an unknown or missing kind is one."""
-    name = part.WhichOneof("content")
+    return kind_problems(part, part.WhichOneof("content"), role)
+
+
+def kind_problems(part: content_pb2.Part, name: str | None, role: int) -> Problems:
+    """`part_problems` of a part whose kind (`WhichOneof("content")`) the caller has read already."""
     if name is None:
         yield "", "Every part has content."
         return
@@ -295,18 +300,17 @@ def parts_of(message: content_pb2.Message) -> Iterator[tuple[str, content_pb2.Pa
                 yield f"parts[{j}].tool_result.content[{k}]", inner
 
 
-def rejections(transport: str, decisions: Mapping[str, str], messages: Iterable[content_pb2.Message]) -> list[str]:
-    """The reasons a transport with these per-kind `decisions` refuses the parts of `messages` (fail closed)."""
+def rejections(transport: str, decisions: Mapping[str, str], seen: Survey) -> list[str]:
+    """The reasons a transport with these per-kind `decisions` refuses the parts of the surveyed conversation
+    (fail closed)."""
     reasons = []
-    for i, message in enumerate(messages):
-        for where, part in parts_of(message):
-            kind = part.WhichOneof("content")
+    for i, message in enumerate(seen.messages):
+        for j, k, _, kind, _ in message.parts:
             if kind is None:
                 continue  # validation names it
             decision = decisions.get(kind)
-            place = f"conversation.messages[{i}].{where}"
             if decision is None:
-                reasons.append(f"{transport} has not decided how to carry {kind} parts ({place}).")
+                reasons.append(f"{transport} has not decided how to carry {kind} parts ({place(i, j, k)}).")
             elif decision != CARRIED:
-                reasons.append(f"{decision} ({place}).")
+                reasons.append(f"{decision} ({place(i, j, k)}).")
     return reasons

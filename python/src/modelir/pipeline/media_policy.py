@@ -29,6 +29,7 @@ from google.protobuf.message import Message
 
 from modelir import errors
 from modelir.pipeline import hosts
+from modelir.pipeline.survey import Survey, place
 from modelir.v1 import content_pb2, errors_pb2
 
 DEFAULT_SCHEMES = frozenset({"https", "gs", "data"})
@@ -57,17 +58,35 @@ class MediaPolicy:
 DEFAULT_POLICY = MediaPolicy()
 
 
-def check(request: Message, policy: MediaPolicy = DEFAULT_POLICY) -> None:
-    """Raise `InvalidRequestError` naming every media URI of `request` that `policy` does not forward."""
-    if not _has_uri(request):  # the common case, found without building a single field path
+def check(request: Message, policy: MediaPolicy = DEFAULT_POLICY, seen: Survey | None = None) -> None:
+    """Raise `InvalidRequestError` naming every media URI of `request` that `policy` does not forward.
+
+    With `seen` (the survey of `request`, a `Request`), only the parts it noted as able to hold a media URI are
+    looked at; without it, every field that can hold a `Blob` is walked (any message: a `Part`, a `Request`)."""
+    if seen is not None:
+        if not seen.media:  # the common case: no blob at all
+            return
+        found = [uri for part in seen.media for uri in _surveyed_uris(*part)]
+    elif not _has_uri(request):  # the common case, found without building a single field path
         return
+    else:
+        found = list(_uris(request, ""))
     violations = [
         errors_pb2.FieldViolation(field=field, description=f"The media URI {problem}.")
-        for field, uri in _uris(request, "")
+        for field, uri in found
         if (problem := policy.problem(uri)) is not None
     ]
     if violations:
         raise errors.InvalidRequestError(violations)
+
+
+def _surveyed_uris(i: int, j: int, k: int, part: content_pb2.Part, kind: str) -> Iterator[tuple[str, str]]:
+    """(field path, uri) of the media URIs in one part the survey noted (a blob, or a provider-run tool's result)."""
+    if kind == "blob":
+        if part.blob.WhichOneof("source") == "uri":
+            yield f"{place(i, j, k)}.blob.uri", part.blob.uri
+    else:
+        yield from _uris(getattr(part, kind), f"{place(i, j, k)}.{kind}")
 
 
 def build_media_policy(spec: Any, fail: Any) -> MediaPolicy:

@@ -2,7 +2,8 @@
 
 `Model.arun`, `Model.astream`, `Model.avalidate` and the conformance runner all go through a `Pipeline`, so a
 request is accepted or rejected the same way wherever it enters. Every step is pure and runs before any I/O: a
-rejected request never reaches the limiter or the network.
+rejected request never reaches the limiter or the network. The checks read one walk of the request's conversation
+(`survey`), made once per request (again only when the artifact policy dropped parts).
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from modelir import errors
-from modelir.pipeline import artifacts, capabilities, continuations
+from modelir.pipeline import artifacts, capabilities, continuations, media_policy
+from modelir.pipeline.survey import Survey, survey
 from modelir.pipeline.validation import field_violations, model_mismatch
 from modelir.transports.base import HttpRequest, HttpTransport, Transport
 from modelir.v1 import capabilities_pb2, errors_pb2, request_pb2, response_pb2, service_pb2
@@ -35,7 +37,7 @@ class Pipeline:
     """The checks and the lowering for one transport, under a manifest (the transport's own unless narrowed) and
     the model name that rejections carry."""
 
-    __slots__ = ("_lower", "manifest", "model", "transport")
+    __slots__ = ("_capabilities", "_lower", "manifest", "model", "transport")
 
     def __init__(
         self,
@@ -49,32 +51,48 @@ class Pipeline:
         self._lower = transport.lower if isinstance(transport, HttpTransport) else None
         self.manifest = manifest if manifest is not None else transport.manifest()
         self.model = model
+        # The manifest's capabilities as a set, with the manifest they were read from (`manifest` may be replaced).
+        self._capabilities: tuple[capabilities_pb2.CapabilityManifest, frozenset[int]] | None = None
 
     def unsupported(
-        self, request: request_pb2.Request, *, streaming: bool = False
+        self, request: request_pb2.Request, *, streaming: bool = False, seen: Survey | None = None
     ) -> errors_pb2.UnsupportedCapabilities | None:
         """What the manifest and the transport's own limits lack for `request`; None when it can run.
 
-        Assumes valid fields (run `validate_request` first).
+        Assumes valid fields (run `validate_request` first). `seen` is the request's `survey`, when made already.
         """
+        if seen is None:
+            seen = survey(request)
+        if self._capabilities is None or self._capabilities[0] is not self.manifest:
+            self._capabilities = (self.manifest, frozenset(self.manifest.capabilities))
         return capabilities.unsupported(
             request,
             self.manifest,
             model=self.model,
             streaming=streaming,
-            extra_reasons=self.transport.extra_unsupported(request, streaming=streaming),
+            extra_reasons=self.transport.extra_unsupported(request, streaming=streaming, seen=seen),
+            seen=seen,
+            have=self._capabilities[1],
         )
 
     def check(
-        self, request: request_pb2.Request, *, streaming: bool = False
+        self,
+        request: request_pb2.Request,
+        *,
+        streaming: bool = False,
+        media: media_policy.MediaPolicy | None = None,
     ) -> tuple[request_pb2.Request, list[errors_pb2.Warning]]:
-        """Validate, check the capabilities and apply the foreign-artifact policy.
+        """Check the media URIs under `media` (when given), validate, check the capabilities and apply the
+        foreign-artifact policy, all from one `survey` of the request's conversation.
 
-        Raises `InvalidRequestError` (naming every bad field, and `model` when the request names another model
-        than this pipeline's) or `UnsupportedCapabilityError` (naming every gap). Returns the request the transport
-        must run and the policy's warnings.
+        Raises `InvalidRequestError` (naming every bad field or media URI, and `model` when the request names
+        another model than this pipeline's) or `UnsupportedCapabilityError` (naming every gap). Returns the request
+        the transport must run and the policy's warnings.
         """
-        violations = self._violations(request)
+        seen = survey(request)
+        if media is not None:
+            media_policy.check(request, media, seen)
+        violations = self._violations(request, seen)
         if violations:
             raise errors.InvalidRequestError(violations)
         # DROP is applied before the capability check, so what it removes cannot make the request unsupported;
@@ -82,18 +100,21 @@ class Pipeline:
         dropping = request.foreign_artifact_policy == request_pb2.FOREIGN_ARTIFACT_POLICY_DROP
         warnings: list[errors_pb2.Warning] = []
         if dropping:
-            request, warnings = self._apply_artifact_policy(request)
-        gaps = self.unsupported(request, streaming=streaming)
+            cleaned, warnings = self._apply_artifact_policy(request, seen)
+            if cleaned is not request:  # what the checks below read is the request that runs
+                request, seen = cleaned, survey(cleaned)
+        gaps = self.unsupported(request, streaming=streaming, seen=seen)
         if gaps is not None:
-            raise errors.UnsupportedCapabilityError(self._with_policy_hint(request, gaps, dropped=bool(warnings)))
+            hinted = self._with_policy_hint(request, gaps, dropped=bool(warnings), seen=seen)
+            raise errors.UnsupportedCapabilityError(hinted)
         if dropping:
             return request, warnings
-        return self._apply_artifact_policy(request)
+        return self._apply_artifact_policy(request, seen)
 
-    def _violations(self, request: request_pb2.Request) -> list[errors_pb2.FieldViolation]:
+    def _violations(self, request: request_pb2.Request, seen: Survey) -> list[errors_pb2.FieldViolation]:
         """The model-name mismatch, the IR's own field rules, then the provider's (a seed out of its range, ...)."""
         mismatch = model_mismatch(request, self.model)
-        violations = ([mismatch] if mismatch is not None else []) + field_violations(request)
+        violations = ([mismatch] if mismatch is not None else []) + field_violations(request, seen)
         if not violations:
             violations = [
                 errors_pb2.FieldViolation(field=f, description=d) for f, d in self.transport.field_problems(request)
@@ -101,15 +122,15 @@ class Pipeline:
         return violations
 
     def _apply_artifact_policy(
-        self, request: request_pb2.Request
+        self, request: request_pb2.Request, seen: Survey
     ) -> tuple[request_pb2.Request, list[errors_pb2.Warning]]:
         transport = self.transport
         return artifacts.apply_foreign_artifact_policy(
-            request, transport=transport.name, model=transport.issuer_model(request)
+            request, transport=transport.name, model=transport.issuer_model(request), seen=seen
         )
 
     def _with_policy_hint(
-        self, request: request_pb2.Request, gaps: errors_pb2.UnsupportedCapabilities, *, dropped: bool
+        self, request: request_pb2.Request, gaps: errors_pb2.UnsupportedCapabilities, *, dropped: bool, seen: Survey
     ) -> errors_pb2.UnsupportedCapabilities:
         """`gaps`, with a reason saying what the foreign-artifact policy did or could do, when it matters."""
         if dropped:
@@ -118,7 +139,7 @@ class Pipeline:
                 "cannot travel without them); what is named here is still in the way."
             )
         elif artifacts.foreign_artifact_count(
-            request, transport=self.transport.name, model=self.transport.issuer_model(request)
+            request, transport=self.transport.name, model=self.transport.issuer_model(request), seen=seen
         ):
             gaps.reasons.append(
                 "The conversation carries reasoning artifacts from another issuer: set foreign_artifact_policy to "
@@ -126,9 +147,15 @@ class Pipeline:
             )
         return gaps
 
-    def prepare(self, request: request_pb2.Request, *, streaming: bool = False) -> Prepared:
+    def prepare(
+        self,
+        request: request_pb2.Request,
+        *,
+        streaming: bool = False,
+        media: media_policy.MediaPolicy | None = None,
+    ) -> Prepared:
         """`check`, then lower for an HTTP transport: everything a request goes through before the limiter."""
-        checked, warnings = self.check(request, streaming=streaming)
+        checked, warnings = self.check(request, streaming=streaming, media=media)
         native = None
         if self._lower is not None and split_continuations(checked, self.transport) is None:
             try:  # a split request is lowered once per continuation
@@ -143,21 +170,34 @@ class Pipeline:
                 ) from None
         return Prepared(checked, warnings, native)
 
-    def report(self, request: request_pb2.Request) -> service_pb2.ValidateResponse:
-        """The verdict `Validate` returns: field violations, else the required capabilities and any gaps."""
+    def report(
+        self, request: request_pb2.Request, *, media: media_policy.MediaPolicy | None = None
+    ) -> service_pb2.ValidateResponse:
+        """The verdict `Validate` returns: field violations (a media URI `media` refuses is one), else the required
+        capabilities and any gaps."""
         out = service_pb2.ValidateResponse()
-        violations = self._violations(request)
+        seen = survey(request)
+        if media is not None:
+            try:  # what a call would answer: a refused media URI is a field violation too
+                media_policy.check(request, media, seen)
+            except errors.InvalidRequestError as exc:
+                out.field_violations.extend(exc.violations)
+                return out
+        violations = self._violations(request, seen)
         out.field_violations.extend(violations)
         if violations:
             return out
         dropped: list[errors_pb2.Warning] = []
         if request.foreign_artifact_policy == request_pb2.FOREIGN_ARTIFACT_POLICY_DROP:
-            request, dropped = self._apply_artifact_policy(request)  # as `check` does: what DROP removes is not needed
-        required = capabilities.requirements(request).sorted_capabilities()
+            # as `check` does: what DROP removes is not needed
+            cleaned, dropped = self._apply_artifact_policy(request, seen)
+            if cleaned is not request:
+                request, seen = cleaned, survey(cleaned)
+        required = capabilities.requirements(request, seen=seen).sorted_capabilities()
         out.required.extend(capabilities_pb2.Capability.ValueType(c) for c in required)
-        gaps = self.unsupported(request)
+        gaps = self.unsupported(request, seen=seen)
         if gaps is not None:
-            out.unsupported.CopyFrom(self._with_policy_hint(request, gaps, dropped=bool(dropped)))
+            out.unsupported.CopyFrom(self._with_policy_hint(request, gaps, dropped=bool(dropped), seen=seen))
         out.accepted = gaps is None
         return out
 

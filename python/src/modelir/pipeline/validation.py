@@ -11,12 +11,17 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from modelir.errors import InvalidRequestError
 from modelir.pipeline import content_kinds, limits
+from modelir.pipeline.survey import Survey, survey
 from modelir.v1 import content_pb2, errors_pb2, request_pb2
 
 
-def field_violations(request: request_pb2.Request) -> list[errors_pb2.FieldViolation]:
-    """Every problem with the request's fields, as `FieldViolation`s (empty when it is well formed)."""
-    return [errors_pb2.FieldViolation(field=f, description=d) for f, d in _problems(request)]
+def field_violations(request: request_pb2.Request, seen: Survey | None = None) -> list[errors_pb2.FieldViolation]:
+    """Every problem with the request's fields, as `FieldViolation`s (empty when it is well formed). `seen` is the
+    request's `survey`, when the caller has made it already."""
+    return [
+        errors_pb2.FieldViolation(field=f, description=d)
+        for f, d in _problems(request, survey(request) if seen is None else seen)
+    ]
 
 
 def validate_request(request: request_pb2.Request) -> None:
@@ -86,43 +91,87 @@ def unknown_values(message: Message, path: str = "") -> Iterator[tuple[str, str]
     not know, and (IR 1.1 on) every field it does not know, named by its path. A newer client's value (a
     `ReasoningEffort` or `Role` added later) or field (an adapter, say) would otherwise be lowered as nothing,
     merged into another, or fail as an untyped error after the call was paid for. The descriptor is walked, so
-    every enum field, present and future, is covered."""
-    found = UnknownFieldSet(message)
-    unknown = sorted({found[i].field_number for i in range(len(found))})
-    if unknown:  # a newer client's field, which proto3 would otherwise drop without a word
-        numbers = ", ".join(map(str, unknown))
-        yield (
-            path or "request",
-            f"fields {numbers} of {message.DESCRIPTOR.name} are not fields this SDK knows (a newer client's, "
-            "whose meaning it cannot honour).",
+    every enum field, present and future, is covered; what each field needs is worked out once per message type
+    (`_enum_plan`), and a path is built only for what is reported or entered."""
+    found: list[tuple[str, str]] = []
+    _collect_unknown(message, path, found)
+    return iter(found)
+
+
+def _collect_unknown(message: Message, path: str, found: list[tuple[str, str]]) -> None:
+    """`unknown_values`, appended to `found` (a plain recursion: nested generators cost more per message)."""
+    unknown = UnknownFieldSet(message)
+    if len(unknown):  # a newer client's field, which proto3 would otherwise drop without a word
+        numbers = ", ".join(map(str, sorted({unknown[i].field_number for i in range(len(unknown))})))
+        found.append(
+            (
+                path or "request",
+                f"fields {numbers} of {message.DESCRIPTOR.name} are not fields this SDK knows (a newer client's, "
+                "whose meaning it cannot honour).",
+            )
         )
+    plan = _PLANS.get(type(message)) or _enum_plan(type(message))
     for field, value in message.ListFields():
+        step = plan.get(field.name)
+        if step is None:
+            continue  # a scalar, or an open enum
+        action, known, enum = step
+        if action == _MESSAGE:
+            _collect_unknown(value, f"{path}.{field.name}" if path else field.name, found)
+            continue
         name = f"{path}.{field.name}" if path else field.name
+        if action == _MESSAGES:
+            for i, item in enumerate(value):
+                _collect_unknown(item, f"{name}[{i}]", found)
+        elif action == _MESSAGE_MAP:
+            for key, item in value.items():
+                _collect_unknown(item, f"{name}[{key}]", found)
+        elif action == _ENUM:
+            if value not in known:
+                found.append((name, f"{value} is not a {enum} this SDK knows (a newer client's value?)."))
+        else:  # repeated enum
+            for i, number in enumerate(value):
+                if number not in known:
+                    found.append(
+                        (
+                            f"{name}[{i}]",
+                            f"{number} is not a {enum} this SDK knows (a newer client's value?).",
+                        )
+                    )
+
+
+# What `unknown_values` does with a set field: check a closed enum (one value or each of a list), or enter a message
+# (one, each of a list, each value of a map whose values are messages).
+_ENUM, _ENUMS, _MESSAGE, _MESSAGES, _MESSAGE_MAP = range(5)
+_PLANS: dict[type, dict[str, tuple[int, frozenset[int], str]]] = {}
+
+
+def _enum_plan(message_type: type[Message]) -> dict[str, tuple[int, frozenset[int], str]]:
+    """Field name -> (what to do, the known numbers and the name of its closed enum) for the fields of
+    `message_type` that `unknown_values` must look at; scalars, open enums and maps of scalars are left out."""
+    plan = _PLANS.get(message_type)
+    if plan is not None:
+        return plan
+    plan = {}
+    for field in message_type.DESCRIPTOR.fields:
         if field.type == FieldDescriptor.TYPE_ENUM:
             enum = field.enum_type
             assert enum is not None  # an enum field always has its type
-            if enum.full_name in OPEN_ENUMS:
-                continue
-            values = value if field.is_repeated else [value]
-            for i, number in enumerate(values):
-                if number not in enum.values_by_number:
-                    where = f"{name}[{i}]" if field.is_repeated else name
-                    yield where, f"{number} is not a {enum.name} this SDK knows (a newer client's value?)."
+            if enum.full_name not in OPEN_ENUMS:
+                plan[field.name] = (_ENUMS if field.is_repeated else _ENUM, frozenset(enum.values_by_number), enum.name)
         elif field.type == FieldDescriptor.TYPE_MESSAGE:
             held = field.message_type
             assert held is not None  # a message field always has its type
             if held.GetOptions().map_entry:
                 if held.fields_by_name["value"].type == FieldDescriptor.TYPE_MESSAGE:
-                    for key, item in value.items():
-                        yield from unknown_values(item, f"{name}[{key}]")
-            elif field.is_repeated:
-                for i, item in enumerate(value):
-                    yield from unknown_values(item, f"{name}[{i}]")
+                    plan[field.name] = (_MESSAGE_MAP, frozenset(), "")
             else:
-                yield from unknown_values(value, name)
+                plan[field.name] = (_MESSAGES if field.is_repeated else _MESSAGE, frozenset(), "")
+    _PLANS[message_type] = plan
+    return plan
 
 
-def _problems(req: request_pb2.Request) -> Iterator[tuple[str, str]]:
+def _problems(req: request_pb2.Request, seen: Survey) -> Iterator[tuple[str, str]]:
     unknown = list(unknown_values(req))
     if unknown:  # the other checks would judge values this SDK cannot read: these alone say what is wrong
         yield from unknown
@@ -131,7 +180,7 @@ def _problems(req: request_pb2.Request) -> Iterator[tuple[str, str]]:
     if input_kind is None:
         yield "input", "Set one of prompt, conversation or token_ids."
     elif input_kind == "conversation":
-        yield from _conversation_problems(req.conversation)
+        yield from _conversation_problems(seen)
     elif input_kind == "token_ids" and not req.token_ids.ids:
         yield "token_ids.ids", "Give at least one token id."
     if input_kind == "token_ids" and any(i < 0 for i in req.token_ids.ids):
@@ -202,14 +251,14 @@ def _problems(req: request_pb2.Request) -> Iterator[tuple[str, str]]:
                 yield f"{where}.token_ids", "Text input takes a continuation of text."
             if (kind == "text" and not span.text) or (kind == "token_ids" and not span.token_ids.ids):
                 yield where, "An empty continuation has nothing to score."
-    seen: set[str] = set()
+    given: set[str] = set()
     for i, options in enumerate(req.provider_options):
         where = f"provider_options[{i}]"
         if not options.transport:
             yield f"{where}.transport", "Name the transport the options are for."
-        elif options.transport in seen:
+        elif options.transport in given:
             yield f"{where}.transport", f"Two entries for {options.transport!r}: give one per transport."
-        seen.add(options.transport)
+        given.add(options.transport)
         if not _json_object(options.options_json):
             yield f"{where}.options_json", "Provider options must be a JSON object."
     if req.HasField("timeout") and (req.timeout.seconds < 0 or req.timeout.nanos < 0):
@@ -259,18 +308,23 @@ def _constraint_problems(req: request_pb2.Request) -> Iterator[tuple[str, str]]:
             yield "constraint.grammar.text", "The grammar is empty."
 
 
-def _conversation_problems(conversation: request_pb2.Conversation) -> Iterator[tuple[str, str]]:
-    if not conversation.messages:
+def _conversation_problems(seen: Survey) -> Iterator[tuple[str, str]]:
+    if not seen.messages:
         yield "conversation.messages", "A conversation has at least one message."
-    for i, message in enumerate(conversation.messages):
-        where = f"conversation.messages[{i}]"
-        if message.role == content_pb2.ROLE_UNSPECIFIED:
-            yield f"{where}.role", "Every message has a role."
-        for j, part in enumerate(message.parts):
-            for path, description in content_kinds.part_problems(part, message.role):
-                yield f"{where}.parts[{j}]" + (f".{path}" if path else ""), description
-            for k, artifact in enumerate(part.artifacts):
+    for i, message in enumerate(seen.messages):
+        role = message.role
+        if role == content_pb2.ROLE_UNSPECIFIED:
+            yield f"conversation.messages[{i}].role", "Every message has a role."
+        for j, k, part, kind, artifacts in message.parts:
+            if k >= 0:
+                continue  # a tool result's content: checked by the capability check, not here
+            for path, description in content_kinds.kind_problems(part, kind, role):
+                yield f"conversation.messages[{i}].parts[{j}]" + (f".{path}" if path else ""), description
+            for n, artifact in enumerate(artifacts):
                 if artifact.kind == content_pb2.OPAQUE_ARTIFACT_KIND_UNSPECIFIED:
-                    yield f"{where}.parts[{j}].artifacts[{k}].kind", "Every artifact has a kind."
+                    yield f"conversation.messages[{i}].parts[{j}].artifacts[{n}].kind", "Every artifact has a kind."
                 if not artifact.issuer.transport:
-                    yield f"{where}.parts[{j}].artifacts[{k}].issuer", "Every artifact names its issuer."
+                    yield (
+                        f"conversation.messages[{i}].parts[{j}].artifacts[{n}].issuer",
+                        "Every artifact names its issuer.",
+                    )

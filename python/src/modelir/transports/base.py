@@ -12,7 +12,7 @@ import email.utils
 import math
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import ClassVar
@@ -22,6 +22,7 @@ import orjson
 
 from modelir import errors
 from modelir.pipeline import content_kinds
+from modelir.pipeline.survey import Survey, place, survey
 from modelir.transports import manifests
 from modelir.v1 import capabilities_pb2, content_pb2, embedding_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
 
@@ -139,24 +140,27 @@ class Transport(ABC):
         `ListModels`; None (the default) when it does not."""
         return None
 
-    def extra_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
+    def extra_unsupported(
+        self, request: request_pb2.Request, *, streaming: bool = False, seen: Survey | None = None
+    ) -> list[str]:
         """Reasons this transport cannot run `request` that the capability catalog cannot express: the parts of
-        kinds it does not carry (fail closed: a kind it has not decided on is refused too), then its wire's own."""
+        kinds it does not carry (fail closed: a kind it has not decided on is refused too), then its wire's own.
+        `seen` is the request's `survey`, when the pipeline has made it already."""
         reasons = []
         if request.WhichOneof("input") == "conversation" and capabilities_pb2.CAPABILITY_CHAT in self.capabilities:
-            reasons = content_kinds.rejections(self.name, self.part_kinds, request.conversation.messages)
+            if seen is None:
+                seen = survey(request)
+            reasons = content_kinds.rejections(self.name, self.part_kinds, seen)
             if not self.reads_nested_provider_options:
-                reasons += self._nested_option_rejections(request.conversation.messages)
+                reasons += self._nested_option_rejections(seen)
         return reasons + self.wire_unsupported(request, streaming=streaming)
 
-    def _nested_option_rejections(self, messages: Iterable[content_pb2.Message]) -> list[str]:
-        found = []
-        for i, message in enumerate(messages):
-            if any(o.transport == self.name for o in message.provider_options):
-                found.append(f"conversation.messages[{i}].provider_options")
-            for where, part in content_kinds.parts_of(message):
-                if any(o.transport == self.name for o in part.provider_options):
-                    found.append(f"conversation.messages[{i}].{where}.provider_options")
+    def _nested_option_rejections(self, seen: Survey) -> list[str]:
+        found = [
+            f"{place(i, j, k)}.provider_options"
+            for i, j, k, entries in seen.provider_options
+            if any(o.transport == self.name for o in entries)
+        ]
         return [
             f"{self.name} reads provider options on the request only, not on messages or parts ({w})." for w in found
         ]

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 from modelir.errors import soft as soft_errors
 from modelir.logprobs import build as lp
+from modelir.pipeline.survey import Survey
 from modelir.streams.fold import events_from_response
 from modelir.transports.base import LocalTransport
 from modelir.transports.reference import embedding
@@ -117,8 +118,11 @@ class ReferenceModel(LocalTransport):
             ),
         )
 
-    def extra_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
-        """What the catalog cannot express: JSON-schema features, and token ids outside the vocabulary."""
+    def extra_unsupported(
+        self, request: request_pb2.Request, *, streaming: bool = False, seen: Survey | None = None
+    ) -> list[str]:
+        """What the catalog cannot express: JSON-schema features, and token ids outside the vocabulary (it carries
+        every content kind, so the pipeline's `survey` is not needed)."""
         reasons = []
         if request.constraint.WhichOneof("kind") == "json_schema":
             reasons += schema_gaps(request.constraint.json_schema.schema_json, "the JSON schema constraint")
