@@ -30,7 +30,8 @@ const (
 	EmbedTruncation_EMBED_TRUNCATION_UNSPECIFIED EmbedTruncation = 0
 	// Never truncate: an input that is too long fails the request (`INVALID_REQUEST`).
 	EmbedTruncation_EMBED_TRUNCATION_NONE EmbedTruncation = 1
-	// Keep the start of the input and drop what does not fit at its end (Gemini `autoTruncate`, Ollama `truncate`).
+	// Keep the start of the input and drop what does not fit at its end (Ollama `truncate`, vLLM
+	// `truncate_prompt_tokens`, Vertex AI's `autoTruncate`; the Gemini API has no truncation option).
 	EmbedTruncation_EMBED_TRUNCATION_END EmbedTruncation = 2
 )
 

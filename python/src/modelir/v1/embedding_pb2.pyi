@@ -34,7 +34,9 @@ class _EmbedTruncationEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Embed
     EMBED_TRUNCATION_NONE: _EmbedTruncation.ValueType  # 1
     """Never truncate: an input that is too long fails the request (`INVALID_REQUEST`)."""
     EMBED_TRUNCATION_END: _EmbedTruncation.ValueType  # 2
-    """Keep the start of the input and drop what does not fit at its end (Gemini `autoTruncate`, Ollama `truncate`)."""
+    """Keep the start of the input and drop what does not fit at its end (Ollama `truncate`, vLLM
+    `truncate_prompt_tokens`, Vertex AI's `autoTruncate`; the Gemini API has no truncation option).
+    """
 
 class EmbedTruncation(_EmbedTruncation, metaclass=_EmbedTruncationEnumTypeWrapper):
     """What a provider does with an input longer than the model's context. A closed enum: a receiver rejects a value it
@@ -46,7 +48,9 @@ EMBED_TRUNCATION_UNSPECIFIED: EmbedTruncation.ValueType  # 0
 EMBED_TRUNCATION_NONE: EmbedTruncation.ValueType  # 1
 """Never truncate: an input that is too long fails the request (`INVALID_REQUEST`)."""
 EMBED_TRUNCATION_END: EmbedTruncation.ValueType  # 2
-"""Keep the start of the input and drop what does not fit at its end (Gemini `autoTruncate`, Ollama `truncate`)."""
+"""Keep the start of the input and drop what does not fit at its end (Ollama `truncate`, vLLM
+`truncate_prompt_tokens`, Vertex AI's `autoTruncate`; the Gemini API has no truncation option).
+"""
 Global___EmbedTruncation: _TypeAlias = EmbedTruncation  # noqa: Y015
 
 class _EmbedNormalization:

@@ -2163,7 +2163,8 @@ pub enum EmbedTruncation {
     Unspecified = 0,
     /// Never truncate: an input that is too long fails the request (`INVALID_REQUEST`).
     None = 1,
-    /// Keep the start of the input and drop what does not fit at its end (Gemini `autoTruncate`, Ollama `truncate`).
+    /// Keep the start of the input and drop what does not fit at its end (Ollama `truncate`, vLLM
+    /// `truncate_prompt_tokens`, Vertex AI's `autoTruncate`; the Gemini API has no truncation option).
     End = 2,
 }
 impl EmbedTruncation {

@@ -239,7 +239,8 @@ export enum EmbedTruncation {
   NONE = 1,
 
   /**
-   * Keep the start of the input and drop what does not fit at its end (Gemini `autoTruncate`, Ollama `truncate`).
+   * Keep the start of the input and drop what does not fit at its end (Ollama `truncate`, vLLM
+   * `truncate_prompt_tokens`, Vertex AI's `autoTruncate`; the Gemini API has no truncation option).
    *
    * @generated from enum value: EMBED_TRUNCATION_END = 2;
    */
