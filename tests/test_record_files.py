@@ -12,6 +12,7 @@ from modelir import Model, ReferenceModel
 from modelir.batch import ChangedInputError, read_inputs, run_batch
 from modelir.records import files as records
 from modelir.records import varint
+from modelir.records.convert import convert
 from modelir.records.files import BINARY, JSONL, RecordWriter
 from modelir.v1 import record_pb2, response_pb2
 from modelir.version import IR_SEMVER
@@ -228,9 +229,9 @@ def test_convert_keeps_every_field_a_newer_writer_wrote_both_ways(tmp_path, firs
     middle = tmp_path / ("middle.binpb" if other == BINARY else "middle.jsonl")
     back = tmp_path / ("back.jsonl" if first == JSONL else "back.binpb")
     with pytest.warns(records.NewerMinorVersionWarning):
-        assert records.convert(source, middle, other) == 2
+        assert convert(source, middle, other) == 2
     with pytest.warns(records.NewerMinorVersionWarning):
-        assert records.convert(middle, back, first) == 2
+        assert convert(middle, back, first) == 2
     assert back.read_bytes() == source.read_bytes()
     data = middle.read_bytes()
     scan_header = records.scan(middle).header

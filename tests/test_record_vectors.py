@@ -8,7 +8,8 @@ import warnings
 from pathlib import Path
 
 import pytest
-from modelir.records.files import convert, format_of, header_end, message_class, read_records, scan
+from modelir.records.convert import convert
+from modelir.records.files import format_of, header_end, message_class, read_records, scan
 from modelir.version import IR_SEMVER, parse_semver
 
 VECTORS = Path(__file__).resolve().parent.parent / "conformance" / "records"

@@ -22,6 +22,7 @@ from modelir.interface import ModelInterface
 from modelir.pipeline.prepare import Pipeline
 from modelir.records import files as records
 from modelir.records.files import RecordWriter
+from modelir.records.provenance import provenance_problems
 from modelir.records.recording import record_of
 from modelir.registry import build_transport
 from modelir.remote import RemoteModel
@@ -232,7 +233,7 @@ def test_records_verify_flags_empty_and_incomplete_provenance(tmp_path):
     with RecordWriter.create(path) as writer:
         for record in (full, empty, partial):
             writer.append(record)
-    problems = records.provenance_problems(records.scan(path).records)
+    problems = provenance_problems(records.scan(path).records)
     assert problems == [
         "record 1 (key 'bare') has empty provenance",
         "record 2 (key 'half') has no provenance sdk_version, transport, configured_model",
@@ -247,5 +248,5 @@ def test_records_verify_flags_empty_and_incomplete_provenance(tmp_path):
 
 def test_records_verify_caps_its_provenance_lines():
     bare = [record_pb2.Record(key=f"k{i}") for i in range(25)]
-    problems = records.provenance_problems(bare)
+    problems = provenance_problems(bare)
     assert len(problems) == 21 and problems[-1] == "... and 5 more records with incomplete provenance"

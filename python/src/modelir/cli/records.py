@@ -23,9 +23,8 @@ def _status(record: record_pb2.Record) -> str:
 def _show(path: str, keys: list[str] | None) -> int:
     """One line a record, printed as it is read (`records show | head` stops reading when head has enough): key,
     status, and the answer's text (JSON-quoted, so a line stays a line) or the failure."""
-    from modelir import errors
+    from modelir import errors, records
     from modelir.reading.view import view
-    from modelir.records import files as records
     from modelir.v1 import record_pb2
 
     wanted = set(keys or ())
@@ -47,7 +46,7 @@ def _show(path: str, keys: list[str] | None) -> int:
 
 
 def _records(args: argparse.Namespace) -> int:
-    from modelir.records import files as records
+    from modelir import records
     from modelir.v1 import record_pb2
 
     if args.action == "show":

@@ -29,39 +29,20 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import orjson
-from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
-from google.protobuf.descriptor import Descriptor, FileDescriptor
+from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 
 from modelir.records import varint
-from modelir.v1 import (
-    capabilities_pb2,
-    content_pb2,
-    errors_pb2,
-    logprobs_pb2,
-    record_pb2,
-    request_pb2,
-    response_pb2,
-    service_pb2,
-    stream_pb2,
-    version_pb2,
-)
+from modelir.records.descriptors import ir_descriptor_set as ir_descriptor_set
+from modelir.records.descriptors import message_class as message_class
+from modelir.records.errors import NewerMinorVersionWarning as NewerMinorVersionWarning
+from modelir.records.errors import OtherSeriesError as OtherSeriesError
+from modelir.records.errors import RecordFileError as RecordFileError
+from modelir.v1 import record_pb2
 from modelir.version import IR_SEMVER, IR_VERSION, SDK_VERSION, parse_semver
 
 JSONL = "jsonl"
 BINARY = "binary"
-
-
-class RecordFileError(Exception):
-    """A record file that cannot be read or resumed (wrong version, no header, not a record file)."""
-
-
-class OtherSeriesError(RecordFileError):
-    """A record file of another IR major version than this SDK writes: not resumable here (and not readable)."""
-
-
-class NewerMinorVersionWarning(UserWarning):
-    """A record file from a newer minor IR version: readable (fields this SDK does not know are not shown)."""
 
 
 def format_of(path: str | os.PathLike[str]) -> str:
@@ -75,80 +56,6 @@ def format_of(path: str | os.PathLike[str]) -> str:
     if first:
         return JSONL if first == b"{" else BINARY
     return BINARY if path.suffix in (".binpb", ".pb", ".bin") else JSONL
-
-
-# Every file of the IR this SDK writes; the descriptor set in a header holds them and all their imports.
-_IR_FILES: tuple[FileDescriptor, ...] = tuple(
-    module.DESCRIPTOR
-    for module in (
-        version_pb2,
-        capabilities_pb2,
-        content_pb2,
-        errors_pb2,
-        logprobs_pb2,
-        request_pb2,
-        response_pb2,
-        stream_pb2,
-        record_pb2,
-        service_pb2,
-    )
-)
-_DESCRIPTOR_SET: bytes | None = None
-
-
-def ir_descriptor_set() -> bytes:
-    """The serialized `FileDescriptorSet` of this SDK's IR: every `modelir/v1` file and its imports, each file
-    after the files it imports (so a reader can add them to a pool in order)."""
-    global _DESCRIPTOR_SET
-    if _DESCRIPTOR_SET is None:
-        ordered: list[FileDescriptor] = []
-        seen: set[str] = set()
-
-        def visit(file: FileDescriptor) -> None:
-            if file.name in seen:
-                return
-            seen.add(file.name)
-            for dependency in file.dependencies:
-                visit(dependency)
-            ordered.append(file)
-
-        for file in _IR_FILES:
-            visit(file)
-        descriptor_set = descriptor_pb2.FileDescriptorSet()
-        for file in ordered:
-            proto = descriptor_set.file.add()
-            file.CopyToProto(proto)
-            for message in proto.message_type:
-                _set_json_names(message, file.message_types_by_name[message.name])
-        _DESCRIPTOR_SET = descriptor_set.SerializeToString()
-    return _DESCRIPTOR_SET
-
-
-def _set_json_names(proto: descriptor_pb2.DescriptorProto, live: Descriptor) -> None:
-    """Write every field's JSON name into its copy. `CopyToProto` leaves `json_name` unset (buf and protoc always
-    set it), and a reader that builds its types from the header alone (protobuf-es in TypeScript) then knows no
-    camelCase names and cannot read the JSON Lines records the header describes."""
-    for member in proto.field:
-        member.json_name = live.fields_by_name[member.name].json_name
-    for nested in proto.nested_type:
-        _set_json_names(nested, live.nested_types_by_name[nested.name])
-
-
-def message_class(header: record_pb2.RecordHeader, full_name: str = "modelir.v1.Record") -> type[Message]:
-    """A message class built from the header's own descriptor set: it decodes (binary and proto-JSON) every field
-    the writer knew, also those this SDK does not. Decode an entry's bytes or line with it, e.g.
-    `message_class(header, "modelir.v1.RecordFileEntry").FromString(raw)`."""
-    if not header.ir_descriptor_set:
-        raise RecordFileError("the record file's header carries no descriptor set (written before IR 1.0.0?)")
-    descriptor_set = descriptor_pb2.FileDescriptorSet.FromString(header.ir_descriptor_set)
-    pool = descriptor_pool.DescriptorPool()
-    for file in descriptor_set.file:
-        pool.Add(file)
-    try:
-        descriptor = pool.FindMessageTypeByName(full_name)
-    except KeyError:
-        raise RecordFileError(f"the record file's descriptor set has no message {full_name!r}") from None
-    return message_factory.GetMessageClass(descriptor)
 
 
 def encode_entry(entry: Message, fmt: str) -> bytes:
@@ -332,30 +239,6 @@ def _upgrade(path: Path, scanned: Scan, header_bytes: int) -> BinaryIO:
 UPGRADED_FROM_KEY = "modelir.upgraded_from_ir_version"
 
 
-# What a reader needs to know, years later, of where a record came from: which IR and SDK wrote it, through which
-# transport, for which configured model. A record without them cannot be attributed; `verify` names each.
-REQUIRED_PROVENANCE = ("ir_version", "sdk_version", "transport", "configured_model")
-_PROVENANCE_PROBLEMS_SHOWN = 20
-
-
-def provenance_problems(records: list[record_pb2.Record]) -> list[str]:
-    """The records whose provenance is empty or lacks a field of `REQUIRED_PROVENANCE`, one line each (the first
-    twenty, then how many more), for `modelir records verify`."""
-    lines = []
-    for index, record in enumerate(records):
-        provenance = record.provenance
-        if not record.HasField("provenance") or not provenance.ListFields():
-            lines.append(f"record {index} (key {record.key!r}) has empty provenance")
-            continue
-        absent = [name for name in REQUIRED_PROVENANCE if not getattr(provenance, name)]
-        if absent:
-            lines.append(f"record {index} (key {record.key!r}) has no provenance {', '.join(absent)}")
-    if len(lines) > _PROVENANCE_PROBLEMS_SHOWN:
-        hidden = len(lines) - _PROVENANCE_PROBLEMS_SHOWN
-        lines = [*lines[:_PROVENANCE_PROBLEMS_SHOWN], f"... and {hidden} more records with incomplete provenance"]
-    return lines
-
-
 def read_records(path: str | os.PathLike[str]) -> Iterator[record_pb2.Record]:
     """The records of a file, each as it is read (the first before the rest of the file is): the header is checked
     first; an unreadable entry is skipped and a torn tail ignored, each with a warning, as `scan` reports them."""
@@ -472,41 +355,3 @@ def _with_key(record: record_pb2.Record, key: str) -> record_pb2.Record:
     keyed.CopyFrom(record)
     keyed.key = key
     return keyed
-
-
-def convert(source: str | os.PathLike[str], target: str | os.PathLike[str], fmt: str) -> int:
-    """Copy a record file into `fmt`, header included, keeping every field its writer wrote. Returns the number of
-    records.
-
-    Entries are decoded with the types of the file's own header (`message_class`), not this SDK's: a field added by
-    a newer release survives the trip through either format, and the copy keeps the writer's header (its IR version
-    and descriptor set), so it never claims a version whose fields it lost. Unreadable entries are skipped and a torn
-    tail is left out, as every reader does."""
-    source_format = format_of(source)
-    entry_class: type[Message] | None = None
-    count = 0
-    with Path(source).open("rb") as reading, Path(target).open("xb") as handle:
-        frames = _jsonl_frames(reading) if source_format == JSONL else _binary_frames(reading)
-        for index, (_end, raw) in enumerate(frames):
-            entry = None if raw is None else _decode(raw, source_format)
-            if raw is None or entry is None:
-                continue
-            if entry_class is None:
-                if index != 0 or entry.WhichOneof("entry") != "header":
-                    raise RecordFileError(f"{source} has no header")
-                check_readable(entry.header, source)
-                entry_class = (
-                    message_class(entry.header, "modelir.v1.RecordFileEntry")
-                    if entry.header.ir_descriptor_set
-                    else record_pb2.RecordFileEntry  # written before headers carried their types: ours are theirs
-                )
-            elif entry.WhichOneof("entry") == "header":
-                continue  # a second header is ignored, as `scan` ignores it
-            full = json_format.Parse(raw, entry_class()) if source_format == JSONL else entry_class.FromString(raw)
-            handle.write(encode_entry(full, fmt))
-            count += entry.WhichOneof("entry") == "record"
-        if entry_class is None:
-            raise RecordFileError(f"{source} has no header")
-        handle.flush()
-        os.fsync(handle.fileno())
-    return count
