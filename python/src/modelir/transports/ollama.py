@@ -27,10 +27,9 @@ from modelir.logprobs import build as lp
 from modelir.pipeline import content_kinds
 from modelir.transports import _common as common
 from modelir.transports import ollama_embed, ollama_warnings, zero_output
-from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
+from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter
 from modelir.transports.manifests import COMMON, ENGINE_SAMPLING, LOGPROBS, OPENAI_SAMPLING, capability_set
 from modelir.transports.ollama_warnings import TRUNCATION_WARNING as TRUNCATION_WARNING
-from modelir.transports.stream_parts import StreamParts
 from modelir.v1 import (
     capabilities_pb2,
     content_pb2,
@@ -39,7 +38,6 @@ from modelir.v1 import (
     logprobs_pb2,
     request_pb2,
     response_pb2,
-    stream_pb2,
 )
 
 JSON_HEADERS = (("content-type", "application/json"),)
@@ -186,9 +184,9 @@ class Ollama(HttpTransport):
         if thinking:
             choice.message.parts.add().reasoning.text = thinking
         choice.message.parts.add(text=text or "")
-        choice.constrained_label = _label(request, text or "")
+        choice.constrained_label = chosen_label(request, text or "")
         for call in message.get("tool_calls") or body.get("tool_calls") or ():
-            choice.message.parts.append(_call_part(call))
+            choice.message.parts.append(call_part(call))
         facts = soft_errors.Facts()
         if body.get("logprobs"):
             lp.from_openai_content(body["logprobs"], into=choice.logprobs)
@@ -198,7 +196,7 @@ class Ollama(HttpTransport):
                 out.warnings.append(replaced)
         else:
             facts.lack_logprobs(0)
-        _settle(body, choice, out)
+        settle(body, choice, out)
         if zero_output.asks_for_nothing(request):
             zero_output.drop_output(out, "Ollama")
         soft_errors.settle(request, out, facts)
@@ -208,7 +206,9 @@ class Ollama(HttpTransport):
         return out
 
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
-        return _NdjsonStreamLifter(self, request)
+        from modelir.transports.ollama_stream import NdjsonStreamLifter  # it builds on this module's helpers
+
+        return NdjsonStreamLifter(self, request)
 
     def native_fields(self, request: request_pb2.Request | None, kind: str) -> str:
         """Chat and raw generation answer with different members (`native_fields/ollama.toml`)."""
@@ -269,7 +269,7 @@ def _token_id(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31 else None
 
 
-def _label(request: request_pb2.Request, text: str) -> str:
+def chosen_label(request: request_pb2.Request, text: str) -> str:
     """Under a choice constraint the reply is a JSON string: the label it unwraps to, or "" when it is none."""
     if request.constraint.WhichOneof("kind") != "choice":
         return ""
@@ -335,7 +335,7 @@ def _tool(tool: request_pb2.Tool) -> dict[str, Any]:
     return {"type": "function", "function": function}
 
 
-def _call_part(call: dict[str, Any]) -> content_pb2.Part:
+def call_part(call: dict[str, Any]) -> content_pb2.Part:
     function = call.get("function") or {}
     arguments = function.get("arguments")
     text = arguments if isinstance(arguments, str) else orjson.dumps(arguments or {}).decode()
@@ -344,7 +344,7 @@ def _call_part(call: dict[str, Any]) -> content_pb2.Part:
     )
 
 
-def _settle(body: dict[str, Any], choice: response_pb2.Choice, out: response_pb2.Response) -> None:
+def settle(body: dict[str, Any], choice: response_pb2.Choice, out: response_pb2.Response) -> None:
     """The final object's finish reason, usage and provider timings."""
     reason = body.get("done_reason") or ""
     choice.raw_finish_reason = reason
@@ -363,111 +363,3 @@ def _settle(body: dict[str, Any], choice: response_pb2.Choice, out: response_pb2
         out.timing.provider_input_duration.FromNanoseconds(body["prompt_eval_duration"])
     if body.get("eval_duration") is not None:
         out.timing.provider_output_duration.FromNanoseconds(body["eval_duration"])
-
-
-class _NdjsonStreamLifter(StreamLifter):
-    """NDJSON lines -> IR events; the end names the chosen label under a choice constraint."""
-
-    def __init__(self, transport: Ollama, request: request_pb2.Request) -> None:
-        self.transport = transport
-        self.request = request
-        self.started = False
-        self.final: dict[str, Any] | None = None
-        self.error: Any = None
-        self.parts = StreamParts()  # one choice: "thinking", "text", then ("call", n)
-        self.thinking = False
-        self.texts: list[str] = []
-        self.calls: list[dict[str, Any]] = []
-        self.saw_logprobs = False
-        self.tokens: list[str] = []  # the logprob tokens, for `lp.replaced_bytes_warning`
-        self.nothing = zero_output.asks_for_nothing(request)  # what the engine generates is withheld
-
-    def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
-        data = common.parse_json(event.data, "stream line")
-        out: list[stream_pb2.StreamEvent] = []
-        if isinstance(data.get("error"), str):
-            self.error = soft_errors.provider_error(data["error"])
-            return out
-        if not self.started:
-            self.started = True
-            out.append(stream_pb2.StreamEvent(start=stream_pb2.StreamStart(model=data.get("model") or "")))
-        message = data.get("message") or {}
-        thinking = message.get("thinking") if "message" in data else data.get("thinking")
-        text = message.get("content") if "message" in data else data.get("response")
-        if thinking and not self.nothing:
-            self.thinking = True
-            out.append(self.parts.delta(0, "thinking", reasoning=stream_pb2.ReasoningDelta(text=thinking)))
-        delta = None
-        if text and not self.nothing:
-            self.texts.append(text)
-            delta = stream_pb2.PartDelta(part_index=self.parts.index(0, "text"), text=text)
-        if data.get("logprobs"):
-            self.saw_logprobs = True
-            delta = delta or stream_pb2.PartDelta()
-            lp.from_openai_content(data["logprobs"], into=delta.logprobs)
-            delta.logprobs.basis = logprobs_pb2.LOGPROB_BASIS_PRE_SAMPLING
-            self.tokens.extend(delta.logprobs.tokens)
-        if delta is not None and not self.nothing:
-            out.append(stream_pb2.StreamEvent(delta=delta))
-        if not self.nothing:
-            self.calls.extend(message.get("tool_calls") or data.get("tool_calls") or [])
-        if data.get("done"):
-            self.final = data
-        return out
-
-    def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
-        out: list[stream_pb2.StreamEvent] = []
-        text_index = self.parts.index(0, "text")
-        full = "".join(self.texts)
-        # The text part exists in the unary answer even when empty.
-        out.append(stream_pb2.StreamEvent(delta=stream_pb2.PartDelta(part_index=text_index, text="")))
-        for offset, call in enumerate(self.calls):
-            part = _call_part(call)
-            out.append(
-                stream_pb2.StreamEvent(
-                    delta=stream_pb2.PartDelta(
-                        part_index=self.parts.index(0, ("call", offset)),
-                        tool_call=stream_pb2.ToolCallDelta(
-                            id=part.tool_call.id, name=part.tool_call.name, arguments_json=part.tool_call.arguments_json
-                        ),
-                    )
-                )
-            )
-        end = stream_pb2.StreamEnd()
-        facts = soft_errors.Facts()
-        settled = response_pb2.Response()
-        if self.final is not None:
-            choice = settled.choices.add()
-            if self.thinking:
-                choice.message.parts.add().reasoning.SetInParent()
-            choice.message.parts.add(text=full)
-            choice.message.parts.extend(_call_part(c) for c in self.calls)
-            if not self.saw_logprobs:
-                facts.lack_logprobs(0)
-            _settle(self.final, choice, settled)
-            choice.constrained_label = _label(self.request, full)
-            end.finishes.add(
-                choice_index=0,
-                finish_reason=choice.finish_reason,
-                raw_finish_reason=choice.raw_finish_reason,
-                constrained_label=choice.constrained_label,
-            )
-            end.usage.CopyFrom(settled.usage)
-            if settled.HasField("timing"):
-                end.timing.CopyFrom(settled.timing)
-        else:
-            end.finishes.add(choice_index=0)
-            facts.cut_short = "the stream ended before its done line; the output is partial"
-        facts.provider_error = self.error
-        if self.nothing and self.final is not None:
-            zero_output.end_of_nothing(end, "Ollama")
-        soft_errors.settle(self.request, settled, facts)
-        if bool(settled.errors):
-            end.errors.extend(settled.errors)
-        end.warnings.extend(ollama_warnings.truncation(self.request, end.usage))
-        end.warnings.extend(ollama_warnings.images(self.request, self.transport.vision))
-        end.warnings.extend(ollama_warnings.default_penalty(self.request))
-        if not self.nothing and (replaced := lp.replaced_bytes_warning(self.tokens, "Ollama")):
-            end.warnings.append(replaced)
-        out.append(stream_pb2.StreamEvent(end=end))
-        return out
