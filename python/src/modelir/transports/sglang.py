@@ -219,7 +219,7 @@ def _finish(choice: response_pb2.Choice, reason: Any, request: request_pb2.Reque
         choice.finish_reason = response_pb2.FINISH_REASON_OTHER
 
 
-def _columns(triples: list, tops: list | None, top_k: int, out: logprobs_pb2.TokenLogprobs) -> None:
+def _columns(triples: list[Any], tops: list[Any] | None, top_k: int, out: logprobs_pb2.TokenLogprobs) -> None:
     """`[logprob, token_id, text]` triples -> columnar logprobs (no bytes: this wire has none)."""
     rows = [row or [] for row in tops] if top_k and tops is not None else None
     flat = [t for row in rows for t in row] if rows is not None else []

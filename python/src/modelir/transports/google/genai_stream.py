@@ -190,7 +190,9 @@ class GenAIStreamLifter(StreamLifter):
         delta.tool_call.arguments_json = orjson.dumps(pending["args"]).decode()
         return stream_pb2.StreamEvent(delta=delta)
 
-    def _part_events(self, index: int, kinds: list[str], signed: set[int], raw: dict[str, Any]):
+    def _part_events(
+        self, index: int, kinds: list[str], signed: set[int], raw: dict[str, Any]
+    ) -> list[stream_pb2.StreamEvent]:
         if "functionCall" in raw and (streamed := self._streamed_call(index, kinds, raw)) is not None:
             return streamed
         whole = None

@@ -8,10 +8,12 @@ from typing import Any
 
 import msgspec
 
+from modelir.errors.soft import Facts
 from modelir.reading import stops
 from modelir.transports import _engine_output as tokens
 from modelir.transports.base import HttpResponse, RawEvent, StreamLifter
 from modelir.transports.llamacpp.sampling import lower_sampling
+from modelir.transports.openai import _typed as typed
 from modelir.transports.openai.chat import OpenAIChat
 from modelir.v1 import errors_pb2, logprobs_pb2, request_pb2, response_pb2, stream_pb2
 
@@ -44,7 +46,9 @@ class LlamaCppChat(OpenAIChat):
                 out.warnings.add(code="stop_sequence_unknown", message=unknown)
         return out
 
-    def lift_extras(self, request, body, out, facts) -> None:
+    def lift_extras(
+        self, request: request_pb2.Request, body: typed.ChatCompletion, out: response_pb2.Response, facts: Facts
+    ) -> None:
         tokens.label_choices(request, out)
         for choice in out.choices:
             if choice.HasField("logprobs"):

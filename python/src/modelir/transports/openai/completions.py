@@ -209,7 +209,15 @@ class OpenAICompletions(wire.BodyTransport, OpenAIEmbeddings):
     # generated, and the arrays still hold the prompt's tokens.
     echo_text_may_omit_prompt = False
 
-    def _split_echo(self, request, out, text, logprobs, prompt_count, generated_count=None):
+    def _split_echo(
+        self,
+        request: request_pb2.Request,
+        out: response_pb2.Response,
+        text: str,
+        logprobs: dict[str, Any] | None,
+        prompt_count: int | None,
+        generated_count: int | None = None,
+    ) -> tuple[str, dict[str, Any] | None]:
         """With echo, the text and arrays start with the prompt: score the requested span, keep the rest.
 
         The prompt's tokens are the arrays' first (all) less the generated ones (`completion_tokens`); the scored
@@ -282,7 +290,9 @@ class OpenAICompletions(wire.BodyTransport, OpenAIEmbeddings):
         rest = {k: v[n_prompt:] for k, v in logprobs.items() if isinstance(v, list)}
         return generated, rest
 
-    def _strip_echo(self, request, text, logprobs, prompt_count):
+    def _strip_echo(
+        self, request: request_pb2.Request, text: str, logprobs: dict[str, Any] | None, prompt_count: int | None
+    ) -> tuple[str, dict[str, Any] | None]:
         prompt = request.prompt + _continuation(request)
         n_prompt = prompt_count or 0
         rest = {k: v[n_prompt:] for k, v in logprobs.items() if isinstance(v, list)} if logprobs else None

@@ -84,7 +84,7 @@ class VLLMCompletions(OpenAICompletions):
     ) -> tuple[response_pb2.FinishReason.ValueType, str, stops.Stop]:
         return dialect.finish(raw_reason, stop_reason)
 
-    def lift_extras(self, request, body, out) -> None:
+    def lift_extras(self, request: request_pb2.Request, body: dict[str, Any], out: response_pb2.Response) -> None:
         raws = common.array(body, "choices")
         if request.HasField("input_scoring") and not out.input_scores and raws and not continuations.of(request):
             # A server that answers with `prompt_logprobs` (and `prompt_token_ids`) instead of echoed logprobs: the
