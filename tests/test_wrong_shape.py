@@ -142,3 +142,18 @@ async def test_an_answers_array_that_is_a_scalar_is_malformed_not_an_empty_succe
     read as "no choices" it would be an empty success (found by the fuzz suite, `candidates: false`)."""
     with pytest.raises(errors.MalformedResponseError):
         await _run(transport, json.dumps(body).encode())
+
+
+@pytest.mark.parametrize("candidate", [{}, {"": None}, {"content": None, "safetyRatings": []}])
+async def test_a_gemini_candidate_with_neither_content_nor_a_finish_reason_is_malformed(candidate):
+    """A whole answer's candidate says what it generated or why it stopped; one with neither lifted as an empty
+    success (found by `make fuzz`: a candidate's members renamed to `""`)."""
+    body = {"candidates": [candidate], "modelVersion": "g", "usageMetadata": {"promptTokenCount": 1}}
+    with pytest.raises(errors.MalformedResponseError, match="candidate 0"):
+        await _run("google_genai", json.dumps(body).encode())
+
+
+async def test_a_gemini_candidate_blocked_without_content_is_still_an_answer():
+    body = {"candidates": [{"finishReason": "SAFETY", "index": 0}], "modelVersion": "g"}
+    response = await _run("google_genai", json.dumps(body).encode())
+    assert response.choices[0].finish_reason

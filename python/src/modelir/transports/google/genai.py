@@ -237,6 +237,10 @@ class GoogleGenAI(HttpTransport):
             raise errors.MalformedResponseError("the answer has no candidates and no promptFeedback saying why")
         facts = soft_errors.Facts()
         for position, candidate in enumerate(candidates):
+            if not candidate.get("content") and not candidate.get("finishReason"):
+                # A whole answer's candidate says what it generated or why it stopped (only stream chunks leave the
+                # reason out): one with neither is a wrong shape, not an empty success.
+                raise errors.MalformedResponseError(f"candidate {position} has neither content nor a finishReason")
             choice = out.choices.add(index=candidate.get("index", position))
             choice.message.role = content_pb2.ROLE_ASSISTANT
             pairing = parts.CallPairing()
