@@ -157,3 +157,12 @@ async def test_a_gemini_candidate_blocked_without_content_is_still_an_answer():
     body = {"candidates": [{"finishReason": "SAFETY", "index": 0}], "modelVersion": "g"}
     response = await _run("google_genai", json.dumps(body).encode())
     assert response.choices[0].finish_reason
+
+
+@pytest.mark.parametrize("chunks", [[b"{}"], [b'{"": null}', b'{"usageMetadata": {"promptTokenCount": 1}}']])
+async def test_a_gemini_stream_with_no_candidate_and_no_prompt_feedback_is_not_an_empty_success(chunks):
+    """Gemini streams have no end marker; one that never names a candidate nor says why (promptFeedback) ended
+    before its answer (found by `make fuzz`: the only chunk's members renamed to `""`)."""
+    response = await _run("google_genai", _sse(chunks), stream=True)
+    assert [e.reason for e in response.errors] == [errors_pb2.ERROR_REASON_TRUNCATED_STREAM], response
+    assert "no candidate" in response.errors[0].message

@@ -281,6 +281,9 @@ class GenAIStreamLifter(StreamLifter):
         if interrupted or (choices and not self.finishes) or self.pending_calls:
             # There is no [DONE]: a stream is complete when its candidates have said why they finished.
             facts.cut_short = "the stream ended before a finishReason; the output is partial"
+        elif not choices and not self.finishes and self.prompt_feedback is None:
+            # Nor is a stream with no candidate at all and no promptFeedback saying why: an empty success otherwise.
+            facts.cut_short = "the stream ended with no candidate and no promptFeedback saying why"
         facts.missing_logprobs = [i for i in choices if i not in self.has_logprobs and self.parts.labels(i)]
         soft_errors.settle_stream(self.request, end, facts, self.parts.texts())
         return [*events, stream_pb2.StreamEvent(end=end)]
