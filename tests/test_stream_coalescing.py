@@ -64,6 +64,26 @@ async def test_merging_every_waiting_event_keeps_the_fold(chunk_size):
             assert len(merged_deltas) < len(deltas)
 
 
+@pytest.mark.parametrize("chunk_size", [1, 16])
+async def test_a_messages_phase_and_a_choices_native_facts_survive_unfold_merge_and_fold(chunk_size):
+    """IR 1.1's `PartDelta.phase` and `ChoiceFinish.native_json`: a response that has them unfolds into events that
+    carry them, the coalescer keeps the last phase of a run, and the fold gives them back."""
+    response = await Model(ReferenceModel(), name="reference").arun(_requests()[0])
+    response.choices[0].message.phase = content_pb2.MESSAGE_PHASE_COMMENTARY
+    response.choices[0].native_json = '{"safetyRatings": []}'
+    events = list(events_from_response(response, chunk_size=chunk_size))
+    assert accumulate(merge_waiting(events)) == accumulate(events) == response
+    bare = response_pb2.Response()
+    bare.choices.add().message.phase = content_pb2.MESSAGE_PHASE_FINAL_ANSWER  # no parts: a delta of its own
+    bare.choices[0].message.role = content_pb2.ROLE_ASSISTANT
+    assert accumulate(events_from_response(bare)) == bare
+    run = [_delta(text="a", phase=content_pb2.MESSAGE_PHASE_COMMENTARY), _delta(text="b")]
+    run.append(_delta(text="c", phase=content_pb2.MESSAGE_PHASE_FINAL_ANSWER))
+    (merged,) = merge_waiting(run)
+    assert (merged.delta.text, merged.delta.phase) == ("abc", content_pb2.MESSAGE_PHASE_FINAL_ANSWER)
+    assert accumulate([merged]).choices[0].message.phase == content_pb2.MESSAGE_PHASE_FINAL_ANSWER
+
+
 def test_logprob_columns_are_appended_with_byte_offsets_rebased():
     response = response_pb2.Response()
     choice = response.choices.add()

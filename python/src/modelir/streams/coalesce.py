@@ -13,7 +13,7 @@ Folding the coalesced events gives exactly the response that folding the origina
 (`modelir.streams.fold.StreamAccumulator`), which is what makes the merge lossless:
 
 - a run shares `choice_index`, `part_index` and its content kind; artifacts are appended in order and the last
-  `item_id` that is set wins, as the fold does;
+  `item_id` and `phase` that are set win, as the fold does;
 - a delta that carries only logprobs joins the run before it in the same choice (logprobs fold per choice);
 - anything else (stream start and end, blobs, a delta with neither content nor logprobs, a reasoning delta that
   carries both text and summary text) is never merged.
@@ -102,6 +102,8 @@ def _merge(run: Sequence[stream_pb2.StreamEvent]) -> stream_pb2.StreamEvent:
             delta.token_ids.extend(d.token_ids)
         if d.item_id:
             delta.item_id = d.item_id
+        if d.phase:  # the fold keeps the last phase that is set
+            delta.phase = d.phase
         if d.HasField("logprobs"):
             with_logprobs.append(d.logprobs)
     if len(with_logprobs) == 1:

@@ -27,6 +27,7 @@ class _ChoiceBuffer:
     finish: stream_pb2.ChoiceFinish | None = None
     token_ids: list[int] = field(default_factory=list)
     part_indexes: list[int] = field(default_factory=list)
+    phase: content_pb2.MessagePhase.ValueType = content_pb2.MESSAGE_PHASE_UNSPECIFIED  # the last one set wins
 
     def add_tokens(self, ids: Iterable[int], part_index: int) -> None:
         before = len(self.token_ids)
@@ -67,6 +68,8 @@ class StreamAccumulator:
 
     def _add_delta(self, delta: stream_pb2.PartDelta) -> None:
         choice = self._choice(delta.choice_index)
+        if delta.phase:
+            choice.phase = delta.phase
         if delta.HasField("logprobs"):
             choice.logprobs.append(delta.logprobs)
         content = delta.WhichOneof("content")
@@ -127,6 +130,8 @@ class StreamAccumulator:
             buffer = self._choices[index]
             choice = out.choices.add(index=index)
             choice.message.role = content_pb2.ROLE_ASSISTANT
+            if buffer.phase:
+                choice.message.phase = buffer.phase
             for pb in buffer.parts:
                 part = choice.message.parts.add()
                 part.CopyFrom(pb.part)
@@ -148,6 +153,7 @@ class StreamAccumulator:
                 if ended.HasField("output_token_count"):
                     choice.output_token_count = ended.output_token_count
                 choice.constrained_label = ended.constrained_label
+                choice.native_json = ended.native_json
         return out
 
 
@@ -210,6 +216,11 @@ def events_from_response(response: response_pb2.Response, *, chunk_size: int = 1
                 last_of_part[index].token_ids.extend(ids)
             else:
                 loose.append(stream_pb2.PartDelta(choice_index=choice.index, part_index=index, token_ids=ids))
+        if choice.message.phase:  # on the choice's first delta, or on a delta of its own when it has none
+            if deltas:
+                deltas[0].phase = choice.message.phase
+            else:
+                loose.insert(0, stream_pb2.PartDelta(choice_index=choice.index, phase=choice.message.phase))
         last_delta = {d.part_index: d for d in deltas}
         for delta in deltas:
             yield stream_pb2.StreamEvent(delta=delta)
@@ -240,6 +251,7 @@ def events_from_response(response: response_pb2.Response, *, chunk_size: int = 1
             finish_reason=choice.finish_reason,
             raw_finish_reason=choice.raw_finish_reason,
             constrained_label=choice.constrained_label,
+            native_json=choice.native_json,
         )
         stops.copy_stop(choice, finish)
         if choice.HasField("output_token_count"):

@@ -188,12 +188,8 @@ class ResponsesStreamLifter(StreamLifter):
                 end.usage.CopyFrom(settled.usage)
             end.service_tier = settled.service_tier
             end.warnings.extend(settled.warnings)
-            if phase := choice.message.phase:  # IR 1.0 stream events have no field for it: said, never dropped
-                name = content_pb2.MessagePhase.Name(phase).removeprefix("MESSAGE_PHASE_").lower()
-                end.warnings.add(
-                    code="message_phase_not_streamed",
-                    message=f"the message's phase is {name}; stream events have no field for it (Message.phase)",
-                )
+            if choice.message.phase:  # the settled message's phase, on a delta of its own (PartDelta.phase, IR 1.1)
+                events.append(stream_pb2.StreamEvent(delta=stream_pb2.PartDelta(phase=choice.message.phase)))
         else:
             facts.cut_short = "the stream ended before response.completed; the output is partial"
         if self.error is not None:
