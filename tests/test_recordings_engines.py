@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from modelir import accumulate, errors
+from modelir.calls.tokenizer import out_of_vocabulary
 from modelir.transports.base import HttpResponse, RawEvent
 from modelir.transports.llamacpp import LlamaCpp
 from modelir.transports.ollama import Ollama
@@ -277,6 +278,15 @@ def _tokenize_lines() -> list[tuple[Path, dict]]:
     return [(p, json.loads(line)) for p in sorted(OURS.glob("*/tokenize.jsonl")) for line in p.read_text().splitlines()]
 
 
+def _learned_tokenizer_info(path: Path, transport):
+    """The tokenizer facts the recording's `tokenizer_info` line learned, lifted again."""
+    from google.protobuf import json_format
+
+    (line,) = [line for p, line in _tokenize_lines() if p == path and line["operation"] == "tokenizer_info"]
+    answers = [_answer(json_format.ParseDict(a, response_pb2.RawExchange())) for a in line["answers"]]
+    return transport.lift_tokenizer_info(answers)
+
+
 def _transport_of(folder: Path):
     from modelir.records.files import read_header
     from modelir.registry import build_transport
@@ -356,6 +366,15 @@ def test_live_tokenize_recordings_lower_and_lift_to_what_the_live_run_saw(path, 
 
     transport = _transport_of(path.parent)
     answers = [json_format.ParseDict(a, response_pb2.RawExchange()) for a in line["answers"]]
+    if line["operation"] == "tokenizer_info":  # the facts a detokenize checks ids against, learned once
+        assert [n.body for n in transport.lower_tokenizer_info(line["model"])] == [a.request_body for a in answers]
+        info = transport.lift_tokenizer_info([_answer(a) for a in answers])
+        assert json_format.MessageToDict(info) == line["result"]
+        return
+    if line["operation"] == "detokenize" and not answers:  # refused before any call: against the learned facts
+        refusal = out_of_vocabulary(line["token_ids"], _learned_tokenizer_info(path, transport))
+        assert refusal is not None and json_format.MessageToDict(refusal.to_response_error()) == line["error"]
+        return
     if line["operation"] == "tokenize":
         request = json_format.ParseDict(line["request"], service_pb2.TokenizeRequest())
         natives = transport.lower_tokenize(request)[: len(answers)]
