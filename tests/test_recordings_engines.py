@@ -467,10 +467,11 @@ def test_vllm_tokens_without_text_are_named():
     assert flagged
 
 
-def test_ollama_images_are_refused_or_named_never_ignored_silently():
-    """Ollama answers an image to a model without vision with a 200, ignoring it: configured `vision: false`, the
-    transport does not claim IMAGE_INPUT (refused before any call); unconfigured, the recorded answer carries an
-    `image_input_unverified` warning."""
+def test_ollama_images_are_checked_before_the_call_never_in_the_lift():
+    """Ollama answers an image to a model without vision with a 200, ignoring it: whether the model reads images is
+    learned from `/api/show` before the call (`ollama_show`), so the recorded image answers (sent with `vision:
+    true`) lift without a word about images, whatever the `vision` option; configured `vision: false`, the
+    transport does not claim IMAGE_INPUT (refused before any call)."""
     from modelir.pipeline.prepare import Pipeline
     from modelir.v1 import capabilities_pb2
 
@@ -481,9 +482,10 @@ def test_ollama_images_are_refused_or_named_never_ignored_silently():
     ]
     assert with_images
     for record in with_images:
-        response = _relifted(Ollama(provider_model="tiny"), record)
-        assert "image_input_unverified" in [w.code for w in response.warnings], record.key
-        assert not [w for w in _relifted(Ollama(vision=True), record).warnings if w.code == "image_input_unverified"]
+        for transport in (Ollama(provider_model="tiny"), Ollama(vision=True)):
+            assert "image_input_unverified" not in [w.code for w in _relifted(transport, record).warnings]
+        assert Ollama().lower_model_facts(record.request) is not None  # asked first when `vision` is unset
+        assert Ollama(vision=True).lower_model_facts(record.request) is None
         with pytest.raises(errors.UnsupportedCapabilityError, match="IMAGE_INPUT"):
             Pipeline(Ollama(vision=False)).check(record.request)
     assert capabilities_pb2.CAPABILITY_IMAGE_INPUT in Ollama().manifest().capabilities
