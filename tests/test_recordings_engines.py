@@ -278,11 +278,15 @@ def _tokenize_lines() -> list[tuple[Path, dict]]:
     return [(p, json.loads(line)) for p in sorted(OURS.glob("*/tokenize.jsonl")) for line in p.read_text().splitlines()]
 
 
-def _learned_tokenizer_info(path: Path, transport):
-    """The tokenizer facts the recording's `tokenizer_info` line learned, lifted again."""
+def _learned_tokenizer_info(path: Path, test: str, transport):
+    """The tokenizer facts the `tokenizer_info` line of the same test (one model per test) learned, lifted again."""
     from google.protobuf import json_format
 
-    (line,) = [line for p, line in _tokenize_lines() if p == path and line["operation"] == "tokenizer_info"]
+    (line,) = [
+        line
+        for p, line in _tokenize_lines()
+        if p == path and line["operation"] == "tokenizer_info" and line["key"].rsplit("#", 1)[0] == test
+    ]
     answers = [_answer(json_format.ParseDict(a, response_pb2.RawExchange())) for a in line["answers"]]
     return transport.lift_tokenizer_info(answers)
 
@@ -372,7 +376,8 @@ def test_live_tokenize_recordings_lower_and_lift_to_what_the_live_run_saw(path, 
         assert json_format.MessageToDict(info) == line["result"]
         return
     if line["operation"] == "detokenize" and not answers:  # refused before any call: against the learned facts
-        refusal = out_of_vocabulary(line["token_ids"], _learned_tokenizer_info(path, transport))
+        learned = _learned_tokenizer_info(path, line["key"].rsplit("#", 1)[0], transport)
+        refusal = out_of_vocabulary(line["token_ids"], learned)
         assert refusal is not None and json_format.MessageToDict(refusal.to_response_error()) == line["error"]
         return
     if line["operation"] == "tokenize":
