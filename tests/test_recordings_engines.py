@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from modelir import accumulate, errors
+from modelir.calls.tokenizer import out_of_vocabulary
 from modelir.transports.base import HttpResponse, RawEvent
 from modelir.transports.llamacpp import LlamaCpp
 from modelir.transports.ollama import Ollama
@@ -277,6 +278,19 @@ def _tokenize_lines() -> list[tuple[Path, dict]]:
     return [(p, json.loads(line)) for p in sorted(OURS.glob("*/tokenize.jsonl")) for line in p.read_text().splitlines()]
 
 
+def _learned_tokenizer_info(path: Path, test: str, transport):
+    """The tokenizer facts the `tokenizer_info` line of the same test (one model per test) learned, lifted again."""
+    from google.protobuf import json_format
+
+    (line,) = [
+        line
+        for p, line in _tokenize_lines()
+        if p == path and line["operation"] == "tokenizer_info" and line["key"].rsplit("#", 1)[0] == test
+    ]
+    answers = [_answer(json_format.ParseDict(a, response_pb2.RawExchange())) for a in line["answers"]]
+    return transport.lift_tokenizer_info(answers)
+
+
 def _transport_of(folder: Path):
     from modelir.records.files import read_header
     from modelir.registry import build_transport
@@ -356,6 +370,16 @@ def test_live_tokenize_recordings_lower_and_lift_to_what_the_live_run_saw(path, 
 
     transport = _transport_of(path.parent)
     answers = [json_format.ParseDict(a, response_pb2.RawExchange()) for a in line["answers"]]
+    if line["operation"] == "tokenizer_info":  # the facts a detokenize checks ids against, learned once
+        assert [n.body for n in transport.lower_tokenizer_info(line["model"])] == [a.request_body for a in answers]
+        info = transport.lift_tokenizer_info([_answer(a) for a in answers])
+        assert json_format.MessageToDict(info) == line["result"]
+        return
+    if line["operation"] == "detokenize" and not answers:  # refused before any call: against the learned facts
+        learned = _learned_tokenizer_info(path, line["key"].rsplit("#", 1)[0], transport)
+        refusal = out_of_vocabulary(line["token_ids"], learned)
+        assert refusal is not None and json_format.MessageToDict(refusal.to_response_error()) == line["error"]
+        return
     if line["operation"] == "tokenize":
         request = json_format.ParseDict(line["request"], service_pb2.TokenizeRequest())
         natives = transport.lower_tokenize(request)[: len(answers)]
@@ -448,10 +472,11 @@ def test_vllm_tokens_without_text_are_named():
     assert flagged
 
 
-def test_ollama_images_are_refused_or_named_never_ignored_silently():
-    """Ollama answers an image to a model without vision with a 200, ignoring it: configured `vision: false`, the
-    transport does not claim IMAGE_INPUT (refused before any call); unconfigured, the recorded answer carries an
-    `image_input_unverified` warning."""
+def test_ollama_images_are_checked_before_the_call_never_in_the_lift():
+    """Ollama answers an image to a model without vision with a 200, ignoring it: whether the model reads images is
+    learned from `/api/show` before the call (`ollama_show`), so the recorded image answers (sent with `vision:
+    true`) lift without a word about images, whatever the `vision` option; configured `vision: false`, the
+    transport does not claim IMAGE_INPUT (refused before any call)."""
     from modelir.pipeline.prepare import Pipeline
     from modelir.v1 import capabilities_pb2
 
@@ -462,9 +487,10 @@ def test_ollama_images_are_refused_or_named_never_ignored_silently():
     ]
     assert with_images
     for record in with_images:
-        response = _relifted(Ollama(provider_model="tiny"), record)
-        assert "image_input_unverified" in [w.code for w in response.warnings], record.key
-        assert not [w for w in _relifted(Ollama(vision=True), record).warnings if w.code == "image_input_unverified"]
+        for transport in (Ollama(provider_model="tiny"), Ollama(vision=True)):
+            assert "image_input_unverified" not in [w.code for w in _relifted(transport, record).warnings]
+        assert Ollama().lower_model_facts(record.request) is not None  # asked first when `vision` is unset
+        assert Ollama(vision=True).lower_model_facts(record.request) is None
         with pytest.raises(errors.UnsupportedCapabilityError, match="IMAGE_INPUT"):
             Pipeline(Ollama(vision=False)).check(record.request)
     assert capabilities_pb2.CAPABILITY_IMAGE_INPUT in Ollama().manifest().capabilities

@@ -5,8 +5,10 @@ through a `Model` a recording: a generation becomes a `Record` (the IR request a
 modelir's response with its kept raw exchange: the lowered request body and the engine's answer, body or stream
 events), written by `records.files.RecordWriter`; a refused one a `FAILED` record whose response keeps the engine's
 error answer; a tokenize or detokenize one JSON line of its IR request, the native answers (each a `RawExchange`
-in proto-JSON) and modelir's result. `tests/test_recordings_engines.py` replays every one in `make test`: the
-lowering must give the recorded request bodies and the lifts modelir's recorded results, exactly.
+in proto-JSON) and modelir's result (a detokenize refused before any call has no answers); the one call that
+learns a model's tokenizer facts (`Model.atokenizer_info`) is a line of its own. `tests/test_recordings_engines.py`
+replays every one in `make test`: the lowering must give the recorded request bodies and the lifts modelir's
+recorded results, exactly.
 
 Nothing is written without MODELIR_RECORD, so a normal live run leaves the tree as it is. A recording run rewrites
 the files of each engine it runs: record whole suites (a partial run drops the other tests' exchanges). The
@@ -163,6 +165,7 @@ def install() -> None:
     under MODELIR_RECORD."""
     run_transport, stream_transport = Model._run_transport, Model._stream_transport
     tokenize, detokenize, send = Model.atokenize_request, Model.adetokenize, Executor.send
+    tokenizer_info = Model.atokenizer_info
 
     async def keeping_send(self, native, *, error_from, **kwargs):
         kept = _exchanges.get()
@@ -252,7 +255,23 @@ def install() -> None:
             line["answers"] = [json_format.MessageToDict(raw_of(n, a, self.transport.name)) for n, a in kept]
             RECORDER.record_tokenize(line)
 
+    async def recorded_tokenizer_info(self):
+        kept: list[tuple[HttpRequest, HttpResponse]] = []
+        token = _exchanges.set(kept)  # its own line, even when a detokenize asks for it
+        try:
+            out = await tokenizer_info(self)
+        finally:
+            _exchanges.reset(token)
+        if kept:  # asked the engine (once per model: then kept)
+            transport = self.transport
+            line: dict[str, Any] = {"operation": "tokenizer_info", "model": transport.provider_model or self.name}
+            line["result"] = None if out is None else json_format.MessageToDict(out)
+            line["answers"] = [json_format.MessageToDict(raw_of(n, a, transport.name)) for n, a in kept]
+            RECORDER.record_tokenize(line)
+        return out
+
     Executor.send = keeping_send  # type: ignore[method-assign]
+    Model.atokenizer_info = recorded_tokenizer_info  # type: ignore[method-assign]
     Model._run_transport = recorded_run  # type: ignore[method-assign]
     Model._stream_transport = recorded_stream  # type: ignore[method-assign]
     Model.atokenize_request = recorded_tokenize  # type: ignore[method-assign]

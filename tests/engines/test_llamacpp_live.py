@@ -249,9 +249,20 @@ def test_tokenizer_facts_give_the_vocabulary_size(server):
     assert _eos_id(server) < info.vocabulary_size
 
 
-async def test_detokenizing_an_id_outside_the_vocabulary_is_a_request_error(model):
-    with pytest.raises(errors.ProviderRejectedError, match="outside the model's vocabulary"):
-        await model.adetokenize([99999])
+async def test_detokenizing_an_id_outside_the_vocabulary_is_a_request_error(server, model):
+    """llama-server answers an id outside its vocabulary with a 500 (its C++ range check, which the transport's
+    error mapping reads as a rejection); modelir refuses it first, against `/v1/models`' `n_vocab`."""
+    import httpx
+
+    async with httpx.AsyncClient() as client:
+        answer = await client.post(server + "/detokenize", json={"tokens": [99999]})
+    assert answer.status_code == 500 and "(which is 99999) >= this->size() (which is 356)" in answer.text
+    with pytest.raises(errors.InvalidRequestError) as refused:
+        await model.adetokenize([10, 99999])
+    assert [(v.field, v.description) for v in refused.value.violations] == [
+        ("token_ids[1]", "Token id 99999 is outside the model's vocabulary of 356 tokens (ids 0 to 355).")
+    ]
+    assert await model.adetokenize([355]) == "<|im_end|>"  # the last id is in
 
 
 async def test_logprob_entries_left_out_mid_utf8_are_aligned_to_the_sampled_ids(model):

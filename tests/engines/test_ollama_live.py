@@ -292,23 +292,47 @@ PNG = base64.b64decode(
 )
 
 
-async def test_an_image_to_a_model_without_vision_is_never_ignored_silently(server, model):
-    """The tiny model has no vision (its /api/show capabilities say so) and Ollama answers an image with a 200,
-    ignoring it. Unconfigured, modelir sends it and says the image may have been ignored; configured with
-    `vision: false` (what /api/show says), the image is refused before any call."""
+async def test_an_image_to_a_model_without_vision_is_refused_from_its_capabilities(server):
+    """The tiny model has no vision and Ollama answers an image with a 200, ignoring it. modelir asks `/api/show`
+    once per model (only for a request with an image) and refuses the image before the generation call, unary and
+    streamed; the `vision` option overrides it: `true` sends the image without asking, `false` refuses it without
+    asking."""
     async with httpx.AsyncClient() as client:
         shown = (await client.post(server + "/api/show", json={"model": "tiny"})).json()
-    assert "vision" not in shown.get("capabilities", [])
+    assert shown["capabilities"] == ["completion"]
     request = _greedy(messages=[("user", "What is this?")], max_output_tokens=2)
     request.conversation.messages[0].parts.add().blob.CopyFrom(content_pb2.Blob(mime_type="image/png", data=PNG))
-    for response in (await model.arun(request), accumulate([e async for e in model.astream(request)])):
-        assert [w.code for w in response.warnings] == ["image_input_unverified"]
     executor = Executor(server)
+    paths: list[str] = []
+    send, stream = executor.send, executor.stream
+
+    async def counted_send(native, **kwargs):
+        paths.append(native.path)
+        return await send(native, **kwargs)
+
+    def counted_stream(native, **kwargs):
+        paths.append(native.path)
+        return stream(native, **kwargs)
+
+    executor.send, executor.stream = counted_send, counted_stream  # type: ignore[method-assign]
+    learned = Model(recorder.transport("ollama", provider_model="tiny"), name="tiny", executor=executor)
+    refused = r"IMAGE_INPUT; Ollama: model 'tiny' has no vision \(its /api/show capabilities are completion\)"
+    with pytest.raises(UnsupportedCapabilityError, match=refused):
+        await learned.arun(request)
+    with pytest.raises(UnsupportedCapabilityError, match=refused):
+        accumulate([e async for e in learned.astream(request)])
+    assert paths == ["/api/show"]  # learned once, and no generation call
+    assert _text(await learned.arun(_greedy(messages=[("user", "Hi")], max_output_tokens=2)))
+    assert paths == ["/api/show", "/api/chat"]  # a request without an image asks nothing
+    sent = Model(recorder.transport("ollama", provider_model="tiny", vision=True), name="tiny", executor=executor)
+    for response in (await sent.arun(request), accumulate([e async for e in sent.astream(request)])):
+        assert not [w for w in response.warnings if w.code == "image_input_unverified"] and _text(response)
     configured = Model(
         recorder.transport("ollama", provider_model="tiny", vision=False), name="tiny", executor=executor
     )
-    with pytest.raises(UnsupportedCapabilityError, match="IMAGE_INPUT"):
+    with pytest.raises(UnsupportedCapabilityError, match="missing capabilities: IMAGE_INPUT"):
         await configured.arun(request)
+    assert paths == ["/api/show", "/api/chat", "/api/chat", "/api/chat"]
     await executor.aclose()
 
 

@@ -16,7 +16,7 @@ import re
 import httpx
 import pytest
 from modelir import Model, accumulate, build_request
-from modelir.errors import ProviderRejectedError
+from modelir.errors import InvalidRequestError, ProviderRejectedError
 from modelir.http.executor import Executor
 from modelir.v1 import response_pb2, service_pb2
 
@@ -103,6 +103,21 @@ async def test_tokenize_gives_the_models_ids(model):
     assert answer.token_bytes == b"".join(numpy_truth.token_bytes(i) for i in ids)
     assert "".join(answer.tokens).endswith(text) and not any("Ġ" in t for t in answer.tokens)
     assert await model.adetokenize([i for i in ids if i != TOKENS.index("<s>")]) == text
+
+
+async def test_detokenizing_an_id_outside_the_vocabulary_is_a_request_error(server, model):
+    """vLLM's `/detokenize` answers an id outside the vocabulary with an empty text (a 200), and names its vocabulary
+    size only when it refuses a `logit_bias` on such an id: modelir learns the size from that refusal, once, and
+    refuses the id before any call."""
+    assert _raw(server, "/detokenize", {"tokens": [99999]}) == {"prompt": ""}
+    assert _raw(server, "/detokenize", {"tokens": [10, 99999]}) == {"prompt": "\n"}
+    with pytest.raises(InvalidRequestError) as refused:
+        await model.adetokenize([10, 99999])
+    assert [(v.field, v.description) for v in refused.value.violations] == [
+        ("token_ids[1]", f"Token id 99999 is outside the model's vocabulary of {len(TOKENS)} tokens (ids 0 to 355).")
+    ]
+    assert (await model.atokenizer_info()).vocabulary_size == len(TOKENS)
+    assert await model.adetokenize([IM_END]) == "<|im_end|>"  # the last id is in
 
 
 async def test_continuation_scores_equal_the_truth_on_the_echo_route(model):

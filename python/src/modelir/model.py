@@ -21,6 +21,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from modelir import errors, telemetry
 from modelir.calls import embedding as embedding_calls
+from modelir.calls import engine_facts
 from modelir.calls import tokenizer as tokenizer_calls
 from modelir.errors.soft import damaged_events, received
 from modelir.http.executor import Executor
@@ -88,6 +89,7 @@ class Model(ModelInterface):
         self.default_timeout = default_timeout
         self.media_policy = media  # which media URIs requests may carry to the provider (`media_policy`)
         self._tokenizer_info: capabilities_pb2.TokenizerInfo | None = None
+        self._model_facts: dict[tuple[str, str, bytes], object] = {}  # what the transport learned (`engine_facts`)
         # Made once: a `functools.partial` per call is measurable on the hot path.
         self._error_from = _error_from(transport) if isinstance(transport, HttpTransport) else None
 
@@ -147,6 +149,7 @@ class Model(ModelInterface):
         started = time.time()
         start_mono = time.monotonic()
         deadline = self._deadline(request, deadline)
+        await engine_facts.check(self, prepared, deadline)  # what the engine must say first (once per model)
         try:
             async with timeout_for(deadline, self._loop()):  # the one timeout of the call: limiter, HTTP and lift
                 async with self.limiter.acquire(estimate := estimate_tokens(request), deadline=deadline):
@@ -223,6 +226,7 @@ class Model(ModelInterface):
         started = time.time()
         start_mono = time.monotonic()
         deadline = self._deadline(request, deadline)
+        await engine_facts.check(self, prepared, deadline)  # what the engine must say first (once per model)
         first_output: float | None = None
         try:
             async with timeout_for(deadline, self._loop()):

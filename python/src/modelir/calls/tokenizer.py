@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from modelir import errors
 from modelir.pipeline import capabilities
-from modelir.transports.base import SHAPE_ERRORS, HttpTransport, LocalTransport, shape_error
+from modelir.transports.base import SHAPE_ERRORS, HttpRequest, HttpResponse, HttpTransport, LocalTransport, shape_error
 from modelir.v1 import capabilities_pb2, errors_pb2, request_pb2, service_pb2
 
 if TYPE_CHECKING:
     from modelir.model import Model
 
 log = logging.getLogger("modelir.model")
+_UNCHECKED: weakref.WeakSet[Model] = weakref.WeakSet()  # models already logged as detokenizing unchecked ids
 
 
 def require_tokenize(model: Model, request: service_pb2.TokenizeRequest | None = None) -> None:
@@ -39,22 +42,75 @@ async def tokenizer_info(model: Model) -> capabilities_pb2.TokenizerInfo | None:
         if natives:
             try:
                 deadline = time.monotonic() + 10.0
-                sent = [
-                    await model.executor.send(
-                        native, error_from=model._error_mapping, deadline=deadline, observe=model.limiter.observe
-                    )
-                    for native in natives
-                ]
-                info = transport.lift_tokenizer_info([s.response for s in sent])
+                answers = [await _answer(model, native, deadline) for native in natives]
+                info = transport.lift_tokenizer_info(answers)
             except errors.ModelError as exc:
                 log.warning("%s: the engine's tokenizer facts are unavailable: %s", model.name, exc)
                 return None
     return info
 
 
+async def _answer(model: Model, native: HttpRequest, deadline: float) -> HttpResponse:
+    """The engine's answer to one tokenizer-facts request: a success, or, for a transport that reads its facts from
+    a refusal (`HttpTransport.tokenizer_info_from_refusal`: vLLM names its vocabulary size only in a 400), the
+    refusal itself (a 4xx; a 5xx or a connection failure is still the error it is)."""
+    transport = model.transport
+    assert isinstance(transport, HttpTransport) and model.executor is not None
+    refused: list[HttpResponse] = []
+
+    def keeping(answer: HttpResponse) -> errors.ModelError:
+        refused.append(answer)
+        return model._error_mapping(answer)
+
+    try:
+        sent = await model.executor.send(native, error_from=keeping, deadline=deadline, observe=model.limiter.observe)
+    except errors.ModelError:
+        if transport.tokenizer_info_from_refusal and refused and 400 <= refused[-1].status < 500:
+            return refused[-1]
+        raise
+    return sent.response
+
+
+def out_of_vocabulary(
+    token_ids: Sequence[int], info: capabilities_pb2.TokenizerInfo | None
+) -> errors.InvalidRequestError | None:
+    """The request error for ids no tokenizer has (negative) or outside the model's vocabulary (when its size is
+    known), naming each as `token_ids[i]`; None when every id may be detokenized. Engines answer such ids
+    differently (llama-server a 500, llama-cpp-python's server crashes, vLLM an empty text), so modelir refuses
+    them before any call."""
+    size = info.vocabulary_size if info is not None else 0
+    violations = []
+    for i, token in enumerate(token_ids):
+        if token < 0:
+            violations.append(
+                errors_pb2.FieldViolation(field=f"token_ids[{i}]", description="A token id is never negative.")
+            )
+        elif size and token >= size:
+            violations.append(
+                errors_pb2.FieldViolation(
+                    field=f"token_ids[{i}]",
+                    description=f"Token id {token} is outside the model's vocabulary of {size} tokens "
+                    f"(ids 0 to {size - 1}).",
+                )
+            )
+    return errors.InvalidRequestError(violations) if violations else None
+
+
 async def detokenize(model: Model, token_ids: list[int]) -> str:
-    """Token ids back to text, with the model's own tokenizer."""
+    """Token ids back to text, with the model's own tokenizer; ids outside its vocabulary are refused first
+    (`out_of_vocabulary`), against the vocabulary size learned once per model (`Model.atokenizer_info`)."""
     require_tokenize(model)
+    info = await model.atokenizer_info()
+    if (refusal := out_of_vocabulary(token_ids, info)) is not None:
+        raise refusal
+    if not (info is not None and info.vocabulary_size) and model not in _UNCHECKED:
+        # The IR's DetokenizeResponse has no warnings to carry this: the operator's log says it, once per model.
+        _UNCHECKED.add(model)
+        log.warning(
+            "%s: the model's vocabulary size is unknown, so token ids outside it cannot be refused: the engine may "
+            "answer them with an empty text",
+            model.name,
+        )
     transport = model.transport
     if isinstance(transport, LocalTransport):
         return await transport.detokenize(token_ids)

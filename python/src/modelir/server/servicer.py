@@ -22,7 +22,6 @@ from modelir.streams.coalesce import coalesced
 from modelir.streams.fold import closing_stream
 from modelir.v1 import (
     embedding_pb2,
-    errors_pb2,
     request_pb2,
     response_pb2,
     service_pb2,
@@ -120,15 +119,7 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
     async def Detokenize(
         self, request: service_pb2.DetokenizeRequest, context: _Context
     ) -> service_pb2.DetokenizeResponse:
-        async def run(model: Model) -> service_pb2.DetokenizeResponse:
-            negative = [i for i, token in enumerate(request.token_ids) if token < 0]
-            if negative:
-                raise errors.InvalidRequestError(
-                    [
-                        errors_pb2.FieldViolation(field=f"token_ids[{i}]", description="A token id is never negative.")
-                        for i in negative
-                    ]
-                )
+        async def run(model: Model) -> service_pb2.DetokenizeResponse:  # ids it cannot have: refused in the call
             return service_pb2.DetokenizeResponse(text=await model.adetokenize(list(request.token_ids)))
 
         return await self._call("Detokenize", request.model, context, run)

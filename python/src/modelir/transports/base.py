@@ -309,6 +309,10 @@ class HttpTransport(Transport):
     def lift_detokenize(self, response: HttpResponse) -> str:
         raise NotImplementedError(f"{self.name} has no detokenize endpoint")
 
+    # Whether the engine states its tokenizer facts in a refusal (vLLM names its vocabulary size only in the 400
+    # for an out-of-vocabulary id): then a 4xx answer to `lower_tokenizer_info` goes to `lift_tokenizer_info`.
+    tokenizer_info_from_refusal: ClassVar[bool] = False
+
     def lower_tokenizer_info(self, model: str) -> list[HttpRequest]:
         """The native requests that report the model's tokenizer facts (`ModelInfo.tokenizer`), in order; none (the
         default) when the engine reports none beyond what `tokenizer_info` knows without a call."""

@@ -26,7 +26,7 @@ from modelir.errors import soft as soft_errors
 from modelir.logprobs import build as lp
 from modelir.pipeline import content_kinds
 from modelir.transports import _common as common
-from modelir.transports import ollama_embed, ollama_warnings, zero_output
+from modelir.transports import ollama_embed, ollama_show, ollama_warnings, zero_output
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter
 from modelir.transports.manifests import COMMON, ENGINE_SAMPLING, LOGPROBS, OPENAI_SAMPLING, capability_set
 from modelir.transports.ollama_warnings import TRUNCATION_WARNING as TRUNCATION_WARNING
@@ -89,9 +89,9 @@ class Ollama(HttpTransport):
 
     def __init__(self, *, provider_model: str = "", vision: bool | None = None) -> None:
         super().__init__(provider_model=provider_model)
-        # Whether the model reads images (its `/api/show` capabilities list "vision"): Ollama accepts images for any
-        # model and ignores them when it has no vision. False: IMAGE_INPUT is not claimed (refused before any call);
-        # None (not configured): images are sent, with an `image_input_unverified` warning.
+        # Whether the model reads images, overriding what its `/api/show` capabilities say (`ollama_show`): Ollama
+        # accepts images for any model and ignores them when it has no vision. False: IMAGE_INPUT is not claimed
+        # (refused before any call); True: images are sent without asking; None: `/api/show` is asked, once.
         self.vision = vision
 
     def manifest(self) -> capabilities_pb2.CapabilityManifest:
@@ -201,7 +201,6 @@ class Ollama(HttpTransport):
             zero_output.drop_output(out, "Ollama")
         soft_errors.settle(request, out, facts)
         out.warnings.extend(ollama_warnings.truncation(request, out.usage))
-        out.warnings.extend(ollama_warnings.images(request, self.vision))
         out.warnings.extend(ollama_warnings.default_penalty(request))
         return out
 
@@ -237,6 +236,21 @@ class Ollama(HttpTransport):
 
     def lift_embed(self, request: embedding_pb2.EmbedRequest, response: HttpResponse) -> embedding_pb2.EmbedResponse:
         return ollama_embed.lift(request, response)
+
+    # ---- vision, learned from `/api/show` (`ollama_show`, through `calls/engine_facts`) ---------------------
+
+    def lower_model_facts(self, request: request_pb2.Request) -> HttpRequest | None:
+        unasked = self.vision is None and ollama_show.image_count(request)
+        return ollama_show.lower(self.model_for(request)) if unasked else None
+
+    def lift_model_facts(self, response: HttpResponse) -> ollama_show.Shown:
+        return ollama_show.lift(response)
+
+    def model_fact_warnings(
+        self, request: request_pb2.Request, facts: object | None, unavailable: str
+    ) -> list[errors_pb2.Warning]:
+        shown = facts if isinstance(facts, ollama_show.Shown) else None
+        return ollama_show.vision_warnings(request, self.model_for(request), shown, unavailable)
 
     # ---- tokenizer facts ---------------------------------------------------------------------------
 

@@ -117,7 +117,6 @@ class NdjsonStreamLifter(StreamLifter):
         if bool(settled.errors):
             end.errors.extend(settled.errors)
         end.warnings.extend(ollama_warnings.truncation(self.request, end.usage))
-        end.warnings.extend(ollama_warnings.images(self.request, self.transport.vision))
         end.warnings.extend(ollama_warnings.default_penalty(self.request))
         if not self.nothing and (replaced := lp.replaced_bytes_warning(self.tokens, "Ollama")):
             end.warnings.append(replaced)

@@ -1,5 +1,5 @@
-"""What Ollama does without saying, said as warnings: a prompt it may have cut (`truncate: true`), images it may
-have ignored (a model whose vision is not configured), its default repeat penalty on a greedy request."""
+"""What Ollama does without saying, said as warnings: a prompt it may have cut (`truncate: true`), its default repeat
+penalty on a greedy request. (Images it may ignore are checked before the call: `ollama_show`.)"""
 
 from __future__ import annotations
 
@@ -19,27 +19,6 @@ def truncation(request: request_pb2.Request, usage: response_pb2.Usage) -> list[
             code=TRUNCATION_WARNING,
             message=f"Ollama may have cut the prompt to its context (num_ctx) without saying so; it read "
             f"{usage.input_token_count} prompt tokens",
-        )
-    ]
-
-
-IMAGE_WARNING = "image_input_unverified"
-
-
-def images(request: request_pb2.Request, vision: bool | None) -> list[errors_pb2.Warning]:
-    """Images sent to a model whose vision is not configured: Ollama would have ignored them without a word if the
-    model has none, so the caller is told to say (`vision`)."""
-    if vision is not None:
-        return []
-    images = sum(p.WhichOneof("content") == "blob" for m in request.conversation.messages for p in m.parts)
-    if not images:
-        return []
-    return [
-        errors_pb2.Warning(
-            code=IMAGE_WARNING,
-            message=f"{images} image(s) sent to an Ollama model whose vision is not configured: Ollama ignores images "
-            "without a word when the model has no vision (its /api/show capabilities say); set the transport's "
-            "`vision` option so that modelir refuses them or sends them knowingly",
         )
     ]
 

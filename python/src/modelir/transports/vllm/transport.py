@@ -22,7 +22,7 @@ from modelir.pipeline import continuations
 from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter
 from modelir.transports.manifests import capability_set
-from modelir.transports.vllm import byte_level, dialect, embed
+from modelir.transports.vllm import byte_level, dialect, embed, vocabulary
 from modelir.transports.vllm.chat import VLLMChat
 from modelir.transports.vllm.completions import VLLMCompletions
 from modelir.transports.vllm.dialect import MAX_LOGPROBS, PROVIDER_OPTION_KEYS
@@ -157,6 +157,14 @@ class VLLM(HttpTransport):
     def lift_detokenize(self, response: HttpResponse) -> str:
         text: str = common.parse_json(response.body, "detokenize body")["prompt"]
         return text
+
+    tokenizer_info_from_refusal = True  # the vocabulary size is in a 400 only (`vocabulary`)
+
+    def lower_tokenizer_info(self, model: str) -> list[HttpRequest]:
+        return vocabulary.lower(model)
+
+    def lift_tokenizer_info(self, responses: list[HttpResponse]) -> capabilities_pb2.TokenizerInfo:
+        return vocabulary.lift(responses)
 
     def lift_tokenize(
         self, request: service_pb2.TokenizeRequest, responses: list[HttpResponse]

@@ -1,0 +1,60 @@
+"""Facts about the served model that a transport learns from its engine before it can check a request (Ollama:
+whether the model reads images, from `/api/show`), asked once per model through the model's executor and kept.
+
+A transport takes part by having the three methods of `LearnsModelFacts`; the others are never asked. A call that
+fails is not kept (the next request asks again) and its failure goes to the transport, which says in a warning
+what it could not check; a request the learned facts rule out is refused with the transport's typed error before
+the generation call.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from modelir import errors
+from modelir.transports.base import SHAPE_ERRORS, HttpRequest, HttpResponse, HttpTransport, shape_error
+from modelir.v1 import errors_pb2, request_pb2
+
+if TYPE_CHECKING:
+    from modelir.model import Model
+    from modelir.pipeline.prepare import Prepared
+
+
+@runtime_checkable
+class LearnsModelFacts(Protocol):
+    def lower_model_facts(self, request: request_pb2.Request) -> HttpRequest | None:
+        """The native request for what must be known of the model to check `request`; None when nothing is."""
+
+    def lift_model_facts(self, response: HttpResponse) -> object: ...
+
+    def model_fact_warnings(
+        self, request: request_pb2.Request, facts: object | None, unavailable: str
+    ) -> list[errors_pb2.Warning]:
+        """Raise the typed error for what the facts rule out, else the warnings for the response (`facts` None:
+        they could not be learned, `unavailable` says why)."""
+
+
+async def check(model: Model, prepared: Prepared, deadline: float | None) -> None:
+    """Learn what the transport needs to check `prepared.request` (once per model), then check it: the warnings
+    join the prepared ones; a refusal raises before the generation call."""
+    transport = model.transport
+    if not isinstance(transport, LearnsModelFacts) or model.executor is None:
+        return
+    native = transport.lower_model_facts(prepared.request)
+    if native is None:
+        return
+    key = (native.method, native.path, native.body)
+    facts, unavailable = model._model_facts.get(key), ""
+    if facts is None:
+        assert isinstance(transport, HttpTransport)
+        try:
+            sent = await model.executor.send(
+                native, error_from=model._error_mapping, deadline=deadline, observe=model.limiter.observe
+            )
+            try:
+                facts = model._model_facts[key] = transport.lift_model_facts(sent.response)
+            except SHAPE_ERRORS as exc:
+                raise model._redacted(shape_error(transport, exc)) from exc
+        except errors.ModelError as exc:
+            unavailable = f"{native.method} {native.path} failed: {model._redacted(exc).message}"
+    prepared.warnings.extend(transport.model_fact_warnings(prepared.request, facts, unavailable))
