@@ -1,6 +1,7 @@
-"""Stream and unary agree: every stream we have (fixtures and shared recordings), folded, gives the same parts,
-phase, citations, finish, usage and soft errors as the unary lift of the same answer assembled
-(`tests/stream_assembly.py`). Both sides run the accounting, so kept native facts must agree too."""
+"""Stream and unary agree: every stream we have (fixtures, shared recordings, our own live-engine recordings),
+folded, gives the same parts, phase, citations, finish, usage, prompt feedback and soft errors as the unary lift of
+the same answer assembled (`tests/stream_assembly.py`). Both sides run the accounting, so kept native facts must
+agree too."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ def _compare(streamed: response_pb2.Response, unary: response_pb2.Response) -> N
         assert (folded.finish_reason, folded.raw_finish_reason) == (whole.finish_reason, whole.raw_finish_reason)
     assert streamed.usage == unary.usage
     assert list(streamed.errors) == list(unary.errors)
+    assert streamed.prompt_feedback == unary.prompt_feedback  # Gemini's blocked prompt: a soft fact, not a choice
 
 
 def _both(transport: HttpTransport, request: request_pb2.Request, events: list[tuple[str, bytes]], section: str):
@@ -74,6 +76,10 @@ _WIRES = {  # stream section of a recording -> the transport that lifts it, and 
     "anthropic_messages.stream": ("anthropic_messages", "conversation"),
     "ollama.chat_stream": ("ollama", "conversation"),
     "ollama.generate_stream": ("ollama", "prompt"),
+    "google_genai.stream": ("google_genai", "conversation"),
+    "llamacpp.chat_stream": ("llamacpp", "conversation"),
+    "llamacpp.completion_stream": ("llamacpp", "prompt"),
+    "sglang.stream": ("sglang", "prompt"),
 }
 
 
@@ -103,3 +109,35 @@ def test_every_recorded_stream_folds_to_the_unary_lift_of_its_assembled_answer()
             raise AssertionError(f"{answer.source}: {exc}") from None
         compared += 1
     assert compared > 10
+
+
+ENGINE_RECORDINGS = FIXTURES.parent / "recordings"  # ours, written by tests/engines/recorder.py
+
+
+def test_every_engine_recorded_stream_folds_to_the_unary_lift_of_its_assembled_answer():
+    """Our own live-engine recordings (llama-server, llama-cpp-python, Ollama, vLLM): every stream that ended, with
+    the request that was really sent."""
+    from modelir.records.files import read_header, read_records
+    from modelir.v1 import record_pb2
+
+    compared = 0
+    for path in sorted(ENGINE_RECORDINGS.glob("*/generate.jsonl")):
+        header = read_header(path)
+        assert header is not None
+        options = json.loads(header.run_metadata["transport_options"])
+        transport = build_transport(header.run_metadata["transport"], options)
+        assert isinstance(transport, HttpTransport)
+        for record in read_records(path):
+            raw = record.response.raw
+            if not raw.stream_events or record.status == record_pb2.RECORD_STATUS_FAILED:
+                continue
+            section = transport.native_fields(record.request, "stream")
+            events = [(e.event, e.data) for e in raw.stream_events]
+            if ASSEMBLERS[section]([data for _, data in events]) is None:
+                continue
+            try:
+                _compare(*_both(transport, record.request, events, section))
+            except AssertionError as exc:
+                raise AssertionError(f"{path.parent.name} {record.key}: {exc}") from None
+            compared += 1
+    assert compared > 20  # 28 today: llama-server, Ollama, vLLM and llama-cpp-python streams
