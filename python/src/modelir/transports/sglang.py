@@ -7,8 +7,9 @@ sampling and constraints go in `sampling_params`;
 logprobs are `[logprob, token_id, text|null]` triples (text only with `return_text_in_logprobs`), top
 alternatives a list of such triples per position; `meta_info.finish_reason` is an object (`{"type": "stop",
 "matched": ...}`, `{"type": "length", "length": N}`, `{"type": "abort", ...}`); with `n` > 1 the answer is a
-list; streams are `data: {...}` lines ending with `[DONE]`, and `text` in them may be cumulative (older servers)
-or incremental (`--incremental-streaming-output`): both are handled.
+list; streams are `data: {...}` lines ending with `[DONE]`, and `text`, `output_ids` and the output logprob lists
+in them may be cumulative (older servers) or incremental (`--incremental-streaming-output`, which current servers
+apply to the logprob lists too): both are handled.
 
 A choice among labels lowers to a regex alternation of the escaped labels (the text is then the label itself:
 `Choice.constrained_label`). Input scoring takes logprobs from the first token (`logprob_start_len: 0`); a
@@ -306,7 +307,7 @@ class _GenerateStreamLifter(StreamLifter):
         self.request = request
         self.started = False
         self.texts: dict[int, str] = {}  # choice -> the text so far
-        self.logprob_counts: dict[int, int] = {}  # choice -> output logprobs emitted so far
+        self.logprobs_so_far: dict[int, list[Any]] = {}  # choice -> the output logprob entries emitted so far
         self.metas: dict[int, dict[str, Any]] = {}
         self.id_counts: dict[int, int] = {}  # choice -> output ids seen so far
         self.trimmed: dict[int, list[int]] = {}  # choice -> its trimmed stop / EOS id
@@ -342,13 +343,16 @@ class _GenerateStreamLifter(StreamLifter):
         if self.request.HasField("logprob_options") and meta.get("output_token_logprobs") is not None:
             triples = meta["output_token_logprobs"]
             tops = meta.get("output_top_logprobs")
-            seen = self.logprob_counts.get(index, 0)
-            if len(triples) >= seen:  # cumulative lists: only the new positions
-                new = triples[seen:]
-                new_tops = tops[seen:] if tops is not None else None
-                self.logprob_counts[index] = len(triples)
-                if new:
-                    _columns(new, new_tops, self.request.logprob_options.top_logprob_count, delta.logprobs)
+            emitted = self.logprobs_so_far.setdefault(index, [])
+            # Older servers resend the whole list on every event (even with incremental text); current ones with
+            # --incremental-streaming-output send only the event's positions (sglang slices the output logprob
+            # lists to the chunk). A list that begins with every entry emitted so far is the whole list.
+            seen = len(emitted) if emitted and triples[: len(emitted)] == emitted else 0
+            new = triples[seen:]
+            new_tops = tops[seen:] if tops is not None else None
+            emitted.extend(new)
+            if new:
+                _columns(new, new_tops, self.request.logprob_options.top_logprob_count, delta.logprobs)
         out.append(event_out)
         self.metas[index] = meta
         return out
