@@ -330,11 +330,18 @@ def llamacpp_completion(payloads: Sequence[bytes]) -> dict[str, Any] | None:
     return body
 
 
-def _joined(values: list[Any]) -> Any:
-    """One field over a choice's events: a cumulative run (each value extends the one before) is its last value,
-    else the pieces joined."""
+def _extends(values: list[Any]) -> bool | None:
+    """Whether a field's non-empty values each extend the one before (a cumulative run); None with fewer than two."""
     present = [v for v in values if v]
-    if len(present) > 1 and all(b[: len(a)] == a and len(b) > len(a) for a, b in itertools.pairwise(present)):
+    if len(present) < 2:
+        return None
+    return all(b[: len(a)] == a and len(b) > len(a) for a, b in itertools.pairwise(present))
+
+
+def _joined(values: list[Any], cumulative: bool | None) -> Any:
+    """One field over a choice's events: a cumulative run's last value, else the pieces joined."""
+    present = [v for v in values if v]
+    if cumulative and present:
         return present[-1]
     return "".join(present) if values and isinstance(values[0], str) else [x for v in present for x in v]
 
@@ -350,13 +357,18 @@ def sglang(payloads: Sequence[bytes]) -> dict[str, Any] | list[dict[str, Any]] |
     answers = []
     for _, lines in sorted(by_choice.items()):
         answer = {**lines[-1], "meta_info": dict(lines[-1].get("meta_info") or {})}
-        answer["text"] = _joined([line.get("text") or "" for line in lines])
+        texts = [line.get("text") or "" for line in lines]
+        ids = [line.get("output_ids") or [] for line in lines]
+        # Text and ids share the server's mode (an incremental token's text may begin with the one before, its id
+        # list says surely); the logprob lists have their own (older servers resent them whole even so).
+        cumulative = _extends(ids) if _extends(ids) is not None else _extends(texts)
+        answer["text"] = _joined(texts, cumulative)
         if any("output_ids" in line for line in lines):
-            answer["output_ids"] = _joined([line.get("output_ids") or [] for line in lines])
+            answer["output_ids"] = _joined(ids, cumulative)
         for key in ("output_token_logprobs", "output_top_logprobs"):
-            values = [(line.get("meta_info") or {}).get(key) for line in lines]
-            if any(v is not None for v in values):
-                answer["meta_info"][key] = _joined([v or [] for v in values])
+            values = [(line.get("meta_info") or {}).get(key) or [] for line in lines]
+            if any(key in (line.get("meta_info") or {}) for line in lines):
+                answer["meta_info"][key] = _joined(values, _extends(values))
         answers.append(answer if len(by_choice) > 1 else {k: v for k, v in answer.items() if k != "index"})
     return answers[0] if len(answers) == 1 else answers
 

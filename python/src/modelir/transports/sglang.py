@@ -9,7 +9,7 @@ alternatives a list of such triples per position; `meta_info.finish_reason` is a
 "matched": ...}`, `{"type": "length", "length": N}`, `{"type": "abort", ...}`); with `n` > 1 the answer is a
 list; streams are `data: {...}` lines ending with `[DONE]`, and `text`, `output_ids` and the output logprob lists
 in them may be cumulative (older servers) or incremental (`--incremental-streaming-output`, which current servers
-apply to the logprob lists too): both are handled.
+apply to the logprob lists too): both are handled, the mode read from the ids where the events carry them.
 
 A choice among labels lowers to a regex alternation of the escaped labels (the text is then the label itself:
 `Choice.constrained_label`). Input scoring takes logprobs from the first token (`logprob_start_len: 0`); a
@@ -312,6 +312,7 @@ class _GenerateStreamLifter(StreamLifter):
         self.id_counts: dict[int, int] = {}  # choice -> output ids seen so far
         self.trimmed: dict[int, list[int]] = {}  # choice -> its trimmed stop / EOS id
         self.cumulative: bool | None = None
+        self.first_ids: dict[int, list[Any]] = {}  # choice -> its first event's output ids (see `feed`)
         self.done = False
         self.parts = StreamParts()
 
@@ -332,14 +333,22 @@ class _GenerateStreamLifter(StreamLifter):
             )
         text = data.get("text") or ""
         so_far = self.texts.get(index, "")
-        if self.cumulative is None and so_far and text:
-            # Decided once, on the second non-empty event: cumulative servers resend everything so far.
-            self.cumulative = text.startswith(so_far) and len(text) > len(so_far)
+        ids = data.get("output_ids")
+        if self.cumulative is None:
+            # Decided once, on a choice's second event that says: cumulative servers resend everything so far.
+            # The ids say it surely (an incremental token's text may begin with the one before: " a", " and").
+            earlier = self.first_ids.get(index)
+            if isinstance(ids, list) and ids and earlier:
+                self.cumulative = ids[: len(earlier)] == earlier and len(ids) > len(earlier)
+            elif so_far and text and not earlier:
+                self.cumulative = text.startswith(so_far) and len(text) > len(so_far)
+            if isinstance(ids, list) and ids:
+                self.first_ids.setdefault(index, ids)
         piece = text[len(so_far) :] if self.cumulative else text
         self.texts[index] = so_far + piece
         event_out = self.parts.delta(index, "text", text=piece)
         delta = event_out.delta
-        self._token_ids(index, data.get("output_ids"), meta, delta)
+        self._token_ids(index, ids, meta, delta)
         if self.request.HasField("logprob_options") and meta.get("output_token_logprobs") is not None:
             triples = meta["output_token_logprobs"]
             tops = meta.get("output_top_logprobs")
