@@ -95,14 +95,14 @@ _ENDPOINTS = {
     "openai_chat": "/chat/completions",
     "openai_responses": "/responses",
     "anthropic_messages": "/messages",
-    "google_genai": "generateContent",
+    "google_genai": "generatecontent",  # `generateContent` and `streamGenerateContent`
 }
 
 
 def _cassette_answers(path: Path, wire: str) -> Iterator[Answer]:
     for exchange in cassette(path):
         endpoint = _ENDPOINTS.get(wire, "")
-        if exchange.uri and (endpoint not in exchange.uri or "count_tokens" in exchange.uri):
+        if exchange.uri and (endpoint not in exchange.uri.lower() or "count_tokens" in exchange.uri):
             continue  # not a generation (files, vector stores, token counts): no lift of ours reads it
         wire = next((w for fragment, w in _BY_URI if fragment in exchange.uri), wire)
         source = f"{path.parent.name}/{path.name}"

@@ -1,15 +1,23 @@
 """A native stream assembled into the unary answer its wire would have sent (chat, completions, Responses,
-Anthropic, Ollama), so that the folded stream lift can be compared with the unary lift of the same answer.
+Anthropic, Ollama, Gemini, llama.cpp `/completion`, sglang `/generate`), so that the folded stream lift can be
+compared with the unary lift of the same answer.
 
 Written from the providers' streaming references: chat deltas concatenate per choice and tool calls per `index`;
 Responses streams end with the whole object; Anthropic blocks build from their start and their deltas, the message
 from `message_start` and `message_delta`; Ollama's NDJSON lines concatenate and the last carries the totals.
-None when a stream has no unary twin (an error mid-stream, no end).
+Gemini chunks carry only their new parts (text runs continue, Gemini 3 call arguments stream as `partialArgs` at
+JSON paths), the last says `finishReason`, `usageMetadata` is cumulative and grounding is filled on the last chunk;
+llama-server's `/completion` events carry `content`, `tokens` (and `completion_probabilities`) per token and a last
+`stop: true` event with the totals; sglang's events carry `text` and `output_ids` cumulative (incremental with
+`--incremental-streaming-output`) with the running `meta_info`, and `[DONE]` ends them.
+None when a stream has no unary twin (an error mid-stream, no end, an answer the stream never sent whole).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -199,8 +207,174 @@ def ollama(payloads: Sequence[bytes]) -> dict[str, Any] | None:
     return body
 
 
+def _gemini_path(path: str) -> list[str | int] | None:
+    """`$.a.b[0]['c']` -> ["a", "b", 0, "c"] (the `partialArgs` JSON paths of Gemini 3's streamed calls)."""
+    steps: list[str | int] = []
+    rest = path[1:] if path.startswith("$") else None
+    while rest:
+        match = re.match(r"\.([^.\[\]]+)|\['([^']*)'\]|\[(\d+)\]", rest)
+        if match is None:
+            return None
+        name, quoted, index = match.groups()
+        steps.append(int(index) if index is not None else name if name is not None else quoted)
+        rest = rest[match.end() :]
+    return steps or None
+
+
+def _set_at(args: dict[str, Any], fragment: dict[str, Any]) -> None:
+    steps = _gemini_path(str(fragment.get("jsonPath") or ""))
+    if steps is None:
+        return
+    target: Any = args
+    for step, following in itertools.pairwise(steps):
+        if isinstance(step, int):
+            target.extend([None] * (step + 1 - len(target)))
+            if target[step] is None:
+                target[step] = [] if isinstance(following, int) else {}
+            target = target[step]
+        else:
+            target = target.setdefault(step, [] if isinstance(following, int) else {})
+    last = steps[-1]
+    if isinstance(last, int):
+        target.extend([None] * (last + 1 - len(target)))
+    for kind in ("stringValue", "numberValue", "boolValue", "nullValue"):
+        if kind in fragment:
+            value = fragment[kind]
+            if kind == "stringValue":
+                previous = target[last] if isinstance(last, int) else target.get(last)
+                value = (previous if isinstance(previous, str) else "") + str(value)
+            target[last] = None if kind == "nullValue" else value
+
+
+def _gemini_part(parts: list[dict[str, Any]], part: dict[str, Any], open_call: dict[str, Any] | None) -> Any:
+    """Add one chunk's part to the candidate's parts; returns the call whose arguments still stream, if any."""
+    call = part.get("functionCall")
+    if isinstance(call, dict) and ("partialArgs" in call or call.get("willContinue") or (not call and open_call)):
+        if open_call is None:
+            open_call = {"name": call.get("name") or "", "args": {}}
+            if call.get("id"):
+                open_call["id"] = call["id"]
+            parts.append({**{k: v for k, v in part.items() if k != "functionCall"}, "functionCall": open_call})
+        elif part.get("thoughtSignature"):
+            next(p for p in parts if p.get("functionCall") is open_call)["thoughtSignature"] = part["thoughtSignature"]
+        for fragment in call.get("partialArgs") or ():
+            _set_at(open_call["args"], fragment)
+        return None if not call else open_call
+    previous = parts[-1] if parts else None
+    if (
+        "text" in part
+        and previous is not None
+        and "text" in previous
+        and bool(previous.get("thought")) == bool(part.get("thought"))
+        and not previous.get("thoughtSignature")
+        and (part["text"] or not part.get("thoughtSignature"))  # a signature alone on empty text is its own part
+    ):
+        previous["text"] += part["text"]
+        previous.update({k: v for k, v in part.items() if k != "text"})
+    else:
+        parts.append(dict(part))
+    return open_call
+
+
+def genai(payloads: Sequence[bytes]) -> dict[str, Any] | None:
+    chunks = _events(payloads)
+    if not chunks or any("error" in c for c in chunks):
+        return None
+    body: dict[str, Any] = {}
+    candidates: dict[int, dict[str, Any]] = {}
+    open_calls: dict[int, Any] = {}
+    for chunk in chunks:
+        body.update({k: v for k, v in chunk.items() if k != "candidates" and v not in (None, {}, [])})
+        for position, raw in enumerate(chunk.get("candidates") or ()):
+            index = raw.get("index", position)
+            candidate = candidates.setdefault(index, {"index": index, "content": {"parts": []}})
+            content = raw.get("content") or {}
+            if content.get("role"):
+                candidate["content"]["role"] = content["role"]
+            for part in content.get("parts") or ():
+                open_calls[index] = _gemini_part(candidate["content"]["parts"], part, open_calls.get(index))
+            for key, value in raw.items():
+                if key == "logprobsResult" and value:  # each chunk's own tokens: the answer's are all of them
+                    merged = candidate.setdefault(key, {})
+                    for member in ("chosenCandidates", "topCandidates"):
+                        merged.setdefault(member, []).extend(value.get(member) or ())
+                    if "logProbabilitySum" in value:
+                        merged["logProbabilitySum"] = merged.get("logProbabilitySum", 0.0) + value["logProbabilitySum"]
+                elif key not in ("index", "content") and value not in (None, {}, []):
+                    candidate[key] = value  # the last that says something: grounding fills only the last chunk
+    if not candidates and "promptFeedback" not in body:
+        return None
+    if any("finishReason" not in c for c in candidates.values()):
+        return None  # there is no [DONE]: a stream without its finishReason did not end
+    body["candidates"] = [candidates[i] for i in sorted(candidates)]
+    return body
+
+
+def llamacpp_completion(payloads: Sequence[bytes]) -> dict[str, Any] | None:
+    events = _events(payloads)
+    if not events or not events[-1].get("stop") or any("error" in e for e in events):
+        return None
+    body = dict(events[-1])
+    # A token that ends inside a UTF-8 character gets no event (a later one carries its text and the running
+    # `tokens_predicted`): when generation ends there, the last token event's count falls short of the final one
+    # and the stream never sent that text, which the unary answer has.
+    counts = [e.get("tokens_predicted") for e in events[:-1] if e.get("content") or e.get("tokens")]
+    last = counts[-1] if counts else 0  # no token event at all: every token was held back
+    if isinstance(last, int) and last < (body.get("tokens_predicted") or 0):
+        return None
+    ids = [t for e in events for t in e.get("tokens") or ()]
+    body["content"] = "".join(e.get("content") or "" for e in events)
+    body["tokens"] = ids
+    if any("completion_probabilities" in e for e in events):
+        body["completion_probabilities"] = [p for e in events for p in e.get("completion_probabilities") or ()]
+    return body
+
+
+def _extends(values: list[Any]) -> bool | None:
+    """Whether a field's non-empty values each extend the one before (a cumulative run); None with fewer than two."""
+    present = [v for v in values if v]
+    if len(present) < 2:
+        return None
+    return all(b[: len(a)] == a and len(b) > len(a) for a, b in itertools.pairwise(present))
+
+
+def _joined(values: list[Any], cumulative: bool | None) -> Any:
+    """One field over a choice's events: a cumulative run's last value, else the pieces joined."""
+    present = [v for v in values if v]
+    if cumulative and present:
+        return present[-1]
+    return "".join(present) if values and isinstance(values[0], str) else [x for v in present for x in v]
+
+
+def sglang(payloads: Sequence[bytes]) -> dict[str, Any] | list[dict[str, Any]] | None:
+    """One answer, or the list a batch (`n` > 1) answers, in `index` order."""
+    events = _events(payloads)
+    if not events or payloads[-1].strip() != b"[DONE]" or any("error" in e for e in events):
+        return None
+    by_choice: dict[int, list[dict[str, Any]]] = {}
+    for event in events:
+        by_choice.setdefault(event.get("index", 0), []).append(event)
+    answers = []
+    for _, lines in sorted(by_choice.items()):
+        answer = {**lines[-1], "meta_info": dict(lines[-1].get("meta_info") or {})}
+        texts = [line.get("text") or "" for line in lines]
+        ids = [line.get("output_ids") or [] for line in lines]
+        # Text and ids share the server's mode (an incremental token's text may begin with the one before, its id
+        # list says surely); the logprob lists have their own (older servers resent them whole even so).
+        cumulative = _extends(ids) if _extends(ids) is not None else _extends(texts)
+        answer["text"] = _joined(texts, cumulative)
+        if any("output_ids" in line for line in lines):
+            answer["output_ids"] = _joined(ids, cumulative)
+        for key in ("output_token_logprobs", "output_top_logprobs"):
+            values = [(line.get("meta_info") or {}).get(key) or [] for line in lines]
+            if any(key in (line.get("meta_info") or {}) for line in lines):
+                answer["meta_info"][key] = _joined(values, _extends(values))
+        answers.append(answer if len(by_choice) > 1 else {k: v for k, v in answer.items() if k != "index"})
+    return answers[0] if len(answers) == 1 else answers
+
+
 # stream section -> its assembler
-ASSEMBLERS: dict[str, Callable[[Sequence[bytes]], dict[str, Any] | None]] = {
+ASSEMBLERS: dict[str, Callable[[Sequence[bytes]], dict[str, Any] | list[dict[str, Any]] | None]] = {
     "openai_chat.stream": chat,
     "vllm.chat_stream": chat,
     "llamacpp.chat_stream": chat,
@@ -210,4 +384,7 @@ ASSEMBLERS: dict[str, Callable[[Sequence[bytes]], dict[str, Any] | None]] = {
     "anthropic_messages.stream": anthropic,
     "ollama.chat_stream": ollama,
     "ollama.generate_stream": ollama,
+    "google_genai.stream": genai,
+    "llamacpp.completion_stream": llamacpp_completion,
+    "sglang.stream": sglang,
 }

@@ -1,6 +1,7 @@
-"""Stream and unary agree: every stream we have (fixtures and shared recordings), folded, gives the same parts,
-phase, citations, finish, usage and soft errors as the unary lift of the same answer assembled
-(`tests/stream_assembly.py`). Both sides run the accounting, so kept native facts must agree too."""
+"""Stream and unary agree: every stream we have (fixtures, shared recordings, our own live-engine recordings),
+folded, gives the same parts, phase, citations, finish, logprobs, usage, prompt feedback and soft errors as the unary
+lift of the same answer assembled (`tests/stream_assembly.py`). Both sides run the accounting, so kept native facts must
+agree too."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def _streams():
         yield pytest.param(path, id=f"{path.parent.name}/{path.stem}")
 
 
-def _compare(streamed: response_pb2.Response, unary: response_pb2.Response) -> None:
+def _compare(streamed: response_pb2.Response, unary: response_pb2.Response, *, logprobs: bool = True) -> None:
     assert [c.index for c in streamed.choices] == [c.index for c in unary.choices]
     for folded, whole in zip(streamed.choices, unary.choices, strict=True):
         if whole.message.phase and not folded.message.phase:  # IR 1.0 streams have no phase: said in a warning
@@ -38,8 +39,11 @@ def _compare(streamed: response_pb2.Response, unary: response_pb2.Response) -> N
         assert list(folded.message.parts) == list(whole.message.parts)
         assert folded.message.phase == whole.message.phase
         assert (folded.finish_reason, folded.raw_finish_reason) == (whole.finish_reason, whole.raw_finish_reason)
+        if logprobs:
+            assert folded.logprobs == whole.logprobs
     assert streamed.usage == unary.usage
     assert list(streamed.errors) == list(unary.errors)
+    assert streamed.prompt_feedback == unary.prompt_feedback  # Gemini's blocked prompt: a soft fact, not a choice
 
 
 def _both(transport: HttpTransport, request: request_pb2.Request, events: list[tuple[str, bytes]], section: str):
@@ -74,6 +78,10 @@ _WIRES = {  # stream section of a recording -> the transport that lifts it, and 
     "anthropic_messages.stream": ("anthropic_messages", "conversation"),
     "ollama.chat_stream": ("ollama", "conversation"),
     "ollama.generate_stream": ("ollama", "prompt"),
+    "google_genai.stream": ("google_genai", "conversation"),
+    "llamacpp.chat_stream": ("llamacpp", "conversation"),
+    "llamacpp.completion_stream": ("llamacpp", "prompt"),
+    "sglang.stream": ("sglang", "prompt"),
 }
 
 
@@ -98,8 +106,42 @@ def test_every_recorded_stream_folds_to_the_unary_lift_of_its_assembled_answer()
         if answer.section.startswith("openai_c") and answer.payloads[-1].strip() != b"[DONE]":
             events.append(("", b"[DONE]"))  # the vercel recorder strips the end marker
         try:
-            _compare(*_both(transport, request, events, answer.section))
+            # Not the logprobs: the request here is a stand-in that asks for none (the unary lifts then read none
+            # while the stream lifts keep what comes), and Responses' final object rounds what its deltas said.
+            _compare(*_both(transport, request, events, answer.section), logprobs=False)
         except AssertionError as exc:
             raise AssertionError(f"{answer.source}: {exc}") from None
         compared += 1
-    assert compared > 10
+    assert compared > 40  # 43 today (27 before Gemini and llama.cpp streams were compared)
+
+
+ENGINE_RECORDINGS = FIXTURES.parent / "recordings"  # ours, written by tests/engines/recorder.py
+
+
+def test_every_engine_recorded_stream_folds_to_the_unary_lift_of_its_assembled_answer():
+    """Our own live-engine recordings (llama-server, llama-cpp-python, Ollama, vLLM): every stream that ended, with
+    the request that was really sent."""
+    from modelir.records.files import read_header, read_records
+    from modelir.v1 import record_pb2
+
+    compared = 0
+    for path in sorted(ENGINE_RECORDINGS.glob("*/generate.jsonl")):
+        header = read_header(path)
+        assert header is not None
+        options = json.loads(header.run_metadata["transport_options"])
+        transport = build_transport(header.run_metadata["transport"], options)
+        assert isinstance(transport, HttpTransport)
+        for record in read_records(path):
+            raw = record.response.raw
+            if not raw.stream_events or record.status == record_pb2.RECORD_STATUS_FAILED:
+                continue
+            section = transport.native_fields(record.request, "stream")
+            events = [(e.event, e.data) for e in raw.stream_events]
+            if ASSEMBLERS[section]([data for _, data in events]) is None:
+                continue
+            try:
+                _compare(*_both(transport, record.request, events, section))
+            except AssertionError as exc:
+                raise AssertionError(f"{path.parent.name} {record.key}: {exc}") from None
+            compared += 1
+    assert compared > 20  # 27 today: llama-server, Ollama, vLLM and llama-cpp-python streams

@@ -7,8 +7,9 @@ sampling and constraints go in `sampling_params`;
 logprobs are `[logprob, token_id, text|null]` triples (text only with `return_text_in_logprobs`), top
 alternatives a list of such triples per position; `meta_info.finish_reason` is an object (`{"type": "stop",
 "matched": ...}`, `{"type": "length", "length": N}`, `{"type": "abort", ...}`); with `n` > 1 the answer is a
-list; streams are `data: {...}` lines ending with `[DONE]`, and `text` in them may be cumulative (older servers)
-or incremental (`--incremental-streaming-output`): both are handled.
+list; streams are `data: {...}` lines ending with `[DONE]`, and `text`, `output_ids` and the output logprob lists
+in them may be cumulative (older servers) or incremental (`--incremental-streaming-output`, which current servers
+apply to the logprob lists too): both are handled, the mode read from the ids where the events carry them.
 
 A choice among labels lowers to a regex alternation of the escaped labels (the text is then the label itself:
 `Choice.constrained_label`). Input scoring takes logprobs from the first token (`logprob_start_len: 0`); a
@@ -306,11 +307,12 @@ class _GenerateStreamLifter(StreamLifter):
         self.request = request
         self.started = False
         self.texts: dict[int, str] = {}  # choice -> the text so far
-        self.logprob_counts: dict[int, int] = {}  # choice -> output logprobs emitted so far
+        self.logprobs_so_far: dict[int, list[Any]] = {}  # choice -> the output logprob entries emitted so far
         self.metas: dict[int, dict[str, Any]] = {}
         self.id_counts: dict[int, int] = {}  # choice -> output ids seen so far
         self.trimmed: dict[int, list[int]] = {}  # choice -> its trimmed stop / EOS id
         self.cumulative: bool | None = None
+        self.first_ids: dict[int, list[Any]] = {}  # choice -> its first event's output ids (see `feed`)
         self.done = False
         self.parts = StreamParts()
 
@@ -331,24 +333,35 @@ class _GenerateStreamLifter(StreamLifter):
             )
         text = data.get("text") or ""
         so_far = self.texts.get(index, "")
-        if self.cumulative is None and so_far and text:
-            # Decided once, on the second non-empty event: cumulative servers resend everything so far.
-            self.cumulative = text.startswith(so_far) and len(text) > len(so_far)
+        ids = data.get("output_ids")
+        if self.cumulative is None:
+            # Decided once, on a choice's second event that says: cumulative servers resend everything so far.
+            # The ids say it surely (an incremental token's text may begin with the one before: " a", " and").
+            earlier = self.first_ids.get(index)
+            if isinstance(ids, list) and ids and earlier:
+                self.cumulative = ids[: len(earlier)] == earlier and len(ids) > len(earlier)
+            elif so_far and text and not earlier:
+                self.cumulative = text.startswith(so_far) and len(text) > len(so_far)
+            if isinstance(ids, list) and ids:
+                self.first_ids.setdefault(index, ids)
         piece = text[len(so_far) :] if self.cumulative else text
         self.texts[index] = so_far + piece
         event_out = self.parts.delta(index, "text", text=piece)
         delta = event_out.delta
-        self._token_ids(index, data.get("output_ids"), meta, delta)
+        self._token_ids(index, ids, meta, delta)
         if self.request.HasField("logprob_options") and meta.get("output_token_logprobs") is not None:
             triples = meta["output_token_logprobs"]
             tops = meta.get("output_top_logprobs")
-            seen = self.logprob_counts.get(index, 0)
-            if len(triples) >= seen:  # cumulative lists: only the new positions
-                new = triples[seen:]
-                new_tops = tops[seen:] if tops is not None else None
-                self.logprob_counts[index] = len(triples)
-                if new:
-                    _columns(new, new_tops, self.request.logprob_options.top_logprob_count, delta.logprobs)
+            emitted = self.logprobs_so_far.setdefault(index, [])
+            # Older servers resend the whole list on every event (even with incremental text); current ones with
+            # --incremental-streaming-output send only the event's positions (sglang slices the output logprob
+            # lists to the chunk). A list that begins with every entry emitted so far is the whole list.
+            seen = len(emitted) if emitted and triples[: len(emitted)] == emitted else 0
+            new = triples[seen:]
+            new_tops = tops[seen:] if tops is not None else None
+            emitted.extend(new)
+            if new:
+                _columns(new, new_tops, self.request.logprob_options.top_logprob_count, delta.logprobs)
         out.append(event_out)
         self.metas[index] = meta
         return out
