@@ -34,6 +34,7 @@ def _successful_keys(path) -> list[str]:
     return [r.key for r in records.read_records(path) if r.status == record_pb2.RECORD_STATUS_OK]
 
 
+@pytest.mark.timeout(600)  # 3,000 records through two runs: ~45 s idle, several times that on a loaded machine
 def test_sigkill_mid_run_then_resume_gives_one_record_per_key(tmp_path):
     source, output = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     count = 3000
