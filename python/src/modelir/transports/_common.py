@@ -8,6 +8,7 @@ import orjson
 
 from modelir import errors
 from modelir.logprobs.build import VLLM_MINUS_INFINITY
+from modelir.pipeline.survey import Survey
 from modelir.v1 import content_pb2, embedding_pb2, request_pb2
 
 __all__ = ["VLLM_MINUS_INFINITY"]
@@ -26,8 +27,17 @@ def late_system_messages(request: request_pb2.Request) -> list[int]:
     return late
 
 
-def non_text_tool_results(request: request_pb2.Request, transport: str) -> list[str]:
-    """Reasons to refuse tool results holding more than text, for wires whose tool results are text only."""
+def non_text_tool_results(request: request_pb2.Request, transport: str, seen: Survey | None = None) -> list[str]:
+    """Reasons to refuse tool results holding more than text, for wires whose tool results are text only (from
+    `seen`, the request's `survey`, when given)."""
+    if seen is not None:
+        return [
+            f"{transport} takes only text in tool results "
+            f"(conversation.messages[{i}].parts[{j}].tool_result.content[{k}] is {kind})."
+            for i, message in enumerate(seen.messages)
+            for j, k, _, kind, _ in message.parts
+            if k >= 0 and kind != "text"
+        ]
     return [
         f"{transport} takes only text in tool results "
         f"(conversation.messages[{i}].parts[{j}].tool_result.content[{k}] is {inner.WhichOneof('content')})."
