@@ -3,11 +3,18 @@ same verdicts, in the same order, as the generic walks they replaced (#37)."""
 
 from __future__ import annotations
 
+import orjson
 import pytest
+from google.protobuf import json_format
 from modelir import build_request, errors
+from modelir.conformance import runner
 from modelir.pipeline import content_kinds, media_policy, survey
 from modelir.pipeline.prepare import Pipeline
+from modelir.registry import build_transport
+from modelir.transports.base import HttpTransport
+from modelir.transports.llamacpp.chat import LlamaCppChat
 from modelir.transports.openai.chat import OpenAIChat
+from modelir.transports.vllm.chat import VLLMChat
 from modelir.v1 import content_pb2, request_pb2
 
 
@@ -92,6 +99,72 @@ def test_prepare_walks_the_conversation_once(monkeypatch):
     prepared = Pipeline(OpenAIChat(provider_model="m"), model="m").prepare(request, media=media_policy.DEFAULT_POLICY)
     assert prepared.native is not None
     assert walks == [request]
+
+
+def _kinds_of_every_sort() -> request_pb2.Request:
+    """A system turn, a user turn with an image, an assistant tool call, and its text result."""
+    request = build_request("m", messages=[("system", "be brief"), ("user", "look")], max_output_tokens=16)
+    request.conversation.messages[1].parts.add(blob=content_pb2.Blob(mime_type="image/png", data=b"png"))
+    assistant = request.conversation.messages.add(role=content_pb2.ROLE_ASSISTANT)
+    assistant.parts.add(tool_call=content_pb2.ToolCall(id="c1", name="f", arguments_json="{}"))
+    result = request.conversation.messages.add(role=content_pb2.ROLE_TOOL).parts.add().tool_result
+    result.tool_call_id = "c1"
+    result.content.add(text="42")
+    request.tools.add().function.name = "f"
+    return request
+
+
+@pytest.mark.parametrize(
+    ("name", "module"),
+    [
+        ("openai_chat", "modelir.transports.openai.chat"),
+        ("openai_responses", "modelir.transports.openai.responses"),
+        ("anthropic_messages", "modelir.transports.anthropic.messages"),
+        ("google_genai", "modelir.transports.google.genai"),
+    ],
+)
+def test_the_wire_checks_and_the_lowering_read_the_pipelines_walk(monkeypatch, name, module):
+    """`prepare` lowers from its own survey (`lower_surveyed`): the transport neither surveys nor walks the parts
+    again, and the bytes are those `lower` makes from a survey of its own."""
+    transport = build_transport(name, {})
+    request = _kinds_of_every_sort()
+    direct = transport.lower(request, stream=False)
+
+    def refused(request):
+        raise AssertionError("the transport walked the conversation again")
+
+    monkeypatch.setattr(f"{module}.survey", refused)
+    monkeypatch.setattr("modelir.transports.base.survey", refused)
+    prepared = Pipeline(transport).prepare(request)
+    assert prepared.native == direct
+
+
+def test_every_fixture_lowers_to_the_same_bytes_from_the_pipelines_walk():
+    """On every conformance fixture of every HTTP transport, `prepare` (the lowering reading the pipeline's
+    survey) sends the bytes `lower` (its own walk) sends; a dialect that extends only `body` (vLLM's and
+    llama-server's chat) is lowered through its `body`."""
+    compared = 0
+    for path in sorted(runner.DEFAULT_FIXTURES.glob("*/*.json")):
+        fixture = orjson.loads(path.read_bytes())
+        if (
+            "request" not in fixture
+            or "expected_rejection" in fixture
+            or fixture.get("operation") in ("tokenize", "embed")
+        ):
+            continue
+        transport = build_transport(path.parent.name, fixture.get("transport_options", {}))
+        assert isinstance(transport, HttpTransport)
+        request = json_format.Parse(orjson.dumps(fixture["request"]), request_pb2.Request())
+        streaming = fixture.get("mode") == "stream"
+        prepared = Pipeline(transport).prepare(request, streaming=streaming)
+        if prepared.native is not None:
+            assert prepared.native == transport.lower(prepared.request, stream=streaming), path
+            compared += 1
+    assert compared > 150  # every exchange fixture (192 when written)
+    for dialect in (VLLMChat(), LlamaCppChat()):
+        request = build_request("m", messages=[("user", "Hello!")], max_output_tokens=16)
+        request.sampling.stop.append("x")
+        assert Pipeline(dialect).prepare(request).native == dialect.lower(request, stream=False)
 
 
 def test_a_refused_media_uri_comes_before_the_field_violations():

@@ -48,7 +48,7 @@ class Pipeline:
     ) -> None:
         self.transport = transport
         # Decided once, not per request: an isinstance check against an ABC costs about 0.2 us.
-        self._lower = transport.lower if isinstance(transport, HttpTransport) else None
+        self._lower = transport.lower_surveyed if isinstance(transport, HttpTransport) else None
         self.manifest = manifest if manifest is not None else transport.manifest()
         self.model = model
         # The manifest's capabilities as a set, with the manifest they were read from (`manifest` may be replaced).
@@ -89,6 +89,17 @@ class Pipeline:
         another model than this pipeline's) or `UnsupportedCapabilityError` (naming every gap). Returns the request
         the transport must run and the policy's warnings.
         """
+        checked, warnings, _ = self._check(request, streaming=streaming, media=media)
+        return checked, warnings
+
+    def _check(
+        self,
+        request: request_pb2.Request,
+        *,
+        streaming: bool,
+        media: media_policy.MediaPolicy | None,
+    ) -> tuple[request_pb2.Request, list[errors_pb2.Warning], Survey]:
+        """`check`, with the survey of the request it returns (what the lowering reads)."""
         seen = survey(request)
         if media is not None:
             media_policy.check(request, media, seen)
@@ -108,8 +119,10 @@ class Pipeline:
             hinted = self._with_policy_hint(request, gaps, dropped=bool(warnings), seen=seen)
             raise errors.UnsupportedCapabilityError(hinted)
         if dropping:
-            return request, warnings
-        return self._apply_artifact_policy(request, seen)
+            return request, warnings, seen
+        checked, warnings = self._apply_artifact_policy(request, seen)
+        # KEEP and REJECT return the request itself; anything else would need its own walk
+        return checked, warnings, seen if checked is request else survey(checked)
 
     def _violations(self, request: request_pb2.Request, seen: Survey) -> list[errors_pb2.FieldViolation]:
         """The model-name mismatch, the IR's own field rules, then the provider's (a seed out of its range, ...)."""
@@ -155,11 +168,11 @@ class Pipeline:
         media: media_policy.MediaPolicy | None = None,
     ) -> Prepared:
         """`check`, then lower for an HTTP transport: everything a request goes through before the limiter."""
-        checked, warnings = self.check(request, streaming=streaming, media=media)
+        checked, warnings, seen = self._check(request, streaming=streaming, media=media)
         native = None
         if self._lower is not None and split_continuations(checked, self.transport) is None:
             try:  # a split request is lowered once per continuation
-                native = self._lower(checked, stream=streaming)
+                native = self._lower(checked, seen, stream=streaming)
             except (ValueError, TypeError, RecursionError) as exc:  # JSON text the wire cannot carry, and the like
                 raise errors.InvalidRequestError(
                     [

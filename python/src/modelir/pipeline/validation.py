@@ -110,7 +110,11 @@ def _collect_unknown(message: Message, path: str, found: list[tuple[str, str]]) 
                 "whose meaning it cannot honour).",
             )
         )
-    plan = _PLANS.get(type(message)) or _enum_plan(type(message))
+    plan = _PLANS.get(type(message))
+    if plan is None:
+        plan = _enum_plan(type(message))
+    if not plan:  # no closed enum and no message below (sampling parameters): nothing more to look at
+        return
     for field, value in message.ListFields():
         step = plan.get(field.name)
         if step is None:

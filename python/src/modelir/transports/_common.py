@@ -8,6 +8,7 @@ import orjson
 
 from modelir import errors
 from modelir.logprobs.build import VLLM_MINUS_INFINITY
+from modelir.pipeline.survey import Survey
 from modelir.v1 import content_pb2, embedding_pb2, request_pb2
 
 __all__ = ["VLLM_MINUS_INFINITY"]
@@ -26,8 +27,17 @@ def late_system_messages(request: request_pb2.Request) -> list[int]:
     return late
 
 
-def non_text_tool_results(request: request_pb2.Request, transport: str) -> list[str]:
-    """Reasons to refuse tool results holding more than text, for wires whose tool results are text only."""
+def non_text_tool_results(request: request_pb2.Request, transport: str, seen: Survey | None = None) -> list[str]:
+    """Reasons to refuse tool results holding more than text, for wires whose tool results are text only (from
+    `seen`, the request's `survey`, when given)."""
+    if seen is not None:
+        return [
+            f"{transport} takes only text in tool results "
+            f"(conversation.messages[{i}].parts[{j}].tool_result.content[{k}] is {kind})."
+            for i, message in enumerate(seen.messages)
+            for j, k, _, kind, _ in message.parts
+            if k >= 0 and kind != "text"
+        ]
     return [
         f"{transport} takes only text in tool results "
         f"(conversation.messages[{i}].parts[{j}].tool_result.content[{k}] is {inner.WhichOneof('content')})."
@@ -74,18 +84,28 @@ def json_object(text: str) -> Any:
 def copy_sampling(sampling: request_pb2.SamplingParams, target: dict[str, Any], fields: str) -> None:
     """Copy the sampling fields a request sets into a native body. `fields` names them, space-separated, as
     `ir_name` when the wire uses the IR's name and `ir_name:native_name` when it renames it. `stop` and
-    `stop_token_ids` are copied when not empty, `choice_count` when above one, the rest when set."""
-    for spec in fields.split():
-        field, _, key = spec.partition(":")
-        key = key or field
+    `stop_token_ids` are copied when not empty, `choice_count` when above one, the rest when set.
+
+    The keys go in the order `fields` names them; what is set is read with one `ListFields` (a request sets two or
+    three of the dozen), and `fields` is parsed once per wire."""
+    spec = _SAMPLING_SPECS.get(fields)
+    if spec is None:
+        spec = _SAMPLING_SPECS[fields] = tuple((f, k or f) for f, _, k in (s.partition(":") for s in fields.split()))
+    present = {descriptor.name: value for descriptor, value in sampling.ListFields()}
+    if not present:
+        return
+    for field, key in spec:
+        value = present.get(field)
+        if value is None:
+            continue
         if field in ("stop", "stop_token_ids"):
-            if values := list(getattr(sampling, field)):
-                target[key] = values
-        elif field == "choice_count":
-            if sampling.choice_count > 1:
-                target[key] = sampling.choice_count
-        elif sampling.HasField(field):  # type: ignore[arg-type]  # the callers name optional fields
-            target[key] = getattr(sampling, field)
+            target[key] = list(value)
+        elif field != "choice_count" or value > 1:
+            target[key] = value
+
+
+# `copy_sampling`'s `fields`, parsed: (IR name, native name) pairs in order.
+_SAMPLING_SPECS: dict[str, tuple[tuple[str, str], ...]] = {}
 
 
 def char_to_byte_offset(text: str, index: int) -> int:

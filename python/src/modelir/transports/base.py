@@ -152,6 +152,7 @@ class Transport(ABC):
             reasons = content_kinds.rejections(self.name, self.part_kinds, seen)
             if not self.reads_nested_provider_options:
                 reasons += self._nested_option_rejections(seen)
+            return reasons + self.wire_unsupported_surveyed(request, seen, streaming=streaming)
         return reasons + self.wire_unsupported(request, streaming=streaming)
 
     def _nested_option_rejections(self, seen: Survey) -> list[str]:
@@ -167,6 +168,14 @@ class Transport(ABC):
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         """What this wire cannot carry beyond the catalog and the content kinds (transports override it)."""
         return []
+
+    def wire_unsupported_surveyed(
+        self, request: request_pb2.Request, seen: Survey, *, streaming: bool = False
+    ) -> list[str]:
+        """`wire_unsupported`, reading the pipeline's `survey` of the conversation instead of walking it again. A
+        transport whose wire checks look at parts overrides this (and has `wire_unsupported` survey first); the
+        default is the transport's own `wire_unsupported`."""
+        return self.wire_unsupported(request, streaming=streaming)
 
     def field_problems(self, request: request_pb2.Request) -> list[tuple[str, str]]:
         """Fields whose value this provider refuses although the IR allows it, as (field, description) pairs: the
@@ -258,6 +267,12 @@ class HttpTransport(Transport):
 
     @abstractmethod
     def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest: ...
+
+    def lower_surveyed(self, request: request_pb2.Request, seen: Survey, *, stream: bool) -> HttpRequest:
+        """`lower`, reading the pipeline's `survey` of `request` (the parts and their kinds, the media) instead of
+        walking the conversation again: what `Pipeline.prepare` calls. A transport whose lowering reads the survey
+        overrides this (and has `lower` survey first); the default is the transport's own `lower`."""
+        return self.lower(request, stream=stream)
 
     @abstractmethod
     def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response: ...

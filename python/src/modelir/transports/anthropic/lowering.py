@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 
 from modelir.pipeline import content_kinds
+from modelir.pipeline.survey import SeenMessage, Survey
 from modelir.transports import _common as common
 from modelir.transports import opaque_json
 from modelir.transports.anthropic import blocks
@@ -53,33 +54,48 @@ def merge_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def system(messages: list[content_pb2.Message]) -> Any:
+def system(messages: list[tuple[content_pb2.Message, SeenMessage]]) -> Any:
     """The system prompt: one string, or text blocks when a part carries a cache breakpoint or options."""
     if not any(
         m.provider_options or any(p.provider_options or p.HasField("cache_breakpoint") for p in m.parts)
-        for m in messages
+        for m, _ in messages
     ):
-        return "\n\n".join("".join(p.text for p in m.parts) for m in messages)
-    return [block for m in messages for block in content(m)]
+        return "\n\n".join("".join(p.text for p in m.parts) for m, _ in messages)
+    return [block for m, noted in messages for block in content(m, noted)]
 
 
-def content(message: content_pb2.Message) -> list[dict[str, Any]]:
-    """A message's blocks; the message's own provider options go on its last block (where a message-level
+def content(message: content_pb2.Message, noted: SeenMessage) -> list[dict[str, Any]]:
+    """A message's blocks, from its parts as the request's `survey` noted them (each part's kind, a tool result's
+    content after it); the message's own provider options go on its last block (where a message-level
     `cache_control` belongs)."""
-    content = [block for part in message.parts if (block := _block(part)) is not None]
+    content = []
+    parts = noted.parts
+    for n, (_, k, part, kind, _) in enumerate(parts):
+        if k >= 0:
+            continue  # lowered with its tool result
+        inner = None
+        if kind == "tool_result":
+            inner = []
+            for _, inner_k, inner_part, inner_kind, _ in parts[n + 1 :]:
+                if inner_k < 0:
+                    break
+                inner.append((inner_part, inner_kind))
+        if (block := _block(part, kind, inner)) is not None:
+            content.append(block)
     options = _entry_options(message.provider_options, blocks.TRANSPORT)
     if options and content:
         content[-1].update(options)
     return content
 
 
-def replayed_container(messages: list[content_pb2.Message]) -> str | None:
-    """The id of the last code-execution container in the replayed turns: the conversation continues in it."""
+def replayed_container(seen: Survey, first: int) -> str | None:
+    """The id of the last code-execution container in the replayed turns (messages `first` on: the system prompt
+    is not a turn): the conversation continues in it. A container is a provider part, which the survey notes
+    among the parts a provider issued."""
     container = None
-    for message in messages:
-        for part in message.parts:
-            if part.WhichOneof("content") == "provider_part" and part.provider_part.type == blocks.CONTAINER:
-                container = orjson.loads(part.provider_part.native_json).get("id") or container
+    for i, _, part, kind in seen.issued:
+        if i >= first and kind == "provider_part" and part.provider_part.type == blocks.CONTAINER:
+            container = orjson.loads(part.provider_part.native_json).get("id") or container
     return container
 
 
@@ -91,10 +107,13 @@ def cache_control(part: content_pb2.Part) -> dict[str, Any] | None:
     return {"type": "ephemeral", "ttl": name} if name else None
 
 
-def _block(part: content_pb2.Part) -> dict[str, Any] | None:
-    """One part as a content block, with its cache breakpoint and options; None for a part with no input form
-    (a refusal, the stop details, the container, which `replayed_container` sends)."""
-    block = _content_block(part)
+def _block(
+    part: content_pb2.Part, kind: str | None, inner: list[tuple[content_pb2.Part, str | None]] | None = None
+) -> dict[str, Any] | None:
+    """One part (of `kind`) as a content block, with its cache breakpoint and options; None for a part with no
+    input form (a refusal, the stop details, the container, which `replayed_container` sends). `inner`: a tool
+    result's content with its kinds, when the survey noted them."""
+    block = _content_block(part, kind, inner)
     if block is None:
         return None
     if part.HasField("cache_breakpoint"):
@@ -112,8 +131,9 @@ def _document(blob: content_pb2.Blob) -> dict[str, Any]:
     return {"type": "document", "source": {"type": "base64", "media_type": blob.mime_type, "data": data}}
 
 
-def _content_block(part: content_pb2.Part) -> dict[str, Any] | None:
-    kind = part.WhichOneof("content")
+def _content_block(
+    part: content_pb2.Part, kind: str | None, inner: list[tuple[content_pb2.Part, str | None]] | None
+) -> dict[str, Any] | None:
     if kind == "text":
         block: dict[str, Any] = {"type": "text", "text": part.text}
         citations = [c for c in map(blocks.citation_native, part.citations) if c is not None]
@@ -140,9 +160,11 @@ def _content_block(part: content_pb2.Part) -> dict[str, Any] | None:
         }
     if kind == "tool_result":
         result = part.tool_result
-        content: Any = [b for p in result.content if (b := _block(p)) is not None]
-        if len(result.content) == 1 and result.content[0].WhichOneof("content") == "text":
-            content = result.content[0].text
+        if inner is None:  # a result inside a result, which the survey does not enter
+            inner = [(p, p.WhichOneof("content")) for p in result.content]
+        content: Any = [b for p, p_kind in inner if (b := _block(p, p_kind)) is not None]
+        if len(inner) == 1 and inner[0][1] == "text":
+            content = inner[0][0].text
         return {
             "type": "tool_result",
             "tool_use_id": result.tool_call_id,

@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from modelir.pipeline import content_kinds
+from modelir.pipeline.survey import Survey, survey
 from modelir.transports import _common as common
 from modelir.transports.anthropic import blocks, lowering, reasoning
 from modelir.transports.anthropic.lowering import PROVIDER_TOOL_TYPES, REDACTED, SIGNATURE
@@ -186,15 +187,18 @@ class AnthropicMessages(HttpTransport):
         return self.default_max_tokens
 
     def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
-        messages = list(request.conversation.messages)
+        return self.lower_surveyed(request, survey(request), stream=stream)
+
+    def lower_surveyed(self, request: request_pb2.Request, seen: Survey, *, stream: bool) -> HttpRequest:
+        messages = list(zip(request.conversation.messages, seen.messages, strict=True))
         system = []
-        while messages and messages[0].role in (content_pb2.ROLE_SYSTEM, content_pb2.ROLE_DEVELOPER):
+        while messages and messages[0][1].role in (content_pb2.ROLE_SYSTEM, content_pb2.ROLE_DEVELOPER):
             system.append(messages.pop(0))
         body: dict[str, Any] = {"model": self.model_for(request), "max_tokens": self._max_tokens(request)}
         if system:
             body["system"] = lowering.system(system)
-        wire_messages = [{"role": lowering.role(m), "content": lowering.content(m)} for m in messages]
-        if container := lowering.replayed_container(messages):
+        wire_messages = [{"role": lowering.role(m), "content": lowering.content(m, noted)} for m, noted in messages]
+        if container := lowering.replayed_container(seen, len(system)):
             body["container"] = container
         if request.prefill:
             wire_messages.append({"role": "assistant", "content": [{"type": "text", "text": request.prefill}]})

@@ -29,6 +29,7 @@ import orjson
 from modelir import errors
 from modelir.errors import soft as soft_errors
 from modelir.pipeline import content_kinds
+from modelir.pipeline.survey import SeenMessage, Survey, survey
 from modelir.transports import _common as common
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter, error_for_status
 from modelir.transports.google import embed, parts
@@ -102,25 +103,31 @@ class GoogleGenAI(HttpTransport):
         return out
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
+        return self.wire_unsupported_surveyed(request, survey(request), streaming=streaming)
+
+    def wire_unsupported_surveyed(
+        self, request: request_pb2.Request, seen: Survey, *, streaming: bool = False
+    ) -> list[str]:
         reasons = [
             f"Gemini takes system text only before the conversation (conversation.messages[{i}])."
             for i in common.late_system_messages(request)
         ]
         if request.HasField("reasoning_controls") and request.reasoning_controls.summary:
             reasons.append("Gemini returns thought summaries with reasoning.include_thoughts, not reasoning.summary.")
-        for i, message in enumerate(request.conversation.messages):
+        for i, message in enumerate(seen.messages):
+            own = [(j, part, kind, artifacts) for j, k, part, kind, artifacts in message.parts if k < 0]
             if message.role in common.SYSTEM_ROLES:
-                if any(p.WhichOneof("content") != "text" for p in message.parts):
+                if any(kind != "text" for _, _, kind, _ in own):
                     reasons.append(f"Gemini's system instruction is text only here (conversation.messages[{i}]).")
                 continue
-            for j, part in enumerate(message.parts):
+            for j, part, kind, artifacts in own:
                 where = f"conversation.messages[{i}].parts[{j}]"
-                if any(a.kind != THOUGHT_SIGNATURE for a in part.artifacts):
+                if any(a.kind != THOUGHT_SIGNATURE for a in artifacts):
                     reasons.append(f"Gemini takes only thought signatures ({where}).")
-                reasons += _replay_problems(part, where)
-                if part.WhichOneof("content") == "tool_result" and part.tool_result.failed:
+                reasons += _replay_problems(part, kind, where)
+                if kind == "tool_result" and part.tool_result.failed:
                     reasons.append(f"Gemini cannot mark a function response as failed ({where}).")
-        reasons += common.non_text_tool_results(request, "Gemini")
+        reasons += common.non_text_tool_results(request, "Gemini", seen)
         if any(m != request_pb2.MODALITY_IMAGE for m in request.output_modalities):
             reasons.append("Gemini's generateContent gives image output only (audio needs the Live or TTS API).")
         for i, tool in enumerate(request.tools):
@@ -137,10 +144,13 @@ class GoogleGenAI(HttpTransport):
     # ---- lower -------------------------------------------------------------------------------------
 
     def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
-        messages = list(request.conversation.messages)
+        return self.lower_surveyed(request, survey(request), stream=stream)
+
+    def lower_surveyed(self, request: request_pb2.Request, seen: Survey, *, stream: bool) -> HttpRequest:
+        messages = list(zip(request.conversation.messages, seen.messages, strict=True))
         system: list[dict[str, Any]] = []
-        while messages and messages[0].role in (content_pb2.ROLE_SYSTEM, content_pb2.ROLE_DEVELOPER):
-            system.extend({"text": p.text} for p in messages.pop(0).parts)
+        while messages and messages[0][1].role in (content_pb2.ROLE_SYSTEM, content_pb2.ROLE_DEVELOPER):
+            system.extend({"text": p.text} for p in messages.pop(0)[0].parts)
         body: dict[str, Any] = {"contents": _contents(messages)}
         if system:
             body["systemInstruction"] = {"parts": system}
@@ -273,14 +283,15 @@ def _seconds(duration: object) -> float | None:
         return None
 
 
-def _contents(messages: Iterable[content_pb2.Message]) -> list[dict[str, Any]]:
+def _contents(messages: Iterable[tuple[content_pb2.Message, SeenMessage]]) -> list[dict[str, Any]]:
+    """The turns, from each message's parts as the request's `survey` noted them (with their kinds)."""
     out: list[dict[str, Any]] = []
-    for message in messages:
-        role = "model" if message.role == content_pb2.ROLE_ASSISTANT else "user"
+    for _, noted in messages:
+        role = "model" if noted.role == content_pb2.ROLE_ASSISTANT else "user"
         wire_parts = [
-            _wire_part(p)
-            for p in message.parts
-            if not (p.WhichOneof("content") == "provider_part" and p.provider_part.type in _NOT_REPLAYED)
+            _wire_part(p, kind)
+            for _, k, p, kind, _ in noted.parts
+            if k < 0 and not (kind == "provider_part" and p.provider_part.type in _NOT_REPLAYED)
         ]
         if out and out[-1]["role"] == role:
             out[-1]["parts"].extend(wire_parts)
@@ -289,8 +300,7 @@ def _contents(messages: Iterable[content_pb2.Message]) -> list[dict[str, Any]]:
     return out
 
 
-def _wire_part(part: content_pb2.Part) -> dict[str, Any]:
-    kind = part.WhichOneof("content")
+def _wire_part(part: content_pb2.Part, kind: str | None) -> dict[str, Any]:
     if kind == "text":
         wire: dict[str, Any] = {"text": part.text}
     elif kind == "reasoning":
@@ -335,10 +345,9 @@ def _wire_part(part: content_pb2.Part) -> dict[str, Any]:
     return wire
 
 
-def _replay_problems(part: content_pb2.Part, where: str) -> list[str]:
-    """Why a provider-run tool part or provider part cannot go back to Gemini: only code execution is a part on
-    this wire, and a provider part goes back only to the transport that issued it, as a JSON object."""
-    kind = part.WhichOneof("content")
+def _replay_problems(part: content_pb2.Part, kind: str | None, where: str) -> list[str]:
+    """Why a provider-run tool part or provider part (of `kind`) cannot go back to Gemini: only code execution is
+    a part on this wire, and a provider part goes back only to the transport that issued it, as a JSON object."""
     if kind == "server_tool_call":
         call = part.server_tool_call
         if call.name != parts.CODE_EXECUTION:

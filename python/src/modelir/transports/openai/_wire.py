@@ -17,6 +17,7 @@ import orjson
 
 from modelir import errors
 from modelir.errors import soft as soft_errors
+from modelir.pipeline.survey import Survey
 from modelir.reading import stops
 from modelir.transports import _common as common
 from modelir.transports import provider_errors
@@ -213,8 +214,16 @@ class BodyTransport(HttpTransport):
     @abstractmethod
     def body(self, request: request_pb2.Request, *, stream: bool) -> dict[str, Any]: ...
 
+    def body_surveyed(self, request: request_pb2.Request, seen: Survey, *, stream: bool) -> dict[str, Any]:
+        """`body`, from the pipeline's `survey` of `request`: a wire whose body lowers a conversation overrides it.
+        The default is `body` itself (so a dialect that extends only `body` is lowered through it)."""
+        return self.body(request, stream=stream)
+
     def lower(self, request: request_pb2.Request, *, stream: bool) -> HttpRequest:
         return json_request(self.path, self.body(request, stream=stream), stream=stream)
+
+    def lower_surveyed(self, request: request_pb2.Request, seen: Survey, *, stream: bool) -> HttpRequest:
+        return json_request(self.path, self.body_surveyed(request, seen, stream=stream), stream=stream)
 
     def finish(
         self, raw_reason: str | None, stop_reason: Any = None

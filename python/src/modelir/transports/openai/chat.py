@@ -8,6 +8,7 @@ this wire (vLLM, llama.cpp) subclass it and extend `body`, `finish`, `adjust_log
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import orjson
@@ -15,6 +16,7 @@ import orjson
 from modelir.errors import soft as soft_errors
 from modelir.errors.soft import Facts
 from modelir.pipeline import content_kinds
+from modelir.pipeline.survey import Survey, survey
 from modelir.reading import stops
 from modelir.transports import _common as common
 from modelir.transports import zero_output
@@ -89,6 +91,9 @@ class OpenAIChat(wire.BodyTransport, OpenAIEmbeddings):
             cls.part_kinds = _WIRE_KINDS
         if "replays_refusals" not in cls.__dict__:
             cls.replays_refusals = False
+        if "body" in cls.__dict__ and "body_surveyed" not in cls.__dict__:
+            # A dialect that extends `body` alone is lowered through it (from its own walk of the request).
+            cls.body_surveyed = wire.BodyTransport.body_surveyed  # type: ignore[method-assign]
 
     def field_problems(self, request: request_pb2.Request) -> list[tuple[str, str]]:
         return super().field_problems(request) + wire.logit_bias_problems(request.sampling, self)
@@ -103,6 +108,11 @@ class OpenAIChat(wire.BodyTransport, OpenAIEmbeddings):
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         """What chat completions cannot carry, beyond the catalog and the content kinds."""
+        return self.wire_unsupported_surveyed(request, survey(request), streaming=streaming)
+
+    def wire_unsupported_surveyed(
+        self, request: request_pb2.Request, seen: Survey, *, streaming: bool = False
+    ) -> list[str]:
         reasons = []
         if streaming and self._emulates_zero(request):
             reasons.append("Chat completions cannot generate zero tokens, and a stream cannot take back what it sent.")
@@ -111,10 +121,11 @@ class OpenAIChat(wire.BodyTransport, OpenAIEmbeddings):
                 reasons.append("OpenAI chat completions return no reasoning text (reasoning.include_thoughts).")
             if request.reasoning_controls.summary:
                 reasons.append("OpenAI chat completions return no reasoning summaries (reasoning.summary).")
-        for i, message in enumerate(request.conversation.messages):
-            for j, part in enumerate(message.parts):
-                kind = part.WhichOneof("content")
-                if part.artifacts and kind != "reasoning":
+        for i, message in enumerate(seen.messages):
+            for j, k, part, kind, artifacts in message.parts:
+                if k >= 0:  # a tool result's content: what the kinds allow there, the lowering carries
+                    continue
+                if artifacts and kind != "reasoning":
                     reasons.append(
                         f"OpenAI chat completions cannot replay reasoning (conversation.messages[{i}].parts[{j}])."
                     )
@@ -133,7 +144,13 @@ class OpenAIChat(wire.BodyTransport, OpenAIEmbeddings):
 
     def body(self, request: request_pb2.Request, *, stream: bool) -> dict[str, Any]:
         """The native body as a dict: the hook dialects extend before it is serialised once."""
-        body: dict[str, Any] = {"model": self.model_for(request), "messages": self._messages(request)}
+        return self._body(request, survey(request), stream=stream)
+
+    def body_surveyed(self, request: request_pb2.Request, seen: Survey, *, stream: bool) -> dict[str, Any]:
+        return self._body(request, seen, stream=stream)
+
+    def _body(self, request: request_pb2.Request, seen: Survey, *, stream: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model_for(request), "messages": self._messages(request, seen)}
         s = request.sampling
         common.copy_sampling(s, body, _SAMPLING)
         if self._emulates_zero(request):
@@ -164,14 +181,13 @@ class OpenAIChat(wire.BodyTransport, OpenAIEmbeddings):
                 body["top_logprobs"] = request.logprob_options.top_logprob_count
         return wire.finish_body(request, body, stream=stream, transport=self.name)
 
-    def _content(self, parts: Any) -> str | list[dict[str, Any]]:
+    def _content(self, parts: Sequence[tuple[content_pb2.Part, str | None]]) -> str | list[dict[str, Any]]:
         """A plain string when the parts are one text; the array form otherwise."""
-        if len(parts) == 1 and parts[0].WhichOneof("content") == "text":
-            text: str = parts[0].text
+        if len(parts) == 1 and parts[0][1] == "text":
+            text: str = parts[0][0].text
             return text
-        out = []
-        for part in parts:
-            kind = part.WhichOneof("content")
+        out: list[dict[str, Any]] = []
+        for part, kind in parts:
             if kind == "text":
                 out.append({"type": "text", "text": part.text})
             elif kind == "blob":
@@ -180,14 +196,17 @@ class OpenAIChat(wire.BodyTransport, OpenAIEmbeddings):
                 raise self.not_carried(kind)
         return out
 
-    def _messages(self, request: request_pb2.Request) -> list[dict[str, Any]]:
+    def _messages(self, request: request_pb2.Request, seen: Survey) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        for message in request.conversation.messages:
-            results, calls, others, refusals, details = [], [], [], [], []
-            for part in message.parts:
-                kind = part.WhichOneof("content")
-                if kind == "tool_result":
-                    results.append(part.tool_result)
+        for message, noted in zip(request.conversation.messages, seen.messages, strict=True):
+            # A tool result's content follows it in `noted.parts` (k >= 0): it goes with the last result.
+            results: list[tuple[str, list[tuple[content_pb2.Part, str | None]]]] = []
+            calls, others, refusals, details = [], [], [], []
+            for _, k, part, kind, _ in noted.parts:
+                if k >= 0:
+                    results[-1][1].append((part, kind))
+                elif kind == "tool_result":
+                    results.append((part.tool_result.tool_call_id, []))
                 elif kind == "tool_call":
                     calls.append(part.tool_call)
                 elif kind == "refusal" and self.replays_refusals:
@@ -197,13 +216,11 @@ class OpenAIChat(wire.BodyTransport, OpenAIEmbeddings):
                         details.extend(orjson.loads(part.provider_part.native_json or "[]"))
                     # the other native facts of an answer (filter results, executed tools) are not sent back
                 elif kind in ("text", "blob"):
-                    others.append(part)
+                    others.append((part, kind))
                 else:
                     raise self.not_carried(kind)
-            for result in results:  # each tool result is a message of its own on this wire
-                out.append(
-                    {"role": "tool", "tool_call_id": result.tool_call_id, "content": self._content(result.content)}
-                )
+            for call_id, content in results:  # each tool result is a message of its own on this wire
+                out.append({"role": "tool", "tool_call_id": call_id, "content": self._content(content)})
             if message.role == content_pb2.ROLE_TOOL and not others:
                 continue
             entry: dict[str, Any] = {"role": _ROLE_NAMES[message.role]}

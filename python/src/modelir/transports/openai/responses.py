@@ -13,6 +13,7 @@ from typing import Any
 
 from modelir.errors import soft as soft_errors
 from modelir.pipeline import content_kinds
+from modelir.pipeline.survey import Survey, survey
 from modelir.transports import _common as common
 from modelir.transports.base import HttpResponse, StreamLifter
 from modelir.transports.manifests import CHAT_WITH_TOOLS, COMMON, LOGPROBS, capability_set
@@ -83,21 +84,25 @@ class OpenAIResponses(wire.BodyTransport, OpenAIEmbeddings):
     )
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
+        return self.wire_unsupported_surveyed(request, survey(request), streaming=streaming)
+
+    def wire_unsupported_surveyed(
+        self, request: request_pb2.Request, seen: Survey, *, streaming: bool = False
+    ) -> list[str]:
         reasons = []
         if request.reasoning_controls.include_thoughts:
             reasons.append(
                 "OpenAI Responses return reasoning summaries, not reasoning text: use reasoning.summary "
                 "instead of reasoning.include_thoughts."
             )
-        for i, message in enumerate(request.conversation.messages):
-            parts = list(message.parts)
-            for j, part in enumerate(parts):
-                kind = part.WhichOneof("content")
+        for i, (message, noted) in enumerate(zip(request.conversation.messages, seen.messages, strict=True)):
+            own = [(j, part, kind) for j, k, part, kind, _ in noted.parts if k < 0]
+            for j, part, kind in own:
                 where = f"conversation.messages[{i}].parts[{j}]"
                 if kind == "reasoning":
                     if not part.item_id:
                         reasons.append(f"A replayed reasoning item needs its item id ({where}.item_id).")
-                    following = parts[j + 1] if j + 1 < len(parts) else None
+                    following = own[j + 1][1] if j + 1 < len(own) else None
                     if following is None or not following.item_id:
                         # The API answers 400 "provided without its required following item" otherwise.
                         reasons.append(
@@ -115,12 +120,13 @@ class OpenAIResponses(wire.BodyTransport, OpenAIEmbeddings):
                     reasons.append(f"Only image blobs are supported here, not {part.blob.mime_type!r} ({where}).")
                 elif kind == "refusal" and not part.item_id:
                     reasons.append(f"A replayed refusal needs the item id of its message ({where}.item_id).")
-                for k, cited in enumerate(part.citations):
-                    if not cited.native_json and cited.kind not in items.REPLAYED_CITATION_KINDS:
-                        reasons.append(f"OpenAI Responses cite only URLs and files ({where}.citations[{k}].kind).")
+                if part.citations:
+                    for k, cited in enumerate(part.citations):
+                        if not cited.native_json and cited.kind not in items.REPLAYED_CITATION_KINDS:
+                            reasons.append(f"OpenAI Responses cite only URLs and files ({where}.citations[{k}].kind).")
             if message.role == content_pb2.ROLE_ASSISTANT:
-                reasons.extend(items.replay_problems(parts, f"conversation.messages[{i}].parts[{{}}]"))
-        reasons += common.non_text_tool_results(request, "OpenAI Responses")
+                reasons.extend(items.replay_problems(list(message.parts), f"conversation.messages[{i}].parts[{{}}]"))
+        reasons += common.non_text_tool_results(request, "OpenAI Responses", seen)
         return reasons
 
     # ---- lower -------------------------------------------------------------------------------------
