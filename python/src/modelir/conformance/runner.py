@@ -229,6 +229,15 @@ def _token_prompt(
     return Prepared(request, prepared.warnings, transport.lower(request, stream=streaming))
 
 
+def request_that_runs(fixture: dict[str, Any]) -> request_pb2.Request:
+    """A positive fixture's IR request as the transport lowers and lifts it: for a token-in conversation, the
+    token-id request its rounds built (its prompt is the one `expected_http_request` sends)."""
+    request = json_format.Parse(orjson.dumps(fixture["request"]), request_pb2.Request())
+    if "token_prompt_rounds" not in fixture:
+        return request
+    return token_prompt.token_request(request, fixture["expected_http_request"]["body"]["prompt"])
+
+
 def _answer(spec: dict[str, Any]) -> HttpResponse:
     return HttpResponse(
         spec.get("status", 200), {k.lower(): v for k, v in spec.get("headers", {}).items()}, _body_bytes(spec)
