@@ -278,7 +278,20 @@ def _record(model: Model, request: request_pb2.Request, kept: list, engine: str,
     case["http_response"] = _answer(answer)
     case["expected_response"] = json_format.MessageToDict(transport.lift_accounted(run_request, answer))
     number = len(list(folder.glob(f"{test}-*.json"))) + 1
-    (folder / f"{test}-{number}.json").write_text(json.dumps(case, indent=2, ensure_ascii=False) + "\n")
+    (folder / f"{test}-{number}.json").write_text(_compact_json(case))
+
+
+def _compact_json(value: object, depth: int = 0) -> str:
+    """Indented JSON with each list of numbers on one line (token ids: hundreds of them per call)."""
+    pad, inner = "  " * depth, "  " * (depth + 1)
+    if isinstance(value, dict) and value:
+        items = [f"{inner}{json.dumps(k)}: {_compact_json(v, depth + 1)}" for k, v in value.items()]
+        text = "{\n" + ",\n".join(items) + f"\n{pad}}}"
+    elif isinstance(value, list) and value and not all(type(v) in (int, float) for v in value):
+        text = "[\n" + ",\n".join(inner + _compact_json(v, depth + 1) for v in value) + f"\n{pad}]"
+    else:
+        text = json.dumps(value, ensure_ascii=False)
+    return text + ("\n" if depth == 0 else "")
 
 
 def _native(native: HttpRequest) -> dict:
