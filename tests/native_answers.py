@@ -9,10 +9,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from google.protobuf import json_format
+from modelir.conformance.runner import request_that_runs
 from modelir.registry import build_transport
 from modelir.transports.base import HttpTransport
-from modelir.v1 import request_pb2
 
 from tests.recordings import WIRE, cassette, parse_sse, vercel_chunks
 
@@ -45,7 +44,7 @@ def _fixture_answers(path: Path) -> Iterator[Answer]:
         kind = "error" if answer.get("status", 200) >= 400 else "embed"
         yield Answer(source, transport.native_fields(None, kind), (_body(answer),))
         return
-    request = json_format.Parse(json.dumps(fixture["request"]), request_pb2.Request())
+    request = request_that_runs(fixture)
     if answer.get("status", 200) >= 400:
         yield Answer(source, transport.native_fields(None, "error"), (_body(answer),))
     elif fixture.get("mode") == "stream":

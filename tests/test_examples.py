@@ -1,4 +1,4 @@
-"""The seven programs in `examples/` run as a user runs them (a subprocess, warnings as errors), against the reference
+"""The eight programs in `examples/` run as a user runs them (a subprocess, warnings as errors), against the reference
 model or a local fake OpenAI server the test starts; each is shorter than its twin in `examples/openai_sdk/`, and
 the twins that the fake can serve run too.
 """
@@ -25,6 +25,7 @@ from tests.fake_openai import FakeOpenAI
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 PROGRAMS = ["rl_rollout", "bits_per_byte", "classify", "reasoning_replay", "many_requests", "streaming", "records"]
+WITHOUT_TWIN = ["token_in_rollout"]  # no OpenAI API takes a turn as token ids: nothing to compare it with
 ON_FAKE = {"many_requests", "streaming", "records"}  # the rest run on the reference model
 
 
@@ -80,7 +81,7 @@ def _run(path: Path, fake: CountingFake | None, workdir: Path) -> subprocess.Com
 def runs(tmp_path_factory):
     """Every runnable program at once (they are independent): name -> (result, fake, workdir)."""
     server = _FakeThread()
-    jobs = [(f"examples/{p}", EXAMPLES / f"{p}.py") for p in PROGRAMS]
+    jobs = [(f"examples/{p}", EXAMPLES / f"{p}.py") for p in PROGRAMS + WITHOUT_TWIN]
     jobs += [(f"openai_sdk/{p}", EXAMPLES / "openai_sdk" / f"{p}.py") for p in sorted(ON_FAKE)]
     fakes = {name: server.start() for name, path in jobs if path.stem in ON_FAKE}
     workdirs = {name: tmp_path_factory.mktemp(name.replace("/", "_")) for name, _ in jobs}
@@ -107,6 +108,21 @@ def test_rl_rollout(runs):
     total = int(re.search(r"rollout: (\d+) sampled tokens", out).group(1))
     per_turn = sum(int(n) for n in re.findall(r"^turn \d: \w+, (\d+) tokens", out, re.M))
     assert total == per_turn > 0
+
+
+def test_token_in_rollout(runs):
+    out, *_ = _ok(runs, "examples/token_in_rollout")
+    turns = re.findall(r"^turn (\d): prompt (\d+) ids, sampled \[([\d, ]+)\]$", out, re.M)
+    assert [int(t) for t, _, _ in turns] == [0, 1, 2, 3], out
+    prompts = [int(p) for _, p, _ in turns]
+    sampled = [len(ids.split(", ")) for _, _, ids in turns]
+    assert all(later > earlier + taken for earlier, taken, later in zip(prompts, sampled, prompts[1:], strict=False))
+    # The stop string's token is in the sampled ids, not in the text: the text round trip parts from token-in.
+    final = re.search(
+        r"^final prompt: (\d+) ids token-in, (\d+) after a text round trip; they part at id (\d+)$", out, re.M
+    )
+    assert final is not None, out
+    assert int(final.group(1)) > int(final.group(2)) and int(final.group(3)) > prompts[0]
 
 
 def test_bits_per_byte(runs):

@@ -1,4 +1,4 @@
-"""The seven examples run offline with one command (`examples/README.md`): the test fake has an entry point that
+"""The eight examples run offline with one command (`examples/README.md`): the test fake has an entry point that
 runs programs against it, so the three written for OpenAI need no key."""
 
 from __future__ import annotations

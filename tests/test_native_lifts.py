@@ -26,8 +26,8 @@ from unittest import mock
 
 import orjson
 import pytest
-from google.protobuf import json_format
 from modelir import build_request
+from modelir.conformance.runner import request_that_runs
 from modelir.logprobs import native
 from modelir.registry import build_transport
 from modelir.transports.base import HttpResponse
@@ -119,7 +119,7 @@ def _fixtures() -> list[Path]:
 def test_every_fixture_lifts_the_same(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fixture = orjson.loads(path.read_bytes())
     transport = build_transport(path.parent.name, fixture.get("transport_options", {}))
-    request = json_format.Parse(orjson.dumps(fixture["request"]), request_pb2.Request())
+    request = request_that_runs(fixture)
     answer = fixture["http_response"]
     body = answer["body_text"].encode() if "body_text" in answer else orjson.dumps(answer.get("body"))
     taken = _Taken(monkeypatch)
@@ -486,8 +486,7 @@ def _seed_bodies() -> list[tuple[str, request_pb2.Request, dict]]:
         fixture = orjson.loads(path.read_bytes())
         body = fixture["http_response"].get("body")
         if isinstance(body, dict) and "logprobs" in orjson.dumps(body).decode():
-            request = json_format.Parse(orjson.dumps(fixture["request"]), request_pb2.Request())
-            out.append((path.parent.name, request, body))
+            out.append((path.parent.name, request_that_runs(fixture), body))
     rng = random.Random(7)
     words = ["a", " b", "\u00e9", "\n", "token_id:3"]
     entries = [

@@ -1,4 +1,4 @@
-"""modelir is typed for an editor (`py.typed`): mypy passes the seven examples as a user's program, and it catches
+"""modelir is typed for an editor (`py.typed`): mypy passes the eight examples as a user's program, and it catches
 what an editor should flag: a misspelt keyword of `chat`, and a view's text used as something else."""
 
 from __future__ import annotations
@@ -9,7 +9,16 @@ from importlib import resources
 from pathlib import Path
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-PROGRAMS = ["rl_rollout", "bits_per_byte", "classify", "reasoning_replay", "many_requests", "streaming", "records"]
+PROGRAMS = [
+    "rl_rollout",
+    "token_in_rollout",
+    "bits_per_byte",
+    "classify",
+    "reasoning_replay",
+    "many_requests",
+    "streaming",
+    "records",
+]
 MISTAKES = """
 import modelir
 

@@ -22,6 +22,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from modelir import errors, telemetry
 from modelir.calls import embedding as embedding_calls
 from modelir.calls import engine_facts
+from modelir.calls import token_prompt as token_calls
 from modelir.calls import tokenizer as tokenizer_calls
 from modelir.errors.soft import damaged_events, received
 from modelir.http.executor import Executor
@@ -154,7 +155,12 @@ class Model(ModelInterface):
             async with timeout_for(deadline, self._loop()):  # the one timeout of the call: limiter, HTTP and lift
                 async with self.limiter.acquire(estimate := estimate_tokens(request), deadline=deadline):
                     queued = time.monotonic() - start_mono
+                    if token_calls.needs_resolving(self, prepared):
+                        prepared = await token_calls.resolve(self, prepared, deadline)
                     response, attempts = await self._run_transport(prepared, deadline)
+                    if prepared.request is not request and not response.prompt_token_ids:
+                        # a token-in conversation's prompt is the ids it was sent as: the engine saw exactly those
+                        response.prompt_token_ids.extend(prepared.request.token_ids.ids)
         except TimeoutError:
             raise errors.DeadlineExceededError("the request's deadline expired") from None
         settle_tokens(self.limiter, estimate, response.usage)
@@ -233,6 +239,8 @@ class Model(ModelInterface):
                 async with self.limiter.acquire(estimate := estimate_tokens(request), deadline=deadline):
                     queued = time.monotonic() - start_mono
                     attempts = [1]
+                    if token_calls.needs_resolving(self, prepared):
+                        prepared = await token_calls.resolve(self, prepared, deadline, stream=True)
                     events = self._stream_transport(prepared, deadline, attempts)
                     async with contextlib.aclosing(events):  # closed now, not by asyncio at shutdown
                         pending_warnings = list(prepared.warnings)  # known now: on the start, else the end

@@ -1,7 +1,8 @@
 """The conformance runner: replays golden wire fixtures (language-neutral JSON) through a transport.
 
-The format is documented in `conformance/README.md`. Each fixture is one exchange: an IR request; the native HTTP
-request the transport must send; the native answer (a unary body or the raw stream events); and the IR response,
+The format is documented in `conformance/README.md`. Each fixture is one exchange: an IR request (for a token-in
+conversation, the rounds of engine calls that build its prompt first); the native HTTP request the transport must
+send; the native answer (a unary body or the raw stream events); and the IR response,
 or the typed error, that must come out. A negative fixture holds a request the manifest must reject, with the
 capabilities that must be named. The runner also checks coverage: every capability a transport claims is proved
 by at least one positive fixture, and every capability it does not claim is named by a negative one.
@@ -21,9 +22,10 @@ from google.protobuf.message import Message
 from modelir import errors
 from modelir.pipeline import embedding as embed_checks
 from modelir.pipeline.capabilities import tokenize_missing
-from modelir.pipeline.prepare import Pipeline
+from modelir.pipeline.prepare import Pipeline, Prepared
 from modelir.registry import build_transport, registry
 from modelir.streams.fold import accumulate
+from modelir.transports import token_prompt
 from modelir.transports.base import HttpResponse, HttpTransport, RawEvent, Transport, guarded_error
 from modelir.v1 import capabilities_pb2, embedding_pb2, request_pb2, response_pb2, service_pb2
 
@@ -152,6 +154,11 @@ def _check_exchange(
         gaps = errors.describe_unsupported(exc.unsupported)
         problems.append(f"the manifest rejects a request this fixture expects to run: {gaps}")
         return
+    if "token_prompt_rounds" in fixture:  # a token-in conversation: its renders first (`token_prompt`)
+        resolved = _token_prompt(fixture, transport, prepared, streaming, problems)
+        if resolved is None:
+            return
+        prepared = resolved
     request, lowered = prepared.request, prepared.native
     assert lowered is not None  # every fixture's transport speaks HTTP
     expected_http = fixture["expected_http_request"]
@@ -192,6 +199,49 @@ def _check_exchange(
             "lifted response differs:\n"
             + _json_diff(_message_json(_clean_for_compare(expected)), _message_json(_clean_for_compare(actual)))
         )
+
+
+def _token_prompt(
+    fixture: dict[str, Any], transport: HttpTransport, prepared: Prepared, streaming: bool, problems: list[str]
+) -> Prepared | None:
+    """The engine calls that build a token-in conversation's prompt, round by round as the fixture has them, then
+    the request that runs; None (with the problems noted) when they differ or the assembly refuses as expected."""
+    plan = token_prompt.plan(prepared.request)
+    steps = transport.token_prompt_steps(plan)
+    try:
+        natives = next(steps)
+        for number, spec in enumerate(fixture["token_prompt_rounds"]):
+            sent = [{"method": n.method, "path": n.path, "body": orjson.loads(n.body)} for n in natives]
+            if sent != (expected := spec["expected_http_requests"]):
+                problems.append(f"round {number}: requests differ:\n" + _json_diff(expected, sent))
+                return None
+            natives = steps.send([_answer(a) for a in spec["http_responses"]])
+        problems.append("the transport asks for more rounds of calls than the fixture has")
+        return None
+    except StopIteration as done:
+        rendered, sentinels = done.value
+    try:
+        prompt = token_prompt.assemble(prepared.request, plan, rendered, sentinels)
+    except errors.ModelError as exc:
+        _check_error(fixture.get("expected_error"), exc, problems)
+        return None
+    request = token_prompt.token_request(prepared.request, prompt)
+    return Prepared(request, prepared.warnings, transport.lower(request, stream=streaming))
+
+
+def request_that_runs(fixture: dict[str, Any]) -> request_pb2.Request:
+    """A positive fixture's IR request as the transport lowers and lifts it: for a token-in conversation, the
+    token-id request its rounds built (its prompt is the one `expected_http_request` sends)."""
+    request = json_format.Parse(orjson.dumps(fixture["request"]), request_pb2.Request())
+    if "token_prompt_rounds" not in fixture:
+        return request
+    return token_prompt.token_request(request, fixture["expected_http_request"]["body"]["prompt"])
+
+
+def _answer(spec: dict[str, Any]) -> HttpResponse:
+    return HttpResponse(
+        spec.get("status", 200), {k.lower(): v for k, v in spec.get("headers", {}).items()}, _body_bytes(spec)
+    )
 
 
 def _check_embed(fixture: dict[str, Any], transport: HttpTransport, problems: list[str]) -> None:

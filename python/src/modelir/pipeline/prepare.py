@@ -15,6 +15,7 @@ from modelir import errors
 from modelir.pipeline import artifacts, capabilities, continuations, media_policy
 from modelir.pipeline.survey import Survey, survey
 from modelir.pipeline.validation import field_violations, model_mismatch
+from modelir.transports import token_prompt
 from modelir.transports.base import HttpRequest, HttpTransport, Transport
 from modelir.v1 import capabilities_pb2, errors_pb2, request_pb2, response_pb2, service_pb2
 
@@ -25,7 +26,8 @@ class Prepared:
 
     `request` is what the transport runs and lifts against (foreign artifacts already handled by the policy);
     `warnings` are what the policy did, for the response; `native` is the lowered HTTP request (None for an
-    in-process transport, and for a request that `split_continuations` cuts into one call per continuation).
+    in-process transport, for a request that `split_continuations` cuts into one call per continuation, and for a
+    token-in conversation until `calls.token_prompt` has built its token-id prompt).
     """
 
     request: request_pb2.Request
@@ -170,7 +172,12 @@ class Pipeline:
         """`check`, then lower for an HTTP transport: everything a request goes through before the limiter."""
         checked, warnings, seen = self._check(request, streaming=streaming, media=media)
         native = None
-        if self._lower is not None and split_continuations(checked, self.transport) is None:
+        # A token-in conversation is lowered once its token-id prompt is built (`calls.token_prompt`, after I/O).
+        if (
+            self._lower is not None
+            and split_continuations(checked, self.transport) is None
+            and not token_prompt.is_token_in(checked)
+        ):
             try:  # a split request is lowered once per continuation
                 native = self._lower(checked, seen, stream=streaming)
             except (ValueError, TypeError, RecursionError) as exc:  # JSON text the wire cannot carry, and the like

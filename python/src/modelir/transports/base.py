@@ -9,7 +9,7 @@ model) and needs no executor.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Generator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import ClassVar
@@ -23,6 +23,7 @@ from modelir.transports import manifests
 from modelir.transports.http_status import error_for_status as error_for_status
 from modelir.transports.http_status import json_error as json_error
 from modelir.transports.http_status import retry_after_seconds as retry_after_seconds
+from modelir.transports.token_prompt import Plan
 from modelir.v1 import capabilities_pb2, content_pb2, embedding_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
 
 # An answer's top level (an object, or an array of them) with every value left unparsed, for `check_answer_shape`.
@@ -73,6 +74,11 @@ def utf8_repaired(body: bytes) -> tuple[bytes, str]:
             f"the provider's answer is not valid UTF-8 (first at byte {exc.start}); its output may be incomplete",
         )
     return body, ""
+
+
+# The rounds of engine calls behind a token-in prompt: yields a round's requests, is sent their answers, returns the
+# ids of the renders and of the sentinels (`HttpTransport.token_prompt_steps`).
+TokenPromptSteps = Generator[list[HttpRequest], list[HttpResponse], tuple[list[list[int]], list[list[int]]]]
 
 
 class StreamLifter(ABC):
@@ -327,6 +333,11 @@ class HttpTransport(Transport):
     # Whether the engine states its tokenizer facts in a refusal (vLLM names its vocabulary size only in the 400
     # for an out-of-vocabulary id): then a 4xx answer to `lower_tokenizer_info` goes to `lift_tokenizer_info`.
     tokenizer_info_from_refusal: ClassVar[bool] = False
+    def token_prompt_steps(self, plan: Plan) -> TokenPromptSteps:
+        """The engine calls that render and tokenize `plan` (multi-turn token-in, `token_prompt`), as a generator:
+        it yields the native requests of one round, is sent their answers in order, and returns the ids of
+        `plan.renders` and of `plan.sentinels` (transports that claim MULTI_TURN_TOKEN_INPUT implement it)."""
+        raise NotImplementedError(f"{self.name} cannot render a conversation as token ids")
 
     def lower_tokenizer_info(self, model: str) -> list[HttpRequest]:
         """The native requests that report the model's tokenizer facts (`ModelInfo.tokenizer`), in order; none (the

@@ -18,7 +18,15 @@ import orjson
 from modelir import errors
 from modelir.logprobs import build as lp
 from modelir.transports import _common as common
-from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter, json_error
+from modelir.transports import token_prompt
+from modelir.transports.base import (
+    HttpRequest,
+    HttpResponse,
+    HttpTransport,
+    StreamLifter,
+    TokenPromptSteps,
+    json_error,
+)
 from modelir.transports.llamacpp import completion, embed
 from modelir.transports.llamacpp.chat import LlamaCppChat
 from modelir.transports.llamacpp.completion_stream import CompletionStreamLifter
@@ -49,7 +57,8 @@ class LlamaCpp(HttpTransport):
         COMMON | LOGPROBS | OPENAI_SAMPLING | ENGINE_SAMPLING,
         "COMPLETION CHAT TOKEN_INPUT SYSTEM_MESSAGES SAMPLED_TOKEN_IDS CONSTRAINT_CHOICE "
         "CONSTRAINT_JSON_SCHEMA CONSTRAINT_JSON_OBJECT CONSTRAINT_GRAMMAR TOKENIZE LOGIT_BIAS "
-        "EMBEDDINGS",  # a server started without `--embeddings` answers 501, typed PROVIDER_REJECTED
+        "EMBEDDINGS "  # a server started without `--embeddings` answers 501, typed PROVIDER_REJECTED
+        "MULTI_TURN_TOKEN_INPUT",  # `/apply-template` + `/tokenize`, then `/completion` with the ids (`token_prompt`)
     )
     # llama-server clamps larger n_probs silently; the manifest says where the honest limit is.
     limits = capabilities_pb2.ModelLimits(max_top_logprobs=20, max_choices=1)
@@ -60,7 +69,7 @@ class LlamaCpp(HttpTransport):
     part_kinds = OpenAIChat.part_kinds  # conversations go to the chat endpoint
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
-        reasons = []
+        reasons = token_prompt.unsupported(request)
         if request.WhichOneof("input") == "conversation":
             if request.logprob_options.basis == logprobs_pb2.LOGPROB_BASIS_POST_SAMPLING:
                 reasons.append("Post-sampling logprobs come from the native /completion endpoint; send a raw prompt.")
@@ -203,3 +212,24 @@ class LlamaCpp(HttpTransport):
         if not isinstance(prompt, str):
             raise errors.MalformedResponseError(f"{self.name}: the /apply-template answer has no string `prompt`")
         return prompt
+
+    def token_prompt_steps(self, plan: token_prompt.Plan) -> TokenPromptSteps:
+        """Each render through `/apply-template` (with the tools and the generation prompt), then every render's
+        text through `/tokenize` as the chat route tokenizes a prompt (special tokens added and parsed), and each
+        sentinel alone (none added)."""
+        renders = []
+        for one in plan.renders:
+            chat = self._chat.body(one, stream=False)
+            body = {"messages": chat["messages"], "add_generation_prompt": True}
+            if "tools" in chat:
+                body["tools"] = chat["tools"]
+            renders.append(HttpRequest("POST", "/apply-template", orjson.dumps(body), JSON_HEADERS))
+        texts = [self.lift_render_prompt(answer) for answer in (yield renders)]
+
+        def tokenize(content: str, add_special: bool) -> HttpRequest:
+            body = {"content": content, "add_special": add_special, "parse_special": True}
+            return HttpRequest("POST", "/tokenize", orjson.dumps(body), JSON_HEADERS)
+
+        answers = yield [tokenize(t, True) for t in texts] + [tokenize(s, False) for s in plan.sentinels]
+        ids = [common.parse_json(a.body, "tokenize body")["tokens"] for a in answers]
+        return ids[: len(texts)], ids[len(texts) :]

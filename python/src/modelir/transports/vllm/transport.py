@@ -20,7 +20,8 @@ import orjson
 
 from modelir.pipeline import continuations
 from modelir.transports import _common as common
-from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter
+from modelir.transports import token_prompt
+from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, StreamLifter, TokenPromptSteps
 from modelir.transports.manifests import capability_set
 from modelir.transports.vllm import byte_level, dialect, embed, vocabulary
 from modelir.transports.vllm.chat import VLLMChat
@@ -51,7 +52,8 @@ class VLLM(HttpTransport):
             "INPUT_SCORING SAMPLED_TOKEN_IDS TOP_K_SAMPLING MIN_P REPETITION_PENALTY STOP_TOKEN_IDS TOKENIZE "
             "LOGIT_BIAS MIN_OUTPUT_TOKENS CONSTRAINT_JSON_OBJECT TOKENIZE_CONVERSATION "
             "CONSTRAINT_CHOICE CONSTRAINT_REGEX CONSTRAINT_GRAMMAR CONSTRAINT_JSON_SCHEMA "
-            "EMBEDDINGS"  # `/v1/embeddings` (`vllm.embed`), on a server started with a pooling runner
+            "EMBEDDINGS "  # `/v1/embeddings` (`vllm.embed`), on a server started with a pooling runner
+            "MULTI_TURN_TOKEN_INPUT"  # `/tokenize` with messages, then completions with the ids (`token_prompt`)
         )
     ) - capability_set("FIM")  # vLLM rejects `suffix`
     limits = capabilities_pb2.ModelLimits(max_top_logprobs=MAX_LOGPROBS, max_choices=128)
@@ -67,7 +69,7 @@ class VLLM(HttpTransport):
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
         route = self._route(request)
-        reasons = []
+        reasons = token_prompt.unsupported(request)
         if route is self._chat:
             reasons += self._chat.wire_unsupported(request, streaming=streaming)
             if request.HasField("input_scoring"):
@@ -193,3 +195,21 @@ class VLLM(HttpTransport):
             at += len(token)
         out.token_bytes = b"".join(raw[start:])
         return out
+
+    def token_prompt_steps(self, plan: token_prompt.Plan) -> TokenPromptSteps:
+        """One round: each render through `/tokenize` with `messages` (the template with the tools and the
+        generation prompt, tokenized as the chat route does: no special tokens added), and each sentinel alone."""
+        headers = (("content-type", "application/json"),)
+        natives = []
+        for one in plan.renders:
+            chat = self._chat.body(one, stream=False)
+            body = {"model": chat["model"], "messages": chat["messages"], "add_generation_prompt": True}
+            if "tools" in chat:
+                body["tools"] = chat["tools"]
+            body["add_special_tokens"] = False
+            natives.append(HttpRequest("POST", "/tokenize", orjson.dumps(body), headers))
+        for text in plan.sentinels:
+            body = {"model": self.provider_model or plan.renders[0].model, "prompt": text, "add_special_tokens": False}
+            natives.append(HttpRequest("POST", "/tokenize", orjson.dumps(body), headers))
+        ids = [common.parse_json(a.body, "tokenize body")["tokens"] for a in (yield natives)]
+        return ids[: len(plan.renders)], ids[len(plan.renders) :]
