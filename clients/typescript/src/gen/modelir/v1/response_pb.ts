@@ -95,8 +95,8 @@ export type Response = Message<"modelir.v1.Response"> & {
 
   /**
    * The token ids of the input as the engine saw it, when the provider reports them (vLLM `prompt_token_ids`; the
-   * reference model reports them always; a transport that honours `CAPABILITY_MULTI_TURN_TOKEN_INPUT` reports them
-   * for a conversation whose assistant turns carry `Message.token_ids`).
+   * reference model reports them always). A rollout's trajectory needs them on every turn: a transport that honours
+   * `CAPABILITY_MULTI_TURN_TOKEN_INPUT` sends the prompt as ids, knows them, and should report them.
    *
    * The trajectory of a multi-turn rollout (what an RL trainer trains on) is computed from these ids and
    * `Choice.sampled_tokens` alone, with no tokenizer and no chat template, by this rule (normative; the Python,
