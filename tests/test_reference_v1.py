@@ -1,7 +1,7 @@
 """The reference model fills the v1 fields an engine fills: sampled tokens with their parts and trimmed stops,
-logit bias, a minimum output length, multi-turn token-in, tokenizing a conversation, tokenizer facts, several
-continuations (also after a conversation), span counts, the constrained label, a JSON-object constraint and each
-choice's output token count."""
+logit bias, a minimum output length, multi-turn token-in, the prompt token ids it continued, tokenizing a
+conversation, tokenizer facts, several continuations (also after a conversation), span counts, the constrained label,
+a JSON-object constraint and each choice's output token count."""
 
 from __future__ import annotations
 
@@ -131,6 +131,15 @@ async def test_an_assistant_turn_with_token_ids_renders_as_those_ids(reference):
     request.conversation.messages[1].token_ids.extend([104, 111, EOS])
     response = await reference.arun(request)
     assert response.usage.input_token_count == len(as_ids.token_ids) + 1  # and BOS
+    # ... and says so: the prompt the engine saw, the turn's ids in it verbatim (what a trajectory is read from).
+    assert list(response.prompt_token_ids) == [BOS, *as_ids.token_ids]
+
+
+async def test_every_answer_reports_the_prompt_token_ids_it_continued(reference):
+    by_ids = await reference.arun(build_request("reference", token_ids=[104, 105], max_output_tokens=2))
+    assert list(by_ids.prompt_token_ids) == [104, 105]
+    by_text = await reference.arun(build_request("reference", prompt="hi", max_output_tokens=2))
+    assert list(by_text.prompt_token_ids) == [BOS, 104, 105]
 
 
 async def test_token_ids_outside_the_vocabulary_are_rejected_up_front(reference):

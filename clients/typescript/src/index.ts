@@ -5,6 +5,7 @@ export * from "./accessors";
 export * from "./accumulate";
 export * from "./version";
 export * from "./records";
+export * from "./trajectory";
 export * from "./gen/modelir/v1/capabilities_pb";
 export * from "./gen/modelir/v1/content_pb";
 export * from "./gen/modelir/v1/embedding_pb";

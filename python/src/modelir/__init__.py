@@ -44,6 +44,13 @@ if TYPE_CHECKING:
     from modelir.pipeline.needs import Needs, needs
     from modelir.reading.classification import Classification, aclassify, classify
     from modelir.reading.raw import raw_json, raw_typed
+    from modelir.reading.trajectory import (
+        Trajectory,
+        TrajectoryDriftError,
+        TrajectoryError,
+        trajectory,
+        trajectory_from_records,
+    )
     from modelir.reading.view import LogprobArrays, ResponseView, view
     from modelir.records.recording import arecorded, record_of, recorded
     from modelir.remote import RemoteModel
@@ -83,6 +90,13 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "modelir.pipeline.needs": ("Needs", "needs"),
     "modelir.reading.classification": ("Classification", "aclassify", "classify"),
     "modelir.reading.raw": ("raw_json", "raw_typed"),
+    "modelir.reading.trajectory": (
+        "Trajectory",
+        "TrajectoryDriftError",
+        "TrajectoryError",
+        "trajectory",
+        "trajectory_from_records",
+    ),
     "modelir.reading.view": ("LogprobArrays", "ResponseView", "view"),
     "modelir.records.recording": ("arecorded", "record_of", "recorded"),
     "modelir.remote": ("RemoteModel",),

@@ -15,6 +15,7 @@ mod accumulate;
 mod client;
 mod error;
 mod records;
+mod trajectory;
 mod version;
 
 pub use accessors::{ChoiceExt, Completion, Logprobs};
@@ -22,4 +23,5 @@ pub use accumulate::{concat_logprobs, Accumulator, StreamOrderError};
 pub use client::{Client, EventStream};
 pub use error::{Error, ErrorKind, RpcError, ERROR_DOMAIN};
 pub use records::{RecordReader, SkippedEntry, StoredRecord};
+pub use trajectory::{Trajectory, TrajectoryError, TurnBoundary};
 pub use version::{check_compatible, descriptor_pool, ir_version, major, DESCRIPTOR_SET};

@@ -146,7 +146,36 @@ class Response(_message.Message):
 
     @_builtins.property
     def prompt_token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
-        """The token ids of the input as the engine saw it, when the provider reports them (vLLM `prompt_token_ids`)."""
+        """The token ids of the input as the engine saw it, when the provider reports them (vLLM `prompt_token_ids`; the
+        reference model reports them always). A rollout's trajectory needs them on every turn: a transport that honours
+        `CAPABILITY_MULTI_TURN_TOKEN_INPUT` sends the prompt as ids, knows them, and should report them.
+
+        The trajectory of a multi-turn rollout (what an RL trainer trains on) is computed from these ids and
+        `Choice.sampled_tokens` alone, with no tokenizer and no chat template, by this rule (normative; the Python,
+        TypeScript, Go and Rust SDKs implement it, and `conformance/trajectories` holds a vector they all agree on):
+
+        1. The turns are the rollout's responses in the order they were made (from a record file: every record in
+           file order; a record without a `response`, such as a failed call or an `Embed` call, is refused). Each turn
+           continues its first choice (`choices[0]`): that choice's sampled ids are the turn's sampled ids `S`, and
+           this field is the turn's prompt `P`. A turn with no choice, with an empty `P`, or with no sampled ids is
+           refused, naming the turn.
+        2. The sequence starts empty. For each turn `i` in order: the sequence so far must be a prefix of `P` (for
+           turn 0, trivially). Where it is not, the turn is refused with a drift error that names the turn, the first
+           position where `P` differs from the sequence (or where `P` ends, when it is shorter), and the id expected
+           and found there: the engine did not see the earlier turns as they were sampled (re-tokenization drift, or
+           a template that re-renders earlier turns). A reader never splices around it.
+        3. Otherwise the turn appends `P` past the sequence's end (the new prompt tokens: template tokens, tool
+           results, user messages), then `S`.
+        4. The loss mask is 1 at every position appended from an `S` (the model sampled it) and 0 elsewhere (prompt,
+           template, tools, users). The logprob at a position appended from `S` is the sampled token's
+           `Choice.logprobs.token_logprobs` entry at the same index in `S` (the logprobs' token ids, when present, are
+           the first entries of `S`; a mismatch is refused); it is NaN (JSON `null`) at every other position,
+           including sampled tokens without a reported logprob (a trimmed stop or end-of-sequence token, or a turn
+           that asked for no logprobs).
+        5. Each turn's boundaries are three offsets into the sequence: `prompt_start` (where its new prompt tokens
+           begin: the previous turn's `end`, 0 for turn 0), `sampled_start` (`len(P)`, where `S` begins) and `end`
+           (`len(P) + len(S)`). The last turn's `end` is the sequence's length.
+        """
 
     @_builtins.property
     def prompt_feedback(self) -> Global___PromptFeedback:

@@ -3,7 +3,9 @@
 Every choice has its own generator, seeded from the request's seed and the choice index; the logprobs of every
 generated token (reasoning included, as an engine reports them) are read back from the table, and usage counts
 every token. Each choice carries its sampled token ids with the part each belongs to (reasoning, text, tool call;
--1 for a trimmed stop string, stop token or EOS, which come last), and its own output token count.
+-1 for a trimmed stop string, stop token or EOS, which come last), and its own output token count. The response
+reports the prompt token ids it continued (`Response.prompt_token_ids`), as vLLM does: the trajectory a trainer
+reads from a multi-turn rollout starts from them.
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ def generate(request: request_pb2.Request, sealer: Sealer, issuer: content_pb2.I
             )
     if request.HasField("input_scoring"):
         response.input_scores.extend(scoring.score_input(request, context))
+    response.prompt_token_ids.extend(context)  # the context as the model saw it: BOS, template, turns' own ids
     response.usage.input_token_count = len(context) + sum(len(span) for span in scoring.spans(request))
     response.usage.output_token_count = output_tokens
     if request.HasField("reasoning_controls"):

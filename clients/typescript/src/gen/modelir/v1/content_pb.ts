@@ -61,7 +61,9 @@ export type Message = Message$1<"modelir.v1.Message"> & {
    * The exact token ids an assistant turn was sampled as (`Choice.sampled_tokens.token_ids` of the answer it came
    * from), so that the engine sees the turn as it was generated instead of re-tokenizing its text (multi-turn
    * token-in for RL). Only on assistant messages; a request that sets it needs
-   * `CAPABILITY_MULTI_TURN_TOKEN_INPUT`. Empty means the parts are rendered as usual.
+   * `CAPABILITY_MULTI_TURN_TOKEN_INPUT`. Empty means the parts are rendered as usual. The trajectory a trainer
+   * reads from the rollout (every turn's prompt and sampled ids, its loss mask and logprobs) follows the rule in
+   * the comment of `Response.prompt_token_ids`.
    *
    * @generated from field: repeated int32 token_ids = 6;
    */
