@@ -191,6 +191,8 @@ async def test_a_streamed_token_in_call_builds_the_same_prompt(llama):
     assert streamed == again == list(unary.prompt_token_ids)
     assert [b.get("stream") for p, b in server.calls if p == "/completion"] == [True, None]
     assert "".join(p.text for p in accumulate(events).choices[0].message.parts) == "ok"
+    # llama.cpp's /completion stream reports no prompt ids: the end carries the ids sent, as the unary answer does
+    assert list(accumulate(events).prompt_token_ids) == list(unary.prompt_token_ids) == streamed
 
 
 def test_the_assembly_alone_with_a_close_that_was_not_sampled():

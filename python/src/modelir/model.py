@@ -155,10 +155,11 @@ class Model(ModelInterface):
             async with timeout_for(deadline, self._loop()):  # the one timeout of the call: limiter, HTTP and lift
                 async with self.limiter.acquire(estimate := estimate_tokens(request), deadline=deadline):
                     queued = time.monotonic() - start_mono
-                    if token_calls.needs_resolving(self, prepared):
+                    token_in = token_calls.needs_resolving(self, prepared)
+                    if token_in:
                         prepared = await token_calls.resolve(self, prepared, deadline)
                     response, attempts = await self._run_transport(prepared, deadline)
-                    if prepared.request is not request and not response.prompt_token_ids:
+                    if token_in and not response.prompt_token_ids:
                         # a token-in conversation's prompt is the ids it was sent as: the engine saw exactly those
                         response.prompt_token_ids.extend(prepared.request.token_ids.ids)
         except TimeoutError:
@@ -239,7 +240,8 @@ class Model(ModelInterface):
                 async with self.limiter.acquire(estimate := estimate_tokens(request), deadline=deadline):
                     queued = time.monotonic() - start_mono
                     attempts = [1]
-                    if token_calls.needs_resolving(self, prepared):
+                    token_in = token_calls.needs_resolving(self, prepared)
+                    if token_in:
                         prepared = await token_calls.resolve(self, prepared, deadline, stream=True)
                     events = self._stream_transport(prepared, deadline, attempts)
                     async with contextlib.aclosing(events):  # closed now, not by asyncio at shutdown
@@ -251,6 +253,8 @@ class Model(ModelInterface):
                                 event.start.warnings.extend(pending_warnings)
                                 pending_warnings = []
                             if event.WhichOneof("event") == "end":
+                                if token_in and not event.end.prompt_token_ids:  # as unary: the ids it was sent as
+                                    event.end.prompt_token_ids.extend(prepared.request.token_ids.ids)
                                 settle_tokens(self.limiter, estimate, event.end.usage)
                                 event.end.warnings.extend(pending_warnings)
                                 _stamp_timing(event.end.timing, started, queued, attempts[0], first_output)
