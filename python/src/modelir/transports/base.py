@@ -333,6 +333,7 @@ class HttpTransport(Transport):
     # Whether the engine states its tokenizer facts in a refusal (vLLM names its vocabulary size only in the 400
     # for an out-of-vocabulary id): then a 4xx answer to `lower_tokenizer_info` goes to `lift_tokenizer_info`.
     tokenizer_info_from_refusal: ClassVar[bool] = False
+
     def token_prompt_steps(self, plan: Plan) -> TokenPromptSteps:
         """The engine calls that render and tokenize `plan` (multi-turn token-in, `token_prompt`), as a generator:
         it yields the native requests of one round, is sent their answers in order, and returns the ids of
