@@ -64,15 +64,19 @@ struct Completion {
     scratch: Vec<u8>,
 }
 
-/// FNV-1a: enough to tell the keys of one small object apart before comparing them.
+/// A key's first eight bytes and its length in one word: enough to tell most keys of one small object apart
+/// before comparing their bytes (and cheaper than hashing every byte).
+#[inline]
 fn key_hash(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
+    let mut head = [0u8; 8];
+    let n = bytes.len().min(8);
+    head[..n].copy_from_slice(&bytes[..n]);
+    u64::from_le_bytes(head) ^ (bytes.len() as u64).rotate_right(8)
 }
 
 /// A key met for the first time in the same position's alternatives, or a decline (orjson keeps a repeated key's
 /// last value at its first place; the Python path reproduces that).
+#[inline]
 fn first_time(b: &mut Completion, start: usize) -> Read<()> {
     let data = &b.out.top_tokens.data;
     let key = &data[start..];
@@ -215,6 +219,12 @@ fn spelled_ids<'s>(
 /// `choices[i].logprobs` of a completion, read at `r`: null (absent), or the parallel arrays.
 fn section(r: &mut Reader, dialect: Dialect) -> Read<Section> {
     let mut b = Completion::default();
+    // Room for the most the rest of the body can hold (an alternative takes at least six bytes, `"":0,`), so the
+    // columns never move while they grow; pages never written are never touched.
+    let room = r.remaining().min(1 << 24);
+    b.out.top_tokens.data.reserve(room);
+    b.out.top_tokens.lengths.reserve(room / 6);
+    b.out.top_logprobs.reserve(room / 6);
     if !arrays(r, &mut b, dialect)? {
         return Ok(Section::Absent);
     }

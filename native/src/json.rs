@@ -34,6 +34,11 @@ impl<'a> Reader<'a> {
         Reader { bytes, pos: 0 }
     }
 
+    /// How many bytes are left to read.
+    pub fn remaining(&self) -> usize {
+        self.bytes.len().saturating_sub(self.pos)
+    }
+
     /// The next byte after JSON whitespace (not consumed); None at the end.
     #[inline]
     pub fn peek(&mut self) -> Option<u8> {
@@ -108,6 +113,7 @@ impl<'a> Reader<'a> {
 
     /// A string, unescaped and appended to `out` as UTF-8. Refused as orjson refuses them: a raw control character,
     /// an unknown escape, invalid UTF-8; a lone surrogate escape is declined (not ours to decide).
+    #[inline]
     pub fn string_into(&mut self, out: &mut Vec<u8>) -> Read<()> {
         self.expect(b'"')?;
         let bytes = self.bytes;
@@ -206,6 +212,7 @@ impl<'a> Reader<'a> {
     /// the nearest f64 as CPython, orjson and msgspec round theirs (`decimal::to_f64`, else core's parser on the
     /// literal); an integer literal is an integer there, so `-0` is 0, not -0.0. A value out of f64's range is
     /// declined (the decoders refuse `1e400`).
+    #[inline]
     pub fn number(&mut self) -> Read<f64> {
         self.peek();
         let bytes = self.bytes;
