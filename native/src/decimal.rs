@@ -1,5 +1,6 @@
-//! A decimal number (mantissa x 10^exponent) to the nearest f64, exactly as a correctly rounded parser gives it,
-//! for the forms logprobs come in; None for the rest, which the caller gives to core's parser.
+//! Decimal digits read eight at a time, and a decimal number (mantissa x 10^exponent) to the nearest f64 exactly
+//! as a correctly rounded parser gives it, for the forms logprobs come in (None for the rest, which the caller gives
+//! to core's parser).
 //!
 //! Two exact methods, no tables:
 //!   - both the mantissa (<= 2^53) and the power of ten (<= 10^22) are exact f64 values: one IEEE multiplication
@@ -45,4 +46,44 @@ pub fn to_f64(mantissa: u64, exponent: i32) -> Option<f64> {
     // value = top * 2^(shift_out - 64 - shift_in), well inside the normal range (10^-21 <= value < 2^64).
     let power = shift_out as i32 - 64 - shift_in as i32;
     Some(top as f64 * f64::from_bits(((1023 + power) as u64) << 52))
+}
+
+/// Reads the digits at `pos` into `mantissa` (wrapping past 19 digits: the caller then discards it); their count.
+#[inline]
+pub fn digits(bytes: &[u8], pos: &mut usize, mantissa: &mut u64) -> usize {
+    let from = *pos;
+    while let Some(chunk) = bytes.get(*pos..*pos + 8) {
+        let word = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
+        let Some(value) = eight_digits(word) else {
+            break;
+        };
+        *mantissa = mantissa.wrapping_mul(100_000_000).wrapping_add(value);
+        *pos += 8;
+    }
+    while let Some(&d @ b'0'..=b'9') = bytes.get(*pos) {
+        *mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(d - b'0'));
+        *pos += 1;
+    }
+    *pos - from
+}
+
+/// Eight ASCII digits (the first in the lowest byte) as their value; None if any byte is not a digit. The usual
+/// SWAR reading: a byte is a digit when its high nibble is 3 and adding 6 leaves it so; then pairs, quads, all.
+#[inline]
+fn eight_digits(word: u64) -> Option<u64> {
+    const HIGH: u64 = 0xF0F0_F0F0_F0F0_F0F0;
+    let plus_six = word.wrapping_add(0x0606_0606_0606_0606);
+    if (word & HIGH) | ((plus_six & HIGH) >> 4) != 0x3333_3333_3333_3333 {
+        return None;
+    }
+    let mut v = word - 0x3030_3030_3030_3030;
+    v = v.wrapping_mul(10).wrapping_add(v >> 8); // each even byte: two digits
+    let pairs = v & 0x0000_00FF_0000_00FF;
+    let next_pairs = (v >> 16) & 0x0000_00FF_0000_00FF;
+    Some(
+        pairs
+            .wrapping_mul(100 + (1_000_000 << 32))
+            .wrapping_add(next_pairs.wrapping_mul(1 + (10_000 << 32)))
+            >> 32,
+    )
 }

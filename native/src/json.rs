@@ -228,7 +228,7 @@ impl<'a> Reader<'a> {
         let mut integer = true;
         match bytes.get(pos) {
             Some(b'0') => pos += 1,
-            Some(b'1'..=b'9') => significant += digits(bytes, &mut pos, &mut mantissa),
+            Some(b'1'..=b'9') => significant += decimal::digits(bytes, &mut pos, &mut mantissa),
             _ => return declined("not a JSON number"),
         }
         let mut scale = 0i32;
@@ -241,7 +241,7 @@ impl<'a> Reader<'a> {
                     pos += 1;
                 }
             }
-            significant += digits(bytes, &mut pos, &mut mantissa);
+            significant += decimal::digits(bytes, &mut pos, &mut mantissa);
             if pos == from {
                 return declined("not a JSON number");
             }
@@ -397,44 +397,4 @@ impl<'a> Reader<'a> {
             }
         }
     }
-}
-
-/// Reads the digits at `pos` into `mantissa` (wrapping past 19 digits: the caller then discards it); their count.
-#[inline]
-fn digits(bytes: &[u8], pos: &mut usize, mantissa: &mut u64) -> usize {
-    let from = *pos;
-    while let Some(chunk) = bytes.get(*pos..*pos + 8) {
-        let word = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
-        let Some(value) = eight_digits(word) else {
-            break;
-        };
-        *mantissa = mantissa.wrapping_mul(100_000_000).wrapping_add(value);
-        *pos += 8;
-    }
-    while let Some(&d @ b'0'..=b'9') = bytes.get(*pos) {
-        *mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(d - b'0'));
-        *pos += 1;
-    }
-    *pos - from
-}
-
-/// Eight ASCII digits (the first in the lowest byte) as their value; None if any byte is not a digit. The usual
-/// SWAR reading: a byte is a digit when its high nibble is 3 and adding 6 leaves it so; then pairs, quads, all.
-#[inline]
-fn eight_digits(word: u64) -> Option<u64> {
-    const HIGH: u64 = 0xF0F0_F0F0_F0F0_F0F0;
-    let plus_six = word.wrapping_add(0x0606_0606_0606_0606);
-    if (word & HIGH) | ((plus_six & HIGH) >> 4) != 0x3333_3333_3333_3333 {
-        return None;
-    }
-    let mut v = word - 0x3030_3030_3030_3030;
-    v = v.wrapping_mul(10).wrapping_add(v >> 8); // each even byte: two digits
-    let pairs = v & 0x0000_00FF_0000_00FF;
-    let next_pairs = (v >> 16) & 0x0000_00FF_0000_00FF;
-    Some(
-        pairs
-            .wrapping_mul(100 + (1_000_000 << 32))
-            .wrapping_add(next_pairs.wrapping_mul(1 + (10_000 << 32)))
-            >> 32,
-    )
 }
