@@ -126,7 +126,7 @@ def _measure(name: str, transport, kind: str, make_body, repeat: int) -> list[tu
     gc.collect()
     sides = {"loads": lambda: orjson.loads(big_body), "python": _with_native(False, transport.lift, big, big_answer)}
     if native._ext is not None:
-        sides["native"] = _with_native(True, _completions_on(transport.lift), big, big_answer)
+        sides["native"] = _with_native(True, transport.lift, big, big_answer)
     times, ratios = rotated(sides, "loads", repeat)
     lift = f"python {times['python'] * 1e3:.1f} ms"
     ratio = f"python {ratios['python']:.2f}x"
@@ -147,19 +147,6 @@ def _measure(name: str, transport, kind: str, make_body, repeat: int) -> list[tu
             f"{ratio} (target <= 0.6x)",
         ),
     ]
-
-
-def _completions_on(fn: Callable) -> Callable:
-    """`fn` with the completions fast path on (built and tested, but off by default: it measured no faster)."""
-
-    def call(*args: object) -> object:
-        native.COMPLETIONS = True
-        try:
-            return fn(*args)
-        finally:
-            native.COMPLETIONS = False
-
-    return call
 
 
 def _with_native(on: bool, fn: Callable, *args: object) -> Callable[[], object]:

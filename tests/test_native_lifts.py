@@ -17,6 +17,7 @@ import logging
 import math
 import os
 import random
+import struct
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -45,10 +46,8 @@ needs_native = pytest.mark.skipif(native._ext is None, reason="the native extens
 
 @pytest.fixture(autouse=True)
 def _every_body_native(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The bodies here are small; the fast path takes only large ones unless told otherwise, and completions only
-    when turned on (it is built and must be right, but is off by default)."""
+    """The bodies here are small; the fast path takes only large ones unless told otherwise."""
     monkeypatch.setattr(native, "MIN_BODY_BYTES", 0)
-    monkeypatch.setattr(native, "COMPLETIONS", True)
 
 
 @contextmanager
@@ -308,6 +307,28 @@ def _arrays(tokens: list[str], values: list[Any], tops: Any = ..., **extra: Any)
     return out | extra
 
 
+def _literals(values: list[str], tokens: str = "", extra: str = "") -> bytes:
+    """A completions body whose logprobs (and alternatives) are the given JSON literals, as written: number forms
+    and escapes that `orjson.dumps` would never produce."""
+    tokens = tokens or ",".join(f'"t{i}"' for i in range(len(values)))
+    tops = ",".join(f'{{"a":{v},"b{i}":{v}}}' for i, v in enumerate(values))
+    section = f'{{"tokens":[{tokens}],"token_logprobs":[{",".join(values)}],"top_logprobs":[{tops}]{extra}}}'
+    return b'{"id":"c","model":"m","choices":[{"index":0,"text":"x","logprobs":' + section.encode() + b"}]}"
+
+
+def _float32_midpoints() -> list[str]:
+    """Shortest reprs of f64 values exactly halfway between two float32s, and of their f64 neighbours: a parser
+    one f64 ulp off rounds these to another float32 (the lift stores float32), so they test the f64 rounding."""
+    rng = random.Random(37)
+    out = []
+    for _ in range(300):
+        low = struct.unpack("<f", struct.pack("<I", rng.randrange(0x3000_0000, 0x4200_0000)))[0]
+        high = struct.unpack("<f", struct.pack("<I", struct.unpack("<I", struct.pack("<f", low))[0] + 1))[0]
+        middle = (low + high) / 2
+        out += [repr(-v) for v in (middle, math.nextafter(middle, 0), math.nextafter(middle, math.inf))]
+    return out
+
+
 COMPLETION_CASES: list[tuple[str, bytes, bool]] = [
     ("plain", _completion(_arrays(["a", "b"], [-1.0, -2.0], [{"a": -1.0, "c": -3.0}, {"b": -2.0}])), True),
     ("null logprob", _completion(_arrays(["a", "b"], [None, -2.0], [None, {"b": None}])), True),
@@ -390,6 +411,33 @@ COMPLETION_CASES: list[tuple[str, bytes, bool]] = [
         ),
         True,
     ),
+    # The hand-written reader (native/src/json.rs): number forms, rounding, escapes, what it must decline.
+    (
+        "number forms",
+        _literals(
+            "-1 -0 0 -0.0 -0.000 -1e2 -1E+2 -1.5e-3 -0.00012345678901234567 -12345678901234567890.5 "
+            "-3.4553023145678907 -9007199254740993 -123.456e-5 -1e-30 -2.5e-45 -0.1e1".split()
+        ),
+        True,
+    ),
+    ("float32 midpoints", _literals(_float32_midpoints()), True),
+    ("a leading zero", _literals(["-01"]), False),
+    ("a bare minus", _literals(["-"]), False),
+    ("a fraction without digits", _literals(["-1."]), False),
+    ("beyond f64", _literals(["-1e400"]), False),
+    ("true for a logprob", _literals(["true"]), False),
+    ("escaped tokens", _literals(["-1", "-2", "-3"], r'"\ud83d\ude00","\u00E9\/\b","a\u0000"'), True),
+    ("a lone surrogate", _literals(["-1"], r'"\ud800"'), False),
+    ("a lone low surrogate", _literals(["-1"], r'"\udc00x"'), False),
+    ("an unknown escape", _literals(["-1"], r'"\x"'), False),
+    ("a raw control character", _literals(["-1"], '"a\tb"'), False),
+    ("not UTF-8", _literals(["-1"]).replace(b'"t0"', b'"t\xff"'), False),
+    ("nested extra key", _literals(["-1"], extra=',"x":[[{"y":[1,"z",null,true]}]]'), True),
+    ("deep extra key", _literals(["-1"], extra=',"x":' + "[" * 200 + "]" * 200), False),
+    ("trailing comma", _literals(["-1"], extra=","), False),
+    ("escaped outer key", _literals(["-1"]).replace(b'"choices"', b'"ch\\u006fices"'), False),
+    ("escaped logprobs key", _literals(["-1"]).replace(b'"logprobs"', b'"l\\u006fgprobs"'), False),
+    ("whitespace", _literals(["-1"]).replace(b":", b" :\n\t ").replace(b",", b" ,\r\n"), True),
 ]
 
 
@@ -561,8 +609,11 @@ def test_small_bodies_take_the_python_path(monkeypatch: pytest.MonkeyPatch) -> N
     assert taken.counts["built"] == 1
 
 
-def test_completions_fast_path_is_off_by_default(monkeypatch) -> None:
-    monkeypatch.setattr(native, "COMPLETIONS", False)
+@needs_native
+def test_completions_fast_path_is_on_by_default(monkeypatch) -> None:
+    body = native.completion_body(COMPLETION_CASES[0][1], unclamp=False, token_ids=False)
+    assert body is not None and isinstance(body["choices"][0]["logprobs"], bytes)
+    monkeypatch.setattr(native, "COMPLETIONS", False)  # the switch still takes the Python path
     assert native.completion_body(COMPLETION_CASES[0][1], unclamp=False, token_ids=False) is None
 
 

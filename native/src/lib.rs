@@ -2,6 +2,9 @@
 //! `TokenLogprobs` wire bytes, with no Python object per token. Python merges the bytes into the IR
 //! (`MergeFromString`); its own builders stay the reference, and whatever shape this declines goes to them.
 
+mod completions;
+mod decimal;
+mod json;
 mod openai;
 mod wire;
 
@@ -11,7 +14,8 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use openai::{Declined, Dialect, Section};
+use completions::Dialect;
+use openai::{Declined, Section};
 
 create_exception!(
     modelir_native,
@@ -82,19 +86,7 @@ fn completion_logprobs<'py>(
 ) -> PyResult<Vec<Span<'py>>> {
     let dialect = Dialect { unclamp, token_ids };
     let found = with_bytes(body, move |bytes| {
-        openai::completion_spans(bytes)?
-            .into_iter()
-            .map(|span| {
-                span.map(|(start, end)| {
-                    Ok((
-                        start,
-                        end,
-                        openai::completion_choice(&bytes[start..end], dialect)?,
-                    ))
-                })
-                .transpose()
-            })
-            .collect::<Result<Vec<_>, Declined>>()
+        completions::completion_body(bytes, dialect)
     })?;
     Ok(found
         .into_iter()

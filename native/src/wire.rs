@@ -21,8 +21,8 @@ const LENGTH_DELIMITED: u32 = 2;
 /// Repeated strings kept as one buffer and their lengths (no allocation per token).
 #[derive(Default)]
 pub struct Strings {
-    data: Vec<u8>,
-    lengths: Vec<u32>,
+    pub data: Vec<u8>,
+    pub lengths: Vec<u32>,
 }
 
 impl Strings {

@@ -36,9 +36,9 @@ _said = False
 # Below this size a body takes the Python path: there the native calls' fixed cost (and, for completions, parsing
 # the body's rest a second time) outweighs what they save, measured at 5-20% of a small lift (bench/transports.py).
 MIN_BODY_BYTES = 16_384
-# The completions wires' fast path is built and tested but off: measured side by side it was no faster than the
-# Python builders there (orjson parses that shape cheaply) and in later runs 5-10% slower (bench/README.md).
-COMPLETIONS = False
+# The completions wires' fast path (a hand-written reader, native/src/completions.rs): on since it measured about
+# half the Python builders' time on a 2,000 x top-20 body (bench/README.md); False takes the Python path for them.
+COMPLETIONS = True
 
 
 def enabled() -> bool:
