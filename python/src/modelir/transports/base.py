@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Generator, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import ClassVar
 
@@ -20,6 +19,10 @@ from modelir import errors
 from modelir.pipeline import content_kinds
 from modelir.pipeline.survey import Survey, place, survey
 from modelir.transports import manifests
+from modelir.transports.exchange import HttpRequest as HttpRequest
+from modelir.transports.exchange import HttpResponse as HttpResponse
+from modelir.transports.exchange import RawEvent as RawEvent
+from modelir.transports.exchange import utf8_repaired as utf8_repaired
 from modelir.transports.http_status import error_for_status as error_for_status
 from modelir.transports.http_status import json_error as json_error
 from modelir.transports.http_status import retry_after_seconds as retry_after_seconds
@@ -29,51 +32,6 @@ from modelir.v1 import capabilities_pb2, content_pb2, embedding_pb2, request_pb2
 # An answer's top level (an object, or an array of them) with every value left unparsed, for `check_answer_shape`.
 _TOP_LEVEL = msgspec.json.Decoder(dict[str, msgspec.Raw] | list[msgspec.Raw])
 _OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
-
-
-@dataclass(frozen=True, slots=True)
-class HttpRequest:
-    """A native HTTP request, as data."""
-
-    method: str
-    path: str  # relative to the model's base URL
-    body: bytes = b""
-    headers: tuple[tuple[str, str], ...] = ()
-    stream_format: str | None = None  # "sse", "ndjson", or None for a unary answer
-
-
-@dataclass(frozen=True, slots=True)
-class HttpResponse:
-    """A native HTTP answer, as data. Header names are lower case."""
-
-    status: int
-    headers: Mapping[str, str]
-    body: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class RawEvent:
-    """One event of a native stream: an SSE event (name and data) or one NDJSON line (data only). `damaged`: bytes
-    that were not UTF-8 arrived since the previous event and were replaced with U+FFFD (`http.decoding`)."""
-
-    event: str
-    data: bytes
-    damaged: bool = False
-
-
-def utf8_repaired(body: bytes) -> tuple[bytes, str]:
-    """`body` and "" when it is UTF-8 (as every JSON answer must be); else the body with each invalid sequence
-    replaced by U+FFFD, and what was wrong. A lift reads the repaired body, so what arrived intact is kept, and the
-    damage is reported (`MALFORMED_RESPONSE`) instead of a key that no longer matches dropping its value silently."""
-    try:
-        body.decode()
-    except UnicodeDecodeError as exc:
-        repaired = body.decode("utf-8", "replace").encode()
-        return (
-            repaired,
-            f"the provider's answer is not valid UTF-8 (first at byte {exc.start}); its output may be incomplete",
-        )
-    return body, ""
 
 
 # The rounds of engine calls behind a token-in prompt: yields a round's requests, is sent their answers, returns the
