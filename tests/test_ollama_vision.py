@@ -127,3 +127,19 @@ def test_lift_reads_capabilities_or_says_there_are_none():
     for bad in ({**SHOWN, "capabilities": "vision"}, {**SHOWN, "capabilities": [1]}, ["completion"]):
         with pytest.raises(errors.MalformedResponseError):
             lift(HttpResponse(200, {}, orjson.dumps(bad)))
+
+
+async def test_validate_answers_what_the_call_would(engine):
+    """`Validate` asks what the call would ask: an image to a model without vision is not accepted, with the
+    transport's reason; with vision it is; a model whose vision cannot be learned is accepted, as the call runs."""
+    verdict = await engine["model"]().avalidate(_with_image())
+    assert not verdict.accepted
+    assert list(verdict.unsupported.missing) == [capabilities_pb2.CAPABILITY_IMAGE_INPUT]
+    assert "has no vision (its /api/show capabilities are completion)" in verdict.unsupported.reasons[0]
+    assert (await engine["model"]().avalidate(build_request("tiny", messages=[("user", "Hi")]))).accepted
+    assert engine["hits"] == ["show"]  # a request without an image asks nothing
+    engine["show"] = (200, {**SHOWN, "capabilities": ["completion", "vision"]})
+    assert (await engine["model"]().avalidate(_with_image())).accepted
+    engine["show"] = (500, {"error": "boom"})
+    assert (await engine["model"]().avalidate(_with_image())).accepted
+    assert "chat" not in engine["hits"]  # validating never generates

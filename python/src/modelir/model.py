@@ -333,8 +333,11 @@ class Model(ModelInterface):
         request = require_request(request, "avalidate")
         if not request.model:
             request = with_model(request, self.name)
-        # `Validate` answers what a call would: a media URI the policy refuses is a field violation too
-        return self._pipeline.report(request, media=self.media_policy)
+        # `Validate` answers what a call would: a media URI the policy refuses is a field violation too, and what
+        # the engine must say first (Ollama's vision) is asked as the call would ask it
+        verdict = self._pipeline.report(request, media=self.media_policy)
+        await engine_facts.validate(self, request, verdict)
+        return verdict
 
     # ---- the tokenizer (calls/tokenizer.py) ---------------------------------------------------------------
 

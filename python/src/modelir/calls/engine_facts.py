@@ -12,12 +12,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from modelir import errors
+from modelir.pipeline.prepare import Prepared
 from modelir.transports.base import SHAPE_ERRORS, HttpRequest, HttpResponse, HttpTransport, shape_error
-from modelir.v1 import errors_pb2, request_pb2
+from modelir.v1 import errors_pb2, request_pb2, service_pb2
 
 if TYPE_CHECKING:
     from modelir.model import Model
-    from modelir.pipeline.prepare import Prepared
 
 
 @runtime_checkable
@@ -58,3 +58,16 @@ async def check(model: Model, prepared: Prepared, deadline: float | None) -> Non
         except errors.ModelError as exc:
             unavailable = f"{native.method} {native.path} failed: {model._redacted(exc).message}"
     prepared.warnings.extend(transport.model_fact_warnings(prepared.request, facts, unavailable))
+
+
+async def validate(model: Model, request: request_pb2.Request, verdict: service_pb2.ValidateResponse) -> None:
+    """`Validate` answers what a call would: a request the pipeline accepts but the learned facts rule out (an
+    image to an Ollama model without vision) is not accepted, with the transport's reasons in `unsupported`. A fact
+    that cannot be learned leaves the verdict as it is, since the call would then run (with a warning)."""
+    if not verdict.accepted:
+        return
+    try:
+        await check(model, Prepared(request, [], None), model._deadline(request, None))
+    except errors.UnsupportedCapabilityError as refused:
+        verdict.accepted = False
+        verdict.unsupported.CopyFrom(refused.unsupported)
