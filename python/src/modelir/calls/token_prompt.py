@@ -51,5 +51,5 @@ def needs_resolving(model: Model, prepared: Prepared) -> bool:
     return (
         prepared.native is None
         and isinstance(model.transport, HttpTransport)
-        and token_prompt.is_token_in(prepared.request)
+        and model.transport.runs_as_token_prompt(prepared.request)
     )

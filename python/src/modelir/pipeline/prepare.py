@@ -15,7 +15,6 @@ from modelir import errors
 from modelir.pipeline import artifacts, capabilities, continuations, media_policy
 from modelir.pipeline.survey import Survey, survey
 from modelir.pipeline.validation import field_violations, model_mismatch
-from modelir.transports import token_prompt
 from modelir.transports.base import HttpRequest, HttpTransport, Transport
 from modelir.v1 import capabilities_pb2, errors_pb2, request_pb2, response_pb2, service_pb2
 
@@ -39,7 +38,7 @@ class Pipeline:
     """The checks and the lowering for one transport, under a manifest (the transport's own unless narrowed) and
     the model name that rejections carry."""
 
-    __slots__ = ("_capabilities", "_lower", "manifest", "model", "transport")
+    __slots__ = ("_capabilities", "_lower", "_runs_as_token_prompt", "manifest", "model", "transport")
 
     def __init__(
         self,
@@ -51,6 +50,7 @@ class Pipeline:
         self.transport = transport
         # Decided once, not per request: an isinstance check against an ABC costs about 0.2 us.
         self._lower = transport.lower_surveyed if isinstance(transport, HttpTransport) else None
+        self._runs_as_token_prompt = transport.runs_as_token_prompt if isinstance(transport, HttpTransport) else None
         self.manifest = manifest if manifest is not None else transport.manifest()
         self.model = model
         # The manifest's capabilities as a set, with the manifest they were read from (`manifest` may be replaced).
@@ -172,11 +172,13 @@ class Pipeline:
         """`check`, then lower for an HTTP transport: everything a request goes through before the limiter."""
         checked, warnings, seen = self._check(request, streaming=streaming, media=media)
         native = None
-        # A token-in conversation is lowered once its token-id prompt is built (`calls.token_prompt`, after I/O).
+        # A token-in conversation (as its transport says) is lowered once its token-id prompt is built
+        # (`calls.token_prompt`, after I/O).
         if (
             self._lower is not None
             and split_continuations(checked, self.transport) is None
-            and not token_prompt.is_token_in(checked)
+            and self._runs_as_token_prompt is not None
+            and not self._runs_as_token_prompt(checked)
         ):
             try:  # a split request is lowered once per continuation
                 native = self._lower(checked, seen, stream=streaming)

@@ -18,7 +18,7 @@ import msgspec
 from modelir import errors
 from modelir.pipeline import content_kinds
 from modelir.pipeline.survey import Survey, place, survey
-from modelir.transports import manifests
+from modelir.transports import manifests, token_prompt
 from modelir.transports.exchange import HttpRequest as HttpRequest
 from modelir.transports.exchange import HttpResponse as HttpResponse
 from modelir.transports.exchange import RawEvent as RawEvent
@@ -291,6 +291,12 @@ class HttpTransport(Transport):
     # Whether the engine states its tokenizer facts in a refusal (vLLM names its vocabulary size only in the 400
     # for an out-of-vocabulary id): then a 4xx answer to `lower_tokenizer_info` goes to `lift_tokenizer_info`.
     tokenizer_info_from_refusal: ClassVar[bool] = False
+
+    def runs_as_token_prompt(self, request: request_pb2.Request) -> bool:
+        """Whether `request` runs as a token-id prompt that `token_prompt` builds (after the engine's renders) rather
+        than being lowered as it stands. By default a conversation with token turns; a transport widens it where its
+        own route cannot give what the request needs (e.g. the prompt's ids of a first turn)."""
+        return token_prompt.is_token_in(request)
 
     def token_prompt_steps(self, plan: Plan) -> TokenPromptSteps:
         """The engine calls that render and tokenize `plan` (multi-turn token-in, `token_prompt`), as a generator:
