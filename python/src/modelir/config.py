@@ -224,7 +224,7 @@ def _model(
     where = f"models.{name}"
     if not isinstance(spec, dict):
         raise fail(where, "expected a mapping")
-    transport = _transport(spec, where, fail)
+    transport = _transport(spec, where, fail, Path(fail.source).parent)
     timeout = spec.get("timeout_seconds")
     if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
         raise fail(f"{where}.timeout_seconds", "expected a positive number of seconds")
@@ -238,15 +238,16 @@ def _model(
     )
 
 
-def _transport(spec: dict[str, Any], where: str, fail: _Failer) -> Transport:
-    """The transport the entry names, built from the entry's keys that are not model fields."""
+def _transport(spec: dict[str, Any], where: str, fail: _Failer, base: Path) -> Transport:
+    """The transport the entry names, built from the entry's keys that are not model fields (a relative path in
+    a path option, such as sglang's `tokenizer_config`, is read from `base`: this file's directory)."""
     name, entries = spec.get("transport"), registry()
     if not isinstance(name, str) or name not in entries:
         raise fail(f"{where}.transport", f"unknown transport {name!r}; known: {sorted(entries)}")
     entry = entries[name]
     options = {key: value for key, value in spec.items() if key not in _MODEL_KEYS}
     try:
-        return entry.build(options)
+        return entry.build(options, base)
     except TransportOptionError as exc:
         if exc.key not in entry.options:
             fields = ", ".join(sorted(_MODEL_KEYS))

@@ -78,7 +78,7 @@ def run_case(transport_name: str, path: Path) -> CaseResult:
     problems = result.problems
     try:
         fixture = orjson.loads(path.read_bytes())
-        transport = build_transport(transport_name, fixture.get("transport_options", {}))
+        transport = build_transport(transport_name, fixture.get("transport_options", {}), path.parent)
         if not isinstance(transport, HttpTransport):
             raise TypeError(f"fixtures replay wire exchanges; {transport_name} is not an HTTP transport")
         if fixture.get("operation") == "tokenize" and "expected_rejection" not in fixture:
@@ -322,28 +322,39 @@ def _check_error(spec: dict[str, Any] | None, exc: errors.ModelError, problems: 
 
 
 def coverage_problems(transport_name: str, fixtures: list[Path]) -> list[str]:
-    """Claimed capabilities without a positive fixture; unclaimed ones no negative fixture names."""
-    manifest = build_transport(transport_name).manifest()
+    """Claimed capabilities without a positive fixture; unclaimed ones no negative fixture names.
+
+    A transport's manifest can depend on its options (sglang claims CHAT with a chat template): a positive
+    fixture proves what the transport built with its `transport_options` claims, every capability some fixture's
+    options claim needs a positive fixture, and every capability the transport without options lacks needs a
+    negative one."""
+    unconfigured = set(build_transport(transport_name).manifest().capabilities)
+    claimed = set(unconfigured)
     proved: set[int] = set()
     rejected: set[int] = set()
+    problems = []
     for path in fixtures:
         fixture = orjson.loads(path.read_bytes())
         if "expected_rejection" in fixture:
             rejected.update(_capability(n) for n in fixture["expected_rejection"].get("missing", []))
-        else:
-            proved.update(_capability(n) for n in fixture.get("proves", []))
-    claimed = set(manifest.capabilities)
+            continue
+        options = fixture.get("transport_options", {})
+        own = set(build_transport(transport_name, options, path.parent).manifest().capabilities) if options else None
+        claims = unconfigured if own is None else own
+        claimed |= claims
+        proves = {_capability(n) for n in fixture.get("proves", [])}
+        proved |= proves & claims  # a capability the fixture's transport does not claim proves nothing
+        problems += [
+            f"{path.stem} proves {errors.capability_name(c)}, which the manifest (with its options) does not claim"
+            for c in sorted(proves - claims)
+        ]
     every = {v for v in capabilities_pb2.Capability.values() if v}
-    problems = [
+    problems[:0] = [
         f"claimed capability {errors.capability_name(c)} has no positive fixture" for c in sorted(claimed - proved)
     ]
     problems += [
         f"unclaimed capability {errors.capability_name(c)} has no negative fixture"
-        for c in sorted(every - claimed - rejected)
-    ]
-    problems += [
-        f"a fixture proves {errors.capability_name(c)}, which the manifest does not claim"
-        for c in sorted(proved - claimed)
+        for c in sorted(every - unconfigured - rejected)
     ]
     return problems
 
