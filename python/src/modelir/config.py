@@ -33,13 +33,20 @@ models:
     provider_model: claude-sonnet-4-0
     credential_env: ANTHROPIC_API_KEY
     default_max_tokens: 8192           # a transport option
+  qwen:
+    transport: sglang
+    base_url: http://gpu:30000
+    tokenizer_config: qwen/tokenizer_config.json  # the model's chat template, for conversations (relative to this
+                                       # file; or `chat_template: "..."`, the template's text; needs jinja2)
 ```
 
 A model entry holds the model fields above (`transport`, `base_url`, `credential_env`, `remove_capabilities`,
 `limits` or `limiter`, `timeout_seconds`, `max_attempts`) and the options of its transport: the keyword arguments
 of the transport's constructor (`modelir transports` lists them with their types and defaults). Every transport
 takes `provider_model`, the model id at the provider; an HTTP transport without one sends the request's model
-name. An option the transport does not take, or a value of the wrong type, is an error naming the key.
+name. An option the transport does not take, a value of the wrong type, or one the transport refuses (a file it
+cannot read, a template that does not compile) is an error naming the key. A relative path in an option that names
+a file (sglang's `tokenizer_config`) is read from this file's directory.
 """
 
 from __future__ import annotations
