@@ -230,12 +230,14 @@ def _token_prompt(
 
 
 def request_that_runs(fixture: dict[str, Any]) -> request_pb2.Request:
-    """A positive fixture's IR request as the transport lowers and lifts it: for a token-in conversation, the
-    token-id request its rounds built (its prompt is the one `expected_http_request` sends)."""
+    """A positive fixture's IR request as the transport lowers and lifts it: for a conversation run as a token
+    prompt, the token-id request its rounds built (its prompt is the one `expected_http_request` sends, as the
+    completion route's `prompt` on llama.cpp and vLLM, as `input_ids` on sglang's /generate)."""
     request = json_format.Parse(orjson.dumps(fixture["request"]), request_pb2.Request())
     if "token_prompt_rounds" not in fixture:
         return request
-    return token_prompt.token_request(request, fixture["expected_http_request"]["body"]["prompt"])
+    body = fixture["expected_http_request"]["body"]
+    return token_prompt.token_request(request, body["input_ids"] if "input_ids" in body else body["prompt"])
 
 
 def _answer(spec: dict[str, Any]) -> HttpResponse:
