@@ -3,8 +3,9 @@ rollout that asks for token ids on every turn, whose every prompt, as the engine
 the turn's sampled ids unchanged and the rendered new messages, from the first turn on (llama-server's runs as a
 token-id prompt with no token turns, `LlamaCpp.runs_as_token_prompt`; vLLM's chat route reports its prompt), so the
 trajectory reads whole from the responses alone; the same rollout done the naive way (text round trip) differs where
-re-tokenization merges what the model sampled apart; and a template that is not prefix-preserving is refused, naming
-the turn.
+re-tokenization merges what the model sampled apart; a conversation ending with an assistant turn keeps the chat
+route (on llama-server with a `prompt_token_ids_unavailable` warning); and a template that is not prefix-preserving
+is refused, naming the turn.
 
 Every turn is forced (a grammar or regex that allows one text, and a logit bias that bans every merged token), so
 the sampled ids are byte tokens whatever the tiny model's weights say, and the drift is deterministic: the chat
@@ -211,6 +212,29 @@ async def test_the_naive_text_round_trip_changes_the_ids_the_model_sampled(model
     )
     assert drifted  # some turn's sampled ids are not in the naive prompt: re-tokenization merged them
     assert all(_contains(token_in, ids) for ids in turns[:-1])
+
+
+async def test_a_turn_to_continue_stays_on_the_chat_route_and_says_its_prompt_ids_are_missing(model, engine):
+    """A conversation ending with an assistant turn cannot run as a token-id prompt: on llama-server it keeps the
+    chat route, with the sampled ids (beside the logprobs) and a warning for the prompt's; vLLM's chat route reports
+    both."""
+    name, _ = engine
+    request = request_pb2.Request(model="tiny")
+    add(request, content_pb2.ROLE_USER, "2+3?")
+    add(request, content_pb2.ROLE_ASSISTANT, "It is")
+    request.sampling.max_output_tokens = 3
+    request.sampling.temperature = 0.0
+    request.logprob_options.require_token_ids = True
+    executor = model.executor
+    response = await run(model, request, name, "")
+    assert isinstance(executor, KeepingExecutor)
+    assert [native.path for native, _ in executor.kept] == ["/v1/chat/completions"]  # no renders: the chat route
+    assert response.choices[0].logprobs.token_ids  # the sampled ids, beside the logprobs
+    if name == "llama-server":
+        assert not response.prompt_token_ids
+        assert [w.code for w in response.warnings] == ["prompt_token_ids_unavailable"]
+    else:
+        assert response.prompt_token_ids and not response.warnings
 
 
 def _contains(sequence: list[int], part: list[int]) -> bool:
