@@ -66,10 +66,34 @@ def test_connect_names_what_is_wrong(no_openai_env):
         (("reference",), {"max_concurrency": 0}, "max_concurrency: expected a positive number"),
         (("reference",), {"timeout": -1}, "timeout: expected a positive number of seconds"),
         (("reference",), {"limiter": modelir.Limiter(), "max_concurrency": 3}, "limiter: expected either"),
+        (("sglang", "q"), {"options": {"chat_templat": "x"}}, "options.chat_templat: expected an option"),
+        (("ollama", "m"), {"options": {"vision": "yes"}}, "options.vision: expected an option transport 'ollama'"),
+        (("sglang", "q"), {"options": {"provider_model": "q"}}, "options.provider_model: expected nothing"),
     ]
     for args, kwargs, message in cases:
         with pytest.raises(modelir.ArgumentError, match=message.replace("(", r"\(").replace(")", r"\)")):
             connect(*args, **kwargs)
+
+
+def test_connect_takes_the_transports_own_options():
+    """What a configuration file's model entry sets, connect sets too: sglang's chat template makes it take
+    conversations (CHAT, MULTI_TURN_TOKEN_INPUT), Ollama's `vision: false` drops image input."""
+    chat = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}<assistant>"
+    claims = {
+        (name, options_given): set(
+            connect(name, "m", base_url="http://127.0.0.1:1", options=options).capabilities.capabilities
+        )
+        for name, options_given, options in [
+            ("sglang", False, None),
+            ("sglang", True, {"chat_template": chat}),
+            ("ollama", False, None),
+            ("ollama", True, {"vision": False}),
+        ]
+    }
+    token_turns = {capabilities_pb2.CAPABILITY_CHAT, capabilities_pb2.CAPABILITY_MULTI_TURN_TOKEN_INPUT}
+    assert not token_turns & claims["sglang", False] and token_turns <= claims["sglang", True]
+    image = capabilities_pb2.CAPABILITY_IMAGE_INPUT
+    assert image in claims["ollama", False] and image not in claims["ollama", True]
 
 
 def test_the_reference_model_connects_sync_and_async():

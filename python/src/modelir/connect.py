@@ -25,7 +25,7 @@ from modelir.http.executor import Executor
 from modelir.http.retry import RetryPolicy
 from modelir.limiter import Limiter
 from modelir.model import Model
-from modelir.registry import build_transport, registry
+from modelir.registry import TransportOptionError, build_transport, registry
 from modelir.sync import background_loop as _background_loop
 from modelir.sync import run_sync as _sync
 from modelir.transports import HttpTransport
@@ -173,6 +173,7 @@ def connect(
     limiter: Limiter | None = None,
     timeout: float | None = None,
     max_attempts: int = 4,
+    options: Mapping[str, Any] | None = None,
 ) -> Connection:
     """A model behind a native provider protocol, ready to use.
 
@@ -182,12 +183,25 @@ def connect(
     `api_key_env` is given, and default the base URL to the provider's API.
     `name` is the name requests use (the provider model id by default). The limits build a limiter of its own;
     pass `limiter` to share one between connections (one per API key, say).
+    `options` are the transport's own options, as a model's entry in the configuration file gives them (sglang's
+    `chat_template` or `tokenizer_config`, Ollama's `vision`, ...): an option the transport does not take, or a
+    value it refuses, raises `ArgumentError` naming it; a relative path is read from the working directory.
     """
     if transport not in registry():
         raise ArgumentError("transport", f"one of {', '.join(registry())}", transport)
     if not isinstance(model, str):
         raise ArgumentError("model", "the provider's model id as a string", model)
-    built = build_transport(transport, {"provider_model": model} if model else {})
+    transport_options = dict(options or {})
+    if "provider_model" in transport_options:
+        raise ArgumentError("options.provider_model", "nothing: the provider's model id is connect's `model`")
+    if model:
+        transport_options["provider_model"] = model
+    try:
+        built = build_transport(transport, transport_options)
+    except TransportOptionError as exc:
+        raise ArgumentError(
+            f"options.{exc.key}", f"an option transport {transport!r} takes, with a value it accepts", hint=exc.problem
+        ) from None
     if limiter is not None and any(v is not None for v in (max_concurrency, requests_per_minute, tokens_per_minute)):
         raise ArgumentError("limiter", "either a shared limiter or limits of this connection's own, not both")
     for field, value in (("max_concurrency", max_concurrency), ("requests_per_minute", requests_per_minute)):
@@ -198,11 +212,11 @@ def connect(
     )
     if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
         raise ArgumentError("timeout", "a positive number of seconds", timeout)
-    options: dict[str, Any] = {"name": name or model or transport, "limiter": limiter, "default_timeout": timeout}
+    settings: dict[str, Any] = {"name": name or model or transport, "limiter": limiter, "default_timeout": timeout}
     if not isinstance(built, HttpTransport):
         if base_url or api_key or api_key_env:
             raise ArgumentError("base_url", f"nothing: transport {transport!r} runs in-process, without HTTP")
-        return Connection(built, **options)
+        return Connection(built, **settings)
 
     default_url, url_env, key_envs = _HOSTED.get(transport, (_LOCAL_DEFAULT_URL.get(transport, ""), "", ()))
     base_url = base_url or (os.environ.get(url_env) if url_env else None) or default_url
@@ -221,5 +235,5 @@ def connect(
         base_url=base_url,
         headers=built.auth_headers(api_key),
         retry=RetryPolicy(max_attempts=max_attempts),
-        **options,
+        **settings,
     )
