@@ -15,11 +15,12 @@ import orjson
 
 from modelir.errors import soft as soft_errors
 from modelir.errors.soft import Facts
+from modelir.logprobs import native
 from modelir.pipeline import content_kinds
 from modelir.pipeline.survey import Survey, survey
 from modelir.reading import stops
 from modelir.transports import _common as common
-from modelir.transports import zero_output
+from modelir.transports import accounting_typed, zero_output
 from modelir.transports.base import HttpResponse, StreamLifter
 from modelir.transports.manifests import CHAT_WITH_TOOLS, COMMON, LOGPROBS, OPENAI_SAMPLING, capability_set
 from modelir.transports.openai import _typed as typed
@@ -245,7 +246,23 @@ class OpenAIChat(wire.BodyTransport, OpenAIEmbeddings):
     # ---- lift --------------------------------------------------------------------------------------
 
     def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
-        body = typed.chat_completion(response.body, self.name)
+        return self.lift_typed(request, response, typed.chat_completion(response.body, self.name))
+
+    def lift_accounted(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
+        """One decode gives the lift's answer and shows that accounting has nothing to add (`accounting_typed`);
+        an answer it does not show that for (or one the native logprob builder takes) goes the reference way."""
+        # A dialect that extends `lift` itself (not `lift_typed`) is lifted through it.
+        if type(self).lift is OpenAIChat.lift and not native.wanted(response.body):
+            section = self.native_fields(request, "unary")
+            once = accounting_typed.decode_accounted(typed.ChatCompletion, section, response.body)
+            if once is not None:
+                return self.lift_typed(request, response, once)
+        return super().lift_accounted(request, response)
+
+    def lift_typed(
+        self, request: request_pb2.Request, response: HttpResponse, body: typed.ChatCompletion
+    ) -> response_pb2.Response:
+        """The lift of a decoded answer (`response` is the exchange it came in): the hook dialects extend."""
         out = response_pb2.Response(id=body.id or "", model=body.model or "", service_tier=body.service_tier or "")
         facts = soft_errors.Facts()
         for raw in body.choices or ():
