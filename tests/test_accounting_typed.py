@@ -220,3 +220,18 @@ def test_a_dialect_that_extends_lift_itself_is_lifted_through_it():
 
 def test_the_module_is_in_the_package_map():
     assert "accounting_typed" in (Path(accounting.__file__).parent / "README.md").read_text()
+
+
+@pytest.mark.parametrize("transport", [OpenAIChat(), VLLM(), LlamaCpp()], ids=lambda t: t.name)
+def test_a_clean_chat_answer_is_decoded_once(transport, monkeypatch):
+    body = orjson.dumps({"id": "c", "choices": [{"index": 0, "message": {"content": "x"}, "finish_reason": "stop"}]})
+    request = build_request("m", messages=[("user", "Hi")])
+    reference = HttpTransport.lift_accounted(transport, request, HttpResponse(200, (), body))
+
+    def second_decode(*args, **kwargs):
+        raise AssertionError("the answer was decoded again for accounting")
+
+    monkeypatch.setattr(accounting, "account_response", second_decode)
+    assert transport.lift_accounted(request, HttpResponse(200, (), body)) == reference
+    with pytest.raises(AssertionError, match="decoded again"):  # an unread member still goes the reference way
+        transport.lift_accounted(request, HttpResponse(200, (), body.replace(b'"id"', b'"x_new":1,"id"')))

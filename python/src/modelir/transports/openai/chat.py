@@ -249,15 +249,20 @@ class OpenAIChat(wire.BodyTransport, OpenAIEmbeddings):
         return self.lift_typed(request, response, typed.chat_completion(response.body, self.name))
 
     def lift_accounted(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
-        """One decode gives the lift's answer and shows that accounting has nothing to add (`accounting_typed`);
-        an answer it does not show that for (or one the native logprob builder takes) goes the reference way."""
+        out = self.lift_once(request, response, self.native_fields(request, "unary"))
+        return out if out is not None else super().lift_accounted(request, response)
+
+    def lift_once(
+        self, request: request_pb2.Request, response: HttpResponse, section: str
+    ) -> response_pb2.Response | None:
+        """The lift, when one decode also shows that accounting under `section` has nothing to add
+        (`accounting_typed`); None for an answer it does not show that for, or one the native logprob builder takes:
+        the caller lifts and accounts it the reference way. (A composite transport passes its own section.)"""
         # A dialect that extends `lift` itself (not `lift_typed`) is lifted through it.
-        if type(self).lift is OpenAIChat.lift and not native.wanted(response.body):
-            section = self.native_fields(request, "unary")
-            once = accounting_typed.decode_accounted(typed.ChatCompletion, section, response.body)
-            if once is not None:
-                return self.lift_typed(request, response, once)
-        return super().lift_accounted(request, response)
+        if type(self).lift is not OpenAIChat.lift or native.wanted(response.body):
+            return None
+        once = accounting_typed.decode_accounted(typed.ChatCompletion, section, response.body)
+        return self.lift_typed(request, response, once) if once is not None else None
 
     def lift_typed(
         self, request: request_pb2.Request, response: HttpResponse, body: typed.ChatCompletion
