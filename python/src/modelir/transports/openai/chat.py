@@ -153,7 +153,7 @@ class OpenAIChat(wire.BodyTransport, OpenAIEmbeddings):
     def _body(self, request: request_pb2.Request, seen: Survey, *, stream: bool) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model_for(request), "messages": self._messages(request, seen)}
         s = request.sampling
-        common.copy_sampling(s, body, _SAMPLING)
+        common.copy_sampling(s, body, _SAMPLING, present=seen.sampling)
         if self._emulates_zero(request):
             body["max_completion_tokens"] = 1
         if request.tools:
