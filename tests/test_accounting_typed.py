@@ -12,6 +12,7 @@ import orjson
 import pytest
 from modelir import build_request
 from modelir.conformance.runner import request_that_runs
+from modelir.logprobs import native
 from modelir.registry import build_transport
 from modelir.transports import accounting, accounting_typed
 from modelir.transports.base import HttpResponse, HttpTransport
@@ -235,3 +236,48 @@ def test_a_clean_chat_answer_is_decoded_once(transport, monkeypatch):
     assert transport.lift_accounted(request, HttpResponse(200, (), body)) == reference
     with pytest.raises(AssertionError, match="decoded again"):  # an unread member still goes the reference way
         transport.lift_accounted(request, HttpResponse(200, (), body.replace(b'"id"', b'"x_new":1,"id"')))
+
+
+def _logprob_answer(tokens: int, top: int, **extra) -> bytes:
+    """A chat answer large enough for the native logprob builder (`native.MIN_BODY_BYTES`)."""
+    words = ["the", " cat", " sat", " é", "\n", " 42"]
+
+    def entry(i: int) -> dict:
+        token = words[i % len(words)]
+        return {"token": token, "logprob": -0.25 * (i % 7), "bytes": list(token.encode())}
+
+    content = [{**entry(i), "top_logprobs": [entry(i + j) for j in range(top)]} for i in range(tokens)]
+    choice = {
+        "index": 0,
+        "message": {"role": "assistant", "content": "".join(e["token"] for e in content)},
+        "logprobs": {"content": content},
+        "finish_reason": "length",
+    }
+    answer = {"id": "c", "object": "chat.completion", "model": "m", "choices": [choice], **extra}
+    answer["usage"] = {"prompt_tokens": 3, "completion_tokens": tokens, "total_tokens": 3 + tokens}
+    return orjson.dumps(answer)
+
+
+@pytest.mark.parametrize("transport", [OpenAIChat(), VLLM(), LlamaCpp()], ids=lambda t: t.name)
+def test_a_large_logprob_answer_gives_the_reference_on_the_native_path(transport):
+    request = build_request("m", messages=[("user", "Hi")], logprobs=True, top_logprobs=5)
+    body = _logprob_answer(300, 5)
+    assert len(body) > native.MIN_BODY_BYTES
+    assert _compare("large", transport, request, body)
+    for name, changed in _variations(body):
+        _compare(f"large ({name})", transport, request, changed)
+    # a refusal's logprobs: the native builder declines them, and both paths lift them with the typed structs
+    refusal = orjson.loads(body)
+    refusal["choices"][0]["logprobs"]["refusal"] = refusal["choices"][0]["logprobs"]["content"][:2]
+    _compare("large, refusal tokens", transport, request, orjson.dumps(refusal))
+
+
+def test_a_large_clean_answer_is_decoded_once_on_the_native_path(monkeypatch):
+    if not native.enabled():
+        pytest.skip("the native extension is not built here")
+    request = build_request("m", messages=[("user", "Hi")], logprobs=True, top_logprobs=5)
+    body = _logprob_answer(300, 5)
+    transport = OpenAIChat()
+    reference = HttpTransport.lift_accounted(transport, request, HttpResponse(200, (), body))
+    monkeypatch.setattr(accounting, "account_response", lambda *a, **k: pytest.fail("decoded again"))
+    assert transport.lift_accounted(request, HttpResponse(200, (), body)) == reference

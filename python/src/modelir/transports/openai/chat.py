@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+import msgspec
 import orjson
 
 from modelir.errors import soft as soft_errors
@@ -256,13 +257,25 @@ class OpenAIChat(wire.BodyTransport, OpenAIEmbeddings):
         self, request: request_pb2.Request, response: HttpResponse, section: str
     ) -> response_pb2.Response | None:
         """The lift, when one decode also shows that accounting under `section` has nothing to add
-        (`accounting_typed`); None for an answer it does not show that for, or one the native logprob builder takes:
-        the caller lifts and accounts it the reference way. (A composite transport passes its own section.)"""
+        (`accounting_typed`); None for an answer it does not show that for (or that the native logprob builder
+        declines): the caller lifts and accounts it the reference way. (A composite transport passes its own section.)
+        """
         # A dialect that extends `lift` itself (not `lift_typed`) is lifted through it.
-        if type(self).lift is not OpenAIChat.lift or native.wanted(response.body):
+        if type(self).lift is not OpenAIChat.lift:
             return None
-        once = accounting_typed.decode_accounted(typed.ChatCompletion, section, response.body)
-        return self.lift_typed(request, response, once) if once is not None else None
+        body = response.body
+        if not native.wanted(body):
+            once = accounting_typed.decode_accounted(typed.ChatCompletion, section, body)
+            return self.lift_typed(request, response, once) if once is not None else None
+        # A large answer: its logprob sections left raw for the native builder, as `typed.chat_completion` does.
+        raw = accounting_typed.decode_accounted(typed.NativeChatCompletion, section, body)
+        if raw is None:
+            return None
+        try:
+            built = typed.native_chat(raw)
+        except (msgspec.DecodeError, RecursionError, native.Unsupported):
+            return None  # the reference path declines it too, and lifts it with the typed structs
+        return self.lift_typed(request, response, built)
 
     def lift_typed(
         self, request: request_pb2.Request, response: HttpResponse, body: typed.ChatCompletion
