@@ -1,7 +1,7 @@
 """A unary lift's cost counted in instructions: `lift_accounted` (the lift and the accounting of every native member,
 as `Model` runs it) of a small chat answer, under callgrind, as the difference between a process that makes `CALLS`
-calls and one that makes none (so imports and set-up cancel out), like `pipeline_instructions.py`. The count does
-not depend on the machine's load, which timed rows do.
+calls and one that makes none (so imports and set-up cancel out, their noise spread over 5,000 calls), like
+`pipeline_instructions.py`. The count does not depend on the machine's load, which timed rows do.
 
     python bench/lift_instructions.py                     # this tree
     python bench/lift_instructions.py /tmp/before/python/src  # another tree's beside it (on this venv)
@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-CALLS = 2000
+CALLS = 5000
 
 # The small answer of the bench's upstream (`processes.upstream`), and the same with one member no lift reads (which
 # takes the accounting's slow path: a warning naming it).
@@ -56,7 +56,7 @@ CASES = {
 
 
 def _instructions(src: str | None, calls: int, case: str, workdir: Path) -> int:
-    env = dict(os.environ)
+    env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same dict layouts in every counted process
     if src is not None:
         env["PYTHONPATH"] = str(Path(src).resolve())
     out = workdir / f"callgrind.{calls}"

@@ -197,9 +197,12 @@ def test_a_section_the_closed_structs_cannot_say_keeps_the_reference_path():
     tagged = accounting.compile_section({"w.unary": {"content[](type=text).text": "read"}}, "w.unary")
     with pytest.raises(accounting_typed.Unsupported):
         accounting_typed.closed_struct(Answer, tagged.root)
-    # one it does not read is only ever absent on the one-decode path
-    _, plan = accounting_typed.closed_struct(Block, tagged.root)
-    assert [default for _, default in plan.absent] == [None, msgspec.UNSET]  # Block.text, and `content`
+    # one it does not read is refused by the one decode itself; a member the lift reads but the section does not
+    # declare at that level must be absent
+    closed, plan = accounting_typed.closed_struct(Block, tagged.root)
+    assert plan.absent == [("text", None)]
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.json.decode(b'{"content": []}', type=closed)
 
 
 def test_every_chat_section_has_closed_structs():

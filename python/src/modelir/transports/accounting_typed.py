@@ -30,7 +30,7 @@ from modelir.transports.accounting import Node
 
 T = TypeVar("T", bound=msgspec.Struct)
 _names = itertools.count()
-_ABSENT = msgspec.Raw | msgspec.UnsetType  # a member whose presence sends the answer to the reference path
+_ABSENT = msgspec.Raw  # with UNSET for its default: a member whose presence sends the answer to the reference path
 
 
 class Unsupported(Exception):
@@ -43,8 +43,8 @@ class Plan:
 
     # (attribute, the lift's default to put back, or UNSET when the lift has no such field): must be UNSET.
     absent: list[tuple[str, Any]] = field(default_factory=list)
-    # (attribute, node): builtin values (a `dict` the lift reads as such) checked against their node.
-    values: list[tuple[str, Node]] = field(default_factory=list)
+    # (attribute, shape): builtin values (a `dict` the lift reads as such) checked against their node's shape.
+    values: list[tuple[str, Shape]] = field(default_factory=list)
     structs: list[tuple[str, Plan]] = field(default_factory=list)  # a closed struct (or None) below
     lists: list[tuple[str, Plan]] = field(default_factory=list)  # a list of closed structs (or None) below
 
@@ -122,7 +122,7 @@ def closed_struct(lift: type[T], node: Node) -> tuple[type[T], Plan]:
             continue
         closed, below, how = _closed(info.type, child)
         if how == "value":
-            plan.values.append((info.name, child))
+            plan.values.append((info.name, _shape(child)))
         elif how == "struct" and below is not None and not below.empty:
             plan.structs.append((info.name, below))
         elif how == "list" and below is not None and not below.empty:
@@ -131,34 +131,58 @@ def closed_struct(lift: type[T], node: Node) -> tuple[type[T], Plan]:
             fields.append((info.name, closed, info.default))
             rename[info.name] = key
     for key, child in node.keys.items():
-        if key in known:
+        if key in known or child.disposition == "fact" or not child.whole:
+            # not a field: present, a fact (for accounting to keep) or a member with declared members below that
+            # the lift does not read (for accounting to walk) is refused by the decode itself
             continue
-        attribute = f"declared_{next(_names)}"
-        fields.append((attribute, _ABSENT, msgspec.UNSET))
+        attribute = f"declared_{next(_names)}"  # declared, and nothing for accounting to say: decoded and left
+        fields.append((attribute, msgspec.Raw, None))
         rename[attribute] = key
-        if child.disposition == "fact" or not child.whole:
-            # a fact is for accounting; a member with declared members below that the lift does not read is walked
-            plan.absent.append((attribute, msgspec.UNSET))
     closed_type = msgspec.defstruct(
         f"Closed{lift.__name__}", fields, bases=(lift,), rename=rename, forbid_unknown_fields=True
     )
     return closed_type, plan  # type: ignore[return-value]  # a subclass of `lift`, made at run time
 
 
-def _fits(value: Any, node: Node) -> bool:
-    """Whether accounting's walk would find nothing in a decoded builtin `value` of `node` (`accounting._walk`)."""
-    if node.whole:
-        return node.disposition != "fact"
-    if node.variants:
-        return False
-    if isinstance(value, dict):
-        for key, member in value.items():
-            child = node.keys.get(key) or node.any_key
-            if child is None or not _fits(member, child):
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """A node's declared members, for checking a decoded builtin value against it (`_fits`)."""
+
+    allowed: frozenset[str]  # the members accounting has nothing to say about (declared, not a whole fact)
+    below: tuple[tuple[str, Shape], ...]  # the members with declared members of their own, checked in turn
+    items: Shape | None  # an array's elements, when they have declared members
+
+
+def _shape(node: Node) -> Shape:
+    if node.variants or node.any_key is not None:
+        raise Unsupported("tagged unions and any-members are walked by accounting")
+    allowed, below = set(), []
+    for key, child in node.keys.items():
+        if not child.whole:
+            below.append((key, _shape(child)))
+        elif child.disposition == "fact":
+            continue  # present, it is a fact for accounting to keep
+        allowed.add(key)
+    items = node.items
+    if items is not None and items.whole and items.disposition == "fact":
+        raise Unsupported("an array of facts is kept by accounting")
+    return Shape(frozenset(allowed), tuple(below), _shape(items) if items is not None and not items.whole else None)
+
+
+def _fits(value: Any, shape: Shape) -> bool:
+    """Whether accounting's walk would find nothing in a decoded builtin `value` of this shape (`accounting._walk`:
+    it names the members of an object that are not declared, and looks no further into anything else)."""
+    if type(value) is dict:
+        if not shape.allowed.issuperset(value):
+            return False
+        for key, below in shape.below:
+            member = value.get(key)
+            if member is not None and not _fits(member, below):
                 return False
         return True
-    if isinstance(value, list) and node.items is not None:
-        return all(_fits(item, node.items) for item in value)
+    if type(value) is list and shape.items is not None:
+        items = shape.items
+        return all(_fits(item, items) for item in value)
     return True  # a scalar (or an array where no elements are declared): the walk does not look inside
 
 
@@ -169,9 +193,9 @@ def _settled(value: Any, plan: Plan) -> bool:
             return False
         if default is not msgspec.UNSET:
             setattr(value, attribute, default)
-    for attribute, node in plan.values:
+    for attribute, shape in plan.values:
         member = getattr(value, attribute)
-        if member is not None and not _fits(member, node):
+        if member is not None and not _fits(member, shape):
             return False
     for attribute, below in plan.structs:
         member = getattr(value, attribute)
