@@ -41,7 +41,8 @@ class Unsupported(Exception):
 class Plan:
     """What to look at in a decoded closed struct once the decode succeeded."""
 
-    # (attribute, the lift's default to put back, or UNSET when the lift has no such field): must be UNSET.
+    # (attribute, the lift's default): members the lift reads but the section does not declare (or declares a
+    # fact), decoded with UNSET for absent; they must be UNSET, and get the lift's default back.
     absent: list[tuple[str, Any]] = field(default_factory=list)
     # (attribute, shape): builtin values (a `dict` the lift reads as such) checked against their node's shape.
     values: list[tuple[str, Shape]] = field(default_factory=list)
@@ -191,8 +192,7 @@ def _settled(value: Any, plan: Plan) -> bool:
     for attribute, default in plan.absent:
         if getattr(value, attribute) is not msgspec.UNSET:
             return False
-        if default is not msgspec.UNSET:
-            setattr(value, attribute, default)
+        setattr(value, attribute, default)
     for attribute, shape in plan.values:
         member = getattr(value, attribute)
         if member is not None and not _fits(member, shape):
