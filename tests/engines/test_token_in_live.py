@@ -1,7 +1,11 @@
 """Multi-turn token-in, live on llama-server and vLLM (`transports/token_prompt.py`): a four-turn tool-calling
-rollout whose every prompt, as the engine reports it, is the previous prompt, the turn's sampled ids unchanged and
-the rendered new messages; the same rollout done the naive way (text round trip) differs where re-tokenization
-merges what the model sampled apart; and a template that is not prefix-preserving is refused, naming the turn.
+rollout that asks for token ids on every turn, whose every prompt, as the engine reports it, is the previous prompt,
+the turn's sampled ids unchanged and the rendered new messages, from the first turn on (llama-server's runs as a
+token-id prompt with no token turns, `LlamaCpp.runs_as_token_prompt`; vLLM's chat route reports its prompt), so the
+trajectory reads whole from the responses alone; the same rollout done the naive way (text round trip) differs where
+re-tokenization merges what the model sampled apart; a conversation ending with an assistant turn keeps the chat
+route (on llama-server with a `prompt_token_ids_unavailable` warning); and a template that is not prefix-preserving
+is refused, naming the turn.
 
 Every turn is forced (a grammar or regex that allows one text, and a logit bias that bans every merged token), so
 the sampled ids are byte tokens whatever the tiny model's weights say, and the drift is deterministic: the chat
@@ -20,7 +24,7 @@ import httpx
 import orjson
 import pytest
 from google.protobuf import json_format
-from modelir import Model, errors
+from modelir import Model, errors, trajectory
 from modelir.http.executor import Executor
 from modelir.transports import token_prompt
 from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport
@@ -94,9 +98,8 @@ def forced(request: request_pb2.Request, text: str, engine: str) -> request_pb2.
 
 
 def sampled_ids(response: response_pb2.Response) -> list[int]:
-    """The ids the turn was sampled as: llama-server's chat route reports them only with logprobs."""
-    choice = response.choices[0]
-    return list(choice.sampled_tokens.token_ids or choice.logprobs.token_ids)
+    """The ids the turn was sampled as."""
+    return list(response.choices[0].sampled_tokens.token_ids)
 
 
 def add(request: request_pb2.Request, role: int, text: str, ids: list[int] | None = None) -> None:
@@ -142,8 +145,7 @@ async def rollout(model: Model, engine: str, url: str, test: str) -> tuple[list[
     responses, turns = [], []
     for k, text in enumerate(TURNS):
         request = forced(conversation, text, engine)
-        if k == 0 and engine == "llama-server":
-            request.logprob_options.require_token_ids = True  # its chat route's ids come with logprobs
+        request.logprob_options.require_token_ids = True  # a trainer's ask: every turn's prompt and sampled ids
         response = await run(model, request, engine, test)
         ids = sampled_ids(response)
         assert "".join(p.text for p in response.choices[0].message.parts) == text
@@ -159,26 +161,35 @@ async def rollout(model: Model, engine: str, url: str, test: str) -> tuple[list[
 async def test_a_four_turn_rollout_never_changes_an_earlier_id(model, engine):
     name, url = engine
     responses, turns = await rollout(model, name, url, "rollout")
-    first = list(responses[0].prompt_token_ids)
-    if not first:  # llama-server's chat route does not report its prompt: the template, tokenized as it does
-        request = request_pb2.Request(model="tiny")
-        add(request, content_pb2.ROLE_SYSTEM, "Call add(a,b) to add; then answer.")
-        add(request, content_pb2.ROLE_USER, "2+3+4+1?")
-        first = chat_prompt(url, name, request, model)
-    prompts = [first] + [list(r.prompt_token_ids) for r in responses[1:]]
+    prompts = [list(r.prompt_token_ids) for r in responses]
+    opening = request_pb2.Request(model="tiny")
+    add(opening, content_pb2.ROLE_SYSTEM, "Call add(a,b) to add; then answer.")
+    add(opening, content_pb2.ROLE_USER, "2+3+4+1?")
+    assert prompts[0] == chat_prompt(url, name, opening, model)  # the first turn: what the chat route would see
+    for k, prompt in enumerate(prompts):
+        assert responses[k].usage.input_token_count == len(prompt)  # the engine's own count of what it saw
+        assert not responses[k].warnings, responses[k].warnings
     for k in range(1, len(TURNS)):
         previous, prompt, sampled = prompts[k - 1], prompts[k], turns[k - 1]
-        assert responses[k].usage.input_token_count == len(prompt)  # the engine's own count of what it saw
         assert prompt[: len(previous)] == previous  # the earlier prompt, unchanged
         assert prompt[len(previous) : len(previous) + len(sampled)] == sampled  # the turn's ids, unchanged
         new = tokenize(url, name, f"<|im_end|>\n<|im_start|>tool\n{RESULTS[k - 1]}<|im_end|>\n<|im_start|>assistant\n")
         if sampled[-1] == new[0] == IM_END:  # the end-of-turn token the model sampled is the template's close
             new = new[1:]
         assert prompt[len(previous) + len(sampled) :] == new  # only the new messages, rendered and tokenized
+    # The whole trajectory, from the responses alone (the spec's rule): every prompt extends the sequence so far.
+    read = trajectory(responses)
     final = prompts[-1]
+    assert list(read.tokens) == final + turns[-1]
+    assert read.boundaries.tolist() == [
+        [len(prompts[k - 1]) + len(turns[k - 1]) if k else 0, len(prompts[k]), len(prompts[k]) + len(turns[k])]
+        for k in range(len(TURNS))
+    ]
+    assert int(read.loss_mask.sum()) == sum(len(ids) for ids in turns)
     print(f"\n{name}: final prompt ({len(final)} ids): {final}")
     for k, ids in enumerate(turns):
-        print(f"{name}: turn {k + 1} {TURNS[k]!r} sampled {ids}")
+        print(f"{name}: turn {k + 1} {TURNS[k]!r}: prompt {len(prompts[k])} ids, sampled {ids}")
+    print(f"{name}: trajectory {read!r}")
 
 
 async def test_the_naive_text_round_trip_changes_the_ids_the_model_sampled(model, engine):
@@ -201,6 +212,29 @@ async def test_the_naive_text_round_trip_changes_the_ids_the_model_sampled(model
     )
     assert drifted  # some turn's sampled ids are not in the naive prompt: re-tokenization merged them
     assert all(_contains(token_in, ids) for ids in turns[:-1])
+
+
+async def test_a_turn_to_continue_stays_on_the_chat_route_and_says_its_prompt_ids_are_missing(model, engine):
+    """A conversation ending with an assistant turn cannot run as a token-id prompt: on llama-server it keeps the
+    chat route, with the sampled ids (beside the logprobs) and a warning for the prompt's; vLLM's chat route reports
+    both."""
+    name, _ = engine
+    request = request_pb2.Request(model="tiny")
+    add(request, content_pb2.ROLE_USER, "2+3?")
+    add(request, content_pb2.ROLE_ASSISTANT, "It is")
+    request.sampling.max_output_tokens = 3
+    request.sampling.temperature = 0.0
+    request.logprob_options.require_token_ids = True
+    executor = model.executor
+    response = await run(model, request, name, "")
+    assert isinstance(executor, KeepingExecutor)
+    assert [native.path for native, _ in executor.kept] == ["/v1/chat/completions"]  # no renders: the chat route
+    assert response.choices[0].logprobs.token_ids  # the sampled ids, beside the logprobs
+    if name == "llama-server":
+        assert not response.prompt_token_ids
+        assert [w.code for w in response.warnings] == ["prompt_token_ids_unavailable"]
+    else:
+        assert response.prompt_token_ids and not response.warnings
 
 
 def _contains(sequence: list[int], part: list[int]) -> bool:
@@ -254,7 +288,7 @@ def _record(model: Model, request: request_pb2.Request, kept: list, engine: str,
         "request": json_format.MessageToDict(request),
     }
     run_request, at = request, 0
-    if token_prompt.is_token_in(request):
+    if transport.runs_as_token_prompt(request):  # a token-in conversation, or llama-server's first turn
         plan = token_prompt.plan(request)
         steps = transport.token_prompt_steps(plan)
         natives, rounds = next(steps), []

@@ -33,13 +33,20 @@ models:
     provider_model: claude-sonnet-4-0
     credential_env: ANTHROPIC_API_KEY
     default_max_tokens: 8192           # a transport option
+  qwen:
+    transport: sglang
+    base_url: http://gpu:30000
+    tokenizer_config: qwen/tokenizer_config.json  # the model's chat template, for conversations (relative to this
+                                       # file; or `chat_template: "..."`, the template's text; needs jinja2)
 ```
 
 A model entry holds the model fields above (`transport`, `base_url`, `credential_env`, `remove_capabilities`,
 `limits` or `limiter`, `timeout_seconds`, `max_attempts`) and the options of its transport: the keyword arguments
 of the transport's constructor (`modelir transports` lists them with their types and defaults). Every transport
 takes `provider_model`, the model id at the provider; an HTTP transport without one sends the request's model
-name. An option the transport does not take, or a value of the wrong type, is an error naming the key.
+name. An option the transport does not take, a value of the wrong type, or one the transport refuses (a file it
+cannot read, a template that does not compile) is an error naming the key. A relative path in an option that names
+a file (sglang's `tokenizer_config`) is read from this file's directory.
 """
 
 from __future__ import annotations
@@ -224,7 +231,7 @@ def _model(
     where = f"models.{name}"
     if not isinstance(spec, dict):
         raise fail(where, "expected a mapping")
-    transport = _transport(spec, where, fail)
+    transport = _transport(spec, where, fail, Path(fail.source).parent)
     timeout = spec.get("timeout_seconds")
     if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
         raise fail(f"{where}.timeout_seconds", "expected a positive number of seconds")
@@ -238,15 +245,16 @@ def _model(
     )
 
 
-def _transport(spec: dict[str, Any], where: str, fail: _Failer) -> Transport:
-    """The transport the entry names, built from the entry's keys that are not model fields."""
+def _transport(spec: dict[str, Any], where: str, fail: _Failer, base: Path) -> Transport:
+    """The transport the entry names, built from the entry's keys that are not model fields (a relative path in
+    a path option, such as sglang's `tokenizer_config`, is read from `base`: this file's directory)."""
     name, entries = spec.get("transport"), registry()
     if not isinstance(name, str) or name not in entries:
         raise fail(f"{where}.transport", f"unknown transport {name!r}; known: {sorted(entries)}")
     entry = entries[name]
     options = {key: value for key, value in spec.items() if key not in _MODEL_KEYS}
     try:
-        return entry.build(options)
+        return entry.build(options, base)
     except TransportOptionError as exc:
         if exc.key not in entry.options:
             fields = ", ".join(sorted(_MODEL_KEYS))

@@ -15,6 +15,7 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from modelir import transports
@@ -81,8 +82,10 @@ class TransportEntry:
     cls: type[Transport]
     options: Mapping[str, TransportOption]
 
-    def build(self, options: Mapping[str, Any]) -> Transport:
-        """Construct the transport from `options`; unknown, missing or mistyped options raise, naming the key."""
+    def build(self, options: Mapping[str, Any], base: Path | None = None) -> Transport:
+        """Construct the transport from `options`; unknown, missing or mistyped options raise, naming the key, and
+        so does an option the constructor refuses (a `ValueError`, naming its `option` when it has one). A relative
+        path in one of the transport's `path_options` is taken from `base` (the configuration file's directory)."""
         unknown = sorted(set(options) - set(self.options))
         if unknown:
             known = ", ".join(sorted(self.options)) or "none"
@@ -90,7 +93,14 @@ class TransportEntry:
         missing = sorted(n for n, o in self.options.items() if o.required and n not in options)
         if missing:
             raise TransportOptionError(missing[0], f"transport {self.name!r} requires this option")
-        return self.cls(**{key: self.options[key].coerce(value) for key, value in options.items()})
+        values = {key: self.options[key].coerce(value) for key, value in options.items()}
+        for key in self.cls.path_options:
+            if base is not None and isinstance(values.get(key), str):
+                values[key] = str(base / values[key])  # an absolute path stays as it is
+        try:
+            return self.cls(**values)
+        except ValueError as exc:
+            raise TransportOptionError(getattr(exc, "option", "options"), str(exc)) from exc
 
 
 def _option(cls: type, parameter: inspect.Parameter) -> TransportOption:
@@ -137,6 +147,7 @@ def transport_entry(name: str) -> TransportEntry:
     return entries[name]
 
 
-def build_transport(name: str, options: Mapping[str, Any] | None = None) -> Transport:
-    """Construct transport `name` from its options (as in a model's configuration entry)."""
-    return transport_entry(name).build(options or {})
+def build_transport(name: str, options: Mapping[str, Any] | None = None, base: Path | None = None) -> Transport:
+    """Construct transport `name` from its options (as in a model's configuration entry); relative paths in its
+    path options are taken from `base` when given (else from the working directory)."""
+    return transport_entry(name).build(options or {}, base)

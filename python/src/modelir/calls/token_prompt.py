@@ -47,7 +47,8 @@ async def resolve(model: Model, prepared: Prepared, deadline: float | None, *, s
 
 
 def needs_resolving(model: Model, prepared: Prepared) -> bool:
-    """Whether `prepared` waits for its token-id prompt (an HTTP transport's token-in conversation)."""
+    """Whether `prepared` waits for its token-id prompt (as its HTTP transport says: a token-in conversation, or
+    one that asks for token ids where the chat route would not report the prompt's, `runs_as_token_prompt`)."""
     return (
         prepared.native is None
         and isinstance(model.transport, HttpTransport)

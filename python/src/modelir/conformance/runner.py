@@ -78,7 +78,7 @@ def run_case(transport_name: str, path: Path) -> CaseResult:
     problems = result.problems
     try:
         fixture = orjson.loads(path.read_bytes())
-        transport = build_transport(transport_name, fixture.get("transport_options", {}))
+        transport = build_transport(transport_name, fixture.get("transport_options", {}), path.parent)
         if not isinstance(transport, HttpTransport):
             raise TypeError(f"fixtures replay wire exchanges; {transport_name} is not an HTTP transport")
         if fixture.get("operation") == "tokenize" and "expected_rejection" not in fixture:
@@ -160,7 +160,9 @@ def _check_exchange(
             return
         prepared = resolved
     request, lowered = prepared.request, prepared.native
-    assert lowered is not None  # every fixture's transport speaks HTTP
+    if lowered is None:  # the transport runs it as a token-id prompt (`runs_as_token_prompt`): renders first
+        problems.append("the request runs as a token-id prompt, so the fixture needs its `token_prompt_rounds`")
+        return
     expected_http = fixture["expected_http_request"]
     if lowered.method != expected_http["method"] or lowered.path != expected_http["path"]:
         problems.append(
@@ -230,12 +232,14 @@ def _token_prompt(
 
 
 def request_that_runs(fixture: dict[str, Any]) -> request_pb2.Request:
-    """A positive fixture's IR request as the transport lowers and lifts it: for a token-in conversation, the
-    token-id request its rounds built (its prompt is the one `expected_http_request` sends)."""
+    """A positive fixture's IR request as the transport lowers and lifts it: for a conversation run as a token
+    prompt, the token-id request its rounds built (its prompt is the one `expected_http_request` sends, as the
+    completion route's `prompt` on llama.cpp and vLLM, as `input_ids` on sglang's /generate)."""
     request = json_format.Parse(orjson.dumps(fixture["request"]), request_pb2.Request())
     if "token_prompt_rounds" not in fixture:
         return request
-    return token_prompt.token_request(request, fixture["expected_http_request"]["body"]["prompt"])
+    body = fixture["expected_http_request"]["body"]
+    return token_prompt.token_request(request, body["input_ids"] if "input_ids" in body else body["prompt"])
 
 
 def _answer(spec: dict[str, Any]) -> HttpResponse:
@@ -322,28 +326,39 @@ def _check_error(spec: dict[str, Any] | None, exc: errors.ModelError, problems: 
 
 
 def coverage_problems(transport_name: str, fixtures: list[Path]) -> list[str]:
-    """Claimed capabilities without a positive fixture; unclaimed ones no negative fixture names."""
-    manifest = build_transport(transport_name).manifest()
+    """Claimed capabilities without a positive fixture; unclaimed ones no negative fixture names.
+
+    A transport's manifest can depend on its options (sglang claims CHAT with a chat template): a positive
+    fixture proves what the transport built with its `transport_options` claims, every capability some fixture's
+    options claim needs a positive fixture, and every capability the transport without options lacks needs a
+    negative one."""
+    unconfigured = set(build_transport(transport_name).manifest().capabilities)
+    claimed = set(unconfigured)
     proved: set[int] = set()
     rejected: set[int] = set()
+    problems = []
     for path in fixtures:
         fixture = orjson.loads(path.read_bytes())
         if "expected_rejection" in fixture:
             rejected.update(_capability(n) for n in fixture["expected_rejection"].get("missing", []))
-        else:
-            proved.update(_capability(n) for n in fixture.get("proves", []))
-    claimed = set(manifest.capabilities)
+            continue
+        options = fixture.get("transport_options", {})
+        own = set(build_transport(transport_name, options, path.parent).manifest().capabilities) if options else None
+        claims = unconfigured if own is None else own
+        claimed |= claims
+        proves = {_capability(n) for n in fixture.get("proves", [])}
+        proved |= proves & claims  # a capability the fixture's transport does not claim proves nothing
+        problems += [
+            f"{path.stem} proves {errors.capability_name(c)}, which the manifest (with its options) does not claim"
+            for c in sorted(proves - claims)
+        ]
     every = {v for v in capabilities_pb2.Capability.values() if v}
-    problems = [
+    problems[:0] = [
         f"claimed capability {errors.capability_name(c)} has no positive fixture" for c in sorted(claimed - proved)
     ]
     problems += [
         f"unclaimed capability {errors.capability_name(c)} has no negative fixture"
-        for c in sorted(every - claimed - rejected)
-    ]
-    problems += [
-        f"a fixture proves {errors.capability_name(c)}, which the manifest does not claim"
-        for c in sorted(proved - claimed)
+        for c in sorted(every - unconfigured - rejected)
     ]
     return problems
 

@@ -79,6 +79,9 @@ class Transport(ABC):
     # `Part.provider_options`); a transport that reads them only on the request refuses nested ones for itself,
     # since they would otherwise be ignored.
     reads_nested_provider_options: ClassVar[bool] = False
+    # The options that name a file: a relative path is read from the configuration file's (or the fixture's)
+    # directory, not the process's working directory (`registry.TransportEntry.build`).
+    path_options: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def manifest(self) -> capabilities_pb2.CapabilityManifest:

@@ -1,5 +1,6 @@
 """sglang's native `POST /generate`: text or token ids in, sampled tokens with ids and logprobs out, prompt
-scoring, and regex / JSON-schema / EBNF constraints.
+scoring, and regex / JSON-schema / EBNF constraints; conversations (with multi-turn token-in) when the model's chat
+template is configured.
 
 Facts this follows (sglang's native API documentation, https://docs.sglang.ai/basic_usage/native_api.html):
 sampling and constraints go in `sampling_params`;
@@ -15,7 +16,14 @@ A choice among labels lowers to a regex alternation of the escaped labels (the t
 `Choice.constrained_label`). Input scoring takes logprobs from the first token (`logprob_start_len: 0`); a
 continuation after a text context is located by the scored tokens' text offsets (cumulative token texts), never by
 re-tokenizing, and after token input it starts at its first id; several continuations are one batch (`text` or
-`input_ids` a list), answered in order. `output_ids` are the sampled ids (`Choice.sampled_tokens`).
+`input_ids` a list), answered in order (`sglang_scores`). `output_ids` are the sampled ids (`Choice.sampled_tokens`).
+
+Conversations: `/generate` has no chat route, so a conversation is rendered with the model's own chat template,
+given as the option `tokenizer_config` (the path of the model's `tokenizer_config.json`) or `chat_template` (the
+template's text, which wins over the file's). With one, the manifest adds CHAT, SYSTEM_MESSAGES and
+MULTI_TURN_TOKEN_INPUT and every conversation runs as a token-id prompt: rendered here, tokenized by `/tokenize`,
+sent as `input_ids` (`sglang_chat`, `token_prompt`). Without one, conversations are refused up front, saying how
+to configure it.
 """
 
 from __future__ import annotations
@@ -26,15 +34,24 @@ from typing import Any
 import orjson
 
 from modelir.errors import soft as soft_errors
-from modelir.logprobs import build as lp
 from modelir.pipeline import content_kinds, continuations
+from modelir.pipeline.survey import Survey, survey
 from modelir.reading import stops
 from modelir.transports import _common as common
 from modelir.transports import _engine_output as tokens
-from modelir.transports.base import HttpRequest, HttpResponse, HttpTransport, RawEvent, StreamLifter
+from modelir.transports import chat_template as chat_template_module
+from modelir.transports import sglang_chat, sglang_scores, token_prompt
+from modelir.transports.base import (
+    HttpRequest,
+    HttpResponse,
+    HttpTransport,
+    RawEvent,
+    StreamLifter,
+    TokenPromptSteps,
+)
 from modelir.transports.manifests import COMMON, ENGINE_SAMPLING, LOGPROBS, capability_set
 from modelir.transports.stream_parts import StreamParts
-from modelir.v1 import capabilities_pb2, content_pb2, logprobs_pb2, request_pb2, response_pb2, stream_pb2
+from modelir.v1 import capabilities_pb2, content_pb2, request_pb2, response_pb2, stream_pb2
 
 JSON_HEADERS = (("content-type", "application/json"),)
 PROVIDER_OPTION_KEYS = ("ignore_eos", "no_stop_trim", "skip_special_tokens", "lora_path")
@@ -67,10 +84,46 @@ class SGLang(HttpTransport):
     grammar_dialects = ("EBNF",)
     provider_option_keys = PROVIDER_OPTION_KEYS
     scores_continuations_at_once = True  # several continuations are one batch (`text` or `input_ids` lists)
+    # Without a template no part is carried (the manifest lacks CHAT); with one, `sglang_chat.unsupported` decides.
     part_kinds = content_kinds.none_carried("sglang /generate")
+    path_options = ("tokenizer_config",)  # see Transport.path_options
+
+    def __init__(
+        self, *, provider_model: str = "", tokenizer_config: str | None = None, chat_template: str | None = None
+    ) -> None:
+        super().__init__(provider_model=provider_model)
+        # The model's chat template, for conversations (`sglang_chat`); None: conversations are refused.
+        self.template = chat_template_module.load(tokenizer_config, chat_template)
+
+    def manifest(self) -> capabilities_pb2.CapabilityManifest:
+        manifest = super().manifest()
+        if self.template is not None:
+            claimed = sorted({*manifest.capabilities, *sglang_chat.CAPABILITIES})
+            del manifest.capabilities[:]
+            manifest.capabilities.extend(claimed)
+        return manifest
+
+    def extra_unsupported(
+        self, request: request_pb2.Request, *, streaming: bool = False, seen: Survey | None = None
+    ) -> list[str]:
+        if request.WhichOneof("input") == "conversation" and self.template is not None:
+            # The template renders the conversation: the parts are decided by `sglang_chat.unsupported`, not by
+            # `part_kinds`, and provider options on messages and parts would be ignored.
+            return self._nested_option_rejections(seen or survey(request)) + self.wire_unsupported(
+                request, streaming=streaming
+            )
+        return super().extra_unsupported(request, streaming=streaming, seen=seen)
+
+    def runs_as_token_prompt(self, request: request_pb2.Request) -> bool:
+        """Every conversation: rendered by the template and tokenized by the engine (`sglang_chat`)."""
+        return request.WhichOneof("input") == "conversation"
+
+    def token_prompt_steps(self, plan: token_prompt.Plan) -> TokenPromptSteps:
+        assert self.template is not None, "conversations are refused up front without a template"
+        return sglang_chat.token_prompt_steps(self.template, plan)
 
     def wire_unsupported(self, request: request_pb2.Request, *, streaming: bool = False) -> list[str]:
-        reasons = []
+        reasons = sglang_chat.unsupported(request, self.template)
         if request.HasField("input_scoring") and streaming:
             reasons.append("sglang input scores are taken from the unary answer; score without streaming.")
         if request.HasField("input_scoring") and request.sampling.choice_count > 1:
@@ -135,7 +188,7 @@ class SGLang(HttpTransport):
                 facts.missing_input_scores = f"sglang answered {len(answers)} inputs for {len(spans)} continuations"
             else:
                 for span, answer in zip(spans, answers, strict=True):
-                    if not _input_scores(request, span, answer.get("meta_info") or {}, out):
+                    if not sglang_scores.input_scores(request, span, answer.get("meta_info") or {}, out):
                         facts.missing_input_scores = "sglang returned no input_token_logprobs"
             if len(spans) > 1:  # a batch of scored inputs, generating nothing: one (empty) choice
                 answers = answers[:1]
@@ -155,7 +208,7 @@ class SGLang(HttpTransport):
                 if meta.get("output_token_logprobs") is None:
                     facts.lack_logprobs(index)
                 else:
-                    _columns(
+                    sglang_scores.columns(
                         meta["output_token_logprobs"],
                         meta.get("output_top_logprobs"),
                         request.logprob_options.top_logprob_count,
@@ -169,7 +222,7 @@ class SGLang(HttpTransport):
         return _GenerateStreamLifter(self, request)
 
 
-_Span = str | list[int] | None  # a text continuation, a token-id one, or None: the whole input
+_Span = sglang_scores.Span
 
 
 def _spans(request: request_pb2.Request) -> list[_Span]:
@@ -218,74 +271,6 @@ def _finish(choice: response_pb2.Choice, reason: Any, request: request_pb2.Reque
             choice.finish_reason = response_pb2.FINISH_REASON_STOP
     else:
         choice.finish_reason = response_pb2.FINISH_REASON_OTHER
-
-
-def _columns(triples: list[Any], tops: list[Any] | None, top_k: int, out: logprobs_pb2.TokenLogprobs) -> None:
-    """`[logprob, token_id, text]` triples -> columnar logprobs (no bytes: this wire has none)."""
-    rows = [row or [] for row in tops] if top_k and tops is not None else None
-    flat = [t for row in rows for t in row] if rows is not None else []
-    lp.columns(
-        out,
-        tokens=[t[2] or "" for t in triples],
-        logprobs=[t[0] for t in triples],
-        token_ids=[t[1] for t in triples],
-        top_counts=list(map(len, rows)) if rows is not None else None,
-        top_tokens=[t[2] or "" for t in flat],
-        top_logprobs=[t[0] for t in flat],
-        top_token_ids=[t[1] for t in flat],
-    )
-
-
-def _input_scores(request: request_pb2.Request, span: _Span, meta: dict[str, Any], out: response_pb2.Response) -> bool:
-    """Append the input scores of one scored input (the whole input, or one continuation after it) from its
-    logprobs, taken from the first token; False when sglang returned none.
-
-    With token input the continuation starts at its first id. With text it is located by the tokens' text offsets
-    (never by re-tokenizing): the first token not wholly inside the context starts it, and straddles the boundary
-    when it starts before it. The scored tokens run to the end of the input, so they start at its length in bytes
-    minus theirs (a BOS token, which has no text in the prompt, changes nothing).
-    """
-    triples = meta.get("input_token_logprobs")
-    if not triples:
-        return False
-    tops = meta.get("input_top_logprobs")
-    scores = out.input_scores.add()
-    first, straddles = 0, False
-    if isinstance(span, list):
-        first = len(request.token_ids.ids)
-    elif isinstance(span, str):
-        boundary, offset = len(request.prompt), 0
-        while first < len(triples) and offset + len(triples[first][2] or "") <= boundary:
-            offset += len(triples[first][2] or "")
-            first += 1
-        straddles = first < len(triples) and offset != boundary
-        if straddles:
-            out.warnings.add(
-                code="scoring_token_straddles_boundary",
-                message="the first scored token also covers the end of the context",
-            )
-    unscored = 0
-    while first < len(triples) and triples[first][0] is None:
-        first += 1
-        unscored += 1
-    scored = triples[first:]
-    _columns(scored, (tops or [])[first:] if tops else None, request.input_scoring.top_logprob_count, scores.tokens)
-    text = "".join(t[2] or "" for t in scored)
-    scores.logprob_sum = float(sum(t[0] for t in scored))
-    scores.scored_token_count = len(scored)
-    scores.scored_byte_count = len(text.encode())
-    scores.scored_char_count = len(text)
-    scores.unscored_token_count = unscored
-    scores.first_token_straddles_context = straddles
-    if request.WhichOneof("input") == "token_ids":  # the texts of the tokens are all there is
-        requested = "".join(t[2] or "" for t in triples[len(request.token_ids.ids) if isinstance(span, list) else 0 :])
-        whole = "".join(t[2] or "" for t in triples)
-    else:
-        requested = span if isinstance(span, str) else request.prompt
-        whole = request.prompt + (span if isinstance(span, str) else "")
-    scores.span_byte_count, scores.span_char_count = len(requested.encode()), len(requested)
-    scores.span_start_byte = max(0, len(whole.encode()) - scores.scored_byte_count)
-    return True
 
 
 def _usage(answers: list[dict[str, Any]], out: response_pb2.Response) -> None:
@@ -361,7 +346,7 @@ class _GenerateStreamLifter(StreamLifter):
             new_tops = tops[seen:] if tops is not None else None
             emitted.extend(new)
             if new:
-                _columns(new, new_tops, self.request.logprob_options.top_logprob_count, delta.logprobs)
+                sglang_scores.columns(new, new_tops, self.request.logprob_options.top_logprob_count, delta.logprobs)
         out.append(event_out)
         self.metas[index] = meta
         return out

@@ -8,7 +8,7 @@ template, rendered and tokenized by the engine. This module is pure: it says whi
 from the engine's token ids for them it builds the prompt and checks it (`assemble`); the executor makes the calls
 (`calls.token_prompt`), each transport through its own endpoints (`HttpTransport.token_prompt_steps`).
 
-The rule, for token turns at message indexes a_1 < ... < a_n (every other message renders through the template):
+The rule, for token turns at message indexes a_1 < ... < a_n, n >= 0 (every other message renders through the template):
 
 * Every render is of the conversation with each token turn's parts replaced by one text part, a sentinel that names
   the turn (`sentinel`), with the generation prompt: G_k is the render of the messages before turn k (what turn k
@@ -21,6 +21,10 @@ The rule, for token turns at message indexes a_1 < ... < a_n (every other messag
   end after the last turn): the template's close of turn k, the new messages and the next generation prompt. When a
   turn's last id is the first id of its close, that id is the end-of-turn token the engine sampled and the template
   writes, and it is not repeated.
+
+With no token turns (n = 0: a rollout's first turn, on a transport whose chat route never reports the prompt's ids,
+`HttpTransport.runs_as_token_prompt`) there is nothing to check and nothing to keep: the plan is the one render W and
+the prompt is W, the conversation as the chat route would have rendered and tokenized it, now known id by id.
 
 So each turn's prompt is the previous turn's prompt, then that turn's sampled ids, then the rendered new messages:
 no earlier id changes. A turn's own parts are never rendered (its ids stand in for them), so a template that
@@ -65,16 +69,28 @@ def unsupported(request: request_pb2.Request) -> list[str]:
     reasons = []
     if any(messages[i].role != content_pb2.ROLE_ASSISTANT for i in turns):
         reasons.append("Message.token_ids belongs on assistant messages only (the ids a turn was sampled as).")
-    if messages[-1].role == content_pb2.ROLE_ASSISTANT:
-        reasons.append("A token-in conversation ends with what the model answers (a user turn or tool results).")
+    return reasons + cannot_carry(request)
+
+
+def cannot_carry(request: request_pb2.Request) -> list[str]:
+    """What `request` (a conversation) asks for that a token-id prompt cannot carry, one sentence each; empty
+    when it can run as one. A token-in conversation with any of these is refused (`unsupported`); a first turn
+    with any of these stays on the engine's chat route (see the transport's `runs_as_token_prompt`)."""
+    messages = request.conversation.messages
+    reasons = []
+    if messages and messages[-1].role == content_pb2.ROLE_ASSISTANT:
+        # The generation prompt follows the last message: an assistant turn to continue has no place in W.
+        reasons.append(
+            "A token-id prompt ends with what the model answers (a user turn or tool results), not a turn to continue."
+        )
     if request.prefill:
-        reasons.append("A token-in conversation takes no prefill; give the prefix as the last turn's ids instead.")
+        reasons.append("A token-id prompt takes no prefill; give the prefix as the last turn's ids instead.")
     if request.HasField("input_scoring"):
-        reasons.append("A token-in conversation is not scored; send its token ids as input to score them.")
+        reasons.append("A token-id prompt is not scored; send the token ids as input to score them.")
     if request.HasField("tool_choice"):
-        reasons.append("A token-in conversation runs as a token prompt, which cannot force a tool choice.")
+        reasons.append("A token-id prompt cannot force a tool choice.")
     if request.HasField("reasoning_controls"):
-        reasons.append("A token-in conversation runs as a token prompt, which takes no reasoning controls.")
+        reasons.append("A token-id prompt takes no reasoning controls.")
     return reasons
 
 
@@ -90,7 +106,8 @@ class Plan:
 
 
 def plan(request: request_pb2.Request) -> Plan:
-    """The renders `request` needs (see `Plan`): each a request with only the conversation and the tools."""
+    """The renders `request` needs (see `Plan`): each a request with only the conversation and the tools. With no
+    token turns, the one render W."""
     turns = token_turns(request)
     stood_in = request_pb2.Conversation()
     for i, message in enumerate(request.conversation.messages):
@@ -131,7 +148,8 @@ def assemble(
     sentinel_ids: Sequence[Sequence[int]],
 ) -> list[int]:
     """The token-id prompt (see the module's rule), from the engine's ids for `the_plan.renders` and for its
-    sentinels; raises `InvalidRequestError` naming the turn where the template is not prefix-preserving."""
+    sentinels; raises `InvalidRequestError` naming the turn where the template is not prefix-preserving. With no
+    token turns, W itself."""
     messages = request.conversation.messages
     whole = list(rendered[-1])
     prompt: list[int] = []

@@ -11,6 +11,7 @@ import msgspec
 from modelir.errors.soft import Facts
 from modelir.reading import stops
 from modelir.transports import _engine_output as tokens
+from modelir.transports import token_prompt
 from modelir.transports.base import HttpResponse, RawEvent, StreamLifter
 from modelir.transports.llamacpp.sampling import lower_sampling
 from modelir.transports.openai import _typed as typed
@@ -46,6 +47,8 @@ class LlamaCppChat(OpenAIChat):
         if request.sampling.stop and out.choices:
             if unknown := _chat_stop(out.choices[0], _verbose(response.body)):
                 out.warnings.add(code="stop_sequence_unknown", message=unknown)
+        if missing := prompt_ids_unavailable(request):
+            out.warnings.add(code=PROMPT_IDS_UNAVAILABLE, message=missing)
         return out
 
     def lift_extras(
@@ -61,6 +64,25 @@ class LlamaCppChat(OpenAIChat):
 
 
 _VERBOSE_FIELDS = ("stop_type", "stopping_word")
+PROMPT_IDS_UNAVAILABLE = "prompt_token_ids_unavailable"
+
+
+def asks_for_token_ids(request: request_pb2.Request) -> bool:
+    """Whether `request` is a conversation that asks for token ids (a rollout's turn: its prompt's and its sampled
+    ones), which this route cannot give (see `LlamaCpp.runs_as_token_prompt`)."""
+    return request.WhichOneof("input") == "conversation" and request.logprob_options.require_token_ids
+
+
+def prompt_ids_unavailable(request: request_pb2.Request) -> str:
+    """Why the answer to `request`, sent to this route, lacks the prompt's token ids that it asks for; "" when it
+    does not ask. Only a conversation that cannot run as a token-id prompt is sent here asking for them."""
+    if not asks_for_token_ids(request):
+        return ""
+    why = " ".join(token_prompt.cannot_carry(request)) or "It was lowered for this route, not as a token-id prompt."
+    return (
+        "llama-server's chat route does not report the prompt's token ids (Response.prompt_token_ids stays empty), "
+        f"and this conversation cannot run as a token-id prompt, which would report them. {why}"
+    )
 
 
 class _Verbose(msgspec.Struct):
@@ -164,4 +186,8 @@ class _ChatStream(tokens.LabelledStream):
                 for finish in item.end.finishes:
                     if finish.choice_index == 0 and (unknown := _chat_stop(finish, self.verbose)):
                         item.end.warnings.add(code="stop_sequence_unknown", message=unknown)
+        if missing := prompt_ids_unavailable(self.request):
+            for item in out:
+                if item.WhichOneof("event") == "end":
+                    item.end.warnings.add(code=PROMPT_IDS_UNAVAILABLE, message=missing)
         return out

@@ -27,7 +27,7 @@ from modelir.transports.base import (
     TokenPromptSteps,
     json_error,
 )
-from modelir.transports.llamacpp import completion, embed
+from modelir.transports.llamacpp import chat, completion, embed
 from modelir.transports.llamacpp.chat import LlamaCppChat
 from modelir.transports.llamacpp.completion_stream import CompletionStreamLifter
 from modelir.transports.llamacpp.sampling import JSON_HEADERS
@@ -220,6 +220,17 @@ class LlamaCpp(HttpTransport):
         if not isinstance(prompt, str):
             raise errors.MalformedResponseError(f"{self.name}: the /apply-template answer has no string `prompt`")
         return prompt
+
+    def runs_as_token_prompt(self, request: request_pb2.Request) -> bool:
+        """A token-in conversation, and a first turn that asks for token ids (`LogprobOptions.require_token_ids`):
+        the chat route reports the sampled ids only beside logprobs and the prompt's ids never, so such a
+        conversation runs the token-prompt path with no token turns (`/apply-template`, `/tokenize`, then
+        `/completion` with the ids and `return_tokens`), whose answer has both, like every later turn's. One that a
+        token prompt cannot carry (`token_prompt.cannot_carry`: it ends with an assistant turn to continue) stays on
+        the chat route, and its answer says that the prompt's ids are missing (`chat.prompt_ids_unavailable`)."""
+        if token_prompt.is_token_in(request):
+            return True
+        return chat.asks_for_token_ids(request) and not token_prompt.cannot_carry(request)
 
     def token_prompt_steps(self, plan: token_prompt.Plan) -> TokenPromptSteps:
         """Each render through `/apply-template` (with the tools and the generation prompt), then every render's
