@@ -15,6 +15,7 @@ from modelir.http.retry import RetryPolicy
 from modelir.transports.base import HttpResponse
 from modelir.transports.ollama import Ollama
 from modelir.transports.ollama_show import Shown, lift
+from modelir.transports.openai import OpenAIChat
 from modelir.v1 import capabilities_pb2, content_pb2
 
 SHOWN = {"modelfile": "", "parameters": "", "template": "{{ .Prompt }}", "details": {}, "model_info": {}}
@@ -143,3 +144,18 @@ async def test_validate_answers_what_the_call_would(engine):
     engine["show"] = (500, {"error": "boom"})
     assert (await engine["model"]().avalidate(_with_image())).accepted
     assert "chat" not in engine["hits"]  # validating never generates
+
+
+def test_which_transports_learn_model_facts_is_decided_once_per_class():
+    from modelir.calls import engine_facts
+    from modelir.registry import registry
+
+    engine_facts.learns_model_facts.cache_clear()
+    for entry in registry().values():
+        transport = entry.cls()
+        # the same answer as the protocol's own isinstance, which costs a look-up of each member on every call
+        assert engine_facts.learns_model_facts(entry.cls) == isinstance(transport, engine_facts.LearnsModelFacts)
+    assert engine_facts.learns_model_facts(Ollama) and not engine_facts.learns_model_facts(OpenAIChat)
+    before = engine_facts.learns_model_facts.cache_info().hits
+    engine_facts.learns_model_facts(Ollama)
+    assert engine_facts.learns_model_facts.cache_info().hits == before + 1

@@ -52,7 +52,19 @@ def test_one_walk_notes_what_every_check_needs():
     assert [(i, j, k) for i, j, k, _ in seen.provider_options] == [(1, 0, -1)]
     assert [(i, j, kind) for i, j, _, kind in seen.issued] == [(2, 0, "tool_call")]
     assert [(i, j, k, kind) for i, j, k, _, kind in seen.media] == [(1, 1, -1, "blob"), (3, 0, 0, "tool_result")]
-    assert survey.survey(build_request("m", prompt="once upon")) == survey.Survey()
+    assert seen.present == {"model", "conversation", "sampling"} and seen.sampling == {}
+    prompt = survey.survey(build_request("m", prompt="once upon"))
+    assert prompt == survey.Survey(present=frozenset({"model", "prompt", "sampling"}))
+
+
+def test_the_survey_notes_the_fields_set_once():
+    """Validation and the capability check read which fields a request sets from the survey (#37): a oneof's
+    member by its name, a repeated field when not empty, a scalar when not its zero, an optional one when set."""
+    request = build_request("m", prompt="p", temperature=0.0, stop=["x"], max_output_tokens=0)
+    request.tool_choice.mode = request_pb2.TOOL_CHOICE_MODE_UNSPECIFIED  # a oneof member set to its zero
+    seen = survey.survey(request)
+    assert seen.present == {"model", "prompt", "sampling", "tool_choice"}
+    assert dict(seen.sampling.items()) == {"temperature": 0.0, "max_output_tokens": 0, "stop": ["x"]}
 
 
 def test_the_media_check_on_the_survey_names_what_the_generic_walk_names():

@@ -9,7 +9,8 @@ the generation call.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+import functools
+from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
 
 from modelir import errors
 from modelir.pipeline.prepare import Prepared
@@ -34,13 +35,25 @@ class LearnsModelFacts(Protocol):
         they could not be learned, `unavailable` says why)."""
 
 
+@functools.cache
+def learns_model_facts(transport_class: type) -> bool:
+    """Whether a transport of this class takes part (has the methods of `LearnsModelFacts`). Decided once per
+    class: an `isinstance` against a runtime-checkable protocol looks up each of its members, on every call; the
+    methods are the class's, so every instance of it answers the same."""
+    return all(callable(getattr(transport_class, name, None)) for name in _MEMBERS)
+
+
+_MEMBERS = ("lower_model_facts", "lift_model_facts", "model_fact_warnings")
+
+
 async def check(model: Model, prepared: Prepared, deadline: float | None) -> None:
     """Learn what the transport needs to check `prepared.request` (once per model), then check it: the warnings
     join the prepared ones; a refusal raises before the generation call."""
     transport = model.transport
-    if not isinstance(transport, LearnsModelFacts) or model.executor is None:
+    if not learns_model_facts(type(transport)) or model.executor is None:
         return
-    native = transport.lower_model_facts(prepared.request)
+    learner = cast(LearnsModelFacts, transport)
+    native = learner.lower_model_facts(prepared.request)
     if native is None:
         return
     key = (native.method, native.path, native.body)
@@ -52,12 +65,12 @@ async def check(model: Model, prepared: Prepared, deadline: float | None) -> Non
                 native, error_from=model._error_mapping, deadline=deadline, observe=model.limiter.observe
             )
             try:
-                facts = model._model_facts[key] = transport.lift_model_facts(sent.response)
+                facts = model._model_facts[key] = learner.lift_model_facts(sent.response)
             except SHAPE_ERRORS as exc:
                 raise model._redacted(shape_error(transport, exc)) from exc
         except errors.ModelError as exc:
             unavailable = f"{native.method} {native.path} failed: {model._redacted(exc).message}"
-    prepared.warnings.extend(transport.model_fact_warnings(prepared.request, facts, unavailable))
+    prepared.warnings.extend(learner.model_fact_warnings(prepared.request, facts, unavailable))
 
 
 async def validate(model: Model, request: request_pb2.Request, verdict: service_pb2.ValidateResponse) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
@@ -51,63 +52,53 @@ def requirements(request: request_pb2.Request, *, streaming: bool = False, seen:
     need = req.capabilities.add
     if streaming:
         need(capabilities_pb2.CAPABILITY_STREAMING)
+    if seen is None:
+        seen = survey(request)
+    present = seen.present  # what the request sets: a need of a field it does not set is skipped, not asked
 
     input_kind = request.WhichOneof("input")
     if input_kind == "prompt":
         need(capabilities_pb2.CAPABILITY_COMPLETION)
     elif input_kind == "conversation":
         need(capabilities_pb2.CAPABILITY_CHAT)
-        _conversation_needs(survey(request) if seen is None else seen, req)
+        _conversation_needs(seen, req)
     elif input_kind == "token_ids":
         need(capabilities_pb2.CAPABILITY_TOKEN_INPUT)
 
-    s = request.sampling
-    for set_field, _ in s.ListFields():  # the fields set, once, rather than nine `HasField` calls
-        if (capability := _SAMPLING_CAPABILITY.get(set_field.name)) is not None:
-            need(capability)
-    if s.HasField("max_output_tokens"):
-        req.use_limit("max_output_tokens", s.max_output_tokens)
-    if s.stop:
-        need(capabilities_pb2.CAPABILITY_STOP_SEQUENCES)
-        req.use_limit("max_stop_sequences", len(s.stop))
-    if s.stop_token_ids:
-        need(capabilities_pb2.CAPABILITY_STOP_TOKEN_IDS)
-    if s.choice_count > 1:
-        need(capabilities_pb2.CAPABILITY_MULTIPLE_CHOICES)
-        req.use_limit("max_choices", s.choice_count)
-    if s.logit_bias:
-        need(capabilities_pb2.CAPABILITY_LOGIT_BIAS)
-    if s.HasField("min_output_tokens"):
-        need(capabilities_pb2.CAPABILITY_MIN_OUTPUT_TOKENS)
+    if seen.sampling:
+        _sampling_needs(seen.sampling, req)
 
-    for tool in request.tools:
-        if tool.WhichOneof("kind") == "provider":
-            need(capabilities_pb2.CAPABILITY_PROVIDER_TOOLS)
-            req.provider_tools.append((tool.provider.transport, tool.provider.type))
-        else:
-            need(capabilities_pb2.CAPABILITY_TOOLS)
-    choice = request.tool_choice.WhichOneof("choice")
-    if choice == "tool_name" or (
-        choice == "mode" and request.tool_choice.mode == request_pb2.TOOL_CHOICE_MODE_REQUIRED
-    ):
-        need(capabilities_pb2.CAPABILITY_TOOL_CHOICE)
-    elif choice == "allowed_tools":
-        need(capabilities_pb2.CAPABILITY_ALLOWED_TOOLS)
-        if request.tool_choice.allowed_tools.mode == request_pb2.TOOL_CHOICE_MODE_REQUIRED:
+    if "tools" in present:
+        for tool in request.tools:
+            if tool.WhichOneof("kind") == "provider":
+                need(capabilities_pb2.CAPABILITY_PROVIDER_TOOLS)
+                req.provider_tools.append((tool.provider.transport, tool.provider.type))
+            else:
+                need(capabilities_pb2.CAPABILITY_TOOLS)
+    if "tool_choice" in present:
+        choice = request.tool_choice.WhichOneof("choice")
+        if choice == "tool_name" or (
+            choice == "mode" and request.tool_choice.mode == request_pb2.TOOL_CHOICE_MODE_REQUIRED
+        ):
             need(capabilities_pb2.CAPABILITY_TOOL_CHOICE)
-    for modality in request.output_modalities:
-        if modality in _OUTPUT_CAPABILITY:
-            need(_OUTPUT_CAPABILITY[modality])
-    if request.cached_content:
+        elif choice == "allowed_tools":
+            need(capabilities_pb2.CAPABILITY_ALLOWED_TOOLS)
+            if request.tool_choice.allowed_tools.mode == request_pb2.TOOL_CHOICE_MODE_REQUIRED:
+                need(capabilities_pb2.CAPABILITY_TOOL_CHOICE)
+    if "output_modalities" in present:
+        for modality in request.output_modalities:
+            if modality in _OUTPUT_CAPABILITY:
+                need(_OUTPUT_CAPABILITY[modality])
+    if "cached_content" in present:
         need(capabilities_pb2.CAPABILITY_CACHED_CONTENT)
-    if request.service_tier:
+    if "service_tier" in present:
         need(capabilities_pb2.CAPABILITY_SERVICE_TIER)
-    if request.priority:
+    if "priority" in present:
         need(capabilities_pb2.CAPABILITY_PRIORITY)
-    if request.adapter:
+    if "adapter" in present:
         need(capabilities_pb2.CAPABILITY_ADAPTERS)
 
-    if request.HasField("reasoning_controls"):
+    if "reasoning_controls" in present:
         need(capabilities_pb2.CAPABILITY_REASONING)
         amount = request.reasoning_controls.WhichOneof("amount")
         if amount == "effort":
@@ -121,30 +112,54 @@ def requirements(request: request_pb2.Request, *, streaming: bool = False, seen:
         if request.reasoning_controls.summary:
             need(capabilities_pb2.CAPABILITY_REASONING_SUMMARY)
 
-    kind = request.constraint.WhichOneof("kind")
-    if kind is not None:
-        need(_CONSTRAINT_CAPABILITY[kind])
-        if kind == "grammar":
-            req.grammar_dialect = request.constraint.grammar.dialect
+    if "constraint" in present:
+        kind = request.constraint.WhichOneof("kind")
+        if kind is not None:
+            need(_CONSTRAINT_CAPABILITY[kind])
+            if kind == "grammar":
+                req.grammar_dialect = request.constraint.grammar.dialect
 
-    if request.prefill:
+    if "prefill" in present:
         need(capabilities_pb2.CAPABILITY_PREFILL)
-    if request.HasField("fim"):
+    if "fim" in present:
         need(capabilities_pb2.CAPABILITY_FIM)
-    if request.HasField("logprob_options"):
+    if "logprob_options" in present:
         need(capabilities_pb2.CAPABILITY_SAMPLED_LOGPROBS)
         if request.logprob_options.require_token_ids:
             need(capabilities_pb2.CAPABILITY_SAMPLED_TOKEN_IDS)
         if request.logprob_options.top_logprob_count > 0:
             need(capabilities_pb2.CAPABILITY_TOP_K_LOGPROBS)
             req.use_limit("max_top_logprobs", request.logprob_options.top_logprob_count)
-    if request.HasField("input_scoring"):
+    if "input_scoring" in present:
         need(capabilities_pb2.CAPABILITY_INPUT_SCORING)
         if request.input_scoring.top_logprob_count > 0:
             need(capabilities_pb2.CAPABILITY_TOP_K_LOGPROBS)
             req.use_limit("max_top_logprobs", request.input_scoring.top_logprob_count)
-    _provider_option_needs(request.provider_options, req)
+    if "provider_options" in present:
+        _provider_option_needs(request.provider_options, req)
     return req
+
+
+def _sampling_needs(sampling: dict[str, Any], req: Requirements) -> None:
+    """What the sampling fields set (`Survey.sampling`) need."""
+    need = req.capabilities.add
+    for name in sampling:
+        if (capability := _SAMPLING_CAPABILITY.get(name)) is not None:
+            need(capability)
+    if (max_output_tokens := sampling.get("max_output_tokens")) is not None:
+        req.use_limit("max_output_tokens", max_output_tokens)
+    if stop := sampling.get("stop"):
+        need(capabilities_pb2.CAPABILITY_STOP_SEQUENCES)
+        req.use_limit("max_stop_sequences", len(stop))
+    if "stop_token_ids" in sampling:
+        need(capabilities_pb2.CAPABILITY_STOP_TOKEN_IDS)
+    if (choice_count := sampling.get("choice_count", 0)) > 1:
+        need(capabilities_pb2.CAPABILITY_MULTIPLE_CHOICES)
+        req.use_limit("max_choices", choice_count)
+    if "logit_bias" in sampling:
+        need(capabilities_pb2.CAPABILITY_LOGIT_BIAS)
+    if "min_output_tokens" in sampling:
+        need(capabilities_pb2.CAPABILITY_MIN_OUTPUT_TOKENS)
 
 
 def _provider_option_needs(entries: Iterable[content_pb2.ProviderOptions], req: Requirements) -> None:

@@ -6,6 +6,10 @@ chat before it was lowered); now `survey` walks them once and each check reads t
 part's kind, artifacts, citations, provider options and cache breakpoint once, and builds no field path: the
 checks build a path only for what they report.
 
+The walk also reads which of the request's own fields are set (`present`, one `ListFields`) and which sampling
+fields (`sampling`, one more): validation and the capability check skip what a request does not use (a small chat
+sets three or four of some thirty fields) without asking each field, and the lowering copies the sampling from it.
+
 A part is noted as `(j, k, part, kind, artifacts)`: `j` its index in its message, `k` its index in the content of
 the tool result it sits in (-1 for a message's own part), `kind` its `Part.content` case (None when unset) and
 `artifacts` its opaque artifacts (an empty tuple when it has none).
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from modelir.v1 import content_pb2, request_pb2
 
@@ -40,6 +45,10 @@ class Survey:
     """What one walk of a request's conversation found (empty for a prompt or token input)."""
 
     messages: list[SeenMessage] = field(default_factory=list)
+    # The names of the request's set fields (a oneof's set member by its own name, a repeated field when not empty,
+    # a scalar when not its zero), and the sampling fields set, name -> value (the same rule).
+    present: frozenset[str] = frozenset()
+    sampling: dict[str, Any] = field(default_factory=dict)
     # Any system or developer message; any message with its own token ids; any part with artifacts (nested too).
     system: bool = False
     token_turns: bool = False
@@ -66,8 +75,12 @@ def place(i: int, j: int = -1, k: int = -1) -> str:
 
 def survey(request: request_pb2.Request) -> Survey:
     """Walk the request's conversation once (see the module's docstring)."""
-    seen = Survey()
-    if request.WhichOneof("input") != "conversation":
+    present = frozenset(descriptor.name for descriptor, _ in request.ListFields())
+    sampling = (
+        {descriptor.name: value for descriptor, value in request.sampling.ListFields()} if "sampling" in present else {}
+    )
+    seen = Survey(present=present, sampling=sampling)
+    if "conversation" not in present:
         return seen
     options = seen.provider_options
     for i, message in enumerate(request.conversation.messages):

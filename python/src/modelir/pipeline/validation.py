@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import orjson
 from google.protobuf.descriptor import FieldDescriptor
@@ -180,6 +181,7 @@ def _problems(req: request_pb2.Request, seen: Survey) -> Iterator[tuple[str, str
     if unknown:  # the other checks would judge values this SDK cannot read: these alone say what is wrong
         yield from unknown
         return
+    present = seen.present  # what the request sets: a check of a field it does not set is skipped, not asked
     input_kind = req.WhichOneof("input")
     if input_kind is None:
         yield "input", "Set one of prompt, conversation or token_ids."
@@ -190,8 +192,59 @@ def _problems(req: request_pb2.Request, seen: Survey) -> Iterator[tuple[str, str
     if input_kind == "token_ids" and any(i < 0 for i in req.token_ids.ids):
         yield "token_ids.ids", "Token ids are never negative."
 
-    yield from _sampling_problems(req)
+    if seen.sampling:
+        yield from _sampling_problems(seen.sampling)
 
+    if "tools" in present or "tool_choice" in present:
+        yield from _tool_problems(req)
+
+    if "reasoning_controls" in present:
+        amount = req.reasoning_controls.WhichOneof("amount")
+        if amount == "budget_tokens" and req.reasoning_controls.budget_tokens <= 0:
+            yield "reasoning.budget_tokens", "A reasoning budget must be positive."
+        if amount == "effort" and req.reasoning_controls.effort == request_pb2.REASONING_EFFORT_UNSPECIFIED:
+            yield "reasoning.effort", "Give an effort level, or leave `amount` unset."
+
+    if "constraint" in present:
+        yield from _constraint_problems(req)
+
+    if "fim" in present and input_kind != "prompt":
+        yield "fim", "Fill-in-the-middle takes a raw prompt as its prefix."
+    if "prefill" in present and input_kind != "conversation":
+        yield "prefill", "A prefill continues an assistant turn, so it needs a conversation."
+    if "logprob_options" in present and req.logprob_options.top_logprob_count < 0:
+        yield "logprobs.top_k", "top_k is never negative."
+    if "input_scoring" in present:
+        scoring = req.input_scoring
+        if scoring.top_logprob_count < 0:
+            yield "input_scoring.top_k", "top_k is never negative."
+        for i, span in enumerate(scoring.continuations):
+            where, kind = f"input_scoring.continuations[{i}]", span.WhichOneof("content")
+            if kind is None:
+                yield where, "A continuation is text or token ids."
+            if kind == "text" and input_kind == "token_ids":
+                yield f"{where}.text", "Token input takes a continuation of token ids."
+            if kind == "token_ids" and input_kind != "token_ids":
+                yield f"{where}.token_ids", "Text input takes a continuation of text."
+            if (kind == "text" and not span.text) or (kind == "token_ids" and not span.token_ids.ids):
+                yield where, "An empty continuation has nothing to score."
+    if "provider_options" in present:
+        given: set[str] = set()
+        for i, options in enumerate(req.provider_options):
+            where = f"provider_options[{i}]"
+            if not options.transport:
+                yield f"{where}.transport", "Name the transport the options are for."
+            elif options.transport in given:
+                yield f"{where}.transport", f"Two entries for {options.transport!r}: give one per transport."
+            given.add(options.transport)
+            if not _json_object(options.options_json):
+                yield f"{where}.options_json", "Provider options must be a JSON object."
+    if "timeout" in present and (req.timeout.seconds < 0 or req.timeout.nanos < 0):
+        yield "timeout", "A timeout is never negative."
+    yield from limits.limit_problems(req)
+
+
+def _tool_problems(req: request_pb2.Request) -> Iterator[tuple[str, str]]:
     functions = [t.function.name for t in req.tools if t.WhichOneof("kind") == "function"]
     names = functions + [t.provider.name or t.provider.type for t in req.tools if t.WhichOneof("kind") == "provider"]
     for i, tool in enumerate(req.tools):
@@ -226,68 +279,27 @@ def _problems(req: request_pb2.Request, seen: Survey) -> Iterator[tuple[str, str
     if choice is not None and not req.tools:
         yield "tool_choice", "A tool choice needs declared tools."
 
-    if req.HasField("reasoning_controls"):
-        amount = req.reasoning_controls.WhichOneof("amount")
-        if amount == "budget_tokens" and req.reasoning_controls.budget_tokens <= 0:
-            yield "reasoning.budget_tokens", "A reasoning budget must be positive."
-        if amount == "effort" and req.reasoning_controls.effort == request_pb2.REASONING_EFFORT_UNSPECIFIED:
-            yield "reasoning.effort", "Give an effort level, or leave `amount` unset."
 
-    yield from _constraint_problems(req)
-
-    if req.HasField("fim") and input_kind != "prompt":
-        yield "fim", "Fill-in-the-middle takes a raw prompt as its prefix."
-    if req.prefill and input_kind != "conversation":
-        yield "prefill", "A prefill continues an assistant turn, so it needs a conversation."
-    if req.HasField("logprob_options") and req.logprob_options.top_logprob_count < 0:
-        yield "logprobs.top_k", "top_k is never negative."
-    if req.HasField("input_scoring"):
-        scoring = req.input_scoring
-        if scoring.top_logprob_count < 0:
-            yield "input_scoring.top_k", "top_k is never negative."
-        for i, span in enumerate(scoring.continuations):
-            where, kind = f"input_scoring.continuations[{i}]", span.WhichOneof("content")
-            if kind is None:
-                yield where, "A continuation is text or token ids."
-            if kind == "text" and input_kind == "token_ids":
-                yield f"{where}.text", "Token input takes a continuation of token ids."
-            if kind == "token_ids" and input_kind != "token_ids":
-                yield f"{where}.token_ids", "Text input takes a continuation of text."
-            if (kind == "text" and not span.text) or (kind == "token_ids" and not span.token_ids.ids):
-                yield where, "An empty continuation has nothing to score."
-    given: set[str] = set()
-    for i, options in enumerate(req.provider_options):
-        where = f"provider_options[{i}]"
-        if not options.transport:
-            yield f"{where}.transport", "Name the transport the options are for."
-        elif options.transport in given:
-            yield f"{where}.transport", f"Two entries for {options.transport!r}: give one per transport."
-        given.add(options.transport)
-        if not _json_object(options.options_json):
-            yield f"{where}.options_json", "Provider options must be a JSON object."
-    if req.HasField("timeout") and (req.timeout.seconds < 0 or req.timeout.nanos < 0):
-        yield "timeout", "A timeout is never negative."
-    yield from limits.limit_problems(req)
-
-
-def _sampling_problems(req: request_pb2.Request) -> Iterator[tuple[str, str]]:
-    s = req.sampling
-    if s.HasField("temperature") and s.temperature < 0:
+def _sampling_problems(sampling: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """The sampling fields' rules, read from the fields set (`Survey.sampling`): an optional field is there when
+    set (0 included), any other when not its zero."""
+    get = sampling.get
+    if (temperature := get("temperature")) is not None and temperature < 0:
         yield "sampling.temperature", "The temperature is never negative."
-    if s.HasField("top_p") and not 0 < s.top_p <= 1:
+    if (top_p := get("top_p")) is not None and not 0 < top_p <= 1:
         yield "sampling.top_p", "top_p lies in (0, 1]."
-    if s.HasField("top_k") and s.top_k < 1:
+    if (top_k := get("top_k")) is not None and top_k < 1:
         yield "sampling.top_k", "top_k is at least 1."
-    if s.HasField("min_p") and not 0 <= s.min_p <= 1:
+    if (min_p := get("min_p")) is not None and not 0 <= min_p <= 1:
         yield "sampling.min_p", "min_p lies in [0, 1]."
-    if s.HasField("max_output_tokens") and s.max_output_tokens < 0:
+    if (max_output_tokens := get("max_output_tokens")) is not None and max_output_tokens < 0:
         yield "sampling.max_output_tokens", "max_output_tokens is never negative."
-    if s.choice_count < 0:
+    if get("choice_count", 0) < 0:
         yield "sampling.choice_count", "choice_count is never negative."
-    for i, stop in enumerate(s.stop):
+    for i, stop in enumerate(get("stop", ())):
         if not stop:
             yield f"sampling.stop[{i}]", "A stop string is never empty."
-    if any(t < 0 for t in s.stop_token_ids):
+    if any(t < 0 for t in get("stop_token_ids", ())):
         yield "sampling.stop_token_ids", "Token ids are never negative."
 
 

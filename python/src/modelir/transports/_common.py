@@ -81,17 +81,21 @@ def json_object(text: str) -> Any:
     return orjson.loads(text) if text else {"type": "object", "properties": {}}
 
 
-def copy_sampling(sampling: request_pb2.SamplingParams, target: dict[str, Any], fields: str) -> None:
+def copy_sampling(
+    sampling: request_pb2.SamplingParams, target: dict[str, Any], fields: str, *, present: dict[str, Any] | None = None
+) -> None:
     """Copy the sampling fields a request sets into a native body. `fields` names them, space-separated, as
     `ir_name` when the wire uses the IR's name and `ir_name:native_name` when it renames it. `stop` and
     `stop_token_ids` are copied when not empty, `choice_count` when above one, the rest when set.
 
     The keys go in the order `fields` names them; what is set is read with one `ListFields` (a request sets two or
-    three of the dozen), and `fields` is parsed once per wire."""
+    three of the dozen; `present` is that reading when the caller has it: `Survey.sampling`), and `fields` is
+    parsed once per wire."""
     spec = _SAMPLING_SPECS.get(fields)
     if spec is None:
         spec = _SAMPLING_SPECS[fields] = tuple((f, k or f) for f, _, k in (s.partition(":") for s in fields.split()))
-    present = {descriptor.name: value for descriptor, value in sampling.ListFields()}
+    if present is None:
+        present = {descriptor.name: value for descriptor, value in sampling.ListFields()}
     if not present:
         return
     for field, key in spec:

@@ -37,8 +37,10 @@ class LlamaCppChat(OpenAIChat):
             body["response_fields"] = list(_VERBOSE_FIELDS)
         return body
 
-    def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
-        out = super().lift(request, response)
+    def lift_typed(
+        self, request: request_pb2.Request, response: HttpResponse, body: typed.ChatCompletion
+    ) -> response_pb2.Response:
+        out = super().lift_typed(request, response, body)
         if out.choices and out.choices[0].HasField("logprobs"):
             choice = out.choices[0]
             _flag_unscored_tokens(out, choice.finish_reason, len(choice.logprobs.token_logprobs), out.usage)

@@ -93,6 +93,14 @@ class LlamaCpp(HttpTransport):
             return self._chat.lift(request, response)
         return completion.lift(request, response)
 
+    def lift_accounted(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
+        """A chat answer in one decode where that shows accounting has nothing to add (`OpenAIChat.lift_once`)."""
+        if request.WhichOneof("input") == "conversation":
+            out = self._chat.lift_once(request, response, self.native_fields(request, "unary"))
+            if out is not None:
+                return out
+        return super().lift_accounted(request, response)
+
     def stream_lifter(self, request: request_pb2.Request) -> StreamLifter:
         if request.WhichOneof("input") == "conversation":
             return self._chat.stream_lifter(request)

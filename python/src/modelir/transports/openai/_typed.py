@@ -288,6 +288,7 @@ class _RawResponseEvent(msgspec.Struct):
 
 
 _RAW_CHAT = msgspec.json.Decoder(_RawLogprobsCompletion)
+NativeChatCompletion = _RawLogprobsCompletion  # what `native_chat` takes (`accounting_typed` closes it too)
 _RAW_OBJECT = msgspec.json.Decoder(_RawResponseObject)
 _RAW_EVENT = msgspec.json.Decoder(_RawResponseEvent)
 
@@ -297,19 +298,24 @@ def chat_completion(body: bytes, transport: str) -> ChatCompletion:
     extension is there and takes the body, else the typed entries (the reference)."""
     if native.wanted(body):
         try:
-            parsed = _RAW_CHAT.decode(body)
-            for choice in parsed.choices or ():
-                section = choice.logprobs
-                if section is None:
-                    continue  # no logprobs: as the typed structs give it
-                if section.refusal is not None:
-                    raise native.Unsupported("refusal logprobs")  # the builder reads `content` only
-                built = native.entries(section.content)
-                choice.logprobs = ChoiceLogprobs(content=built)  # type: ignore[arg-type,assignment]
-            return parsed
+            return native_chat(_RAW_CHAT.decode(body))
         except (msgspec.DecodeError, RecursionError, native.Unsupported):
             pass  # the typed structs are the reference: they lift it, or raise the typed error
     return wire.decode(CHAT_DECODER, body, transport)
+
+
+def native_chat(parsed: _RawLogprobsCompletion) -> ChatCompletion:
+    """A chat completion decoded with its logprob sections raw (`NativeChatCompletion`), each built by the native
+    builder in place. Raises `native.Unsupported` (or a decode error) for what the builder declines."""
+    for choice in parsed.choices or ():
+        section = choice.logprobs
+        if section is None:
+            continue  # no logprobs: as the typed structs give it
+        if section.refusal is not None:
+            raise native.Unsupported("refusal logprobs")  # the builder reads `content` only
+        built = native.entries(section.content)
+        choice.logprobs = ChoiceLogprobs(content=built)  # type: ignore[arg-type,assignment]
+    return parsed
 
 
 def _native_response_object(body: bytes, *, event: bool) -> ResponseObject:

@@ -87,6 +87,8 @@ def logit_bias(sampling: request_pb2.SamplingParams) -> dict[str, int]:
 
 def logit_bias_problems(sampling: request_pb2.SamplingParams, transport: BodyTransport) -> list[tuple[str, str]]:
     """OpenAI takes integer biases from -100 to 100 (https://platform.openai.com/docs/api-reference/chat/create)."""
+    if not sampling.logit_bias:  # the usual case, without sorting an empty map
+        return []
     return [
         (f"sampling.logit_bias[{token}]", f"{transport.name} takes an integer bias from -100 to 100, not {bias}.")
         for token, bias in sorted(sampling.logit_bias.items())

@@ -11,15 +11,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+import msgspec
 import orjson
 
 from modelir.errors import soft as soft_errors
 from modelir.errors.soft import Facts
+from modelir.logprobs import native
 from modelir.pipeline import content_kinds
 from modelir.pipeline.survey import Survey, survey
 from modelir.reading import stops
 from modelir.transports import _common as common
-from modelir.transports import zero_output
+from modelir.transports import accounting_typed, zero_output
 from modelir.transports.base import HttpResponse, StreamLifter
 from modelir.transports.manifests import CHAT_WITH_TOOLS, COMMON, LOGPROBS, OPENAI_SAMPLING, capability_set
 from modelir.transports.openai import _typed as typed
@@ -152,7 +154,7 @@ class OpenAIChat(wire.BodyTransport, OpenAIEmbeddings):
     def _body(self, request: request_pb2.Request, seen: Survey, *, stream: bool) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model_for(request), "messages": self._messages(request, seen)}
         s = request.sampling
-        common.copy_sampling(s, body, _SAMPLING)
+        common.copy_sampling(s, body, _SAMPLING, present=seen.sampling)
         if self._emulates_zero(request):
             body["max_completion_tokens"] = 1
         if request.tools:
@@ -245,7 +247,40 @@ class OpenAIChat(wire.BodyTransport, OpenAIEmbeddings):
     # ---- lift --------------------------------------------------------------------------------------
 
     def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
-        body = typed.chat_completion(response.body, self.name)
+        return self.lift_typed(request, response, typed.chat_completion(response.body, self.name))
+
+    def lift_accounted(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
+        out = self.lift_once(request, response, self.native_fields(request, "unary"))
+        return out if out is not None else super().lift_accounted(request, response)
+
+    def lift_once(
+        self, request: request_pb2.Request, response: HttpResponse, section: str
+    ) -> response_pb2.Response | None:
+        """The lift, when one decode also shows that accounting under `section` has nothing to add
+        (`accounting_typed`); None for an answer it does not show that for (or that the native logprob builder
+        declines): the caller lifts and accounts it the reference way. (A composite transport passes its own section.)
+        """
+        # A dialect that extends `lift` itself (not `lift_typed`) is lifted through it.
+        if type(self).lift is not OpenAIChat.lift:
+            return None
+        body = response.body
+        if not native.wanted(body):
+            once = accounting_typed.decode_accounted(typed.ChatCompletion, section, body)
+            return self.lift_typed(request, response, once) if once is not None else None
+        # A large answer: its logprob sections left raw for the native builder, as `typed.chat_completion` does.
+        raw = accounting_typed.decode_accounted(typed.NativeChatCompletion, section, body)
+        if raw is None:
+            return None
+        try:
+            built = typed.native_chat(raw)
+        except (msgspec.DecodeError, RecursionError, native.Unsupported):
+            return None  # the reference path declines it too, and lifts it with the typed structs
+        return self.lift_typed(request, response, built)
+
+    def lift_typed(
+        self, request: request_pb2.Request, response: HttpResponse, body: typed.ChatCompletion
+    ) -> response_pb2.Response:
+        """The lift of a decoded answer (`response` is the exchange it came in): the hook dialects extend."""
         out = response_pb2.Response(id=body.id or "", model=body.model or "", service_tier=body.service_tier or "")
         facts = soft_errors.Facts()
         for raw in body.choices or ():

@@ -93,7 +93,18 @@ class VLLM(HttpTransport):
         return self._route(request).lower(request, stream=stream)
 
     def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
-        out = self._route(request).lift(request, response)
+        return self._checked(request, self._route(request).lift(request, response))
+
+    def lift_accounted(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
+        """A chat answer in one decode where that shows accounting has nothing to add (`OpenAIChat.lift_once`)."""
+        if self._route(request) is self._chat:
+            out = self._chat.lift_once(request, response, self.native_fields(request, "unary"))
+            if out is not None:
+                return self._checked(request, out)
+        return super().lift_accounted(request, response)
+
+    def _checked(self, request: request_pb2.Request, out: response_pb2.Response) -> response_pb2.Response:
+        """What either route's answer says about text lost to byte-level tokens and about truncation."""
         for choice in out.choices:
             natural = choice.finish_reason == response_pb2.FINISH_REASON_STOP
             byte_level.flag_lost_text(out.warnings, byte_level.lost_text(choice.logprobs.tokens, natural), choice.index)
