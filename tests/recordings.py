@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-WIRE = Path(__file__).resolve().parents[1].parent / "shared" / "wire"
+# `../shared` beside the checkout; MODELIR_SHARED points elsewhere (a git worktree outside the project's folder).
+WIRE = Path(os.environ.get("MODELIR_SHARED") or Path(__file__).resolve().parents[1].parent / "shared") / "wire"
 
 
 @dataclass

@@ -35,9 +35,9 @@ from modelir.transports.base import HttpResponse
 from modelir.v1 import request_pb2
 
 from tests.fuzz import mutate
+from tests.recordings import WIRE
 
 FIXTURES = Path(__file__).resolve().parents[1] / "conformance" / "fixtures"
-WIRE = Path(__file__).resolve().parents[1].parent / "shared" / "wire"
 # The transports whose lifts have a native fast path (llama.cpp's chat is the OpenAI chat lift).
 NATIVE_TRANSPORTS = ("openai_chat", "openai_completions", "openai_responses", "vllm", "llamacpp")
 
