@@ -201,6 +201,8 @@ async def test_ollamas_json_quoted_choice_is_walked_as_quoted_labels_with_a_fixe
     bodies: list[dict] = []
 
     def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/show":  # the manifest asks what the model reads (once)
+            return httpx.Response(200, json={"capabilities": ["completion"]})
         bodies.append(orjson.loads(request.content))
         positions = [
             _ollama_entry('"', -3.0, [("Hello", -0.1)]),

@@ -16,7 +16,7 @@ from modelir.transports.base import HttpResponse
 from modelir.transports.ollama import Ollama
 from modelir.transports.ollama_show import Shown, lift
 from modelir.transports.openai import OpenAIChat
-from modelir.v1 import capabilities_pb2, content_pb2
+from modelir.v1 import capabilities_pb2, content_pb2, service_pb2
 
 SHOWN = {"modelfile": "", "parameters": "", "template": "{{ .Prompt }}", "details": {}, "model_info": {}}
 ANSWER = {
@@ -144,6 +144,37 @@ async def test_validate_answers_what_the_call_would(engine):
     engine["show"] = (500, {"error": "boom"})
     assert (await engine["model"]().avalidate(_with_image())).accepted
     assert "chat" not in engine["hits"]  # validating never generates
+
+
+async def test_the_manifest_says_what_the_engine_says_of_the_model(engine):
+    """`acapabilities` (what ListModels serves) asks what an image would ask, once, and shares the answer with the
+    calls: a model without vision does not claim IMAGE_INPUT; one with vision, one whose vision cannot be learned
+    (the call would send the image, with a warning) and one whose `vision` option says keep the configured claims."""
+    image = capabilities_pb2.CAPABILITY_IMAGE_INPUT
+    text_only = engine["model"]()
+    assert image in text_only.capabilities.capabilities  # as configured, before asking
+    for _ in range(2):
+        assert image not in (await text_only.acapabilities()).capabilities
+    with pytest.raises(errors.UnsupportedCapabilityError):
+        await text_only.arun(_with_image())
+    assert engine["hits"] == ["show"]  # one /api/show for the manifests and the call
+    assert image in text_only.capabilities.capabilities  # the configured manifest is not changed
+    assert image in (await engine["model"](vision=True).acapabilities()).capabilities
+    assert engine["hits"] == ["show"]  # the option says: nothing asked
+    engine["show"] = (200, {**SHOWN, "capabilities": ["completion", "vision"]})
+    assert image in (await engine["model"]().acapabilities()).capabilities
+    engine["show"] = (200, SHOWN)  # an Ollama before 0.6.4
+    assert image in (await engine["model"]().acapabilities()).capabilities
+    engine["show"] = (500, {"error": "boom"})
+    assert image in (await engine["model"]().acapabilities()).capabilities
+
+
+async def test_list_models_serves_the_learned_manifest(engine):
+    from modelir.server.servicer import ModelServicer
+
+    servicer = ModelServicer({"tiny": engine["model"]()})
+    listed = await servicer.ListModels(service_pb2.ListModelsRequest(), None)
+    assert capabilities_pb2.CAPABILITY_IMAGE_INPUT not in listed.models[0].manifest.capabilities
 
 
 def test_which_transports_learn_model_facts_is_decided_once_per_class():

@@ -341,6 +341,12 @@ class Model(ModelInterface):
 
     # ---- the tokenizer (calls/tokenizer.py) ---------------------------------------------------------------
 
+    async def acapabilities(self) -> capabilities_pb2.CapabilityManifest:
+        """`capabilities` as the engine's facts narrow it (an Ollama model without vision does not claim
+        IMAGE_INPUT), asked as a call would ask, once, and kept (`calls/engine_facts`); as configured when the
+        transport learns nothing or the facts cannot be learned."""
+        return await engine_facts.manifest(self)
+
     async def atokenizer_info(self) -> capabilities_pb2.TokenizerInfo | None:
         """The model's tokenizer facts (`ModelInfo.tokenizer`): what the transport knows, or what the engine reports
         (asked once, then kept); None when neither says."""

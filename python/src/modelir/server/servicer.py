@@ -104,10 +104,11 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
         with telemetry.server_call("ListModels", "", context):
             names = sorted(self.models)
             tokenizers = await asyncio.gather(*(self.models[name].atokenizer_info() for name in names))
+            manifests = await asyncio.gather(*(self.models[name].acapabilities() for name in names))
             return service_pb2.ListModelsResponse(
                 models=[
-                    service_pb2.ModelInfo(name=name, manifest=self.models[name].capabilities, tokenizer=tokenizer)
-                    for name, tokenizer in zip(names, tokenizers, strict=True)
+                    service_pb2.ModelInfo(name=name, manifest=manifest, tokenizer=tokenizer)
+                    for name, manifest, tokenizer in zip(names, manifests, tokenizers, strict=True)
                 ]
             )
 

@@ -252,6 +252,16 @@ class Ollama(HttpTransport):
         shown = facts if isinstance(facts, ollama_show.Shown) else None
         return ollama_show.vision_warnings(request, self.model_for(request), shown, unavailable)
 
+    def lower_manifest_facts(self, model: str) -> HttpRequest | None:
+        """`/api/show` for the served model (the same request an image asks, so one answer serves both), unless the
+        `vision` option already says."""
+        return ollama_show.lower(self.provider_model or model) if self.vision is None else None
+
+    def manifest_with_facts(
+        self, manifest: capabilities_pb2.CapabilityManifest, facts: object
+    ) -> capabilities_pb2.CapabilityManifest:
+        return ollama_show.narrowed(manifest, facts if isinstance(facts, ollama_show.Shown) else None)
+
     # ---- tokenizer facts ---------------------------------------------------------------------------
 
     def lower_tokenizer_info(self, model: str) -> list[HttpRequest]:

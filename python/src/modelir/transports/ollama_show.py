@@ -7,7 +7,8 @@ model (`calls/engine_facts`, through the executor) when a request carries an ima
 unset, then refuses the image up front (UNSUPPORTED_CAPABILITY, IMAGE_INPUT, before the generation call) when
 "vision" is not listed. When it cannot tell (an `/api/show` without `capabilities`, from an Ollama before 0.6.4, or
 one that fails) the image is sent with an `image_input_unverified` warning that says why: never a silent send. The
-`vision` option overrides what `/api/show` says: `true` sends images without asking, `false` refuses them.
+`vision` option overrides what `/api/show` says: `true` sends images without asking, `false` refuses them. The same
+answer narrows the manifest `ListModels` serves (`narrowed`: no IMAGE_INPUT for a model without vision).
 """
 
 from __future__ import annotations
@@ -50,6 +51,19 @@ def lift(response: HttpResponse) -> Shown:
     if not isinstance(listed, list) or not all(isinstance(c, str) for c in listed):
         raise errors.MalformedResponseError(f"ollama: /api/show `capabilities` is not a list of names: {listed!r}")
     return Shown(frozenset(listed))
+
+
+def narrowed(manifest: capabilities_pb2.CapabilityManifest, shown: Shown | None) -> capabilities_pb2.CapabilityManifest:
+    """`manifest` without IMAGE_INPUT when `/api/show` lists the model's capabilities and "vision" is not among
+    them; as it is when the model has vision or its capabilities are unknown (images are then sent, with a warning)."""
+    if shown is None or shown.capabilities is None or "vision" in shown.capabilities:
+        return manifest
+    narrowed = capabilities_pb2.CapabilityManifest()
+    narrowed.CopyFrom(manifest)
+    kept = [c for c in manifest.capabilities if c != capabilities_pb2.CAPABILITY_IMAGE_INPUT]
+    del narrowed.capabilities[:]
+    narrowed.capabilities.extend(kept)
+    return narrowed
 
 
 def vision_warnings(
