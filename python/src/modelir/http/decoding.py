@@ -11,16 +11,28 @@ cost the gateway."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from typing import Protocol
 
-import httpx
 import orjson
 
 from modelir import errors
 from modelir.transports.base import RawEvent
 
 
-async def decode_stream(raw: httpx.Response, stream_format: str | None) -> AsyncIterator[RawEvent]:
+class StreamBody(Protocol):
+    """A streamed answer as the decoders read it: an `httpx.Response`, or the executor's aiohttp one."""
+
+    @property
+    def status_code(self) -> int: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+    async def aread(self) -> bytes: ...
+    def aiter_bytes(self) -> AsyncIterator[bytes]: ...
+    async def aclose(self) -> None: ...
+
+
+async def decode_stream(raw: StreamBody, stream_format: str | None) -> AsyncIterator[RawEvent]:
     content_type = raw.headers.get("content-type", "").partition(";")[0].strip().lower()
     if stream_format != "ndjson" and content_type and content_type != "text/event-stream":
         # An answer, not a stream: a proxy's page or a server that ignored `stream`. Retrying will not change it.
@@ -120,7 +132,7 @@ class SseDecoder:
         return RawEvent(name, data, damaged)
 
 
-async def ndjson_lines(raw: httpx.Response) -> AsyncIterator[bytes]:
+async def ndjson_lines(raw: StreamBody) -> AsyncIterator[bytes]:
     """The non-blank lines of an NDJSON body. A stream that delivered lines and then ends inside one (no newline,
     and what is left is the start of a JSON object that does not parse) was cut, whatever the connection said:
     `TruncatedStreamError`, as a broken SSE stream gives. A body that is one broken line is a malformed answer,

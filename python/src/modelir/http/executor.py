@@ -2,9 +2,8 @@
 
 Unary calls drive aiohttp directly: no `httpx.Request` / `httpx.Response` per call, which in the gateway and
 in-process profiles was the largest single cost left between modelir and a hand-written aiohttp client
-(bench/README.md has the side-by-side figures). Streams still go through httpx on the same aiohttp session (the
-`httpx-aiohttp` transport: its objects once per stream and per read, none per event); `http.decoding` decodes the
-bytes. A caller who brings an httpx transport (a test's
+(bench/README.md has the side-by-side figures). Streams too: the response's content is read as it arrives
+(`_AiohttpStream`) and `http.decoding` decodes the bytes. A caller who brings an httpx transport (a test's
 `httpx.MockTransport`) or an `httpx.AsyncClient` gets every call through httpx instead, with the same errors.
 
 Retries cover 429, 5xx and connection errors, wait with exponential backoff and full jitter, and honour
@@ -26,10 +25,9 @@ from typing import Any
 import aiohttp
 import httpx
 import yarl
-from httpx_aiohttp import AiohttpTransport
 
 from modelir import errors, telemetry
-from modelir.http.decoding import decode_stream
+from modelir.http.decoding import StreamBody, decode_stream
 from modelir.http.redaction import redact, secrets_in
 from modelir.http.retry import RetryPolicy, timeout_for
 from modelir.http.sessions import aiohttp_session
@@ -41,7 +39,7 @@ DEFAULT_HEADERS = {"user-agent": f"modelir/{SDK_VERSION}", "accept-encoding": "g
 ErrorFactory = Callable[[HttpResponse], errors.ModelError]
 Observer = Callable[[int, Mapping[str, str]], None]
 
-# What a broken connection raises, on either path (httpx-aiohttp passes some aiohttp errors through unmapped).
+# What a broken connection raises, on either path.
 _CONNECTION_ERRORS = (httpx.TransportError, aiohttp.ClientError)
 _TIMEOUTS = (httpx.TimeoutException, aiohttp.ServerTimeoutError)
 
@@ -79,7 +77,7 @@ class _HttpxWire:
     def headers(self, merged: dict[str, str]) -> Any:
         return httpx.Headers(merged)
 
-    async def open(self, outgoing: _Outgoing) -> httpx.Response:
+    async def open(self, outgoing: _Outgoing) -> StreamBody:
         """The answer's status and headers, its body not yet read (`aread` / `aiter_bytes`, then `aclose`)."""
         request = httpx.Request(
             outgoing.method, outgoing.url, content=outgoing.body, headers=outgoing.headers, extensions=self._extensions
@@ -104,13 +102,12 @@ class _HttpxWire:
 
 
 class _AiohttpWire(_HttpxWire):
-    """Unary calls straight on an aiohttp session; streams through httpx on the same session."""
+    """Unary calls and streams straight on an aiohttp session."""
 
     def __init__(self, connect_timeout: float, max_connections: int) -> None:
         self._session: aiohttp.ClientSession | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._max_connections, self._connect_timeout = max_connections, connect_timeout
-        super().__init__(connect_timeout, AiohttpTransport(client=self.session), None)
 
     def session(self) -> aiohttp.ClientSession:
         """The session, created on first use (inside the running loop, as aiohttp wants)."""
@@ -142,9 +139,50 @@ class _AiohttpWire(_HttpxWire):
         raw.release()
         return raw.status, raw.headers, body
 
+    async def open(self, outgoing: _Outgoing) -> StreamBody:
+        """A stream's answer straight on the session: no httpx request, response or per-read objects."""
+        raw = await self.session().request(
+            outgoing.method,
+            outgoing.target,
+            data=outgoing.body or None,
+            headers=outgoing.headers,
+            allow_redirects=False,
+        )
+        return _AiohttpStream(raw)
+
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+class _AiohttpStream:
+    """An aiohttp response read as `http.decoding` reads an httpx one (`status_code`, `headers`, `aread`,
+    `aiter_bytes`, `aclose`). Each read hands over what has arrived (`readany`: a token is decoded the moment its
+    bytes land, not when a fixed-size chunk fills). `aclose` returns the connection to the pool only after a body
+    read to its end; a stream the consumer left early, cancelled or broken closes it, so the upstream sees it go."""
+
+    __slots__ = ("_done", "_raw", "headers", "status_code")
+
+    def __init__(self, raw: aiohttp.ClientResponse) -> None:
+        self._raw, self._done = raw, False
+        self.status_code, self.headers = raw.status, raw.headers
+
+    async def aread(self) -> bytes:
+        body = await self._raw.read()
+        self._done = True
+        return body
+
+    async def aiter_bytes(self) -> AsyncGenerator[bytes, None]:
+        readany = self._raw.content.readany
+        while chunk := await readany():
+            yield chunk
+        self._done = True
+
+    async def aclose(self) -> None:
+        if self._done:
+            self._raw.release()
+        else:
+            self._raw.close()
 
 
 class Executor:
