@@ -36,7 +36,7 @@ class LearnsModelFacts(Protocol):
 
 
 class NarrowsManifest(Protocol):
-    """A `LearnsModelFacts` transport whose facts also narrow what it claims (optional: `manifest`)."""
+    """A `LearnsModelFacts` transport whose facts also narrow what it claims (optional; read by `manifest`)."""
 
     def lower_manifest_facts(self, model: str) -> HttpRequest | None:
         """The native request whose facts narrow the manifest of served model `model`; None when nothing is open
