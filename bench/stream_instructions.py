@@ -1,0 +1,103 @@
+"""A streamed token's cost counted in instructions: `Model.astream` on `openai_chat` in-process, reading streams of
+`streams.CHUNKS` one-token chunks from the instant upstream (`streams.py upstream`, in its own process, not counted),
+under callgrind. Two processes, one reading `FEW` streams in turn and one reading `MANY`: the difference over the
+extra tokens is the cost of one more token (the stream's start, the request, imports and set-up cancel out). The
+count does not depend on the machine's load, which the timed stream rows do.
+
+    python bench/stream_instructions.py                       # this tree
+    python bench/stream_instructions.py /tmp/before/python/src  # another tree's beside it (on this venv)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from gateway import _process
+from streams import CHUNKS
+
+HERE = Path(__file__).resolve().parent
+FEW, MANY = 2, 10
+
+_CALLER = """
+import asyncio
+import sys
+
+from modelir import Model, build_request
+from modelir.http.executor import Executor
+from modelir.transports.openai.chat import OpenAIChat
+
+
+async def main(port: int, streams: int) -> None:
+    model = Model(OpenAIChat(provider_model="bench-model"), name="bench", executor=Executor(f"http://127.0.0.1:{port}/v1"))
+    request = build_request("bench", messages=[("user", "Hello!")], max_output_tokens=1000)
+    for _ in range(streams):
+        events = 0
+        async for _event in model.astream(request):
+            events += 1
+        assert events > 500, events
+
+
+asyncio.run(main(int(sys.argv[1]), int(sys.argv[2])))
+"""
+
+
+def _instructions(src: str | None, port: int, streams: int, workdir: Path) -> int:
+    env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same dict layouts in every counted process
+    if src is not None:
+        env["PYTHONPATH"] = str(Path(src).resolve())
+    out = workdir / f"callgrind.{streams}"
+    script = workdir / "caller.py"
+    script.write_text(_CALLER)
+    done = subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            str(script),
+            str(port),
+            str(streams),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if found is None:
+        raise RuntimeError(f"callgrind reported no count:\n{done.stderr[-2000:]}")
+    out.unlink(missing_ok=True)
+    return int(found.group(1))
+
+
+def per_token(port: int, src: str | None = None) -> float:
+    """Instructions per streamed token in the tree at `src` (None: this one)."""
+    with tempfile.TemporaryDirectory() as workdir:
+        few = _instructions(src, port, FEW, Path(workdir))
+        many = _instructions(src, port, MANY, Path(workdir))
+    return (many - few) / ((MANY - FEW) * CHUNKS)
+
+
+def run(other_src: str | None = None) -> list[tuple[str, str, str]]:
+    if shutil.which("valgrind") is None:
+        return [("astream instructions per token", "skipped: valgrind is not installed", "")]
+    rows = []
+    with _process([sys.executable, str(HERE / "streams.py"), "upstream"], r"READY (\d+)") as (port, _):
+        this = per_token(int(port))
+        label = f"Model.astream, openai_chat, {CHUNKS}-chunk streams, instructions per token"
+        rows.append((f"{label}: this tree", f"{this / 1e3:.1f} k", ""))
+        if other_src is not None:
+            other = per_token(int(port), other_src)
+            rows.append((f"the same, {other_src}", f"{other / 1e3:.1f} k", f"this tree {this / other:.2f}x of it"))
+    return rows
+
+
+if __name__ == "__main__":
+    for row in run(sys.argv[1] if len(sys.argv) > 1 else None):
+        print(f"{row[0]}  {row[1]}  |  {row[2]}")
