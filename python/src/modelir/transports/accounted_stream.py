@@ -4,6 +4,7 @@ returns (`accounting` says what is accounted and how)."""
 from __future__ import annotations
 
 from modelir.transports.accounting import Finding, Schema, findings, provider_part, warning, worth_keeping
+from modelir.transports.accounting_typed import nothing_to_account
 from modelir.transports.base import RawEvent, StreamLifter
 from modelir.v1 import content_pb2, errors_pb2, stream_pb2
 
@@ -52,6 +53,8 @@ class AccountedStream(StreamLifter):
         out = self.inner.feed(event)
         self._note(out)
         if event.data[:1] in (b"{", b"[") or event.data.lstrip()[:1] in (b"{", b"["):
+            if nothing_to_account(self.section.name, event.data):
+                return out  # one closed decode proved it, without `findings`' decode and walk (the reference)
             for finding in findings(self.section, event.data):
                 values = self.seen.setdefault((finding.choice, finding.below_choice), [])
                 if finding.fact:  # a fact's state: the latest that holds anything (a null or `{}` clears nothing)

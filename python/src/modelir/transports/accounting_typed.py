@@ -238,3 +238,56 @@ def decode_accounted(lift: type[T], section: str, body: bytes) -> T | None:
     except (msgspec.DecodeError, RecursionError):  # ValidationError included: the reference path says what it is
         return None
     return value if _settled(value, once.plan) else None
+
+
+def _skeleton_type(node: Node) -> Any:
+    """The type a stream skeleton gives a member with declared members below it (see `stream_closed`)."""
+    if node.keys and not (node.items or node.variants or node.any_key):
+        return _skeleton(node) | None
+    if node.items is not None and not (node.keys or node.variants or node.any_key):
+        item = node.items
+        if item.keys and not (item.items or item.variants or item.any_key):
+            return list[_skeleton(item)] | None  # type: ignore[misc]  # made at run time
+    return Any  # decoded as JSON and checked against its shape (`_fits`), or refused by `_shape`
+
+
+def _skeleton(node: Node) -> type[msgspec.Struct]:
+    """A struct that names only the members of `node` with declared members below: `closed_struct` adds the rest."""
+    fields: list[tuple[str, Any, Any]] = []
+    rename: dict[str, str] = {}
+    for key, child in node.keys.items():
+        if not child.whole:
+            attribute = f"below_{next(_names)}"
+            fields.append((attribute, _skeleton_type(child), None))
+            rename[attribute] = key
+    return msgspec.defstruct(f"Skeleton{next(_names)}", fields, rename=rename)
+
+
+@functools.cache
+def stream_closed(section: str) -> Closed | None:
+    """A closed decoder of a stream event under `section`, for the proof alone: a stream lift reads its events as
+    JSON, so there is no lift struct to close; the skeleton stands in for one. None when it cannot be made."""
+    schema = accounting.schema(section)
+    if schema is None:
+        return None
+    root = schema.root
+    if root.items is not None or root.variants or root.any_key is not None or not root.keys:
+        return None  # a tagged event (Anthropic's, Responses'), or a batch: walked by accounting, every event
+    try:
+        struct, plan = closed_struct(_skeleton(schema.root), schema.root)
+    except Unsupported:
+        return None
+    return Closed(msgspec.json.Decoder(struct), plan)
+
+
+def nothing_to_account(section: str, data: bytes) -> bool:
+    """Whether accounting a stream event under `section` surely finds nothing (`accounting.findings` would return
+    `[]`): one closed decode, no walk. False says only that the caller must ask `findings`."""
+    once = stream_closed(section)
+    if once is None:
+        return False
+    try:
+        value = once.decoder.decode(data)
+    except (msgspec.DecodeError, RecursionError):
+        return False
+    return _settled(value, once.plan)
