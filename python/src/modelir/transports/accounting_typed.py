@@ -12,6 +12,11 @@ Anything else (a member nobody declared, a fact, a value of another shape, an an
 None, and the caller takes the two-decode path, which is the reference: the results are the same either way
 (`tests/test_accounting_typed.py` holds the two to it over every fixture and recording). A section this cannot say
 (a tagged union, an object with any-members) has no closed structs, and always takes the reference path.
+
+A stream event gets the same proof (`nothing_to_account`, which `AccountedStream.feed` asks first): stream lifts
+read their events as JSON, so a skeleton struct (naming only the members with declared members below) stands in
+for the lift's structs; when the closed decode succeeds, `accounting.findings` is skipped, its decode and its walk
+of the facts (`tests/test_accounting_stream_once.py` holds the promise over every stream event we have).
 """
 
 from __future__ import annotations
