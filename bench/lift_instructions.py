@@ -9,13 +9,12 @@ calls and one that makes none (so imports and set-up cancel out, their noise spr
 
 from __future__ import annotations
 
-import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import callgrind
 
 CALLS = 5000
 
@@ -56,24 +55,7 @@ CASES = {
 
 
 def _instructions(src: str | None, calls: int, case: str, workdir: Path) -> int:
-    env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same dict layouts in every counted process
-    if src is not None:
-        env["PYTHONPATH"] = str(Path(src).resolve())
-    out = workdir / f"callgrind.{calls}"
-    script = workdir / "caller.py"
-    script.write_text(_CALLER)
-    done = subprocess.run(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, str(script), str(calls), case],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    found = re.search(r"Collected : (\d+)", done.stderr)
-    if found is None:
-        raise RuntimeError(f"callgrind reported no count:\n{done.stderr[-2000:]}")
-    out.unlink(missing_ok=True)
-    return int(found.group(1))
+    return callgrind.count(_CALLER, [str(calls), case], src, workdir, fixed_hash_seed=True)
 
 
 def per_call(case: str, src: str | None = None, calls: int = CALLS) -> float:

@@ -9,13 +9,12 @@ depend on the machine's load, which the timed rows do.
 
 from __future__ import annotations
 
-import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import callgrind
 
 CALLS = 2000
 
@@ -45,24 +44,7 @@ for _ in range(50 + int(sys.argv[1])):
 
 
 def _instructions(src: str | None, calls: int, workdir: Path) -> int:
-    env = dict(os.environ)
-    if src is not None:
-        env["PYTHONPATH"] = str(Path(src).resolve())
-    out = workdir / f"callgrind.{calls}"
-    script = workdir / "caller.py"
-    script.write_text(_CALLER)
-    done = subprocess.run(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, str(script), str(calls)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    found = re.search(r"Collected : (\d+)", done.stderr)
-    if found is None:
-        raise RuntimeError(f"callgrind reported no count:\n{done.stderr[-2000:]}")
-    out.unlink(missing_ok=True)
-    return int(found.group(1))
+    return callgrind.count(_CALLER, [str(calls)], src, workdir)
 
 
 def per_call(src: str | None = None, calls: int = CALLS) -> float:

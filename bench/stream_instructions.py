@@ -10,14 +10,12 @@ count does not depend on the machine's load, which the timed stream rows do.
 
 from __future__ import annotations
 
-import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+import callgrind
 from gateway import _process
 from streams import CHUNKS
 
@@ -48,32 +46,7 @@ asyncio.run(main(int(sys.argv[1]), int(sys.argv[2])))
 
 
 def _instructions(src: str | None, port: int, streams: int, workdir: Path) -> int:
-    env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same dict layouts in every counted process
-    if src is not None:
-        env["PYTHONPATH"] = str(Path(src).resolve())
-    out = workdir / f"callgrind.{streams}"
-    script = workdir / "caller.py"
-    script.write_text(_CALLER)
-    done = subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            f"--callgrind-out-file={out}",
-            sys.executable,
-            str(script),
-            str(port),
-            str(streams),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    found = re.search(r"Collected : (\d+)", done.stderr)
-    if found is None:
-        raise RuntimeError(f"callgrind reported no count:\n{done.stderr[-2000:]}")
-    out.unlink(missing_ok=True)
-    return int(found.group(1))
+    return callgrind.count(_CALLER, [str(port), str(streams)], src, workdir, fixed_hash_seed=True)
 
 
 def per_token(port: int, src: str | None = None) -> float:
