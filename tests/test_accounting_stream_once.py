@@ -13,6 +13,7 @@ import pytest
 from modelir.transports import accounting, accounting_typed
 
 from tests.native_answers import fixture_answers, recorded_answers
+from tests.recordings import WIRE
 
 
 def _mutations(value: Any) -> list[Any]:
@@ -59,8 +60,10 @@ def test_nothing_to_account_only_when_findings_finds_nothing():
     events = _events()
     once = sum(_check(*event) for event in events)
     closable = [e for e in events if accounting_typed.stream_closed(e[1]) is not None]
-    # Not vacuous: most events of the wires with a closed decoder take it (tagged events have none)
-    assert len(closable) > 300 and once > len(closable) * 3 // 4, (once, len(closable))
+    # Not vacuous: most events of the wires with a closed decoder take it (tagged events have none); our fixtures
+    # alone hold 141 such events, the shared recordings (../shared, absent on some machines) many more
+    floor = 300 if WIRE.is_dir() else 100
+    assert len(closable) > floor and once > len(closable) * 3 // 4, (once, len(closable))
     assert {"openai_chat.stream", "vllm.chat_stream", "llamacpp.chat_stream"} <= {e[1] for e in closable}
     varied = varied_once = 0
     for source, section, data in events:
