@@ -41,6 +41,7 @@ class AccountedStream(StreamLifter):
         self.issuer = issuer
         self.seen: dict[tuple[int, str], list[Finding]] = {}
         self.next_index: dict[int, int] = {}
+        self.plain = inner.plain_lane(section)  # the inner lifter's lane for events it proves need no accounting
 
     def _note(self, events: list[stream_pb2.StreamEvent]) -> None:
         for event in events:
@@ -50,6 +51,9 @@ class AccountedStream(StreamLifter):
                     self.next_index[delta.choice_index] = delta.part_index + 1
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
+        if self.plain is not None and (out := self.plain(event)) is not None:
+            self._note(out)
+            return out
         out = self.inner.feed(event)
         self._note(out)
         if event.data[:1] in (b"{", b"[") or event.data.lstrip()[:1] in (b"{", b"["):

@@ -180,6 +180,25 @@ def schema(name: str) -> Schema | None:
     return compile_section(sections, name) if name in sections else None
 
 
+def declares_plainly(section: Schema, paths: Iterable[str]) -> bool:
+    """Whether `section` declares every one of `paths` as read, kept or ignored (never a fact) on untagged
+    objects: then an answer whose members are all among `paths` (any value below a declared node with members of
+    its own being null) has nothing to account. A lane that checks its events' members against `paths` may skip
+    `findings` on that proof (`StreamLifter.plain_lane`)."""
+    for path in paths:
+        node = section.root
+        for segment in _segments(path):
+            if node.variants or node.any_key is not None:
+                return False
+            child = node.items if segment == "[]" else node.keys.get(segment)
+            if child is None:
+                return False
+            node = child
+        if node.disposition == "fact" or node.variants:
+            return False
+    return True
+
+
 # ---- walking an answer ---------------------------------------------------------------------------------------------
 
 

@@ -48,6 +48,15 @@ class StreamParts:
         index = self.index(choice, key, label)
         return stream_pb2.StreamEvent(delta=stream_pb2.PartDelta(choice_index=choice, part_index=index, **fields))
 
+    def text_delta(self, choice: int, text: str) -> stream_pb2.StreamEvent:
+        """`delta(choice, "text", text=text)`, the commonest delta, built directly."""
+        self._texts.setdefault(choice, []).append(text)
+        parts = self._parts.get(choice)
+        index = parts.get("text") if parts is not None else None
+        if index is None:
+            index = self.index(choice, "text")
+        return stream_pb2.StreamEvent(delta=stream_pb2.PartDelta(choice_index=choice, part_index=index, text=text))
+
     def add_text(self, choice: int, text: str) -> None:
         """Record text that reached a text part without `delta` (a lifter that builds its own deltas)."""
         self._texts.setdefault(choice, []).append(text)

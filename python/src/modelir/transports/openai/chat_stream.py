@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from modelir.logprobs import build as lp
-from modelir.transports.base import RawEvent
+from modelir.transports import accounting
+from modelir.transports.base import PlainLane, RawEvent
 from modelir.transports.openai import _wire as wire
 from modelir.transports.openai import responses_items as items
 from modelir.transports.openai.chat_facts import annotations_part, reasoning_details_part
@@ -20,6 +23,20 @@ if TYPE_CHECKING:
     from modelir.transports.openai.chat import OpenAIChat
 
 _JOINED = ("text", "summary", "data")  # members of a reasoning entry that stream in pieces
+
+# A plain chunk: one choice's text and nothing else, nearly every chunk of a stream. Its members (with `usage`,
+# `logprobs` and `finish_reason` null) are these; a section that declares each of them plainly has nothing to
+# account in such a chunk (`accounting.declares_plainly`), so the lane lifts it without the accounting.
+_PLAIN_TOP = frozenset(
+    ("id", "object", "created", "model", "system_fingerprint", "obfuscation", "service_tier", "usage", "choices")
+)
+_PLAIN_CHOICE = frozenset(("index", "delta", "logprobs", "finish_reason"))
+_PLAIN_DELTA = frozenset(("content", "role"))
+PLAIN_PATHS = (
+    *sorted(_PLAIN_TOP - {"choices"}),
+    *(f"choices[].{key}" for key in sorted(_PLAIN_CHOICE)),
+    *(f"choices[].delta.{key}" for key in sorted(_PLAIN_DELTA)),
+)
 
 
 class ChatStreamLifter(wire.ChunkStream):
@@ -65,6 +82,44 @@ class ChatStreamLifter(wire.ChunkStream):
             part = reasoning_details_part(list(entries.values()), issuer, self.transport.name)
             out.append(self.parts.delta(index, "reasoning_details", part=part))
         return [*out, *super().close(interrupted=interrupted)]
+
+    def plain_lane(self, section: accounting.Schema) -> PlainLane | None:
+        return self._plain if accounting.declares_plainly(section, PLAIN_PATHS) else None
+
+    def _plain(self, event: RawEvent) -> list[stream_pb2.StreamEvent] | None:
+        """`feed` of a plain chunk (see `_PLAIN_TOP`) once the stream has started and the choice been seen, as
+        `feed` lifts it: its text as one delta. None for anything else, which then takes `feed`."""
+        if not self.started:
+            return None
+        try:
+            chunk = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            return None
+        if type(chunk) is not dict or not chunk.keys() <= _PLAIN_TOP or chunk.get("usage") is not None:
+            return None
+        choices = chunk.get("choices")
+        if type(choices) is not list or len(choices) != 1:
+            return None
+        choice = choices[0]
+        if type(choice) is not dict or not choice.keys() <= _PLAIN_CHOICE:
+            return None
+        index = choice.get("index", 0)
+        delta = choice.get("delta")
+        if (
+            type(index) is not int
+            or index not in self.finishes
+            or choice.get("finish_reason") is not None
+            or choice.get("logprobs") is not None
+            or type(delta) is not dict
+            or not delta.keys() <= _PLAIN_DELTA
+        ):
+            return None
+        text = delta.get("content")
+        if text is not None and type(text) is not str:
+            return None
+        if isinstance(tier := chunk.get("service_tier"), str):
+            self.service_tier = tier
+        return [self.parts.text_delta(index, text)] if text else []
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
         choices, out = self.chunk(event)
