@@ -247,12 +247,14 @@ class Model(ModelInterface):
                     async with contextlib.aclosing(events):  # closed now, not by asyncio at shutdown
                         pending_warnings = list(prepared.warnings)  # known now: on the start, else the end
                         async for event in events:
-                            if event.WhichOneof("event") == "delta" and first_output is None:
-                                first_output = time.monotonic() - start_mono
-                            if event.WhichOneof("event") == "start":
+                            kind = event.WhichOneof("event")
+                            if kind == "delta":
+                                if first_output is None:
+                                    first_output = time.monotonic() - start_mono
+                            elif kind == "start":
                                 event.start.warnings.extend(pending_warnings)
                                 pending_warnings = []
-                            if event.WhichOneof("event") == "end":
+                            elif kind == "end":
                                 if token_in and not event.end.prompt_token_ids:  # as unary: the ids it was sent as
                                     event.end.prompt_token_ids.extend(prepared.request.token_ids.ids)
                                 settle_tokens(self.limiter, estimate, event.end.usage)
@@ -291,6 +293,7 @@ class Model(ModelInterface):
             attempts=attempts,
             deadline_enforced=True,  # `_astream` runs the whole stream under one timeout
         )
+        feed = lifter.feed
         try:
             async with contextlib.aclosing(raws):  # a lift failure closes the upstream connection at once
                 async for raw in raws:
@@ -298,7 +301,7 @@ class Model(ModelInterface):
                         raw_events.append(response_pb2.RawStreamEvent(event=raw.event, data=raw.data))
                     damaged += raw.damaged
                     try:
-                        lifted = lifter.feed(raw)
+                        lifted = feed(raw)
                     except SHAPE_ERRORS as exc:
                         raise self._redacted(shape_error(transport, exc)) from exc
                     for event in lifted:
