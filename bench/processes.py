@@ -96,7 +96,7 @@ def floor(upstream_url: str) -> None:
     """
     import aiohttp
     import grpc
-    from modelir.v1 import content_pb2, response_pb2, service_pb2, service_pb2_grpc
+    from modelir.v1 import content_pb2, response_pb2, service_pb2, service_pb2_grpc, stream_pb2
 
     class Floor(service_pb2_grpc.ModelServiceServicer):
         def __init__(self) -> None:
@@ -126,6 +126,40 @@ def floor(upstream_url: str) -> None:
                     ],
                 )
             )
+
+        async def StreamGenerate(self, request, context):
+            """The least a Python stream gateway of this shape does: each upstream chunk's JSON parsed (it must
+            know what a chunk holds), the text of what one read brought sent as one message, the usage at the end.
+            No accounting, no per-chunk event, no coalescing task, no checks."""
+            if self.session is None:
+                self.session = aiohttp.ClientSession()
+            prompt = request.request.conversation.messages[-1].parts[0].text
+            limit = request.request.sampling.max_output_tokens
+            body = {"model": "bench-model", "messages": [{"role": "user", "content": prompt}], "stream": True}
+            body.update({"max_tokens": limit} if limit else {})
+            headers = {"content-type": "application/json"}
+            usage = None
+            async with self.session.post(upstream_url, data=orjson.dumps(body), headers=headers) as answer:
+                pending = b""
+                async for data in answer.content.iter_any():
+                    pending += data
+                    *events, pending = pending.split(b"\n\n")
+                    texts = []
+                    for event in events:
+                        payload = event.removeprefix(b"data: ")
+                        if payload == b"[DONE]":
+                            continue
+                        chunk = orjson.loads(payload)
+                        usage = chunk.get("usage") or usage
+                        texts += [c["delta"].get("content") or "" for c in chunk["choices"]]
+                    if text := "".join(texts):
+                        yield service_pb2.StreamGenerateResponse(
+                            event=stream_pb2.StreamEvent(delta=stream_pb2.PartDelta(text=text))
+                        )
+            end = stream_pb2.StreamEnd()
+            if usage:
+                end.usage.output_token_count = usage["completion_tokens"]
+            yield service_pb2.StreamGenerateResponse(event=stream_pb2.StreamEvent(end=end))
 
     async def main() -> None:
         server = grpc.aio.server(options=[("grpc.server.max_pending_requests", 100_000)])

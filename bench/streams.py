@@ -261,28 +261,40 @@ def run(rounds: int = 7, concurrent: int = 16, only_first_token: bool = False) -
         )
         config.flush()
         serve = [python, "-m", "modelir.cli", "serve", "--config", config.name, "--port", "0"]
-        with _process(serve, r"on 127\.0\.0\.1:(\d+)") as (gateway_port, pid):
-            target = f"127.0.0.1:{gateway_port}"
-            ratios, direct_rates, served_rates, messages_per_stream, cpu_per_token = [], [], [], [], []
+        floor = [python, str(HERE / "processes.py"), "floor", url]
+        with (
+            _process(serve, r"on 127\.0\.0\.1:(\d+)") as (gateway_port, pid),
+            _process(floor, r"READY (\d+)") as (floor_port, floor_pid),
+        ):
+            target, floor_target = f"127.0.0.1:{gateway_port}", f"127.0.0.1:{floor_port}"
+            ratios, floor_ratios, direct_rates, served_rates, messages_per_stream = [], [], [], [], []
+            cpu_per_token, floor_cpu_per_token = [], []
             for round_index in range(0 if only_first_token else rounds):
-                # One stream: tokens per second, each side in turn, the order alternating by round.
+                # One stream: tokens per second, each side in turn, the order rotating by round.
                 measured = {}
-                for side in ("direct", "served")[:: 1 if round_index % 2 else -1]:
+                sides = ("direct", "served", "floor")
+                for side in sides[round_index % 3 :] + sides[: round_index % 3]:
                     if side == "direct":
                         seconds, tokens = asyncio.run(_direct(url, 1))
-                    else:
+                    elif side == "served":
                         seconds, tokens, messages, _ = asyncio.run(_served(target, 1, request, pid))
                         messages_per_stream.append(messages)
+                    else:
+                        seconds, tokens, _, _ = asyncio.run(_served(floor_target, 1, request, floor_pid))
                     measured[side] = tokens / seconds
                 direct_rates.append(measured["direct"])
                 served_rates.append(measured["served"])
                 ratios.append(measured["served"] / measured["direct"])
-                # Sixteen streams at once: the server's CPU per token relayed.
-                _, tokens, _, cpu = asyncio.run(_served(target, concurrent, request, pid))
-                cpu_per_token.append(cpu / tokens * 1e6)
+                floor_ratios.append(measured["floor"] / measured["direct"])
+                # Sixteen streams at once: the server's CPU per token relayed, modelir's and the floor's in turn.
+                for side in ("served", "floor")[:: 1 if round_index % 2 else -1]:
+                    at, at_pid = (target, pid) if side == "served" else (floor_target, floor_pid)
+                    _, tokens, _, cpu = asyncio.run(_served(at, concurrent, request, at_pid))
+                    (cpu_per_token if side == "served" else floor_cpu_per_token).append(cpu / tokens * 1e6)
             first_token = _first_token_rows(url, target, rounds, concurrent)
     if only_first_token:
         return first_token
+    cpu_over_floor = [m / f for m, f in zip(cpu_per_token, floor_cpu_per_token, strict=True)]
     return [
         (
             f"one stream of {CHUNKS} one-token chunks through the gateway vs reading the SSE directly",
@@ -292,9 +304,21 @@ def run(rounds: int = 7, concurrent: int = 16, only_first_token: bool = False) -
             f"{min(ratios):.3f}-{max(ratios):.3f}",
         ),
         (
+            "the same through the floor stream gateway (grpc.aio + aiohttp + orjson, one message per read)",
+            f"{statistics.median(floor_ratios):.3f}x direct",
+            f"{rounds} rounds {min(floor_ratios):.3f}-{max(floor_ratios):.3f}; modelir at "
+            f"{statistics.median(r / f for r, f in zip(ratios, floor_ratios, strict=True)):.2f}x the floor's rate",
+        ),
+        (
             f"{concurrent} streams of {CHUNKS} chunks at once: gateway CPU per token",
             f"{statistics.median(cpu_per_token):.1f} us (rounds {min(cpu_per_token):.1f}-{max(cpu_per_token):.1f})",
             "target <= 8 us",
+        ),
+        (
+            f"{concurrent} streams at once: the floor stream gateway's CPU per token",
+            f"{statistics.median(floor_cpu_per_token):.1f} us "
+            f"(rounds {min(floor_cpu_per_token):.1f}-{max(floor_cpu_per_token):.1f})",
+            f"modelir at {statistics.median(cpu_over_floor):.2f}x the floor's",
         ),
         *first_token,
     ]
