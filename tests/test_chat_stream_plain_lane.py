@@ -9,13 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 from modelir import build_request
 from modelir.errors import ModelError
+from modelir.streams.fold import StreamAccumulator
 from modelir.transports import accounting
 from modelir.transports.accounted_stream import AccountedStream
 from modelir.transports.base import SHAPE_ERRORS, RawEvent
 from modelir.transports.openai.chat import OpenAIChat
 from modelir.transports.openai.chat_stream import PLAIN_PATHS, ChatStreamLifter
+from modelir.v1 import stream_pb2
 
 from tests.native_answers import fixture_answers, recorded_answers
 from tests.recordings import WIRE
@@ -27,13 +30,16 @@ _TRANSPORT = OpenAIChat(provider_model="m")
 _REQUEST = build_request("m", messages=[("user", "Hi")])
 
 
-def _lift(payloads: list[bytes], *, lane: bool) -> tuple[list[bytes], str, int]:
-    """(the serialised events, the error that stopped the lift or "", how many chunks the lane took)."""
+def _accounted() -> AccountedStream:
     schema = accounting.schema(SECTION)
     assert schema is not None
-    stream = AccountedStream(
-        ChatStreamLifter(_TRANSPORT, _REQUEST), schema, _TRANSPORT.name, _TRANSPORT.issuer(_REQUEST)
-    )
+    return AccountedStream(ChatStreamLifter(_TRANSPORT, _REQUEST), schema, _TRANSPORT.name, _TRANSPORT.issuer(_REQUEST))
+
+
+def _lift(payloads: list[bytes], *, lane: bool) -> tuple[list[bytes], str, int]:
+    """(the serialised events, the error that stopped the lift or "", how many chunks the lane took)."""
+    stream = _accounted()
+    schema = stream.section
     plain = stream.plain
     assert plain is not None
     taken = 0
@@ -117,3 +123,66 @@ def test_the_bench_chunk_takes_the_lane():
         {**chunk, "choices": [{"index": 0, "delta": {"content": "x"}, "logprobs": None, "finish_reason": None}]}
     )
     assert _lift([first, text, text], lane=True)[2] == 2  # not the first: it opens the stream
+
+
+def _batched(payloads: list[bytes], sizes: list[int], *, merge: bool) -> tuple[list[stream_pb2.StreamEvent], str]:
+    """A stream fed in batches of `sizes` (cycled), as reads bring them: (the events, the error that stopped it)."""
+    stream = _accounted()
+    events: list[stream_pb2.StreamEvent] = []
+    at, turn = 0, 0
+    try:
+        while at < len(payloads):
+            size = sizes[turn % len(sizes)]
+            stream.feed_batch([RawEvent("", d) for d in payloads[at : at + size]], events, merge=merge)
+            at, turn = at + size, turn + 1
+        events += stream.close()
+    except (ModelError, *SHAPE_ERRORS) as exc:
+        return events, type(exc).__name__
+    return events, ""
+
+
+def _fold(events: list[stream_pb2.StreamEvent]) -> bytes:
+    if not any(e.WhichOneof("event") == "delta" for e in events):
+        return b""
+    try:
+        return StreamAccumulator().add_all(events).response().SerializeToString(deterministic=True)
+    except ModelError as exc:
+        return repr(exc).encode()
+
+
+@pytest.mark.parametrize("sizes", [[1], [2, 5], [7, 1, 64], [10_000]])
+def test_a_merged_batch_folds_as_its_events_do(sizes):
+    """`feed_batch(merge=True)`: fewer events where plain chunks run together, the same fold (what coalescing
+    promises), the same error after the same delivered output; without `merge`, exactly `feed`'s events."""
+    merged_runs = 0
+    for source, payloads in _streams():
+        one_by_one = _lift(payloads, lane=True)
+        unmerged, error = _batched(payloads, sizes, merge=False)
+        assert ([e.SerializeToString(deterministic=True) for e in unmerged], error) == one_by_one[:2], source
+        merged, merged_error = _batched(payloads, sizes, merge=True)
+        assert merged_error == error and _fold(merged) == _fold(unmerged), source
+        assert len(merged) <= len(unmerged)
+        merged_runs += len(merged) < len(unmerged)
+    if sizes == [1]:
+        assert merged_runs == 0  # one chunk a read: nothing to merge
+    else:
+        assert merged_runs > 3
+
+
+def test_a_run_of_plain_chunks_is_one_delta_and_other_chunks_break_it():
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    first = orjson.dumps({**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+
+    def text(value: str, **extra: Any) -> bytes:
+        return orjson.dumps({**chunk, "choices": [{"index": 0, "delta": {"content": value}, **extra}]})
+
+    reasoning = orjson.dumps({**chunk, "choices": [{"index": 0, "delta": {"reasoning_content": "hm"}}]})
+    events, error = _batched([first, text("a"), text("b"), reasoning, text("c"), text("d")], [6], merge=True)
+    deltas = [e.delta for e in events if e.WhichOneof("event") == "delta"]
+    assert error == "" and [(d.WhichOneof("content"), d.text or d.reasoning.text) for d in deltas] == [
+        ("text", "ab"),
+        ("reasoning", "hm"),
+        ("text", "cd"),
+    ]
+    events, error = _batched([first, text("a"), text("b"), b"{not json"], [4], merge=True)
+    assert error == "MalformedResponseError" and [e.delta.text for e in events if e.HasField("delta")] == ["ab"]

@@ -383,3 +383,41 @@ async def test_the_coalesced_stream_is_numbered_again_without_gaps():
     got = [e async for e in coalesced(source())]
     assert len(got) < 40 and [e.sequence_number for e in got] == list(range(len(got)))
     assert "".join(e.delta.text for e in got) == "x" * 40
+
+
+async def test_a_served_chat_stream_takes_the_batched_merging_path_and_folds_as_the_unary_answer():
+    """The server reads a chat stream in batches with its plain chunks merged (`Model.astream_batches(merge=True)`):
+    the folded stream is the unary answer, the in-process `astream` still gives one delta per chunk."""
+    from modelir.http.executor import Executor
+    from modelir.transports.openai.chat import OpenAIChat
+
+    from tests.fake_openai import ANSWER, FakeOpenAI
+
+    async with FakeOpenAI() as fake:
+        model = Model(OpenAIChat(provider_model="gpt-x"), name="chat", executor=Executor(fake.base_url))
+        request = build_request("chat", messages=[("user", "Hi")])
+        direct = [e async for e in model.astream(request)]
+        assert [e.delta.text for e in direct if e.WhichOneof("event") == "delta"] == ANSWER
+        timing = direct[-1].end.timing  # the call's own clock, stamped on the end
+        assert timing.attempt_count == 1 and timing.HasField("first_output_duration") and timing.HasField("end_time")
+        assert (
+            timing.first_output_duration.ToNanoseconds()
+            <= timing.end_time.ToNanoseconds() - timing.start_time.ToNanoseconds()
+        )
+        batches = [b async for b in model.astream_batches(request, merge=True)]
+        assert all(batches) and accumulate([e for b in batches for e in b]).choices == accumulate(direct).choices
+        server, port = await build_server({"chat": model}, "127.0.0.1:0")
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                stub = service_pb2_grpc.ModelServiceStub(channel)
+                sent = [m.event async for m in stub.StreamGenerate(service_pb2.StreamGenerateRequest(request=request))]
+                unary = (await stub.Generate(service_pb2.GenerateRequest(request=request))).response
+        finally:
+            await server.stop(None)
+    folded = accumulate(sent)
+    for response in (folded, unary):
+        response.ClearField("timing")
+        response.ClearField("id")
+    assert folded.choices == unary.choices and folded.usage == unary.usage
+    assert [e.sequence_number for e in sent] == list(range(len(sent)))

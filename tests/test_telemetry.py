@@ -11,6 +11,7 @@ import orjson
 import pytest
 from modelir import ReferenceModel, build_request, errors, telemetry
 from modelir.batch import run_batch
+from modelir.calls import streaming
 from modelir.config import build_config
 from modelir.model import Model
 from modelir.records.files import read_records
@@ -340,7 +341,7 @@ async def test_nothing_configured_costs_nothing(upstream):
     fake, model = upstream
     request = build_request("mini", messages=[("user", "hi")])
     assert calls.model_call(model, request) is calls.NO_CALL
-    events = model._astream(request, None)
+    events = streaming.stream_batches(model, request, None)
     assert calls.stream_call(model, request, events) is events
     await events.aclose()
     await model.arun(request)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Unpack
 
 from modelir.logprobs import build as lp
-from modelir.streams.fold import fold_stream
+from modelir.streams.fold import closing_stream, fold_stream
 from modelir.sync import iterate_sync, run_sync
 from modelir.v1 import capabilities_pb2, logprobs_pb2, request_pb2, response_pb2, service_pb2, stream_pb2
 from modelir.writing.arguments import ArgumentError, require_request
@@ -66,6 +66,14 @@ class ModelInterface(ABC):
         self, request: request_pb2.Request, *, deadline: float | None = None
     ) -> AsyncIterator[stream_pb2.StreamEvent]:
         """Stream the events of one request. Folding them gives what `arun` returns."""
+
+    def astream_batches(
+        self, request: request_pb2.Request, *, deadline: float | None = None, merge: bool = False
+    ) -> AsyncIterator[list[stream_pb2.StreamEvent]]:
+        """`astream`'s events in the batches they arrive in (never empty; here one event each, a model that reads
+        an upstream in pieces gives what each read brought). With `merge`, a run of text deltas may arrive as
+        one, as `streams.coalesce` would merge them."""
+        return _one_each(self.astream(request, deadline=deadline))
 
     @abstractmethod
     async def avalidate(self, request: request_pb2.Request) -> service_pb2.ValidateResponse:
@@ -188,3 +196,9 @@ class ModelInterface(ABC):
     def validate(self, request: request_pb2.Request) -> service_pb2.ValidateResponse:
         """Check `request` against this model without running it (`avalidate` from sync code)."""
         return run_sync(self.avalidate(require_request(request, "validate")))
+
+
+async def _one_each(events: AsyncIterator[stream_pb2.StreamEvent]) -> AsyncIterator[list[stream_pb2.StreamEvent]]:
+    async with closing_stream(events):
+        async for event in events:
+            yield [event]

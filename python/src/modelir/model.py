@@ -9,22 +9,19 @@ capabilities, naming every gap, apply the foreign-artifact policy, lower), then 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import gc
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
-
-from google.protobuf.duration_pb2 import Duration
-from google.protobuf.timestamp_pb2 import Timestamp
+from collections.abc import AsyncIterator, Callable
 
 from modelir import errors, telemetry
 from modelir.calls import embedding as embedding_calls
-from modelir.calls import engine_facts
+from modelir.calls import engine_facts, streaming
 from modelir.calls import token_prompt as token_calls
 from modelir.calls import tokenizer as tokenizer_calls
-from modelir.errors.soft import damaged_events, received
+from modelir.calls.timing import stamp_timing
+from modelir.errors.soft import received
 from modelir.http.executor import Executor
 from modelir.http.redaction import redact
 from modelir.http.retry import timeout_for
@@ -34,7 +31,7 @@ from modelir.limiter.budget import estimate_tokens, settle_tokens
 from modelir.pipeline import media_policy
 from modelir.pipeline import prepare as pipeline
 from modelir.records import raw_exchange
-from modelir.streams.fold import events_from_response, keeping_partial
+from modelir.streams.fold import closing_stream, keeping_partial, keeping_partial_batches
 from modelir.transports.base import (
     SHAPE_ERRORS,
     HttpResponse,
@@ -166,7 +163,7 @@ class Model(ModelInterface):
             raise errors.DeadlineExceededError("the request's deadline expired") from None
         settle_tokens(self.limiter, estimate, response.usage)
         response.warnings.extend(prepared.warnings)
-        _stamp_timing(response.timing, started, queued, attempts)
+        stamp_timing(response.timing, started, queued, attempts)
         return response
 
     async def _run_transport(
@@ -218,118 +215,18 @@ class Model(ModelInterface):
     ) -> AsyncIterator[stream_pb2.StreamEvent]:
         """Stream the events of one request. Folding them gives what `arun` returns."""
         request = require_request(request, "astream")
-        return telemetry.stream_call(self, request, keeping_partial(self._astream(request, deadline)))
+        events = _unbatched(streaming.stream_batches(self, request, deadline))
+        return telemetry.stream_call(self, request, keeping_partial(events))
 
-    async def _astream(
-        self, request: request_pb2.Request, deadline: float | None
-    ) -> AsyncIterator[stream_pb2.StreamEvent]:
-        prepared = self._prepare(request, streaming=True)
-        if pipeline.split_continuations(prepared.request, self.transport) is not None:
-            # Scores arrive whole at the end anyway: run the split calls unary and unfold their merged answer.
-            for event in events_from_response(await self._arun(request, deadline)):
-                yield event
-            return
-        request = prepared.request
-        started = time.time()
-        start_mono = time.monotonic()
-        deadline = self._deadline(request, deadline)
-        await engine_facts.check(self, prepared, deadline)  # what the engine must say first (once per model)
-        first_output: float | None = None
-        try:
-            async with timeout_for(deadline, self._loop()):
-                async with self.limiter.acquire(estimate := estimate_tokens(request), deadline=deadline):
-                    queued = time.monotonic() - start_mono
-                    attempts = [1]
-                    token_in = token_calls.needs_resolving(self, prepared)
-                    if token_in:
-                        prepared = await token_calls.resolve(self, prepared, deadline, stream=True)
-                    events = self._stream_transport(prepared, deadline, attempts)
-                    async with contextlib.aclosing(events):  # closed now, not by asyncio at shutdown
-                        pending_warnings = list(prepared.warnings)  # known now: on the start, else the end
-                        async for event in events:
-                            kind = event.WhichOneof("event")
-                            if kind == "delta":
-                                if first_output is None:
-                                    first_output = time.monotonic() - start_mono
-                            elif kind == "start":
-                                event.start.warnings.extend(pending_warnings)
-                                pending_warnings = []
-                            elif kind == "end":
-                                if token_in and not event.end.prompt_token_ids:  # as unary: the ids it was sent as
-                                    event.end.prompt_token_ids.extend(prepared.request.token_ids.ids)
-                                settle_tokens(self.limiter, estimate, event.end.usage)
-                                event.end.warnings.extend(pending_warnings)
-                                _stamp_timing(event.end.timing, started, queued, attempts[0], first_output)
-                            yield event
-        except TimeoutError:
-            raise errors.DeadlineExceededError("the request's deadline expired") from None
-
-    async def _stream_transport(
-        self, prepared: pipeline.Prepared, deadline: float | None, attempts: list[int]
-    ) -> AsyncGenerator[stream_pb2.StreamEvent, None]:
-        transport, request = self.transport, prepared.request
-        if isinstance(transport, LocalTransport):
-            async for event in transport.stream(request):
-                yield event
-            return
-        assert isinstance(transport, HttpTransport) and self.executor is not None and prepared.native is not None
-        assert self._error_from is not None
-        lifter = transport.stream_lifter_accounted(request)
-        interrupted = False
-        raw_events: list[response_pb2.RawStreamEvent] | None = [] if request.include_raw else None
-        damaged = 0  # events that arrived with bytes that are not UTF-8 (replaced)
-        answered: list[Mapping[str, str]] = []  # the stream's answer headers, for the kept raw exchange
-        limiter_observe = self.limiter.observe
-
-        def observe(status: int, headers: Mapping[str, str]) -> None:
-            answered[:] = [headers]
-            limiter_observe(status, headers)
-
-        raws = self.executor.stream(
-            prepared.native,
-            error_from=self._error_from,
-            deadline=deadline,
-            observe=observe if raw_events is not None else limiter_observe,
-            attempts=attempts,
-            deadline_enforced=True,  # `_astream` runs the whole stream under one timeout
-        )
-        feed = lifter.feed
-        try:
-            async with contextlib.aclosing(raws):  # a lift failure closes the upstream connection at once
-                async for raw in raws:
-                    if raw_events is not None:
-                        raw_events.append(response_pb2.RawStreamEvent(event=raw.event, data=raw.data))
-                    damaged += raw.damaged
-                    try:
-                        lifted = feed(raw)
-                    except SHAPE_ERRORS as exc:
-                        raise self._redacted(shape_error(transport, exc)) from exc
-                    for event in lifted:
-                        if event.WhichOneof("event") == "end":  # a mid-stream error event can quote the key
-                            received(event.end, damaged_events(damaged), self.executor.secrets)
-                        yield event
-        except errors.TruncatedStreamError:
-            interrupted = True
-        try:
-            closing = lifter.close(interrupted=interrupted)
-        except SHAPE_ERRORS as exc:
-            raise self._redacted(shape_error(transport, exc)) from exc
-        for event in closing:
-            if event.WhichOneof("event") == "end":  # a mid-stream error event can quote the key
-                received(event.end, damaged_events(damaged), self.executor.secrets)
-            if raw_events is not None and event.WhichOneof("event") == "end":
-                event.end.raw.CopyFrom(
-                    raw_exchange.exchange(
-                        request,
-                        prepared.native,
-                        secrets=self.executor.secrets,
-                        transport=transport.name,
-                        status=200,
-                        answer_headers=answered[0] if answered else None,
-                        events=raw_events,
-                    )
-                )
-            yield event
+    def astream_batches(
+        self, request: request_pb2.Request, *, deadline: float | None = None, merge: bool = False
+    ) -> AsyncIterator[list[stream_pb2.StreamEvent]]:
+        """`astream`'s events in the batches they arrive in (what one read of the answer brought; never empty):
+        a consumer that takes a batch at once pays per read what `astream` pays per event. With `merge`, a run of
+        plain text chunks may arrive as one delta, as `streams.coalesce` merges them (the server's stream)."""
+        request = require_request(request, "astream")
+        batches = streaming.stream_batches(self, request, deadline, merge=merge)
+        return telemetry.stream_call(self, request, keeping_partial_batches(batches))
 
     async def avalidate(self, request: request_pb2.Request) -> service_pb2.ValidateResponse:
         """Check `request` against this model without running it."""
@@ -413,20 +310,9 @@ class paused_gc:  # lower case: used like the contextlib context managers
             gc.enable()
 
 
-def _stamp_timing(
-    timing: response_pb2.Timing, started: float, queued: float, attempts: int, first_output: float | None = None
-) -> None:
-    _set(timing.start_time, started)
-    _set(timing.end_time, time.time())
-    _set(timing.queue_duration, queued)
-    timing.attempt_count = attempts
-    if first_output is not None:
-        _set(timing.first_output_duration, first_output)
-
-
-def _set(field: Timestamp | Duration, seconds: float) -> None:
-    """A `Timestamp` or non-negative `Duration` field set in place to `seconds`, to the nanosecond (what
-    `FromNanoseconds` gives, without building a message to copy in or its Python-level normalising)."""
-    whole, nanos = divmod(int(seconds * 1e9), 1_000_000_000)
-    field.seconds = whole
-    field.nanos = nanos
+async def _unbatched(batches: AsyncIterator[list[stream_pb2.StreamEvent]]) -> AsyncIterator[stream_pb2.StreamEvent]:
+    """The events of `batches`, one at a time (closing this closes `batches`)."""
+    async with closing_stream(batches):
+        async for batch in batches:
+            for event in batch:
+                yield event

@@ -33,6 +33,13 @@ class StreamBody(Protocol):
 
 
 async def decode_stream(raw: StreamBody, stream_format: str | None) -> AsyncIterator[RawEvent]:
+    async for batch in decode_batches(raw, stream_format):
+        for event in batch:
+            yield event
+
+
+async def decode_batches(raw: StreamBody, stream_format: str | None) -> AsyncIterator[list[RawEvent]]:
+    """The raw events of a streamed answer, as the lists that each read of the body completes (never empty)."""
     content_type = raw.headers.get("content-type", "").partition(";")[0].strip().lower()
     if stream_format != "ndjson" and content_type and content_type != "text/event-stream":
         # An answer, not a stream: a proxy's page or a server that ignored `stream`. Retrying will not change it.
@@ -46,14 +53,14 @@ async def decode_stream(raw: StreamBody, stream_format: str | None) -> AsyncIter
             try:
                 line.decode()
             except UnicodeDecodeError:
-                yield RawEvent("", line.decode("utf-8", "replace").encode(), damaged=True)
+                yield [RawEvent("", line.decode("utf-8", "replace").encode(), damaged=True)]
                 continue
-            yield RawEvent("", line)
+            yield [RawEvent("", line)]
         return
     decoder = SseDecoder()
     async for chunk in raw.aiter_bytes():
-        for event in decoder.feed(chunk):
-            yield event
+        if events := decoder.feed(chunk):
+            yield events
 
 
 _BOM = b"\xef\xbb\xbf"

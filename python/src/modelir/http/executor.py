@@ -15,6 +15,7 @@ caller closes the upstream connection.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import time
@@ -27,7 +28,7 @@ import httpx
 import yarl
 
 from modelir import errors, telemetry
-from modelir.http.decoding import StreamBody, decode_stream
+from modelir.http.decoding import StreamBody, decode_batches
 from modelir.http.redaction import redact, secrets_in
 from modelir.http.retry import RetryPolicy, timeout_for
 from modelir.http.sessions import aiohttp_session
@@ -306,6 +307,31 @@ class Executor:
         A connection that breaks after delivery raises `TruncatedStreamError`; the caller keeps what it has.
         `deadline_enforced` as for `send`.
         """
+        batches = self.stream_batches(
+            request,
+            error_from=error_from,
+            deadline=deadline,
+            observe=observe,
+            attempts=attempts,
+            deadline_enforced=deadline_enforced,
+        )
+        async with contextlib.aclosing(batches):
+            async for batch in batches:
+                for event in batch:
+                    yield event
+
+    async def stream_batches(
+        self,
+        request: HttpRequest,
+        *,
+        error_from: ErrorFactory,
+        deadline: float | None = None,
+        observe: Observer | None = None,
+        attempts: list[int] | None = None,
+        deadline_enforced: bool = False,
+    ) -> AsyncGenerator[list[RawEvent], None]:
+        """`stream`, the events that each read of the answer completes together (a list, never empty): a
+        consumer that lifts a read's events at once pays the generator steps per read, not per event."""
         delivered = False
         attempt = 0
         try:
@@ -326,9 +352,9 @@ class Executor:
                                 body = await raw.aread()
                                 error = error_from(HttpResponse(raw.status_code, raw.headers, body))
                             else:
-                                async for event in decode_stream(raw, request.stream_format):
+                                async for batch in decode_batches(raw, request.stream_format):
                                     delivered = True
-                                    yield event
+                                    yield batch
                                 return
                         finally:
                             await raw.aclose()  # also when the consumer stops early: the upstream sees it go

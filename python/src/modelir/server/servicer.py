@@ -18,7 +18,7 @@ from modelir import errors, telemetry, version
 from modelir.errors.rich_status import to_status
 from modelir.model import Model
 from modelir.records import varint
-from modelir.streams.coalesce import coalesced
+from modelir.streams.coalesce import coalesced_batches
 from modelir.streams.fold import closing_stream
 from modelir.v1 import (
     embedding_pb2,
@@ -89,7 +89,10 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
         # Upstream deltas that wait together (the caller reads slower than the provider writes) leave as one
         # message: a gRPC message per token is most of what a stream costs the server.
         async with _Call(self, "StreamGenerate", request.request.model, context, request.request) as call:
-            events = coalesced(call.model().astream(request.request, deadline=self._deadline(context)))
+            # In batches, as each read of the upstream brought them, with runs of plain text chunks lifted as one
+            # delta: the coalescing would merge them anyway, and a chunk then costs no event of its own.
+            batches = call.model().astream_batches(request.request, deadline=self._deadline(context), merge=True)
+            events = coalesced_batches(batches)
             async with closing_stream(events):
                 async for event in events:
                     call.observe(event)

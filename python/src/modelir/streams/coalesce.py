@@ -29,7 +29,7 @@ from modelir.logprobs import build as lp
 from modelir.streams.fold import closing_stream
 from modelir.v1 import stream_pb2
 
-__all__ = ["coalesced", "merge_waiting"]
+__all__ = ["coalesced", "coalesced_batches", "merge_waiting"]
 
 # How many events may wait before the reader stops pulling from upstream (and the upstream feels backpressure).
 DEFAULT_LIMIT = 1024
@@ -143,10 +143,18 @@ def merge_waiting(events: Sequence[stream_pb2.StreamEvent]) -> list[stream_pb2.S
 
 
 class _Reader:
-    """Pulls `events` in a task of its own into `pending`, waking the consumer; stops at `limit` waiting."""
+    """Pulls `events` (or, `batched`, lists of events) in a task of its own into `pending`, waking the consumer;
+    stops at `limit` waiting."""
 
-    def __init__(self, events: AsyncIterator[stream_pb2.StreamEvent], limit: int) -> None:
+    def __init__(
+        self,
+        events: AsyncIterator[stream_pb2.StreamEvent] | AsyncIterator[list[stream_pb2.StreamEvent]],
+        limit: int,
+        *,
+        batched: bool = False,
+    ) -> None:
         self._events = events
+        self._batched = batched
         self._limit = limit
         self.pending: list[stream_pb2.StreamEvent] = []
         self._choices_seen: set[int] = set()  # the choices whose first delta was handed over
@@ -166,11 +174,15 @@ class _Reader:
                 unbroken = 0  # events read since the reader last let other tasks run
                 previous = -_IDLE_GAP  # when the event before arrived: the stream's first event comes after a gap
                 clock = self._loop.time
-                async for event in events:
-                    self.pending.append(event)
+                batched = self._batched
+                async for item in events:
+                    batch: list[stream_pb2.StreamEvent] = item if batched else [item]  # type: ignore[assignment,list-item]
+                    self.pending += batch
                     now = clock()
                     after_gap, previous = now - previous >= _IDLE_GAP, now
-                    opens_choice = self._first_of_its_choice(event)  # first: it records the choice as seen
+                    opens_choice = False
+                    for event in batch:  # each: it records the choices as seen
+                        opens_choice = self._first_of_its_choice(event) or opens_choice
                     if (self._wake() and after_gap) or opens_choice or len(self.pending) >= self._limit:
                         # Wait until the consumer has taken it: the consumer was idle and the event is not part of
                         # a burst (it leaves at once), it opens a choice (it leaves before the rest is read), or too
@@ -179,7 +191,7 @@ class _Reader:
                         self._room = self._loop.create_future()
                         await self._room
                     else:
-                        unbroken += 1
+                        unbroken += len(batch)
                         if unbroken >= _FAIR_SHARE:
                             # A burst read without suspending would keep every other stream's first token waiting.
                             unbroken = 0
@@ -236,12 +248,29 @@ class _Reader:
                 await task
 
 
-async def coalesced(
+def coalesced(
     events: AsyncIterator[stream_pb2.StreamEvent], *, limit: int = DEFAULT_LIMIT
 ) -> AsyncIterator[stream_pb2.StreamEvent]:
     """`events` with the deltas that wait together merged (see the module), numbered again from 0
     (`StreamEvent.sequence_number` increases by one per event that leaves). Closing this closes `events`."""
-    reader = _Reader(events, limit)
+    return _coalesced(events, limit, batched=False)
+
+
+def coalesced_batches(
+    batches: AsyncIterator[list[stream_pb2.StreamEvent]], *, limit: int = DEFAULT_LIMIT
+) -> AsyncIterator[stream_pb2.StreamEvent]:
+    """`coalesced` for a source that yields its events in batches (`Model.astream_batches`): a batch is read,
+    and handed over, as a whole."""
+    return _coalesced(batches, limit, batched=True)
+
+
+async def _coalesced(
+    source: AsyncIterator[stream_pb2.StreamEvent] | AsyncIterator[list[stream_pb2.StreamEvent]],
+    limit: int,
+    *,
+    batched: bool,
+) -> AsyncIterator[stream_pb2.StreamEvent]:
+    reader = _Reader(source, limit, batched=batched)  # its task starts when the stream is first read
     sent = 0
     try:
         while True:

@@ -273,12 +273,34 @@ async def keeping_partial(events: AsyncIterator[stream_pb2.StreamEvent]) -> Asyn
                 seen.append(event)
                 yield event
     except errors.ModelError as exc:
-        if exc.partial is None and any(e.WhichOneof("event") == "delta" for e in seen):
-            try:
-                exc.partial = StreamAccumulator().add_all(seen).response()
-            except errors.ModelError:
-                pass  # the delivered events do not fold (the failure may be why): the error stands alone
+        _keep_partial(exc, seen)
         raise
+
+
+async def keeping_partial_batches(
+    batches: AsyncIterator[list[stream_pb2.StreamEvent]],
+) -> AsyncIterator[list[stream_pb2.StreamEvent]]:
+    """`keeping_partial` for a stream that arrives in batches of events: numbered the same, the same partial."""
+    seen: list[stream_pb2.StreamEvent] = []
+    try:
+        async with closing_stream(batches):
+            async for batch in batches:
+                for event in batch:
+                    event.sequence_number = len(seen)
+                    seen.append(event)
+                yield batch
+    except errors.ModelError as exc:
+        _keep_partial(exc, seen)
+        raise
+
+
+def _keep_partial(exc: errors.ModelError, seen: list[stream_pb2.StreamEvent]) -> None:
+    """Set `exc.partial` to the fold of the events delivered before it (unless it has one, or none was a delta)."""
+    if exc.partial is None and any(e.WhichOneof("event") == "delta" for e in seen):
+        try:
+            exc.partial = StreamAccumulator().add_all(seen).response()
+        except errors.ModelError:
+            pass  # the delivered events do not fold (the failure may be why): the error stands alone
 
 
 async def fold_stream(events: AsyncIterator[stream_pb2.StreamEvent]) -> response_pb2.Response:

@@ -347,10 +347,12 @@ def tokenize_span(operation: str) -> Callable[[_Method[_P, _R]], _Method[_P, _R]
     return decorate
 
 
-def stream_call(
-    model: Any, request: request_pb2.Request, events: AsyncIterator[stream_pb2.StreamEvent]
-) -> AsyncIterator[stream_pb2.StreamEvent]:
-    """Observe one stream: returns `events` itself when nothing is configured, else a wrapper that records them."""
+S = TypeVar("S", stream_pb2.StreamEvent, list[stream_pb2.StreamEvent])
+
+
+def stream_call(model: Any, request: request_pb2.Request, events: AsyncIterator[S]) -> AsyncIterator[S]:
+    """Observe one stream (of events, or of lists of them): returns `events` itself when nothing is configured,
+    else a wrapper that records them."""
     if _runtime.hooks() is None:
         return events
     # The span starts when the stream is first iterated (a stream never iterated leaves no open span), as a child
@@ -361,10 +363,10 @@ def stream_call(
 async def _observed_stream(
     model: Any,
     request: request_pb2.Request,
-    events: AsyncIterator[stream_pb2.StreamEvent],
+    events: AsyncIterator[S],
     parent: otel_context.Context,
     seen: _runtime.Seen | None,
-) -> AsyncIterator[stream_pb2.StreamEvent]:
+) -> AsyncIterator[S]:
     hooks = _runtime.hooks()
     tracer, instruments = (hooks.tracer, hooks.instruments) if hooks is not None else (None, None)
     call = Call(model, request, streaming=True, parent=parent, seen=seen, tracer=tracer, instruments=instruments)
@@ -378,7 +380,11 @@ async def _observed_stream(
                 return
             finally:
                 call._exit_step()
-            call.observe(event)
+            if isinstance(event, list):  # a batch (`Model.astream_batches`): each event observed in turn
+                for one in event:
+                    call.observe(one)
+            else:
+                call.observe(event)
             yield event
     except BaseException as exc:
         failure = exc

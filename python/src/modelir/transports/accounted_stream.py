@@ -51,9 +51,48 @@ class AccountedStream(StreamLifter):
                     self.next_index[delta.choice_index] = delta.part_index + 1
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
-        if self.plain is not None and (out := self.plain(event)) is not None:
-            self._note(out)
-            return out
+        if self.plain is not None and (plain := self.plain(event)) is not None:
+            choice, text = plain
+            return [self._plain_text(choice, text)] if text else []
+        return self._feed_accounted(event)
+
+    def feed_batch(self, events: list[RawEvent], out: list[stream_pb2.StreamEvent], *, merge: bool = False) -> None:
+        """With `merge`, each run of plain events (`StreamLifter.plain_lane`) of one choice is one text delta, as
+        the coalescing would merge their deltas; every other event is fed alone, in order (a run is in `out`
+        before the next event is fed, so a failure keeps it)."""
+        lane = self.plain
+        if not merge or lane is None:
+            super().feed_batch(events, out)
+            return
+        run: list[str] = []
+        run_choice = -1
+        for event in events:
+            plain = lane(event)
+            if plain is None:
+                if run:
+                    out.append(self._plain_text(run_choice, "".join(run)))
+                    run.clear()
+                out += self._feed_accounted(event)
+                continue
+            choice, text = plain
+            if not text:
+                continue
+            if choice != run_choice and run:
+                out.append(self._plain_text(run_choice, "".join(run)))
+                run.clear()
+            run_choice = choice
+            run.append(text)
+        if run:
+            out.append(self._plain_text(run_choice, "".join(run)))
+
+    def _plain_text(self, choice: int, text: str) -> stream_pb2.StreamEvent:
+        event = self.inner.plain_text(choice, text)
+        part = event.delta.part_index
+        if part >= self.next_index.get(choice, 0):
+            self.next_index[choice] = part + 1
+        return event
+
+    def _feed_accounted(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
         out = self.inner.feed(event)
         self._note(out)
         if event.data[:1] in (b"{", b"[") or event.data.lstrip()[:1] in (b"{", b"["):

@@ -39,8 +39,9 @@ _OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
 if TYPE_CHECKING:
     from modelir.transports.accounting import Schema
 
-# A stream lifter's lane for the events it can lift alone: their IR events, or None for "not one of mine".
-PlainLane = Callable[[RawEvent], list[stream_pb2.StreamEvent] | None]
+# A stream lifter's lane for its plainest events, one choice's text and nothing else: (choice, text) of such an
+# event, or None for "not one of mine" (`StreamLifter.plain_lane`).
+PlainLane = Callable[[RawEvent], tuple[int, str] | None]
 
 TokenPromptSteps = Generator[list[HttpRequest], list[HttpResponse], tuple[list[list[int]], list[list[int]]]]
 
@@ -55,11 +56,23 @@ class StreamLifter(ABC):
     def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
         """The stream ended. Emits the final `StreamEnd`, with a soft error when it ended early."""
 
+    def feed_batch(self, events: list[RawEvent], out: list[stream_pb2.StreamEvent], *, merge: bool = False) -> None:
+        """`feed` of each of `events` (what one read brought), in order, into `out`: when one fails, `out` holds
+        what the events before it gave (the caller keeps them). With `merge`, a lifter may lift a run of plain
+        text events of one choice as one delta, as `streams.coalesce` would merge their deltas."""
+        for event in events:
+            out += self.feed(event)
+
     def plain_lane(self, section: Schema) -> PlainLane | None:
         """A cheaper `feed` for the commonest events, which `AccountedStream` takes instead of `feed` plus the
-        accounting: it returns an event's IR events only when it has proven that `section` finds nothing in it
-        to account (else None, and the event takes `feed` and the accounting). None: this lifter has no lane."""
+        accounting: (choice, text) of an event that holds one choice's text and nothing else (`plain_text` makes
+        its delta), only when it has proven that `section` finds nothing in it to account; else None, and the
+        event takes `feed` and the accounting. None: this lifter has no lane."""
         return None
+
+    def plain_text(self, choice: int, text: str) -> stream_pb2.StreamEvent:
+        """The text delta of a plain event (or of a run of them) that `plain_lane` read, as `feed` would lift it."""
+        raise NotImplementedError(f"{type(self).__name__} has no plain lane")
 
 
 class Transport(ABC):

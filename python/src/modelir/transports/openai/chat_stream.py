@@ -86,9 +86,12 @@ class ChatStreamLifter(wire.ChunkStream):
     def plain_lane(self, section: accounting.Schema) -> PlainLane | None:
         return self._plain if accounting.declares_plainly(section, PLAIN_PATHS) else None
 
-    def _plain(self, event: RawEvent) -> list[stream_pb2.StreamEvent] | None:
-        """`feed` of a plain chunk (see `_PLAIN_TOP`) once the stream has started and the choice been seen, as
-        `feed` lifts it: its text as one delta. None for anything else, which then takes `feed`."""
+    def plain_text(self, choice: int, text: str) -> stream_pb2.StreamEvent:
+        return self.parts.text_delta(choice, text)
+
+    def _plain(self, event: RawEvent) -> tuple[int, str] | None:
+        """(choice, text) of a plain chunk (see `_PLAIN_TOP`) once the stream has started and the choice been
+        seen, whose text `feed` lifts as one delta (none for ""). None for anything else, which takes `feed`."""
         if not self.started:
             return None
         try:
@@ -119,7 +122,7 @@ class ChatStreamLifter(wire.ChunkStream):
             return None
         if isinstance(tier := chunk.get("service_tier"), str):
             self.service_tier = tier
-        return [self.parts.text_delta(index, text)] if text else []
+        return index, text or ""
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
         choices, out = self.chunk(event)
