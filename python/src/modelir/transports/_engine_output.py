@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from modelir.transports.base import RawEvent, StreamLifter
+from modelir.transports.accounting import Schema
+from modelir.transports.base import PlainLane, RawEvent, StreamLifter
 from modelir.v1 import request_pb2, response_pb2, stream_pb2
 
 
@@ -84,6 +85,14 @@ class LabelledStream(StreamLifter):
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
         return self.inner.feed(event)
+
+    def plain_lane(self, section: Schema) -> PlainLane | None:
+        """The inner lift's lane: a plain chunk (text, no logprobs, nothing engine-specific) is nothing this
+        wrapper's `feed` adds to (a subclass whose `feed` reads more of a chunk must say otherwise)."""
+        return self.inner.plain_lane(section)
+
+    def plain_text(self, choice: int, text: str) -> stream_pb2.StreamEvent:
+        return self.inner.plain_text(choice, text)
 
     def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
         out = self.inner.close(interrupted=interrupted)

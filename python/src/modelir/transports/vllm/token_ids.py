@@ -6,7 +6,8 @@ from __future__ import annotations
 from modelir.reading import stops
 from modelir.transports import _common as common
 from modelir.transports import _engine_output as tokens
-from modelir.transports.base import RawEvent, StreamLifter
+from modelir.transports.accounting import Schema
+from modelir.transports.base import PlainLane, RawEvent, StreamLifter
 from modelir.transports.vllm import byte_level, dialect
 from modelir.v1 import request_pb2, response_pb2, stream_pb2
 
@@ -47,6 +48,13 @@ class TokenIdStream(StreamLifter):
                 opened = len(parts.labels(index)) if parts is not None else 0
                 _attach(out, index, ids, opened - 1)
         return out
+
+    def plain_lane(self, section: Schema) -> PlainLane | None:
+        """The inner lift's lane: a plain chunk carries no `token_ids` and no logprobs, which are all `feed` adds."""
+        return self.inner.plain_lane(section)
+
+    def plain_text(self, choice: int, text: str) -> stream_pb2.StreamEvent:
+        return self.inner.plain_text(choice, text)
 
     def close(self, *, interrupted: bool = False) -> list[stream_pb2.StreamEvent]:
         out = self.inner.close(interrupted=interrupted)
