@@ -421,3 +421,49 @@ async def test_a_served_chat_stream_takes_the_batched_merging_path_and_folds_as_
         response.ClearField("id")
     assert folded.choices == unary.choices and folded.usage == unary.usage
     assert [e.sequence_number for e in sent] == list(range(len(sent)))
+
+
+async def test_the_first_delta_is_lifted_and_handed_over_before_the_rest_of_its_read():
+    """An upstream that writes its whole stream at once: one read holds every chunk. The first text still leaves
+    alone, ahead of the lift of the rest (which then arrives merged)."""
+    from aiohttp import web
+    from modelir.http.executor import Executor
+    from modelir.transports.openai.chat import OpenAIChat
+
+    from tests.fake_openai import _chunk
+
+    pieces = [f"t{i} " for i in range(50)]
+    body = b"".join(
+        [
+            _chunk("m", {"role": "assistant", "content": ""}),
+            *(_chunk("m", {"content": piece}) for piece in pieces),
+            _chunk("m", {}, finish="stop"),
+            b"data: [DONE]\n\n",
+        ]
+    )
+
+    async def whole(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(body)
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", whole)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = site._server.sockets[0].getsockname()[1]
+        model = Model(OpenAIChat(provider_model="m"), name="m", executor=Executor(f"http://127.0.0.1:{port}/v1"))
+        request = build_request("m", messages=[("user", "Hi")])
+        batches = [b async for b in model.astream_batches(request, merge=True)]
+        texts = [[e.delta.text for e in batch if e.WhichOneof("event") == "delta"] for batch in batches]
+        first = next(i for i, t in enumerate(texts) if t)
+        assert texts[first] == ["t0 "]  # alone
+        assert "".join(t for batch in texts for t in batch) == "".join(pieces)
+        assert sum(map(len, texts)) < len(pieces)  # the rest merged
+    finally:
+        await runner.cleanup()
