@@ -113,6 +113,9 @@ class SseDecoder:
                 else:
                     self._event = b""
                 continue
+            if line[:6] == b"data: ":  # nearly every line: the usual spelling, read without the general split
+                data.append(line[6:])
+                continue
             name, colon, value = line.partition(b":")
             if colon and value[:1] == b" ":
                 value = value[1:]
