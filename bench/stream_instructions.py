@@ -31,29 +31,35 @@ from modelir.http.executor import Executor
 from modelir.transports.openai.chat import OpenAIChat
 
 
-async def main(port: int, streams: int) -> None:
+async def main(port: int, streams: int, merged: bool) -> None:
     model = Model(OpenAIChat(provider_model="bench-model"), name="bench", executor=Executor(f"http://127.0.0.1:{port}/v1"))
     request = build_request("bench", messages=[("user", "Hello!")], max_output_tokens=1000)
     for _ in range(streams):
         events = 0
+        if merged:  # the server's path: batches, runs of plain chunks merged
+            async for batch in model.astream_batches(request, merge=True):
+                events += len(batch)
+            assert events > 2, events
+            continue
         async for _event in model.astream(request):
             events += 1
         assert events > 500, events
 
 
-asyncio.run(main(int(sys.argv[1]), int(sys.argv[2])))
+asyncio.run(main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "merged"))
 """
 
 
-def _instructions(src: str | None, port: int, streams: int, workdir: Path) -> int:
-    return callgrind.count(_CALLER, [str(port), str(streams)], src, workdir, fixed_hash_seed=True)
+def _instructions(src: str | None, port: int, streams: int, workdir: Path, mode: str) -> int:
+    return callgrind.count(_CALLER, [str(port), str(streams), mode], src, workdir, fixed_hash_seed=True)
 
 
-def per_token(port: int, src: str | None = None) -> float:
-    """Instructions per streamed token in the tree at `src` (None: this one)."""
+def per_token(port: int, src: str | None = None, mode: str = "events") -> float:
+    """Instructions per streamed token in the tree at `src` (None: this one); `mode` "merged" reads
+    `astream_batches(merge=True)`, the server's path, instead of `astream`."""
     with tempfile.TemporaryDirectory() as workdir:
-        few = _instructions(src, port, FEW, Path(workdir))
-        many = _instructions(src, port, MANY, Path(workdir))
+        few = _instructions(src, port, FEW, Path(workdir), mode)
+        many = _instructions(src, port, MANY, Path(workdir), mode)
     return (many - few) / ((MANY - FEW) * CHUNKS)
 
 
@@ -68,6 +74,9 @@ def run(other_src: str | None = None) -> list[tuple[str, str, str]]:
         if other_src is not None:
             other = per_token(int(port), other_src)
             rows.append((f"the same, {other_src}", f"{other / 1e3:.1f} k", f"this tree {this / other:.2f}x of it"))
+        merged = per_token(int(port), mode="merged")
+        label = "Model.astream_batches(merge=True), the server's path: this tree"
+        rows.append((label, f"{merged / 1e3:.1f} k", f"{merged / this:.2f}x of astream's"))
     return rows
 
 

@@ -196,3 +196,39 @@ def test_a_run_of_plain_chunks_is_one_delta_and_other_chunks_break_it():
     ]
     events, error = _batched([first, text("a"), text("b"), b"{not json"], [4], merge=True)
     assert error == "MalformedResponseError" and [e.delta.text for e in events if e.HasField("delta")] == ["ab"]
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        b'{"id":"c","choices":[{"index":0,"delta":{"content":"a"}}],"choices":[{"index":0,"delta":{"content":"b"}}]}',
+        b'{"id":"c","choices":[{"index":0,"delta":{"content":"a","content":"b"}}]}',
+        b'{"id":"c","created":[[[[1]]]],"choices":[{"index":0,"delta":{"content":"a"}}]}',
+        b'{"id":"c","created":' + b"[" * 2000 + b"]" * 2000 + b',"choices":[{"index":0,"delta":{"content":"a"}}]}',
+        b'{"id":"c","created":123456789012345678901234567890,"choices":[{"index":0,"delta":{"content":"a"}}]}',
+        b'{"id":"c","choices":[{"index":0.0,"delta":{"content":"a"}}]}',
+        b'{"id":"c","choices":[{"index":true,"delta":{"content":"a"}}]}',
+        b'{"id":"c","choices":[{"index":-0,"delta":{"content":"a"}}]}',
+        b'{"id":"c","choices":[{"index":0,"delta":{"content":"\\ud800"}}]}',
+        b'{"id":"c","choices":[{"index":0,"delta":{"content":"a\\u0000b"}}]}',
+        b'{"id":"c","choices":[{"index":0,"delta":{"content":"a"}}]} x',
+        b'{"id":"c","choices":[{"index":0,"delta":{"content":"a"}},{"index":0,"delta":{"content":"b"}}]}',
+        b'{"id":"c","choices":[{"index":1,"delta":{"content":"a"}}]}',
+        b'{"id":"c","service_tier":"flex","choices":[{"index":0,"delta":{"content":"a","role":null}}]}',
+        b'{"id":"c","choices":[{"index":0,"delta":{"content":1e999}}]}',
+        b'{"id":"c","choices":[{"index":0,"delta":{}}]}',
+        b'{"id":"c","choices":[{"index":0,"delta":null}]}',
+    ],
+)
+def test_odd_chunks_lift_as_feed_lifts_them(chunk):
+    """JSON whose reading could differ between the lane's closed decode and `feed`'s: repeated keys, nesting past
+    the parsers' limits, numbers and strings at their edges. Each lifts the same both ways."""
+    first = b'{"id":"c","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}'
+    then = b'{"id":"c","choices":[{"index":0,"delta":{"content":"z"}}]}'
+    for section in _TRANSPORTS:
+        stream = [first, then, chunk, then]
+        assert _lift(stream, lane=True, section=section)[:2] == _lift(stream, lane=False, section=section)[:2]
+        for sizes in ([4], [2, 1, 1]):
+            merged, error = _batched(stream, sizes, merge=True, section=section)
+            unmerged, unmerged_error = _batched(stream, sizes, merge=False, section=section)
+            assert error == unmerged_error and _fold(merged) == _fold(unmerged)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import orjson
+import msgspec
 
 from modelir.logprobs import build as lp
 from modelir.transports import accounting
@@ -24,18 +24,42 @@ if TYPE_CHECKING:
 
 _JOINED = ("text", "summary", "data")  # members of a reasoning entry that stream in pieces
 
-# A plain chunk: one choice's text and nothing else, nearly every chunk of a stream. Its members (with `usage`,
-# `logprobs` and `finish_reason` null) are these; a section that declares each of them plainly has nothing to
+# A plain chunk: one choice's text and nothing else, nearly every chunk of a stream, read by one closed decode.
+# Its members (`usage`, `logprobs` and `finish_reason` null; the others scalars, which the lift ignores once the
+# stream has started) are these structs' fields; a section that declares each of them plainly has nothing to
 # account in such a chunk (`accounting.declares_plainly`), so the lane lifts it without the accounting.
-_PLAIN_TOP = frozenset(
-    ("id", "object", "created", "model", "system_fingerprint", "obfuscation", "service_tier", "usage", "choices")
-)
-_PLAIN_CHOICE = frozenset(("index", "delta", "logprobs", "finish_reason"))
-_PLAIN_DELTA = frozenset(("content", "role"))
+_Scalar = str | int | float | bool | None  # nested values are not plain: msgspec refuses them, `feed` reads them
+
+
+class _PlainDelta(msgspec.Struct, forbid_unknown_fields=True):
+    content: str | None = None
+    role: _Scalar = None
+
+
+class _PlainChoice(msgspec.Struct, forbid_unknown_fields=True):
+    delta: _PlainDelta
+    index: int = 0
+    logprobs: None = None
+    finish_reason: None = None
+
+
+class _PlainChunk(msgspec.Struct, forbid_unknown_fields=True):
+    choices: tuple[_PlainChoice]  # exactly one
+    id: _Scalar = None
+    object: _Scalar = None
+    created: _Scalar = None
+    model: _Scalar = None
+    system_fingerprint: _Scalar = None
+    obfuscation: _Scalar = None
+    service_tier: _Scalar = None
+    usage: None = None
+
+
+_PLAIN = msgspec.json.Decoder(_PlainChunk)
 PLAIN_PATHS = (
-    *sorted(_PLAIN_TOP - {"choices"}),
-    *(f"choices[].{key}" for key in sorted(_PLAIN_CHOICE)),
-    *(f"choices[].delta.{key}" for key in sorted(_PLAIN_DELTA)),
+    *(key for key in _PlainChunk.__struct_fields__ if key != "choices"),
+    *(f"choices[].{key}" for key in _PlainChoice.__struct_fields__ if key != "delta"),
+    *(f"choices[].delta.{key}" for key in _PlainDelta.__struct_fields__),
 )
 
 
@@ -90,39 +114,20 @@ class ChatStreamLifter(wire.ChunkStream):
         return self.parts.text_delta(choice, text)
 
     def _plain(self, event: RawEvent) -> tuple[int, str] | None:
-        """(choice, text) of a plain chunk (see `_PLAIN_TOP`) once the stream has started and the choice been
+        """(choice, text) of a plain chunk (`_PlainChunk`) once the stream has started and the choice been
         seen, whose text `feed` lifts as one delta (none for ""). None for anything else, which takes `feed`."""
         if not self.started:
             return None
         try:
-            chunk = orjson.loads(event.data)
-        except orjson.JSONDecodeError:
+            chunk = _PLAIN.decode(event.data)
+        except msgspec.DecodeError:  # not plain (or not JSON): `feed` says what it is
             return None
-        if type(chunk) is not dict or not chunk.keys() <= _PLAIN_TOP or chunk.get("usage") is not None:
+        choice = chunk.choices[0]
+        if choice.index not in self.finishes:
             return None
-        choices = chunk.get("choices")
-        if type(choices) is not list or len(choices) != 1:
-            return None
-        choice = choices[0]
-        if type(choice) is not dict or not choice.keys() <= _PLAIN_CHOICE:
-            return None
-        index = choice.get("index", 0)
-        delta = choice.get("delta")
-        if (
-            type(index) is not int
-            or index not in self.finishes
-            or choice.get("finish_reason") is not None
-            or choice.get("logprobs") is not None
-            or type(delta) is not dict
-            or not delta.keys() <= _PLAIN_DELTA
-        ):
-            return None
-        text = delta.get("content")
-        if text is not None and type(text) is not str:
-            return None
-        if isinstance(tier := chunk.get("service_tier"), str):
-            self.service_tier = tier
-        return index, text or ""
+        if isinstance(chunk.service_tier, str):
+            self.service_tier = chunk.service_tier
+        return choice.index, choice.delta.content or ""
 
     def feed(self, event: RawEvent) -> list[stream_pb2.StreamEvent]:
         choices, out = self.chunk(event)
