@@ -107,11 +107,14 @@ class SseDecoder:
         data = self._data
         for line in lines:
             if not line:
-                if data:
+                if not data:
+                    self._event = b""
+                elif len(data) == 1 and not self._event and data[0].isascii():  # the usual event, made here
+                    events.append(RawEvent("", data[0]))
+                    data.clear()
+                else:
                     events.append(self._dispatch())
                     data = self._data
-                else:
-                    self._event = b""
                 continue
             if line[:6] == b"data: ":  # nearly every line: the usual spelling, read without the general split
                 data.append(line[6:])
