@@ -58,12 +58,22 @@ async def decode_batches(raw: StreamBody, stream_format: str | None) -> AsyncIte
             yield [RawEvent("", line)]
         return
     decoder = SseDecoder()
+    delivered = False
     async for chunk in raw.aiter_bytes():
+        if not delivered and len(chunk) > _FIRST_PIECE:
+            # Nothing has left yet and one read brought a lot (a fast upstream's whole answer): its first events
+            # leave before the rest of it is decoded.
+            if events := decoder.feed(chunk[:_FIRST_PIECE]):
+                delivered = True
+                yield events
+            chunk = chunk[_FIRST_PIECE:]
         if events := decoder.feed(chunk):
+            delivered = True
             yield events
 
 
 _BOM = b"\xef\xbb\xbf"
+_FIRST_PIECE = 2048  # bytes of a long first read decoded before the rest (a few chunks of a chat stream)
 
 
 class SseDecoder:
