@@ -143,18 +143,13 @@ def merge_waiting(events: Sequence[stream_pb2.StreamEvent]) -> list[stream_pb2.S
 
 
 class _Reader:
-    """Pulls `events` (or, `batched`, lists of events) in a task of its own into `pending`, waking the consumer;
-    stops at `limit` waiting."""
+    """Pulls `events` (events, or lists of them) in a task of its own into `pending`, waking the consumer; stops at
+    `limit` waiting."""
 
     def __init__(
-        self,
-        events: AsyncIterator[stream_pb2.StreamEvent] | AsyncIterator[list[stream_pb2.StreamEvent]],
-        limit: int,
-        *,
-        batched: bool = False,
+        self, events: AsyncIterator[stream_pb2.StreamEvent] | AsyncIterator[list[stream_pb2.StreamEvent]], limit: int
     ) -> None:
         self._events = events
-        self._batched = batched
         self._limit = limit
         self.pending: list[stream_pb2.StreamEvent] = []
         self._choices_seen: set[int] = set()  # the choices whose first delta was handed over
@@ -174,9 +169,8 @@ class _Reader:
                 unbroken = 0  # events read since the reader last let other tasks run
                 previous = -_IDLE_GAP  # when the event before arrived: the stream's first event comes after a gap
                 clock = self._loop.time
-                batched = self._batched
                 async for item in events:
-                    batch: list[stream_pb2.StreamEvent] = item if batched else [item]  # type: ignore[assignment,list-item]
+                    batch = item if isinstance(item, list) else [item]
                     self.pending += batch
                     now = clock()
                     after_gap, previous = now - previous >= _IDLE_GAP, now
@@ -253,7 +247,7 @@ def coalesced(
 ) -> AsyncIterator[stream_pb2.StreamEvent]:
     """`events` with the deltas that wait together merged (see the module), numbered again from 0
     (`StreamEvent.sequence_number` increases by one per event that leaves). Closing this closes `events`."""
-    return _coalesced(events, limit, batched=False)
+    return _coalesced(events, limit)
 
 
 def coalesced_batches(
@@ -261,16 +255,14 @@ def coalesced_batches(
 ) -> AsyncIterator[stream_pb2.StreamEvent]:
     """`coalesced` for a source that yields its events in batches (`Model.astream_batches`): a batch is read,
     and handed over, as a whole."""
-    return _coalesced(batches, limit, batched=True)
+    return _coalesced(batches, limit)
 
 
 async def _coalesced(
     source: AsyncIterator[stream_pb2.StreamEvent] | AsyncIterator[list[stream_pb2.StreamEvent]],
     limit: int,
-    *,
-    batched: bool,
 ) -> AsyncIterator[stream_pb2.StreamEvent]:
-    reader = _Reader(source, limit, batched=batched)  # its task starts when the stream is first read
+    reader = _Reader(source, limit)  # its task starts when the stream is first read
     sent = 0
     try:
         while True:

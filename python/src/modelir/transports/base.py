@@ -34,8 +34,6 @@ _TOP_LEVEL = msgspec.json.Decoder(dict[str, msgspec.Raw] | list[msgspec.Raw])
 _OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
-# The rounds of engine calls behind a token-in prompt: yields a round's requests, is sent their answers, returns the
-# ids of the renders and of the sentinels (`HttpTransport.token_prompt_steps`).
 if TYPE_CHECKING:
     from modelir.transports.accounting import Schema
 
@@ -43,6 +41,8 @@ if TYPE_CHECKING:
 # event, or None for "not one of mine" (`StreamLifter.plain_lane`).
 PlainLane = Callable[[RawEvent], tuple[int, str] | None]
 
+# The rounds of engine calls behind a token-in prompt: yields a round's requests, is sent their answers, returns the
+# ids of the renders and of the sentinels (`HttpTransport.token_prompt_steps`).
 TokenPromptSteps = Generator[list[HttpRequest], list[HttpResponse], tuple[list[list[int]], list[list[int]]]]
 
 
