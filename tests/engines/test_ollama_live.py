@@ -304,7 +304,7 @@ async def test_an_image_to_a_model_without_vision_is_refused_from_its_capabiliti
     request.conversation.messages[0].parts.add().blob.CopyFrom(content_pb2.Blob(mime_type="image/png", data=PNG))
     executor = Executor(server)
     paths: list[str] = []
-    send, stream = executor.send, executor.stream
+    send, stream_batches = executor.send, executor.stream_batches
 
     async def counted_send(native, **kwargs):
         paths.append(native.path)
@@ -312,9 +312,10 @@ async def test_an_image_to_a_model_without_vision_is_refused_from_its_capabiliti
 
     def counted_stream(native, **kwargs):
         paths.append(native.path)
-        return stream(native, **kwargs)
+        return stream_batches(native, **kwargs)
 
-    executor.send, executor.stream = counted_send, counted_stream  # type: ignore[method-assign]
+    # `Model` streams through `stream_batches` (`stream` unbatches it for other callers)
+    executor.send, executor.stream_batches = counted_send, counted_stream  # type: ignore[method-assign]
     learned = Model(recorder.transport("ollama", provider_model="tiny"), name="tiny", executor=executor)
     refused = r"IMAGE_INPUT; Ollama: model 'tiny' has no vision \(its /api/show capabilities are completion\)"
     with pytest.raises(UnsupportedCapabilityError, match=refused):
