@@ -39,7 +39,7 @@ fn value(r: &mut Reader, dialect: Dialect) -> Read<f32> {
     }
     match r.number()? {
         v if dialect.unclamp && v <= VLLM_MINUS_INFINITY => Ok(f32::NEG_INFINITY),
-        v => float32::<serde_json::Error>(v).map_err(Declined::from),
+        v => float32(v),
     }
 }
 

@@ -26,11 +26,6 @@ pub struct Strings {
 }
 
 impl Strings {
-    pub fn push(&mut self, text: &str) {
-        self.data.extend_from_slice(text.as_bytes());
-        self.lengths.push(text.len() as u32);
-    }
-
     pub fn len(&self) -> usize {
         self.lengths.len()
     }
