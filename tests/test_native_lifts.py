@@ -570,6 +570,22 @@ def test_vllm_clamp_reads_back_as_minus_infinity() -> None:
 
 
 @needs_native
+def test_vllm_chat_clamp_is_read_natively(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The native builder reads vLLM chat's -9999.0 as -inf itself: no Python pass over the float columns."""
+    from modelir.transports.vllm import chat as vllm_chat
+
+    def no_pass(logprobs: Any) -> None:
+        raise AssertionError("the Python unclamp pass ran over natively built columns")
+
+    monkeypatch.setattr(vllm_chat, "_unclamp_columns", no_pass)
+    body = _chat([_entry("a", -9999.0, [_entry("a", -9999.0), _entry("b", -2.0)]), _entry("b", -9998.9999999)])
+    with _mode(True):
+        logprobs = build_transport("vllm", {"provider_model": "m"}).lift(CHAT, HttpResponse(200, {}, body))
+    lp = logprobs.choices[0].logprobs
+    assert list(lp.token_logprobs) == [-math.inf, -math.inf] and list(lp.top_logprobs) == [-math.inf, -2.0]
+
+
+@needs_native
 def test_partial_utf8_bytes_survive() -> None:
     transport = build_transport("openai_chat", {"provider_model": "m"})
     with _mode(True):
