@@ -199,6 +199,26 @@ def _float32_midpoints() -> list[str]:
     return out
 
 
+def _float32_neighbours() -> list[str]:
+    """Shortest reprs of the f64 values next to float32 values (the clamp -9999.0 among them), 17 digits long: where
+    an f64 a few ulps off would round to, or compare with, a float32 differently (`decimal::near_f64` must not take
+    them)."""
+    rng = random.Random(38)
+    values = [-9999.0, -1.0, -0.5, -1.1754943508222875e-38]
+    for _ in range(100):
+        values.append(struct.unpack("<f", struct.pack("<I", rng.randrange(0x3000_0000, 0x4200_0000)))[0])
+    out = []
+    for v in values:
+        v = -abs(v)
+        out += [
+            repr(math.nextafter(v, 0)),
+            repr(math.nextafter(v, -math.inf)),
+            repr(math.nextafter(v, 0) * (1 + 2**-50)),
+        ]
+    # 19 digits whose f64 one rounding of the mantissa and one of the quotient would put at the clamp itself.
+    return [*out, "-9998.999999999999065", "-9999.000000000000956"]
+
+
 CHAT = build_request("m", messages=[("user", "Hi")], top_logprobs=2)
 PROMPT = build_request("m", prompt="Hi", top_logprobs=2)
 SPLIT_EURO = [  # "€" is e2 82 ac: split across two tokens, each spelled with the replacement character
@@ -322,6 +342,7 @@ CHAT_CASES += [
         True,
     ),
     _literal("float32 midpoints", _entries_text(_float32_midpoints()), True),
+    _literal("float32 neighbours", _entries_text(_float32_neighbours()), True),
     _literal("a leading zero", _entries_text(["-01"]), False),
     _literal("a bare minus", _entries_text(["-"]), False),
     _literal("a fraction without digits", _entries_text(["-1."]), False),
@@ -505,6 +526,7 @@ COMPLETION_CASES: list[tuple[str, bytes, bool]] = [
         True,
     ),
     ("float32 midpoints", _literals(_float32_midpoints()), True),
+    ("float32 neighbours", _literals(_float32_neighbours()), True),
     ("a leading zero", _literals(["-01"]), False),
     ("a bare minus", _literals(["-"]), False),
     ("a fraction without digits", _literals(["-1."]), False),

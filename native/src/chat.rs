@@ -124,7 +124,7 @@ fn logprob(r: &mut Reader, unclamp: bool) -> Read<f32> {
     if !matches!(r.peek(), Some(b'-' | b'0'..=b'9')) {
         return declined("a logprob that is not a number");
     }
-    let value = float32(r.number()?)?;
+    let value = float32(r.number_for_f32()?)?;
     Ok(if unclamp && value <= VLLM_MINUS_INFINITY {
         f32::NEG_INFINITY
     } else {

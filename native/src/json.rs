@@ -278,6 +278,19 @@ impl<'a> Reader<'a> {
     /// declined (the decoders refuse `1e400`).
     #[inline]
     pub fn number(&mut self) -> Read<f64> {
+        self.number_rounded(false)
+    }
+
+    /// A number for a float32 column: as `number`, except that the f64 may be a few ulps off the correctly rounded
+    /// one where that cannot change its float32 value nor how it compares with any float32 value
+    /// (`decimal::near_f64`: no 128-bit division for the 17-digit reprs logprobs come in).
+    #[inline]
+    pub fn number_for_f32(&mut self) -> Read<f64> {
+        self.number_rounded(true)
+    }
+
+    #[inline]
+    fn number_rounded(&mut self, for_f32: bool) -> Read<f64> {
         self.peek();
         let bytes = self.bytes;
         let start = self.pos;
@@ -332,10 +345,13 @@ impl<'a> Reader<'a> {
             }
         }
         self.pos = pos;
-        let fast = if significant <= 19 {
-            decimal::to_f64(mantissa, exponent + scale)
-        } else {
+        let fast = if significant > 19 {
             None
+        } else if for_f32 {
+            decimal::near_f64(mantissa, exponent + scale)
+                .or_else(|| decimal::to_f64(mantissa, exponent + scale))
+        } else {
+            decimal::to_f64(mantissa, exponent + scale)
         };
         let value = match fast {
             Some(magnitude) if negative => -magnitude,
