@@ -145,8 +145,15 @@ fn push_string(r: &mut Reader, column: &mut Strings) -> Read<()> {
 /// main or the top columns; the token's UTF-8 stands for its bytes where `bytes` is null or absent.
 fn item(r: &mut Reader, b: &mut Entries, top: bool) -> Read<()> {
     let mut seen = [false; 5];
-    let (mut logprob_value, mut bytes_given, mut tops_given, mut id_value) = (0f32, false, false, None);
-    let token_start = if top { &b.out.top_tokens } else { &b.out.tokens }.data.len();
+    let (mut logprob_value, mut bytes_given, mut tops_given, mut id_value) =
+        (0f32, false, false, None);
+    let token_start = if top {
+        &b.out.top_tokens
+    } else {
+        &b.out.tokens
+    }
+    .data
+    .len();
     bytes_column(&mut b.out, top).start();
     if !r.open_object()? {
         return declined("an entry without token and logprob");
@@ -157,7 +164,14 @@ fn item(r: &mut Reader, b: &mut Entries, top: bool) -> Read<()> {
         match field {
             Field::Token => {
                 once(&mut seen[0], "token")?;
-                push_string(r, if top { &mut b.out.top_tokens } else { &mut b.out.tokens })?;
+                push_string(
+                    r,
+                    if top {
+                        &mut b.out.top_tokens
+                    } else {
+                        &mut b.out.tokens
+                    },
+                )?;
             }
             Field::Logprob => {
                 once(&mut seen[1], "logprob")?;
