@@ -186,6 +186,39 @@ def _responses(logprobs: Any) -> bytes:
     return orjson.dumps({"id": "r", "model": "m", "status": "completed", "output": [item]})
 
 
+def _float32_midpoints() -> list[str]:
+    """Shortest reprs of f64 values exactly halfway between two float32s, and of their f64 neighbours: a parser
+    one f64 ulp off rounds these to another float32 (the lift stores float32), so they test the f64 rounding."""
+    rng = random.Random(37)
+    out = []
+    for _ in range(300):
+        low = struct.unpack("<f", struct.pack("<I", rng.randrange(0x3000_0000, 0x4200_0000)))[0]
+        high = struct.unpack("<f", struct.pack("<I", struct.unpack("<I", struct.pack("<f", low))[0] + 1))[0]
+        middle = (low + high) / 2
+        out += [repr(-v) for v in (middle, math.nextafter(middle, 0), math.nextafter(middle, math.inf))]
+    return out
+
+
+def _float32_neighbours() -> list[str]:
+    """Shortest reprs of the f64 values next to float32 values (the clamp -9999.0 among them), 17 digits long: where
+    an f64 a few ulps off would round to, or compare with, a float32 differently (`decimal::near_f64` must not take
+    them)."""
+    rng = random.Random(38)
+    values = [-9999.0, -1.0, -0.5, -1.1754943508222875e-38]
+    for _ in range(100):
+        values.append(struct.unpack("<f", struct.pack("<I", rng.randrange(0x3000_0000, 0x4200_0000)))[0])
+    out = []
+    for v in values:
+        v = -abs(v)
+        out += [
+            repr(math.nextafter(v, 0)),
+            repr(math.nextafter(v, -math.inf)),
+            repr(math.nextafter(v, 0) * (1 + 2**-50)),
+        ]
+    # 19 digits whose f64 one rounding of the mantissa and one of the quotient would put at the clamp itself.
+    return [*out, "-9998.999999999999065", "-9999.000000000000956"]
+
+
 CHAT = build_request("m", messages=[("user", "Hi")], top_logprobs=2)
 PROMPT = build_request("m", prompt="Hi", top_logprobs=2)
 SPLIT_EURO = [  # "€" is e2 82 ac: split across two tokens, each spelled with the replacement character
@@ -273,6 +306,91 @@ CHAT_CASES = [
 ]
 
 
+def _entries_text(values: list[str], tokens: list[str] | None = None, extra: str = "", key: str = '"token"') -> str:
+    """Chat-shaped entries (each with two alternatives) whose logprobs and tokens are the given JSON literals, as
+    written: number forms and escapes that `orjson.dumps` would never produce."""
+    tokens = tokens or [f'"t{i}"' for i in range(len(values))]
+    return (
+        "["
+        + ",".join(
+            f'{{{key}:{t},"logprob":{v},"bytes":null,"top_logprobs":[{{"token":{t},"logprob":{v}}},'
+            f'{{"token":"b{i}","logprob":{v},"bytes":[98]}}]{extra}}}'
+            for i, (t, v) in enumerate(zip(tokens, values, strict=True))
+        )
+        + "]"
+    )
+
+
+def _literal(name: str, text: str, takes: bool) -> Case:
+    """A case whose entries are the given JSON text, patched in whole."""
+    return Case(name, "__entries__", takes, (b'"__entries__"', text.encode()))
+
+
+# The hand-written reader (native/src/chat.rs over json.rs): number forms, rounding, escapes, keys, byte lists, ids,
+# and what it must decline.
+CHAT_CASES += [
+    _literal(
+        "number forms",
+        _entries_text(
+            "-1 -0 0 -0.0 -0.000 -1e2 -1E+2 -1.5e-3 -0.00012345678901234567 -12345678901234567890.5 "
+            "-3.4553023145678907 -9007199254740993 -123.456e-5 -1e-30 -2.5e-45 -0.1e1 -123456789012345678901234567890 "
+            "-0.1000000000000000055511151231257827021181583404541015625 "
+            "-1.00000000000000011102230246251565404236316680908203125 "
+            "-1.00000000000000011102230246251565404236316680908203126 "
+            "-4.9e-324 -2.2250738585072011e-308 -1e-320 -0.0000000000000000000000000000001e1".split()
+        ),
+        True,
+    ),
+    _literal("float32 midpoints", _entries_text(_float32_midpoints()), True),
+    _literal("float32 neighbours", _entries_text(_float32_neighbours()), True),
+    _literal("a leading zero", _entries_text(["-01"]), False),
+    _literal("a bare minus", _entries_text(["-"]), False),
+    _literal("a fraction without digits", _entries_text(["-1."]), False),
+    _literal("beyond f64", _entries_text(["-1e400"]), False),
+    _literal("1e308", _entries_text(["1e308"]), False),
+    _literal("-1e308", _entries_text(["-1e308"]), False),
+    _literal(
+        "escaped tokens", _entries_text(["-1", "-2", "-3"], [r'"\ud83d\ude00"', r'"\u00E9\/\b"', r'"a\u0000"']), True
+    ),
+    _literal("a lone surrogate token", _entries_text(["-1"], [r'"\ud800"']), False),
+    _literal("a lone low surrogate token", _entries_text(["-1"], [r'"\udc00x"']), False),
+    _literal("an unknown escape", _entries_text(["-1"], [r'"\x"']), False),
+    _literal("a raw control character", _entries_text(["-1"], ['"a\tb"']), False),
+    _literal("escaped key", _entries_text(["-1", "-2"], key=r'"tok\u0065n"'), True),
+    _literal("escaped unknown key", _entries_text(["-1"], extra=r',"\u00e9\n":[1]'), True),
+    _literal("a lone surrogate key", _entries_text(["-1"], extra=r',"\ud800":1'), False),
+    _literal("nested extra key", _entries_text(["-1"], extra=',"x":[[{"y":[1,"z",null,true,false,-0.5e1]}]]'), True),
+    _literal("deep extra key", _entries_text(["-1"], extra=',"x":' + "[" * 200 + "]" * 200), False),
+    _literal("trailing comma", _entries_text(["-1"], extra=","), False),
+    _literal("whitespace", _entries_text(["-1", "-2"]).replace(":", " :\n\t ").replace(",", " ,\r\n "), True),
+    _literal("bytes spaced", _entries_text(["-1"]).replace("[98]", "[ 98 , 0 ,255 ]"), True),
+    _literal("bytes a float", _entries_text(["-1"]).replace("[98]", "[98.0]"), False),
+    _literal("bytes a leading zero", _entries_text(["-1"]).replace("[98]", "[098]"), False),
+    _literal("bytes minus zero", _entries_text(["-1"]).replace("[98]", "[-0]"), False),
+    _literal("bytes a string", _entries_text(["-1"]).replace("[98]", '"b"'), False),
+    _literal(
+        "ids at the bounds",
+        _entries_text(["-1", "-2", "-3"], extra=',"id":2147483647').replace('"id":2147483647}]', '"id":-2147483648}]'),
+        True,
+    ),
+    _literal("id minus zero", _entries_text(["-1"], extra=',"id":-0'), True),
+    _literal("id a float", _entries_text(["-1"], extra=',"id":5.0'), False),
+    _literal("id an exponent", _entries_text(["-1"], extra=',"id":1e2'), False),
+    _literal("id below int32", _entries_text(["-1"], extra=',"id":-2147483649'), False),
+    _literal("id a string", _entries_text(["-1"], extra=',"id":"5"'), False),
+    _literal(
+        "a repeated bytes key", _entries_text(["-1"]).replace('"bytes":null', '"bytes":null,"bytes":[1]', 1), False
+    ),
+    _literal("a repeated tops key", _entries_text(["-1"], extra=',"top_logprobs":[]'), False),
+    _literal(
+        "tops on an alternative", _entries_text(["-1"]).replace('"bytes":[98]', '"bytes":[98],"top_logprobs":7'), True
+    ),
+    _literal("an empty entry", "[{}]", False),
+    _literal("entries not a list", '{"token":"a","logprob":-1}', False),
+    _literal("trailing bytes", _entries_text(["-1"]) + " 5", False),
+]
+
+
 def _assert_case(transport: Any, request: request_pb2.Request, body: bytes, takes: bool, taken: _Taken) -> None:
     taken.counts.clear()
     _same(transport, request, body)
@@ -314,19 +432,6 @@ def _literals(values: list[str], tokens: str = "", extra: str = "") -> bytes:
     tops = ",".join(f'{{"a":{v},"b{i}":{v}}}' for i, v in enumerate(values))
     section = f'{{"tokens":[{tokens}],"token_logprobs":[{",".join(values)}],"top_logprobs":[{tops}]{extra}}}'
     return b'{"id":"c","model":"m","choices":[{"index":0,"text":"x","logprobs":' + section.encode() + b"}]}"
-
-
-def _float32_midpoints() -> list[str]:
-    """Shortest reprs of f64 values exactly halfway between two float32s, and of their f64 neighbours: a parser
-    one f64 ulp off rounds these to another float32 (the lift stores float32), so they test the f64 rounding."""
-    rng = random.Random(37)
-    out = []
-    for _ in range(300):
-        low = struct.unpack("<f", struct.pack("<I", rng.randrange(0x3000_0000, 0x4200_0000)))[0]
-        high = struct.unpack("<f", struct.pack("<I", struct.unpack("<I", struct.pack("<f", low))[0] + 1))[0]
-        middle = (low + high) / 2
-        out += [repr(-v) for v in (middle, math.nextafter(middle, 0), math.nextafter(middle, math.inf))]
-    return out
 
 
 COMPLETION_CASES: list[tuple[str, bytes, bool]] = [
@@ -421,6 +526,7 @@ COMPLETION_CASES: list[tuple[str, bytes, bool]] = [
         True,
     ),
     ("float32 midpoints", _literals(_float32_midpoints()), True),
+    ("float32 neighbours", _literals(_float32_neighbours()), True),
     ("a leading zero", _literals(["-01"]), False),
     ("a bare minus", _literals(["-"]), False),
     ("a fraction without digits", _literals(["-1."]), False),
@@ -483,6 +589,22 @@ def test_vllm_clamp_reads_back_as_minus_infinity() -> None:
         logprobs = transport.lift(PROMPT, HttpResponse(200, {}, body)).choices[0].logprobs
     assert logprobs.token_logprobs[0] == -math.inf and logprobs.top_logprobs[0] == -math.inf
     assert list(logprobs.token_ids) == []
+
+
+@needs_native
+def test_vllm_chat_clamp_is_read_natively(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The native builder reads vLLM chat's -9999.0 as -inf itself: no Python pass over the float columns."""
+    from modelir.transports.vllm import chat as vllm_chat
+
+    def no_pass(logprobs: Any) -> None:
+        raise AssertionError("the Python unclamp pass ran over natively built columns")
+
+    monkeypatch.setattr(vllm_chat, "_unclamp_columns", no_pass)
+    body = _chat([_entry("a", -9999.0, [_entry("a", -9999.0), _entry("b", -2.0)]), _entry("b", -9998.9999999)])
+    with _mode(True):
+        logprobs = build_transport("vllm", {"provider_model": "m"}).lift(CHAT, HttpResponse(200, {}, body))
+    lp = logprobs.choices[0].logprobs
+    assert list(lp.token_logprobs) == [-math.inf, -math.inf] and list(lp.top_logprobs) == [-math.inf, -2.0]
 
 
 @needs_native

@@ -37,9 +37,9 @@ fn value(r: &mut Reader, dialect: Dialect) -> Read<f32> {
     if !matches!(r.peek(), Some(b'-' | b'0'..=b'9')) {
         return declined("a logprob that is not a number");
     }
-    match r.number()? {
+    match r.number_for_f32()? {
         v if dialect.unclamp && v <= VLLM_MINUS_INFINITY => Ok(f32::NEG_INFINITY),
-        v => float32::<serde_json::Error>(v).map_err(Declined::from),
+        v => float32(v),
     }
 }
 

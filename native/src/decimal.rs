@@ -2,7 +2,7 @@
 //! as a correctly rounded parser gives it, for the forms logprobs come in (None for the rest, which the caller gives
 //! to core's parser).
 //!
-//! Two exact methods, no tables:
+//! Two exact methods, no tables (and `near_f64`, an inexact one, for values that only become float32):
 //!   - both the mantissa (<= 2^53) and the power of ten (<= 10^22) are exact f64 values: one IEEE multiplication
 //!     or division rounds their product or quotient correctly;
 //!   - up to 19 digits over 10^1..10^21 (Python's 17-digit reprs of logprobs): the quotient computed in 128-bit
@@ -46,6 +46,38 @@ pub fn to_f64(mantissa: u64, exponent: i32) -> Option<f64> {
     // value = top * 2^(shift_out - 64 - shift_in), well inside the normal range (10^-21 <= value < 2^64).
     let power = shift_out as i32 - 64 - shift_in as i32;
     Some(top as f64 * f64::from_bits(((1023 + power) as u64) << 52))
+}
+
+/// mantissa x 10^exponent, non-negative, within a few f64 ulps, for a caller that only rounds it to float32 and
+/// compares it with float32 values; None where the exact methods apply or that cannot be shown (then `to_f64`).
+///
+/// For a mantissa beyond 2^53 and a power of ten up to 10^22: one rounding of the mantissa and one of the IEEE
+/// product or quotient, so a relative error of at most 2^-52 (2 ulps) against the decimal value, and 2.5 ulps
+/// against the correctly rounded f64. Taken only when it lies in float32's normal range and at least `GUARD` f64
+/// ulps from every float32 value and every midpoint between two: there the correctly rounded f64 lies on the same
+/// side of all of them, so it rounds to the same float32 and compares with any float32 alike.
+#[inline]
+pub fn near_f64(mantissa: u64, exponent: i32) -> Option<f64> {
+    const GUARD: u64 = 16;
+    const HALF: u64 = 1 << 28; // an f64 ulp counts 2^29 in a float32 ulp (52 - 23 mantissa bits)
+    const MIN_NORMAL_F32: f64 = 1.1754943508222875e-38; // 2^-126
+    const TOP: f64 = 1.7014118346046923e38; // 2^127, well below float32's largest (which the caller checks)
+    if mantissa <= 1 << 53 || !(-22..=22).contains(&exponent) {
+        return None;
+    }
+    let m = mantissa as f64;
+    let value = if exponent >= 0 {
+        m * POW10[exponent as usize]
+    } else {
+        m / POW10[(-exponent) as usize]
+    };
+    if !(MIN_NORMAL_F32..=TOP).contains(&value) {
+        return None;
+    }
+    let low = value.to_bits() & (2 * HALF - 1);
+    let near_f32 = low <= GUARD || low >= 2 * HALF - GUARD;
+    let near_midpoint = low.abs_diff(HALF) <= GUARD;
+    (!near_f32 && !near_midpoint).then_some(value)
 }
 
 /// Reads the digits at `pos` into `mantissa` (wrapping past 19 digits: the caller then discards it); their count.

@@ -1,5 +1,5 @@
-//! A hand-written JSON reader over borrowed bytes, for the one shape where serde's per-value dispatch cost more
-//! than it saved (the completions logprob section: tens of thousands of short keys and floats).
+//! A hand-written JSON reader over borrowed bytes, for the logprob sections (tens of thousands of short keys,
+//! strings and floats), where serde's per-value dispatch cost about as much as orjson parsing the whole body.
 //!
 //! Two kinds of reading, on purpose:
 //!   - strict (`string_into`, `number`, `skip`): what the Python path would never see (a cut-out logprob section)
@@ -109,6 +109,24 @@ impl<'a> Reader<'a> {
         Ok(!self.eat(b'}'))
     }
 
+    /// Consumes `byte` if it is the very next byte (no whitespace before it).
+    #[inline]
+    pub fn eat_byte(&mut self, byte: u8) -> bool {
+        if self.bytes.get(self.pos) == Some(&byte) {
+            self.pos += 1;
+            return true;
+        }
+        false
+    }
+
+    /// The end of the input, but for whitespace.
+    pub fn end(&mut self) -> Read<()> {
+        if self.peek().is_some() {
+            return declined("trailing characters");
+        }
+        Ok(())
+    }
+
     // ---- strict ------------------------------------------------------------------------------------------
 
     /// A string, unescaped and appended to `out` as UTF-8. Refused as orjson refuses them: a raw control character,
@@ -144,6 +162,52 @@ impl<'a> Reader<'a> {
                 }
                 _ => return declined("a control character or the end of input in a string"),
             }
+        }
+    }
+
+    /// A string without escapes, borrowed (its UTF-8 not checked: the caller compares it with ASCII names, or
+    /// checks it); None, with the position somewhere inside it, when it has an escape (then read it again with
+    /// `string_into`). A raw control character or the end of input is refused.
+    #[inline]
+    pub fn plain_string(&mut self) -> Read<Option<&'a [u8]>> {
+        self.expect(b'"')?;
+        let bytes = self.bytes;
+        let start = self.pos;
+        while let Some(&byte) = bytes.get(self.pos) {
+            if byte == b'"' {
+                self.pos += 1;
+                return Ok(Some(&bytes[start..self.pos - 1]));
+            }
+            if byte == b'\\' {
+                return Ok(None);
+            }
+            if byte < 0x20 {
+                break;
+            }
+            self.pos += 1;
+        }
+        declined("a control character or the end of input in a string")
+    }
+
+    /// An unsigned integer literal (JSON's grammar: no leading zero) of at most `max`, at the position (no
+    /// whitespace before it); a fraction or exponent after it is left for the caller's syntax check to refuse.
+    #[inline]
+    pub fn small_integer(&mut self, max: u64) -> Read<u64> {
+        let bytes = self.bytes;
+        let start = self.pos;
+        let mut value = 0u64;
+        while let Some(&digit @ b'0'..=b'9') = bytes.get(self.pos) {
+            value = value * 10 + u64::from(digit - b'0');
+            if value > max {
+                return declined("an integer out of range");
+            }
+            self.pos += 1;
+        }
+        match self.pos - start {
+            0 => declined("not an integer"),
+            1 => Ok(value),
+            _ if bytes[start] == b'0' => declined("a leading zero"),
+            _ => Ok(value),
         }
     }
 
@@ -214,6 +278,19 @@ impl<'a> Reader<'a> {
     /// declined (the decoders refuse `1e400`).
     #[inline]
     pub fn number(&mut self) -> Read<f64> {
+        self.number_rounded(false)
+    }
+
+    /// A number for a float32 column: as `number`, except that the f64 may be a few ulps off the correctly rounded
+    /// one where that cannot change its float32 value nor how it compares with any float32 value
+    /// (`decimal::near_f64`: no 128-bit division for the 17-digit reprs logprobs come in).
+    #[inline]
+    pub fn number_for_f32(&mut self) -> Read<f64> {
+        self.number_rounded(true)
+    }
+
+    #[inline]
+    fn number_rounded(&mut self, for_f32: bool) -> Read<f64> {
         self.peek();
         let bytes = self.bytes;
         let start = self.pos;
@@ -268,10 +345,13 @@ impl<'a> Reader<'a> {
             }
         }
         self.pos = pos;
-        let fast = if significant <= 19 {
-            decimal::to_f64(mantissa, exponent + scale)
-        } else {
+        let fast = if significant > 19 {
             None
+        } else if for_f32 {
+            decimal::near_f64(mantissa, exponent + scale)
+                .or_else(|| decimal::to_f64(mantissa, exponent + scale))
+        } else {
+            decimal::to_f64(mantissa, exponent + scale)
         };
         let value = match fast {
             Some(magnitude) if negative => -magnitude,

@@ -2,6 +2,7 @@
 //! `TokenLogprobs` wire bytes, with no Python object per token. Python merges the bytes into the IR
 //! (`MergeFromString`); its own builders stay the reference, and whatever shape this declines goes to them.
 
+mod chat;
 mod completions;
 mod decimal;
 mod json;
@@ -58,17 +59,20 @@ fn chat_choice_logprobs<'py>(
     py: Python<'py>,
     raw: &Bound<'py, PyAny>,
 ) -> PyResult<Option<Bound<'py, PyBytes>>> {
-    let built = with_bytes(raw, openai::chat_choice)?;
+    let built = with_bytes(raw, chat::chat_choice)?;
     Ok(section(py, built))
 }
 
-/// A list of OpenAI logprob entries (JSON, or null) -> None, b"" or `TokenLogprobs` bytes.
+/// A list of OpenAI logprob entries (JSON, or null) -> None, b"" or `TokenLogprobs` bytes; `unclamp` reads vLLM's
+/// -9999.0 clamp (as float32) back as -inf.
 #[pyfunction]
+#[pyo3(signature = (raw, *, unclamp = false))]
 fn entries_logprobs<'py>(
     py: Python<'py>,
     raw: &Bound<'py, PyAny>,
+    unclamp: bool,
 ) -> PyResult<Option<Bound<'py, PyBytes>>> {
-    let built = with_bytes(raw, openai::entries)?;
+    let built = with_bytes(raw, move |bytes| chat::entries(bytes, unclamp))?;
     Ok(section(py, built))
 }
 

@@ -26,11 +26,6 @@ pub struct Strings {
 }
 
 impl Strings {
-    pub fn push(&mut self, text: &str) {
-        self.data.extend_from_slice(text.as_bytes());
-        self.lengths.push(text.len() as u32);
-    }
-
     pub fn len(&self) -> usize {
         self.lengths.len()
     }
@@ -122,10 +117,19 @@ fn packed_floats(out: &mut Vec<u8>, field: u32, values: &[f32]) {
 }
 
 fn strings(out: &mut Vec<u8>, field: u32, column: &Strings) {
+    // Tens of thousands of short strings: the tag is one byte (field numbers below 16), and so is a length below 128.
+    let key = (field << 3 | LENGTH_DELIMITED) as u8;
+    debug_assert!(field < 16);
     let mut start = 0usize;
     for &length in &column.lengths {
         let end = start + length as usize;
-        delimited(out, field, &column.data[start..end]);
+        out.push(key);
+        if length < 0x80 {
+            out.push(length as u8);
+        } else {
+            varint(out, u64::from(length));
+        }
+        out.extend_from_slice(&column.data[start..end]);
         start = end;
     }
 }

@@ -65,11 +65,11 @@ def chat_choice(raw: Any) -> bytes | None:
     return built
 
 
-def entries(raw: Any) -> bytes | None:
-    """A JSON list of OpenAI logprob entries (or null) -> None, b"" or the `TokenLogprobs` bytes. Raises
-    `Unsupported`."""
+def entries(raw: Any, *, unclamp: bool = False) -> bytes | None:
+    """A JSON list of OpenAI logprob entries (or null) -> None, b"" or the `TokenLogprobs` bytes; `unclamp` reads
+    vLLM's -9999.0 (as the float32 column holds it) as -inf. Raises `Unsupported`."""
     assert _ext is not None
-    built: bytes | None = _ext.entries_logprobs(raw)
+    built: bytes | None = _ext.entries_logprobs(raw, unclamp=unclamp)
     return built
 
 

@@ -293,27 +293,29 @@ _RAW_OBJECT = msgspec.json.Decoder(_RawResponseObject)
 _RAW_EVENT = msgspec.json.Decoder(_RawResponseEvent)
 
 
-def chat_completion(body: bytes, transport: str) -> ChatCompletion:
+def chat_completion(body: bytes, transport: str, *, unclamp: bool = False) -> ChatCompletion:
     """A chat completion body, typed; each choice's `logprobs.content` is the native builder's bytes when the
-    extension is there and takes the body, else the typed entries (the reference)."""
+    extension is there and takes the body (`unclamp`: vLLM's -9999.0 already read as -inf), else the typed entries
+    (the reference)."""
     if native.wanted(body):
         try:
-            return native_chat(_RAW_CHAT.decode(body))
+            return native_chat(_RAW_CHAT.decode(body), unclamp=unclamp)
         except (msgspec.DecodeError, RecursionError, native.Unsupported):
             pass  # the typed structs are the reference: they lift it, or raise the typed error
     return wire.decode(CHAT_DECODER, body, transport)
 
 
-def native_chat(parsed: _RawLogprobsCompletion) -> ChatCompletion:
+def native_chat(parsed: _RawLogprobsCompletion, *, unclamp: bool = False) -> ChatCompletion:
     """A chat completion decoded with its logprob sections raw (`NativeChatCompletion`), each built by the native
-    builder in place. Raises `native.Unsupported` (or a decode error) for what the builder declines."""
+    builder in place (`unclamp`: vLLM's -9999.0 read as -inf). Raises `native.Unsupported` (or a decode error) for
+    what the builder declines."""
     for choice in parsed.choices or ():
         section = choice.logprobs
         if section is None:
             continue  # no logprobs: as the typed structs give it
         if section.refusal is not None:
             raise native.Unsupported("refusal logprobs")  # the builder reads `content` only
-        built = native.entries(section.content)
+        built = native.entries(section.content, unclamp=unclamp)
         choice.logprobs = ChoiceLogprobs(content=built)  # type: ignore[arg-type,assignment]
     return parsed
 

@@ -83,6 +83,9 @@ class OpenAIChat(wire.BodyTransport, OpenAIEmbeddings):
     returns_reasoning_text: ClassVar[bool] = False
     # Whether the server takes an assistant message's `refusal` back (OpenAI does; a dialect says so itself).
     replays_refusals: ClassVar[bool] = True
+    # Whether the native logprob builder reads vLLM's -9999.0 clamp back as -inf (then `adjust_native_logprobs`,
+    # not `adjust_logprobs`, finishes its columns).
+    native_unclamp: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A dialect starts from what the wire carries everywhere, not from OpenAI's own additions."""
@@ -247,7 +250,9 @@ class OpenAIChat(wire.BodyTransport, OpenAIEmbeddings):
     # ---- lift --------------------------------------------------------------------------------------
 
     def lift(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
-        return self.lift_typed(request, response, typed.chat_completion(response.body, self.name))
+        return self.lift_typed(
+            request, response, typed.chat_completion(response.body, self.name, unclamp=self.native_unclamp)
+        )
 
     def lift_accounted(self, request: request_pb2.Request, response: HttpResponse) -> response_pb2.Response:
         out = self.lift_once(request, response, self.native_fields(request, "unary"))
@@ -272,7 +277,7 @@ class OpenAIChat(wire.BodyTransport, OpenAIEmbeddings):
         if raw is None:
             return None
         try:
-            built = typed.native_chat(raw)
+            built = typed.native_chat(raw, unclamp=self.native_unclamp)
         except (msgspec.DecodeError, RecursionError, native.Unsupported):
             return None  # the reference path declines it too, and lifts it with the typed structs
         return self.lift_typed(request, response, built)
@@ -319,7 +324,7 @@ class OpenAIChat(wire.BodyTransport, OpenAIEmbeddings):
             refusal = raw.logprobs.refusal if raw.logprobs is not None else None
             if isinstance(content, bytes):  # the native builder's columns (it declines bodies with refusal tokens)
                 if content:
-                    self.adjust_logprobs(typed.columns(content, choice.logprobs))
+                    self.adjust_native_logprobs(typed.columns(content, choice.logprobs))
                 continue
             # The refusal's tokens come after the content's, as its part does.
             entries = [*(content or ()), *(refusal or ())]
@@ -340,6 +345,10 @@ class OpenAIChat(wire.BodyTransport, OpenAIEmbeddings):
     def adjust_logprobs(self, logprobs: logprobs_pb2.TokenLogprobs) -> logprobs_pb2.TokenLogprobs:
         """A hook for servers whose logprobs need more than the OpenAI shape (vLLM: ids, -inf clamp), in place."""
         return logprobs
+
+    def adjust_native_logprobs(self, logprobs: logprobs_pb2.TokenLogprobs) -> logprobs_pb2.TokenLogprobs:
+        """`adjust_logprobs` for the native builder's columns, which already have what `native_unclamp` says."""
+        return self.adjust_logprobs(logprobs)
 
     def lift_extras(
         self, request: request_pb2.Request, body: typed.ChatCompletion, out: response_pb2.Response, facts: Facts

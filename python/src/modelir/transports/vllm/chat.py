@@ -23,6 +23,7 @@ class VLLMChat(OpenAIChat):
     path = "/v1/chat/completions"
     returns_reasoning_text = True  # `include_reasoning`
     emulates_zero_output = False  # the transport decides what 0 means on this route (see its module)
+    native_unclamp = True  # the native builder reads -9999.0 as -inf: no Python pass over the float columns
 
     def body(self, request: request_pb2.Request, *, stream: bool) -> dict[str, Any]:
         body = super().body(request, stream=stream)
@@ -53,6 +54,11 @@ class VLLMChat(OpenAIChat):
             _chat_token_ids(logprobs)
         _unclamp_columns(logprobs)
         return logprobs
+
+    def adjust_native_logprobs(self, logprobs: logprobs_pb2.TokenLogprobs) -> logprobs_pb2.TokenLogprobs:
+        if logprobs.tokens and logprobs.tokens[0].startswith(dialect.TOKEN_ID_PREFIX):
+            _chat_token_ids(logprobs)
+        return logprobs  # the -9999.0 clamp already read as -inf (`native_unclamp`)
 
     def lift_extras(
         self, request: request_pb2.Request, body: typed.ChatCompletion, out: response_pb2.Response, facts: Facts
