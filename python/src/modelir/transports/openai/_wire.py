@@ -234,12 +234,16 @@ class BodyTransport(HttpTransport):
         return finish_reason(raw_reason), raw_reason or "", None
 
 
-def finish_body(request: request_pb2.Request, body: dict[str, Any], *, stream: bool, transport: str) -> dict[str, Any]:
-    """The fields every chat and completions body ends with: streaming with usage, then the provider options."""
+def finish_body(
+    request: request_pb2.Request, body: dict[str, Any], *, stream: bool, transport: str, seen: Survey | None = None
+) -> dict[str, Any]:
+    """The fields every chat and completions body ends with: streaming with usage, then the provider options
+    (`seen`: the request's survey, when the caller has it, says whether it sets any)."""
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
-    body.update(common.provider_options(request, transport))
+    if seen is None or "provider_options" in seen.present:
+        body.update(common.provider_options(request, transport))
     return body
 
 

@@ -154,34 +154,43 @@ class OpenAIChat(wire.BodyTransport, OpenAIEmbeddings):
     def _body(self, request: request_pb2.Request, seen: Survey, *, stream: bool) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model_for(request), "messages": self._messages(request, seen)}
         s = request.sampling
-        common.copy_sampling(s, body, _SAMPLING, present=seen.sampling)
+        sampling = seen.sampling
+        common.copy_sampling(s, body, _SAMPLING, present=sampling)
         if self._emulates_zero(request):
             body["max_completion_tokens"] = 1
-        if request.tools:
+        # A section the request does not set (`seen.present`) is not asked: a small chat sets three or four fields.
+        present = seen.present
+        if "tools" in present:
             body["tools"] = [{"type": "function", "function": wire.function_tool(t)} for t in request.tools]
-        choice = wire.tool_choice(request, lambda name: {"type": "function", "function": {"name": name}})
-        if request.tool_choice.WhichOneof("choice") == "allowed_tools":
-            allowed = request.tool_choice.allowed_tools
-            tools = [{"type": "function", "function": {"name": name}} for name in allowed.tool_names]
-            choice = {"type": "allowed_tools", "allowed_tools": {"mode": wire.allowed_mode(allowed), "tools": tools}}
-        if choice is not None:
-            body["tool_choice"] = choice
-        if s.logit_bias:  # token ids as decimal keys, as the API takes them
+        if "tool_choice" in present:
+            choice = wire.tool_choice(request, lambda name: {"type": "function", "function": {"name": name}})
+            if request.tool_choice.WhichOneof("choice") == "allowed_tools":
+                allowed = request.tool_choice.allowed_tools
+                tools = [{"type": "function", "function": {"name": name}} for name in allowed.tool_names]
+                choice = {
+                    "type": "allowed_tools",
+                    "allowed_tools": {"mode": wire.allowed_mode(allowed), "tools": tools},
+                }
+            if choice is not None:
+                body["tool_choice"] = choice
+        if "logit_bias" in sampling:  # token ids as decimal keys, as the API takes them
             body["logit_bias"] = wire.logit_bias(s)
-        if request.reasoning_controls.WhichOneof("amount") == "effort":
+        if "reasoning_controls" in present and request.reasoning_controls.WhichOneof("amount") == "effort":
             body["reasoning_effort"] = wire.EFFORTS[request.reasoning_controls.effort]
-        if request.constraint.WhichOneof("kind") == "json_schema":
-            body["response_format"] = {
-                "type": "json_schema",
-                "json_schema": wire.json_schema_format(request.constraint.json_schema),
-            }
-        elif request.constraint.WhichOneof("kind") == "json_object":
-            body["response_format"] = {"type": "json_object"}
-        if request.HasField("logprob_options"):
+        if "constraint" in present:
+            kind = request.constraint.WhichOneof("kind")
+            if kind == "json_schema":
+                body["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": wire.json_schema_format(request.constraint.json_schema),
+                }
+            elif kind == "json_object":
+                body["response_format"] = {"type": "json_object"}
+        if "logprob_options" in present:
             body["logprobs"] = True
             if request.logprob_options.top_logprob_count:
                 body["top_logprobs"] = request.logprob_options.top_logprob_count
-        return wire.finish_body(request, body, stream=stream, transport=self.name)
+        return wire.finish_body(request, body, stream=stream, transport=self.name, seen=seen)
 
     def _content(self, parts: Sequence[tuple[content_pb2.Part, str | None]]) -> str | list[dict[str, Any]]:
         """A plain string when the parts are one text; the array form otherwise."""
