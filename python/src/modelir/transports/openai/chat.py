@@ -118,7 +118,7 @@ class OpenAIChat(wire.BodyTransport, OpenAIEmbeddings):
         reasons = []
         if streaming and self._emulates_zero(request):
             reasons.append("Chat completions cannot generate zero tokens, and a stream cannot take back what it sent.")
-        if request.HasField("reasoning_controls"):
+        if "reasoning_controls" in seen.present:
             if request.reasoning_controls.include_thoughts and not self.returns_reasoning_text:
                 reasons.append("OpenAI chat completions return no reasoning text (reasoning.include_thoughts).")
             if request.reasoning_controls.summary:
