@@ -184,11 +184,11 @@ def provider_timing(raw: Mapping[str, Any], timing: response_pb2.Timing) -> None
     """Groq's usage says how long the model read the prompt and wrote the answer (`prompt_time`,
     `completion_time`, seconds): the provider's own durations."""
     for native, duration in (
-        ("prompt_time", timing.provider_input_duration),
-        ("completion_time", timing.provider_output_duration),
+        ("prompt_time", "provider_input_duration"),
+        ("completion_time", "provider_output_duration"),
     ):
         if isinstance(seconds := raw.get(native), int | float) and not isinstance(seconds, bool) and seconds >= 0:
-            duration.FromNanoseconds(int(seconds * 1e9))
+            getattr(timing, duration).FromNanoseconds(int(seconds * 1e9))  # looked up only when the usage has it
 
 
 def malformed(transport: str, exc: msgspec.DecodeError) -> errors.MalformedResponseError:

@@ -295,31 +295,34 @@ class OpenAIChat(wire.BodyTransport, OpenAIEmbeddings):
         for raw in body.choices or ():
             choice = out.choices.add(index=raw.index)
             message = raw.message or typed.Message()
-            choice.message.role = content_pb2.ROLE_ASSISTANT
+            lifted = choice.message  # read once: each read of a message field is a look-up in upb
+            lifted.role = content_pb2.ROLE_ASSISTANT
+            parts = lifted.parts
             # OpenAI-compatible reasoning servers (vLLM, DeepSeek) put reasoning text beside the content.
             reasoning = message.reasoning_content or message.reasoning
             if reasoning:
-                choice.message.parts.add().reasoning.text = reasoning
+                parts.add().reasoning.text = reasoning
             # An empty `content` (a forced end token, an answer of tool calls only) is no text part, as in the
             # stream, which sends no text for it: a stream folds into exactly the unary answer.
-            annotations = [typed.raw_json(a)[0] for a in message.annotations or ()]
+            annotations = [typed.raw_json(a)[0] for a in message.annotations] if message.annotations else []
             if message.content:
-                text = choice.message.parts.add(text=message.content)
-                text.citations.extend(items.chat_citation(value, message.content) for value in annotations)
+                text = parts.add(text=message.content)
+                if annotations:
+                    text.citations.extend(items.chat_citation(value, message.content) for value in annotations)
             if message.refusal is not None:
-                choice.message.parts.add(refusal=message.refusal)
+                parts.add(refusal=message.refusal)
             for call in message.tool_calls or ():
                 function = call.function or typed.FunctionCall()
-                choice.message.parts.add(
+                parts.add(
                     tool_call=content_pb2.ToolCall(
                         id=call.id or "", name=function.name or "", arguments_json=function.arguments or ""
                     )
                 )
             if annotations and not message.content:  # nothing to cite: kept as they came, never dropped
-                choice.message.parts.append(annotations_part(annotations, self.issuer(request), self.name))
+                parts.append(annotations_part(annotations, self.issuer(request), self.name))
             if message.reasoning_details:  # OpenRouter: the reasoning's entries with their signatures, for replay
                 details = [orjson.loads(bytes(d)) for d in message.reasoning_details]
-                choice.message.parts.append(reasoning_details_part(details, self.issuer(request), self.name))
+                parts.append(reasoning_details_part(details, self.issuer(request), self.name))
             choice.finish_reason, choice.raw_finish_reason, stop = self.finish(raw.finish_reason, raw.stop_reason)
             stops.set_stop(choice, stop)
             if message.refusal is not None:
