@@ -170,10 +170,10 @@ def _collect_unknown(
 # (one, each of a list, each value of a map whose values are messages).
 _ENUM, _ENUMS, _MESSAGE, _MESSAGES, _MESSAGE_MAP = range(5)
 # Keyed by the field descriptors themselves, which the plan keeps alive (so `ListFields` hands back these objects).
-_PLANS: dict[type, dict[FieldDescriptor, tuple[int, frozenset[int], str, str]]] = {}
+_PLANS: dict[type, dict[Any, tuple[int, frozenset[int], str, str]]] = {}  # by descriptor, of either backend
 
 
-def _enum_plan(message_type: type[Message]) -> dict[FieldDescriptor, tuple[int, frozenset[int], str, str]]:
+def _enum_plan(message_type: type[Message]) -> dict[Any, tuple[int, frozenset[int], str, str]]:
     """Field -> (what to do, the known numbers and the name of its closed enum, the field's name) for the fields
     of `message_type` that `unknown_values` must look at; scalars, open enums and maps of scalars are left out."""
     plan = _PLANS.get(message_type)
@@ -265,7 +265,7 @@ def _problems(req: request_pb2.Request, seen: Survey) -> Iterator[tuple[str, str
                 yield f"{where}.options_json", "Provider options must be a JSON object."
     if "timeout" in present and (req.timeout.seconds < 0 or req.timeout.nanos < 0):
         yield "timeout", "A timeout is never negative."
-    yield from limits.limit_problems(req)
+    yield from limits.limit_problems(req, present)
 
 
 def _tool_problems(req: request_pb2.Request) -> Iterator[tuple[str, str]]:
