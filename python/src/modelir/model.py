@@ -147,7 +147,8 @@ class Model(ModelInterface):
         started = time.time()
         start_mono = time.monotonic()
         deadline = self._deadline(request, deadline)
-        await engine_facts.check(self, prepared, deadline)  # what the engine must say first (once per model)
+        if engine_facts.learns_model_facts(type(self.transport)):  # (decided per class: no coroutine otherwise)
+            await engine_facts.check(self, prepared, deadline)  # what the engine must say first (once per model)
         try:
             async with timeout_for(deadline, self._loop()):  # the one timeout of the call: limiter, HTTP and lift
                 async with self.limiter.acquire(estimate := estimate_tokens(request), deadline=deadline):

@@ -332,8 +332,10 @@ def settle(request: request_pb2.Request, response: response_pb2.Response, facts:
         [(c.index, c.finish_reason, c.constrained_label or text_of(c)) for c in response.choices] if constrained else []
     )
     found: list[errors_pb2.Warning] = []
-    response.errors.extend(soft_errors(request, facts, outcomes, found))
-    response.warnings.extend(found)
+    if soft := soft_errors(request, facts, outcomes, found):  # (an empty `extend` still looks the field up)
+        response.errors.extend(soft)
+    if found:
+        response.warnings.extend(found)
 
 
 def settle_stream(

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from typing import Literal
 
 from modelir.limiter.base import BaseLimiter, outlasts
 
@@ -65,10 +64,14 @@ class Limiter(BaseLimiter):
         self._gate = asyncio.Lock()  # callers pass the rate gates one at a time, in arrival order
         self.in_flight = 0
 
-    @asynccontextmanager
-    async def acquire(self, estimated_tokens: int = 0, *, deadline: float | None = None) -> AsyncIterator[None]:
+    def acquire(self, estimated_tokens: int = 0, *, deadline: float | None = None) -> _Admission:
         """Hold a slot for one request. `estimated_tokens` is debited from the tokens-per-minute budget; a wait
         past `deadline` raises `RateLimitedError` at once."""
+        return _Admission(self, estimated_tokens, deadline)
+
+    async def _admit(self, estimated_tokens: int, deadline: float | None) -> None:
+        """Take a slot and pass the rate gates (one caller at a time, in arrival order); the slot is given back when
+        this does not finish (a wait past the deadline, a cancelled wait)."""
         if self._slots is not None:
             await self._slots.acquire()
         try:
@@ -87,14 +90,16 @@ class Limiter(BaseLimiter):
                     self._requests.take(1)
                 if self._tokens is not None and estimated_tokens:
                     self._tokens.take(estimated_tokens)
-            self.in_flight += 1
-            try:
-                yield
-            finally:
-                self.in_flight -= 1
-        finally:
+        except BaseException:
             if self._slots is not None:
                 self._slots.release()
+            raise
+        self.in_flight += 1
+
+    def _release(self) -> None:
+        self.in_flight -= 1
+        if self._slots is not None:
+            self._slots.release()
 
     def settle_tokens(self, estimated: int, actual: int) -> None:
         """Correct the token budget once the real usage is known."""
@@ -107,3 +112,21 @@ class Limiter(BaseLimiter):
 
     def pause_for(self, seconds: float) -> None:
         self._paused_until = max(self._paused_until, time.monotonic() + seconds)
+
+
+class _Admission:
+    """`Limiter.acquire`'s context: admitted on entry, the slot given back on exit, whatever ends the block. (A
+    class, not `contextlib.asynccontextmanager`: it runs on every call, and an async generator per call costs its
+    creation, the event loop's bookkeeping of it, and the generator protocol on entry and exit.)"""
+
+    __slots__ = ("_deadline", "_estimated_tokens", "_limiter")
+
+    def __init__(self, limiter: Limiter, estimated_tokens: int, deadline: float | None) -> None:
+        self._limiter, self._estimated_tokens, self._deadline = limiter, estimated_tokens, deadline
+
+    async def __aenter__(self) -> None:
+        await self._limiter._admit(self._estimated_tokens, self._deadline)
+
+    async def __aexit__(self, *exc: object) -> Literal[False]:
+        self._limiter._release()
+        return False

@@ -255,6 +255,8 @@ def unsupported(
 ) -> errors_pb2.UnsupportedCapabilities | None:
     """Everything `request` needs that `manifest` lacks, or None when the model can run it (`seen`: its `survey`,
     when the caller has made it already; `have`: the manifest's capabilities as a set, when the caller keeps one)."""
+    if seen is None:
+        seen = survey(request)
     req = requirements(request, streaming=streaming, seen=seen)
     if have is None:
         have = frozenset(manifest.capabilities)
@@ -273,7 +275,7 @@ def unsupported(
         dialect = request_pb2.GrammarDialect.Name(req.grammar_dialect)
         reasons.append(f"The grammar dialect {dialect} is not accepted.")
     basis = (
-        request.logprob_options.basis if request.HasField("logprob_options") else logprobs_pb2.LOGPROB_BASIS_UNSPECIFIED
+        request.logprob_options.basis if "logprob_options" in seen.present else logprobs_pb2.LOGPROB_BASIS_UNSPECIFIED
     )
     if basis and basis not in manifest.logprob_bases:
         name = logprobs_pb2.LogprobBasis.Name(basis)
@@ -284,12 +286,12 @@ def unsupported(
                 reasons.append(f"The provider tool {tool_type!r} is for {transport!r}, not {manifest.transport!r}.")
             elif tool_type not in manifest.provider_tool_types:
                 reasons.append(f"The provider tool type {tool_type!r} is not accepted.")
-    if manifest.input_media_types:
+    if req.media_types and manifest.input_media_types:
         for place, mime in req.media_types:
             if not media_type_accepted(mime, manifest.input_media_types):
                 reasons.append(f"The media type {mime!r} is not accepted ({place}).")
-    least = manifest.limits.min_reasoning_budget_tokens
-    if req.reasoning_budget and least and req.reasoning_budget < least:
+    least = manifest.limits.min_reasoning_budget_tokens if req.reasoning_budget else 0
+    if least and req.reasoning_budget < least:
         violations.append(
             errors_pb2.LimitViolation(
                 limit="min_reasoning_budget_tokens", allowed=least, requested=req.reasoning_budget

@@ -10,7 +10,7 @@ built for the output check (`errors.soft`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 import orjson
@@ -24,13 +24,16 @@ MAX_JSON_DEPTH = 128
 MAX_REGEX_CHARS = 100_000
 
 
-def limit_problems(request: Message) -> Iterator[tuple[str, str]]:
+def limit_problems(request: Message, present: Collection[str] | None = None) -> Iterator[tuple[str, str]]:
     """(field, description) of every JSON text in `request` nested deeper than `MAX_JSON_DEPTH`, and of a regex
-    constraint longer than `MAX_REGEX_CHARS`."""
+    constraint longer than `MAX_REGEX_CHARS`. `present`: the names of the request's set fields, when the caller
+    has them (a request that sets no constraint has no regex to measure)."""
     if _may_nest_deeper(request) and _any_deep(request):  # the common case, found without a walk
         for field, text in _json_texts(request, ""):
             if _nests_deeper(text, MAX_JSON_DEPTH):
                 yield field, f"The JSON nests deeper than {MAX_JSON_DEPTH} levels, more than any provider takes."
+    if present is not None and "constraint" not in present:
+        return
     constraint = getattr(request, "constraint", None)
     if constraint is not None and len(constraint.regex) > MAX_REGEX_CHARS:
         yield "constraint.regex", f"The regular expression is longer than {MAX_REGEX_CHARS:,} characters."

@@ -49,6 +49,8 @@ class Survey:
     # a scalar when not its zero), and the sampling fields set, name -> value (the same rule).
     present: frozenset[str] = frozenset()
     sampling: dict[str, Any] = field(default_factory=dict)
+    # The request's own `ListFields()`, as read for `present`: the unknown-value check starts from it.
+    fields: Sequence[tuple[Any, Any]] = field(default=(), compare=False, repr=False)
     # Any system or developer message; any message with its own token ids; any part with artifacts (nested too).
     system: bool = False
     token_turns: bool = False
@@ -73,13 +75,24 @@ def place(i: int, j: int = -1, k: int = -1) -> str:
     return where if k < 0 else f"{where}.tool_result.content[{k}]"
 
 
+# Field descriptor -> its name, for the request's and the sampling's fields: a descriptor's `name` makes a new
+# string on every read. (The dicts keep the descriptors alive, so `ListFields` hands back these very objects; a
+# field missing here, which cannot happen with the generated code, is named by its descriptor.)
+_REQUEST_NAMES = {f: f.name for f in request_pb2.Request.DESCRIPTOR.fields}
+_SAMPLING_NAMES = {f: f.name for f in request_pb2.SamplingParams.DESCRIPTOR.fields}
+
+
 def survey(request: request_pb2.Request) -> Survey:
     """Walk the request's conversation once (see the module's docstring)."""
-    present = frozenset(descriptor.name for descriptor, _ in request.ListFields())
-    sampling = (
-        {descriptor.name: value for descriptor, value in request.sampling.ListFields()} if "sampling" in present else {}
-    )
-    seen = Survey(present=present, sampling=sampling)
+    names = _REQUEST_NAMES
+    fields = request.ListFields()
+    present = frozenset([names.get(descriptor) or descriptor.name for descriptor, _ in fields])
+    if "sampling" in present:
+        names = _SAMPLING_NAMES
+        sampling = {names.get(d) or d.name: value for d, value in request.sampling.ListFields()}
+    else:
+        sampling = {}
+    seen = Survey(present=present, sampling=sampling, fields=fields)
     if "conversation" not in present:
         return seen
     options = seen.provider_options

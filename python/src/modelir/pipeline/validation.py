@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -93,20 +93,41 @@ def unknown_values(message: Message, path: str = "") -> Iterator[tuple[str, str]
     `ReasoningEffort` or `Role` added later) or field (an adapter, say) would otherwise be lowered as nothing,
     merged into another, or fail as an untyped error after the call was paid for. The descriptor is walked, so
     every enum field, present and future, is covered; what each field needs is worked out once per message type
-    (`_enum_plan`), and a path is built only for what is reported or entered."""
+    (`_enum_plan`), and a path is built only for what is reported."""
     found: list[tuple[str, str]] = []
-    _collect_unknown(message, path, found)
+    _collect_unknown(message, path or None, found)
     return iter(found)
 
 
-def _collect_unknown(message: Message, path: str, found: list[tuple[str, str]]) -> None:
-    """`unknown_values`, appended to `found` (a plain recursion: nested generators cost more per message)."""
+# Where the walk is, as a chain built only when something is reported: None at the top (named by the `path` given
+# to `unknown_values`, else `request`), a string for that `path`, or (the parent's, field name, index or key or
+# None).
+_Where = Any
+
+
+def _path(where: _Where) -> str:
+    """The field path of `where` (`conversation.messages[0].parts[1]`)."""
+    if where is None:
+        return ""
+    if isinstance(where, str):
+        return where
+    parent, name, index = where
+    above = _path(parent)
+    named = f"{above}.{name}" if above else name
+    return named if index is None else f"{named}[{index}]"
+
+
+def _collect_unknown(
+    message: Message, where: _Where, found: list[tuple[str, str]], listed: Sequence[tuple[Any, Any]] | None = None
+) -> None:
+    """`unknown_values`, appended to `found` (a plain recursion: nested generators cost more per message).
+    `listed`: the message's `ListFields()`, when the caller has read it already."""
     unknown = UnknownFieldSet(message)
     if len(unknown):  # a newer client's field, which proto3 would otherwise drop without a word
         numbers = ", ".join(map(str, sorted({unknown[i].field_number for i in range(len(unknown))})))
         found.append(
             (
-                path or "request",
+                _path(where) or "request",
                 f"fields {numbers} of {message.DESCRIPTOR.name} are not fields this SDK knows (a newer client's, "
                 "whose meaning it cannot honour).",
             )
@@ -116,30 +137,30 @@ def _collect_unknown(message: Message, path: str, found: list[tuple[str, str]]) 
         plan = _enum_plan(type(message))
     if not plan:  # no closed enum and no message below (sampling parameters): nothing more to look at
         return
-    for field, value in message.ListFields():
-        step = plan.get(field.name)
+    for field, value in message.ListFields() if listed is None else listed:
+        step = plan.get(field)  # by the descriptor itself: `field.name` would make a string per field
         if step is None:
             continue  # a scalar, or an open enum
-        action, known, enum = step
+        action, known, enum, name = step
         if action == _MESSAGE:
-            _collect_unknown(value, f"{path}.{field.name}" if path else field.name, found)
-            continue
-        name = f"{path}.{field.name}" if path else field.name
-        if action == _MESSAGES:
+            _collect_unknown(value, (where, name, None), found)
+        elif action == _MESSAGES:
             for i, item in enumerate(value):
-                _collect_unknown(item, f"{name}[{i}]", found)
+                _collect_unknown(item, (where, name, i), found)
         elif action == _MESSAGE_MAP:
             for key, item in value.items():
-                _collect_unknown(item, f"{name}[{key}]", found)
+                _collect_unknown(item, (where, name, key), found)
         elif action == _ENUM:
             if value not in known:
-                found.append((name, f"{value} is not a {enum} this SDK knows (a newer client's value?)."))
+                found.append(
+                    (_path((where, name, None)), f"{value} is not a {enum} this SDK knows (a newer client's value?).")
+                )
         else:  # repeated enum
             for i, number in enumerate(value):
                 if number not in known:
                     found.append(
                         (
-                            f"{name}[{i}]",
+                            _path((where, name, i)),
                             f"{number} is not a {enum} this SDK knows (a newer client's value?).",
                         )
                     )
@@ -148,12 +169,13 @@ def _collect_unknown(message: Message, path: str, found: list[tuple[str, str]]) 
 # What `unknown_values` does with a set field: check a closed enum (one value or each of a list), or enter a message
 # (one, each of a list, each value of a map whose values are messages).
 _ENUM, _ENUMS, _MESSAGE, _MESSAGES, _MESSAGE_MAP = range(5)
-_PLANS: dict[type, dict[str, tuple[int, frozenset[int], str]]] = {}
+# Keyed by the field descriptors themselves, which the plan keeps alive (so `ListFields` hands back these objects).
+_PLANS: dict[type, dict[Any, tuple[int, frozenset[int], str, str]]] = {}  # by descriptor, of either backend
 
 
-def _enum_plan(message_type: type[Message]) -> dict[str, tuple[int, frozenset[int], str]]:
-    """Field name -> (what to do, the known numbers and the name of its closed enum) for the fields of
-    `message_type` that `unknown_values` must look at; scalars, open enums and maps of scalars are left out."""
+def _enum_plan(message_type: type[Message]) -> dict[Any, tuple[int, frozenset[int], str, str]]:
+    """Field -> (what to do, the known numbers and the name of its closed enum, the field's name) for the fields
+    of `message_type` that `unknown_values` must look at; scalars, open enums and maps of scalars are left out."""
     plan = _PLANS.get(message_type)
     if plan is not None:
         return plan
@@ -163,21 +185,23 @@ def _enum_plan(message_type: type[Message]) -> dict[str, tuple[int, frozenset[in
             enum = field.enum_type
             assert enum is not None  # an enum field always has its type
             if enum.full_name not in OPEN_ENUMS:
-                plan[field.name] = (_ENUMS if field.is_repeated else _ENUM, frozenset(enum.values_by_number), enum.name)
+                action = _ENUMS if field.is_repeated else _ENUM
+                plan[field] = (action, frozenset(enum.values_by_number), enum.name, field.name)
         elif field.type == FieldDescriptor.TYPE_MESSAGE:
             held = field.message_type
             assert held is not None  # a message field always has its type
             if held.GetOptions().map_entry:
                 if held.fields_by_name["value"].type == FieldDescriptor.TYPE_MESSAGE:
-                    plan[field.name] = (_MESSAGE_MAP, frozenset(), "")
+                    plan[field] = (_MESSAGE_MAP, frozenset(), "", field.name)
             else:
-                plan[field.name] = (_MESSAGES if field.is_repeated else _MESSAGE, frozenset(), "")
+                plan[field] = (_MESSAGES if field.is_repeated else _MESSAGE, frozenset(), "", field.name)
     _PLANS[message_type] = plan
     return plan
 
 
 def _problems(req: request_pb2.Request, seen: Survey) -> Iterator[tuple[str, str]]:
-    unknown = list(unknown_values(req))
+    unknown: list[tuple[str, str]] = []
+    _collect_unknown(req, None, unknown, seen.fields or None)  # `unknown_values`, from the fields the survey read
     if unknown:  # the other checks would judge values this SDK cannot read: these alone say what is wrong
         yield from unknown
         return
@@ -241,7 +265,7 @@ def _problems(req: request_pb2.Request, seen: Survey) -> Iterator[tuple[str, str
                 yield f"{where}.options_json", "Provider options must be a JSON object."
     if "timeout" in present and (req.timeout.seconds < 0 or req.timeout.nanos < 0):
         yield "timeout", "A timeout is never negative."
-    yield from limits.limit_problems(req)
+    yield from limits.limit_problems(req, present)
 
 
 def _tool_problems(req: request_pb2.Request) -> Iterator[tuple[str, str]]:

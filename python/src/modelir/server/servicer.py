@@ -72,9 +72,10 @@ class ModelServicer(service_pb2_grpc.ModelServiceServicer):
         bytes are made here, not by grpc after the call: an answer over the send limit is then refused (and logged)
         as what it is, `MessageTooLargeError`, instead of leaving grpc to fail a call already logged as OK.
         """
-        async with _Call(self, "Generate", request.request.model, context, request.request) as call:
+        inner = request.request  # read once: each read of a message field is a look-up in upb
+        async with _Call(self, "Generate", inner.model, context, inner) as call:
             model = call.model()
-            response = call.answered(await model.arun(request.request, deadline=self._deadline(context)))
+            response = call.answered(await model.arun(inner, deadline=self._deadline(context)))
             wire = serialize_generate_response(response)
             if self.max_message_bytes is not None and len(wire) > self.max_message_bytes:
                 raise errors.MessageTooLargeError(

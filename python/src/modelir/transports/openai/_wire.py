@@ -184,11 +184,11 @@ def provider_timing(raw: Mapping[str, Any], timing: response_pb2.Timing) -> None
     """Groq's usage says how long the model read the prompt and wrote the answer (`prompt_time`,
     `completion_time`, seconds): the provider's own durations."""
     for native, duration in (
-        ("prompt_time", timing.provider_input_duration),
-        ("completion_time", timing.provider_output_duration),
+        ("prompt_time", "provider_input_duration"),
+        ("completion_time", "provider_output_duration"),
     ):
         if isinstance(seconds := raw.get(native), int | float) and not isinstance(seconds, bool) and seconds >= 0:
-            duration.FromNanoseconds(int(seconds * 1e9))
+            getattr(timing, duration).FromNanoseconds(int(seconds * 1e9))  # looked up only when the usage has it
 
 
 def malformed(transport: str, exc: msgspec.DecodeError) -> errors.MalformedResponseError:
@@ -234,12 +234,16 @@ class BodyTransport(HttpTransport):
         return finish_reason(raw_reason), raw_reason or "", None
 
 
-def finish_body(request: request_pb2.Request, body: dict[str, Any], *, stream: bool, transport: str) -> dict[str, Any]:
-    """The fields every chat and completions body ends with: streaming with usage, then the provider options."""
+def finish_body(
+    request: request_pb2.Request, body: dict[str, Any], *, stream: bool, transport: str, seen: Survey | None = None
+) -> dict[str, Any]:
+    """The fields every chat and completions body ends with: streaming with usage, then the provider options
+    (`seen`: the request's survey, when the caller has it, says whether it sets any)."""
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
-    body.update(common.provider_options(request, transport))
+    if seen is None or "provider_options" in seen.present:
+        body.update(common.provider_options(request, transport))
     return body
 
 

@@ -121,7 +121,7 @@ class OpenAIChat(wire.BodyTransport, OpenAIEmbeddings):
         reasons = []
         if streaming and self._emulates_zero(request):
             reasons.append("Chat completions cannot generate zero tokens, and a stream cannot take back what it sent.")
-        if request.HasField("reasoning_controls"):
+        if "reasoning_controls" in seen.present:
             if request.reasoning_controls.include_thoughts and not self.returns_reasoning_text:
                 reasons.append("OpenAI chat completions return no reasoning text (reasoning.include_thoughts).")
             if request.reasoning_controls.summary:
@@ -157,34 +157,43 @@ class OpenAIChat(wire.BodyTransport, OpenAIEmbeddings):
     def _body(self, request: request_pb2.Request, seen: Survey, *, stream: bool) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model_for(request), "messages": self._messages(request, seen)}
         s = request.sampling
-        common.copy_sampling(s, body, _SAMPLING, present=seen.sampling)
+        sampling = seen.sampling
+        common.copy_sampling(s, body, _SAMPLING, present=sampling)
         if self._emulates_zero(request):
             body["max_completion_tokens"] = 1
-        if request.tools:
+        # A section the request does not set (`seen.present`) is not asked: a small chat sets three or four fields.
+        present = seen.present
+        if "tools" in present:
             body["tools"] = [{"type": "function", "function": wire.function_tool(t)} for t in request.tools]
-        choice = wire.tool_choice(request, lambda name: {"type": "function", "function": {"name": name}})
-        if request.tool_choice.WhichOneof("choice") == "allowed_tools":
-            allowed = request.tool_choice.allowed_tools
-            tools = [{"type": "function", "function": {"name": name}} for name in allowed.tool_names]
-            choice = {"type": "allowed_tools", "allowed_tools": {"mode": wire.allowed_mode(allowed), "tools": tools}}
-        if choice is not None:
-            body["tool_choice"] = choice
-        if s.logit_bias:  # token ids as decimal keys, as the API takes them
+        if "tool_choice" in present:
+            choice = wire.tool_choice(request, lambda name: {"type": "function", "function": {"name": name}})
+            if request.tool_choice.WhichOneof("choice") == "allowed_tools":
+                allowed = request.tool_choice.allowed_tools
+                tools = [{"type": "function", "function": {"name": name}} for name in allowed.tool_names]
+                choice = {
+                    "type": "allowed_tools",
+                    "allowed_tools": {"mode": wire.allowed_mode(allowed), "tools": tools},
+                }
+            if choice is not None:
+                body["tool_choice"] = choice
+        if "logit_bias" in sampling:  # token ids as decimal keys, as the API takes them
             body["logit_bias"] = wire.logit_bias(s)
-        if request.reasoning_controls.WhichOneof("amount") == "effort":
+        if "reasoning_controls" in present and request.reasoning_controls.WhichOneof("amount") == "effort":
             body["reasoning_effort"] = wire.EFFORTS[request.reasoning_controls.effort]
-        if request.constraint.WhichOneof("kind") == "json_schema":
-            body["response_format"] = {
-                "type": "json_schema",
-                "json_schema": wire.json_schema_format(request.constraint.json_schema),
-            }
-        elif request.constraint.WhichOneof("kind") == "json_object":
-            body["response_format"] = {"type": "json_object"}
-        if request.HasField("logprob_options"):
+        if "constraint" in present:
+            kind = request.constraint.WhichOneof("kind")
+            if kind == "json_schema":
+                body["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": wire.json_schema_format(request.constraint.json_schema),
+                }
+            elif kind == "json_object":
+                body["response_format"] = {"type": "json_object"}
+        if "logprob_options" in present:
             body["logprobs"] = True
             if request.logprob_options.top_logprob_count:
                 body["top_logprobs"] = request.logprob_options.top_logprob_count
-        return wire.finish_body(request, body, stream=stream, transport=self.name)
+        return wire.finish_body(request, body, stream=stream, transport=self.name, seen=seen)
 
     def _content(self, parts: Sequence[tuple[content_pb2.Part, str | None]]) -> str | list[dict[str, Any]]:
         """A plain string when the parts are one text; the array form otherwise."""
@@ -291,31 +300,34 @@ class OpenAIChat(wire.BodyTransport, OpenAIEmbeddings):
         for raw in body.choices or ():
             choice = out.choices.add(index=raw.index)
             message = raw.message or typed.Message()
-            choice.message.role = content_pb2.ROLE_ASSISTANT
+            lifted = choice.message  # read once: each read of a message field is a look-up in upb
+            lifted.role = content_pb2.ROLE_ASSISTANT
+            parts = lifted.parts
             # OpenAI-compatible reasoning servers (vLLM, DeepSeek) put reasoning text beside the content.
             reasoning = message.reasoning_content or message.reasoning
             if reasoning:
-                choice.message.parts.add().reasoning.text = reasoning
+                parts.add().reasoning.text = reasoning
             # An empty `content` (a forced end token, an answer of tool calls only) is no text part, as in the
             # stream, which sends no text for it: a stream folds into exactly the unary answer.
-            annotations = [typed.raw_json(a)[0] for a in message.annotations or ()]
+            annotations = [typed.raw_json(a)[0] for a in message.annotations] if message.annotations else []
             if message.content:
-                text = choice.message.parts.add(text=message.content)
-                text.citations.extend(items.chat_citation(value, message.content) for value in annotations)
+                text = parts.add(text=message.content)
+                if annotations:
+                    text.citations.extend(items.chat_citation(value, message.content) for value in annotations)
             if message.refusal is not None:
-                choice.message.parts.add(refusal=message.refusal)
+                parts.add(refusal=message.refusal)
             for call in message.tool_calls or ():
                 function = call.function or typed.FunctionCall()
-                choice.message.parts.add(
+                parts.add(
                     tool_call=content_pb2.ToolCall(
                         id=call.id or "", name=function.name or "", arguments_json=function.arguments or ""
                     )
                 )
             if annotations and not message.content:  # nothing to cite: kept as they came, never dropped
-                choice.message.parts.append(annotations_part(annotations, self.issuer(request), self.name))
+                parts.append(annotations_part(annotations, self.issuer(request), self.name))
             if message.reasoning_details:  # OpenRouter: the reasoning's entries with their signatures, for replay
                 details = [orjson.loads(bytes(d)) for d in message.reasoning_details]
-                choice.message.parts.append(reasoning_details_part(details, self.issuer(request), self.name))
+                parts.append(reasoning_details_part(details, self.issuer(request), self.name))
             choice.finish_reason, choice.raw_finish_reason, stop = self.finish(raw.finish_reason, raw.stop_reason)
             stops.set_stop(choice, stop)
             if message.refusal is not None:
