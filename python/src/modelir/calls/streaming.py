@@ -113,7 +113,7 @@ async def _transport_batches(
         deadline=deadline,
         observe=observe if raw_events is not None else limiter_observe,
         attempts=attempts,
-        deadline_enforced=True,  # `stream_batches` runs the whole stream under one timeout
+        deadline_enforced=True,  # this module's `stream_batches` runs the whole stream under one timeout
     )
     feed_batch = lifter.feed_batch
     # Until a delta has left, each raw event is lifted and handed over alone: the first token never waits for the
