@@ -8,8 +8,8 @@
 //! not sure to reproduce: a repeated key (the decoders keep the last one), a lone surrogate, deep nesting.
 
 use crate::json::{Read, Reader};
-use crate::openai::{float32, Declined, Section};
-use crate::wire::{Columns, Joined, Strings};
+use crate::openai::{float32, push_string, Declined, Section};
+use crate::wire::{Columns, Joined};
 
 // vLLM clamps minus infinity to this value; the IR stores -inf (modelir.logprobs.VLLM_MINUS_INFINITY).
 const VLLM_MINUS_INFINITY: f32 = -9999.0;
@@ -130,15 +130,6 @@ fn logprob(r: &mut Reader, unclamp: bool) -> Read<f32> {
     } else {
         value
     })
-}
-
-/// One string pushed to a column, unescaped.
-#[inline]
-fn push_string(r: &mut Reader, column: &mut Strings) -> Read<()> {
-    let start = column.data.len();
-    r.string_into(&mut column.data)?;
-    column.lengths.push((column.data.len() - start) as u32);
-    Ok(())
 }
 
 /// One entry, or with `top` one of its alternatives (whose `top_logprobs` key, if any, is skipped), appended to the

@@ -8,8 +8,8 @@
 //! and so is what this reader is not sure to reproduce: a repeated key, an escaped outer key.
 
 use crate::json::{Read, Reader};
-use crate::openai::{float32, Declined, Section};
-use crate::wire::{Columns, Strings};
+use crate::openai::{float32, push_string, Declined, Section};
+use crate::wire::Columns;
 
 // vLLM clamps minus infinity to this value; the IR stores -inf (modelir.logprobs.VLLM_MINUS_INFINITY).
 const VLLM_MINUS_INFINITY: f64 = -9999.0;
@@ -41,15 +41,6 @@ fn value(r: &mut Reader, dialect: Dialect) -> Read<f32> {
         v if dialect.unclamp && v <= VLLM_MINUS_INFINITY => Ok(f32::NEG_INFINITY),
         v => float32(v),
     }
-}
-
-/// One string pushed to a column, unescaped.
-#[inline]
-fn push_string(r: &mut Reader, column: &mut Strings) -> Read<()> {
-    let start = column.data.len();
-    r.string_into(&mut column.data)?;
-    column.lengths.push((column.data.len() - start) as u32);
-    Ok(())
 }
 
 #[derive(Default)]

@@ -1,5 +1,5 @@
-//! What the readers share: a section's outcome (`Section`), a decline (`Declined`), and the float32 rule of the
-//! logprob columns.
+//! What the readers share: a section's outcome (`Section`), a decline (`Declined`), the float32 rule of the
+//! logprob columns and a string read into a column.
 //!
 //! Each reader answers only for the shape whose Python result it reproduces exactly; anything else is `Declined`,
 //! and the caller takes the Python path, which is the reference (and raises the typed error). The chat and
@@ -7,6 +7,8 @@
 //! hand-written `json::Reader`.
 
 use std::fmt;
+
+use crate::json::{Read, Reader};
 
 /// Why the native path gave the body back to the Python builders (a shape it does not reproduce).
 #[derive(Debug)]
@@ -28,7 +30,7 @@ pub enum Section {
     Built(Box<Columns>),
 }
 
-use crate::wire::Columns;
+use crate::wire::{Columns, Strings};
 
 /// A logprob as protobuf's Python float column stores it. A value beyond float32's largest is declined: that
 /// column makes it infinite, where rounding to nearest would keep values just past the largest finite.
@@ -38,4 +40,13 @@ pub(crate) fn float32(value: f64) -> Result<f32, Declined> {
         return Err(Declined("a logprob beyond float32's range".into()));
     }
     Ok(value as f32)
+}
+
+/// One string pushed to a column, unescaped.
+#[inline]
+pub fn push_string(r: &mut Reader, column: &mut Strings) -> Read<()> {
+    let start = column.data.len();
+    r.string_into(&mut column.data)?;
+    column.lengths.push((column.data.len() - start) as u32);
+    Ok(())
 }
