@@ -15,6 +15,8 @@ import tempfile
 from pathlib import Path
 
 import callgrind
+import orjson
+from processes import SMALL_ANSWER
 
 CALLS = 5000
 
@@ -29,14 +31,7 @@ from modelir.transports.llamacpp import LlamaCpp
 from modelir.transports.openai.chat import OpenAIChat
 from modelir.transports.vllm import VLLM
 
-answer = {
-    "id": "chatcmpl-bench",
-    "object": "chat.completion",
-    "created": 1,
-    "model": "bench-model",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello!"}, "finish_reason": "stop"}],
-    "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
-}
+answer = orjson.loads(@ANSWER@)
 case = sys.argv[2]
 if case == "unread":
     answer["x_unknown"] = {"a": 1}
@@ -45,7 +40,7 @@ response = HttpResponse(200, (("content-type", "application/json"),), orjson.dum
 request = build_request("bench", messages=[("user", "Hello!")], max_output_tokens=16)
 for _ in range(50 + int(sys.argv[1])):
     transport.lift_accounted(request, response)
-"""
+""".replace("@ANSWER@", repr(orjson.dumps(SMALL_ANSWER)))
 CASES = {
     "openai_chat": "openai_chat, small answer",
     "unread": "openai_chat, small answer with one unread member",

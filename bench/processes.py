@@ -13,20 +13,21 @@ import sys
 
 import orjson
 
+# The upstream's small chat answer (`lift_instructions.py` lifts the same one).
+SMALL_ANSWER = {
+    "id": "chatcmpl-bench",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "bench-model",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello!"}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
+}
+
 
 def upstream() -> None:
     from aiohttp import web
 
-    body = orjson.dumps(
-        {
-            "id": "chatcmpl-bench",
-            "object": "chat.completion",
-            "created": 1,
-            "model": "bench-model",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello!"}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
-        }
-    )
+    body = orjson.dumps(SMALL_ANSWER)
 
     from run import openai_chat_body
 
